@@ -1,1 +1,69 @@
-fn main() {}
+//! `dbop-backup`: parses the command line, sets up logging on stderr, runs one operation and
+//! prints its result summary (one JSON line) on stdout and into `--result-file`.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use dbop_backup::cli::{Cli, Command, LogFormat};
+use dbop_backup::run;
+use dbop_backup::signals::Interrupt;
+use tracing_subscriber::EnvFilter;
+
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_env("DBOP_BACKUP_LOG").unwrap_or_else(|_| {
+        EnvFilter::new("info,aws_config=warn,aws_smithy_runtime=warn,aws_sdk_s3=warn,hyper=warn")
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let result_file = match &cli.command {
+        Command::Dump(a) => a.output.result_file.clone(),
+        Command::Restore(a) => a.output.result_file.clone(),
+        Command::Verify(a) => a.output.result_file.clone(),
+        Command::Prune(a) => a.output.result_file.clone(),
+        Command::List(_) => None,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("dbop-backup: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let output = runtime.block_on(async {
+        match Interrupt::install() {
+            Ok(interrupt) => Some(run::run(cli.command, interrupt).await),
+            Err(e) => {
+                eprintln!("dbop-backup: cannot install signal handlers: {e}");
+                None
+            }
+        }
+    });
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    let Some(output) = output else {
+        return ExitCode::from(1);
+    };
+    if let Some(summary) = &output.summary {
+        let line = summary.to_summary_line();
+        println!("{line}");
+        if let Some(path) = &result_file
+            && let Err(e) = std::fs::write(path, &line)
+        {
+            eprintln!("dbop-backup: cannot write the result file {}: {e}", path.display());
+        }
+    }
+    ExitCode::from(u8::try_from(output.exit_code).unwrap_or(1))
+}

@@ -1,0 +1,233 @@
+//! Command line: subcommands and flags, each flag also readable from a `DBOP_BACKUP_*`
+//! environment variable. Connection settings are not flags: they come from the libpq (`PG*`)
+//! and AWS SDK (`AWS_*`) variables, so no secret is ever on a command line.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::s3::ChecksumMode;
+use crate::units::{parse_duration, parse_size};
+
+#[derive(Debug, Parser)]
+#[command(name = "dbop-backup", version, about = "Streams PostgreSQL dumps to S3-compatible storage and back")]
+pub struct Cli {
+    /// Log format on stderr.
+    #[arg(long, env = "DBOP_BACKUP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// pg_dump → zstd → S3 multipart upload, then the manifest (then prune, if a policy is given).
+    Dump(DumpArgs),
+    /// Download, check, decompress and pg_restore a backup into PGDATABASE, in one transaction.
+    Restore(RestoreArgs),
+    /// Restore a backup into a scratch database and compare the manifest's row counts.
+    Verify(VerifyArgs),
+    /// List backups (complete and incomplete).
+    List(ListArgs),
+    /// Apply the retention policy to one database's backups.
+    Prune(PruneArgs),
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct StorageArgs {
+    /// Bucket holding the backups.
+    #[arg(long, env = "DBOP_BACKUP_BUCKET")]
+    pub bucket: String,
+    /// Key prefix; objects are `<prefix>/<database>/<backup id>/…`.
+    #[arg(long, env = "DBOP_BACKUP_PREFIX", default_value = "")]
+    pub prefix: String,
+    /// Path-style requests (`endpoint/bucket/key`), as MinIO and most S3-compatible servers need.
+    #[arg(long, env = "DBOP_BACKUP_PATH_STYLE", num_args = 0..=1, default_value = "false",
+          default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub path_style: bool,
+    /// PEM file of an extra CA to trust (a private CA), added to the system roots.
+    #[arg(long, env = "DBOP_BACKUP_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// When the SDK adds request checksums: `when-required` suits every S3-compatible server;
+    /// `when-supported` is the AWS SDK default (CRC32, aws-chunked bodies).
+    #[arg(long, env = "DBOP_BACKUP_S3_CHECKSUMS", value_enum, default_value_t = ChecksumMode::WhenRequired)]
+    pub s3_checksums: ChecksumMode,
+}
+
+#[derive(Debug, Args, Clone, Default)]
+pub struct OutputArgs {
+    /// Also write the result summary JSON here (a Job uses /dev/termination-log).
+    #[arg(long, env = "DBOP_BACKUP_RESULT_FILE")]
+    pub result_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args, Clone, Default)]
+pub struct PgArgs {
+    /// Directory of pg_dump/pg_restore/psql; default: /usr/lib/postgresql/<server major>/bin, then PATH.
+    #[arg(long, env = "DBOP_BACKUP_PG_BIN_DIR")]
+    pub pg_bin_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct RetentionArgs {
+    /// Keep at most this many complete backups (the newest is always kept).
+    #[arg(long, env = "DBOP_BACKUP_KEEP_LAST")]
+    pub keep_last: Option<u32>,
+    /// Delete complete backups older than this (e.g. 30d, 12h); the newest is always kept.
+    #[arg(long, env = "DBOP_BACKUP_MAX_AGE", value_parser = parse_duration)]
+    pub max_age: Option<Duration>,
+    /// Incomplete backups and unfinished uploads older than this are removed.
+    #[arg(long, env = "DBOP_BACKUP_INCOMPLETE_GRACE", value_parser = parse_duration, default_value = "24h")]
+    pub incomplete_grace: Duration,
+}
+
+fn parse_part_size(s: &str) -> Result<u64, String> {
+    let n = parse_size(s)?;
+    if !(5 << 20..=5 << 30).contains(&n) {
+        return Err("part size must be between 5MiB and 5GiB (S3 limits)".into());
+    }
+    Ok(n)
+}
+
+#[derive(Debug, Args)]
+pub struct DumpArgs {
+    #[command(flatten)]
+    pub storage: StorageArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub pg: PgArgs,
+    #[command(flatten)]
+    pub retention: RetentionArgs,
+    /// zstd level (1 fast … 19 small; negative levels are faster still).
+    #[arg(long, env = "DBOP_BACKUP_COMPRESSION_LEVEL", default_value_t = 3,
+          value_parser = clap::value_parser!(i32).range(-7..=19))]
+    pub compression_level: i32,
+    /// Size of each uploaded part; memory use is about (concurrency + 2) × part size.
+    #[arg(long, env = "DBOP_BACKUP_PART_SIZE", default_value = "8MiB", value_parser = parse_part_size)]
+    pub part_size: u64,
+    /// Parts uploaded at once.
+    #[arg(long, env = "DBOP_BACKUP_UPLOAD_CONCURRENCY", default_value_t = 2,
+          value_parser = clap::value_parser!(u16).range(1..=16))]
+    pub upload_concurrency: u16,
+    /// Backup id (default: the UTC start time, YYYYMMDDTHHMMSSZ). If a complete backup with
+    /// this id exists, `dump` reports it as succeeded without dumping again.
+    #[arg(long, env = "DBOP_BACKUP_ID")]
+    pub backup_id: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    /// Backup id, or `latest`.
+    #[arg(env = "DBOP_BACKUP_ID", default_value = "latest")]
+    pub backup: String,
+    /// Database whose backups to read (default: the target, PGDATABASE).
+    #[arg(long, env = "DBOP_BACKUP_SOURCE_DATABASE")]
+    pub source_database: Option<String>,
+    /// Pass --no-owner to pg_restore (objects owned by the restoring user).
+    #[arg(long, env = "DBOP_BACKUP_NO_OWNER")]
+    pub no_owner: bool,
+    /// Pass --no-acl to pg_restore (no GRANT/REVOKE).
+    #[arg(long, env = "DBOP_BACKUP_NO_ACL")]
+    pub no_acl: bool,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub pg: PgArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Backup id, or `latest`.
+    #[arg(env = "DBOP_BACKUP_ID", default_value = "latest")]
+    pub backup: String,
+    /// Database whose backups to read (default: PGDATABASE).
+    #[arg(long, env = "DBOP_BACKUP_SOURCE_DATABASE")]
+    pub source_database: Option<String>,
+    /// Name of the scratch database (created, then dropped; default dbop_verify_<time>_<pid>).
+    #[arg(long, env = "DBOP_BACKUP_SCRATCH_DATABASE")]
+    pub scratch_database: Option<String>,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub pg: PgArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only this database's backups.
+    #[arg(long, env = "DBOP_BACKUP_DATABASE")]
+    pub database: Option<String>,
+    /// JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// Database whose backups to prune (default: PGDATABASE).
+    #[arg(long, env = "DBOP_BACKUP_DATABASE")]
+    pub database: Option<String>,
+    /// Print the decisions without deleting anything.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub retention: RetentionArgs,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn parses_a_dump() {
+        let cli = Cli::try_parse_from([
+            "dbop-backup", "dump", "--bucket", "b", "--path-style", "--part-size", "16MiB",
+            "--keep-last", "3", "--max-age", "30d",
+        ])
+        .unwrap();
+        let Command::Dump(d) = cli.command else { panic!("not a dump") };
+        assert!(d.storage.path_style);
+        assert_eq!(d.part_size, 16 << 20);
+        assert_eq!(d.retention.keep_last, Some(3));
+        assert_eq!(d.retention.max_age, Some(Duration::from_secs(30 * 86_400)));
+        assert_eq!(d.compression_level, 3);
+        assert_eq!(d.storage.s3_checksums, ChecksumMode::WhenRequired);
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        for args in [
+            vec!["dbop-backup", "dump", "--bucket", "b", "--part-size", "1MiB"],
+            vec!["dbop-backup", "dump", "--bucket", "b", "--compression-level", "30"],
+            vec!["dbop-backup", "dump", "--bucket", "b", "--max-age", "30"],
+            vec!["dbop-backup", "dump", "--bucket", "b", "--upload-concurrency", "0"],
+            vec!["dbop-backup", "dump"],
+        ] {
+            assert!(Cli::try_parse_from(&args).is_err(), "{args:?}");
+        }
+    }
+}

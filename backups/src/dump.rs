@@ -1,0 +1,363 @@
+//! `dump`: pg_dump (custom format, uncompressed, reading an exported snapshot) → zstd (frames
+//! with content checksums) → S3 multipart upload with bounded buffers, SHA-256 on the fly; row
+//! counts taken in the same snapshot; the manifest written last. On any failure or signal the
+//! upload is aborted and no manifest is written, so nothing looks like a complete backup.
+//!
+//! Memory: one part being filled, one waiting in a channel of capacity 1, and at most
+//! `concurrency` parts in flight: about (concurrency + 2) × part size, whatever the database.
+
+use std::io::{Read, Write};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use chrono::Utc;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+
+use crate::error::{Error, Result};
+use crate::layout::{self, DUMP_FILE, Layout};
+use crate::manifest::{self, MAX_MANIFEST_BYTES, Manifest};
+use crate::pg::{self, PgTools, PsqlSession};
+use crate::result::BackupResult;
+use crate::retention::Policy;
+use crate::s3::Store;
+use crate::signals::Interrupt;
+
+const READ_CHUNK: usize = 256 << 10;
+
+#[derive(Debug, Clone)]
+pub struct DumpOptions {
+    pub compression_level: i32,
+    pub part_size: usize,
+    pub concurrency: usize,
+    pub backup_id: Option<String>,
+    pub policy: Policy,
+    pub incomplete_grace: Duration,
+}
+
+/// What the compressor saw.
+#[derive(Debug)]
+struct Compressed {
+    raw_bytes: u64,
+    size_bytes: u64,
+    sha256: String,
+}
+
+/// An upload in progress, remembered so it can be aborted whatever happens.
+type PendingUpload = Arc<Mutex<Option<(String, String)>>>;
+
+/// Runs `dump`, filling `result` as facts become known (so a failure still names them).
+pub async fn dump(
+    store: &Store,
+    layout: &Layout,
+    tools: &PgTools,
+    opts: &DumpOptions,
+    interrupt: &Interrupt,
+    result: &mut BackupResult,
+) -> Result<()> {
+    let pending: PendingUpload = Arc::default();
+    let outcome = tokio::select! {
+        r = dump_inner(store, layout, tools, opts, result, &pending) => r,
+        s = interrupt.wait() => Err(Error::Interrupted(s)),
+    };
+    if outcome.is_err() {
+        let upload = pending.lock().map(|mut p| p.take()).unwrap_or(None);
+        if let Some((key, upload_id)) = upload {
+            match tokio::time::timeout(Duration::from_secs(15), store.abort_upload(&key, &upload_id)).await {
+                Ok(Ok(())) => tracing::info!(key, "multipart upload aborted"),
+                Ok(Err(e)) => tracing::error!(key, error = %e, "could not abort the multipart upload; prune removes it after the grace period"),
+                Err(_) => tracing::error!(key, "aborting the multipart upload timed out; prune removes it after the grace period"),
+            }
+        }
+    }
+    outcome
+}
+
+async fn dump_inner(
+    store: &Store,
+    layout: &Layout,
+    tools: &PgTools,
+    opts: &DumpOptions,
+    result: &mut BackupResult,
+    pending: &PendingUpload,
+) -> Result<()> {
+    let started = Utc::now();
+    let clock = Instant::now();
+    result.started_at = Some(started);
+    result.bucket = Some(store.bucket.clone());
+    let backup_id = match &opts.backup_id {
+        Some(id) => {
+            layout::validate_backup_id(id).map_err(Error::Usage)?;
+            id.clone()
+        }
+        None => layout::backup_id_at(started),
+    };
+    result.backup_id = Some(backup_id.clone());
+
+    // One transaction whose snapshot pg_dump imports and the row counts read.
+    let mut session = PsqlSession::start(tools, None).await?;
+    let facts = session
+        .query(
+            "SET row_security = off;\n\
+             BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;\n\
+             SELECT current_database();\n\
+             SELECT current_setting('server_version');\n\
+             SELECT current_setting('server_version_num');\n\
+             SELECT pg_export_snapshot();",
+        )
+        .await?;
+    let [database, server_version, version_num, snapshot] = facts.as_slice() else {
+        return Err(pg::pg_error("psql", &pg::database_label(None), format!("unexpected session output: {facts:?}")));
+    };
+    let database = database.clone();
+    layout::validate_database_name(&database).map_err(Error::Usage)?;
+    let engine_version = pg::short_version(server_version);
+    let server_major = pg::major_of_version_num(version_num);
+    result.database = Some(database.clone());
+    result.engine_version = Some(engine_version.clone());
+    let dump_key = layout.dump_key(&database, &backup_id);
+    let manifest_key = layout.manifest_key(&database, &backup_id);
+    result.key = Some(dump_key.clone());
+    result.manifest_key = Some(manifest_key.clone());
+
+    store.check_bucket().await?;
+    if let Some(existing) = store.get_small(&manifest_key, MAX_MANIFEST_BYTES).await? {
+        let m = Manifest::parse(&existing).map_err(|detail| Error::Integrity {
+            key: manifest_key.clone(),
+            detail: format!("a backup with id {backup_id} exists but its {detail}"),
+        })?;
+        let _ = session.finish().await;
+        fill_from_manifest(result, &m);
+        result.message = Some(format!(
+            "backup {backup_id} of database '{database}' was already complete; not dumped again"
+        ));
+        return Ok(());
+    }
+    if let Some(major) = server_major {
+        tools.check_version("pg_dump", major, &database).await?;
+    }
+
+    tracing::info!(database, backup_id, key = dump_key, "dump starting");
+    let upload_id = store.create_upload(&dump_key, "application/zstd").await?;
+    if let Ok(mut p) = pending.lock() {
+        *p = Some((dump_key.clone(), upload_id.clone()));
+    }
+
+    let mut child = tools
+        .command("pg_dump", server_major)
+        .args(["--format=custom", "--compress=0", "--no-password", "--snapshot"])
+        .arg(snapshot)
+        .env("PGDATABASE", &database)
+        .spawn()
+        .map_err(|e| pg::pg_error("pg_dump", &database, format!("cannot run pg_dump: {e}")))?;
+    let stderr = pg::collect_stderr(&mut child, "pg_dump");
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| pg::pg_error("pg_dump", &database, "no stdout pipe"))
+        .and_then(|s| pg::stdout_file(s).map_err(|e| pg::pg_error("pg_dump", &database, e.to_string())))?;
+
+    let (tx, rx) = mpsc::channel::<Bytes>(1);
+    let (level, part_size) = (opts.compression_level, opts.part_size);
+    let compressor = tokio::task::spawn_blocking(move || compress(stdout, level, part_size, tx));
+    let upload = upload_parts(store, &dump_key, &upload_id, rx, opts.concurrency);
+    let counts = session.row_counts();
+    let (parts, row_counts) = tokio::try_join!(upload, counts)?;
+    let compressed = compressor
+        .await
+        .map_err(|e| Error::io("compressor", std::io::Error::other(e.to_string())))?;
+    let status = child
+        .wait()
+        .await
+        .map_err(|e| pg::pg_error("pg_dump", &database, e.to_string()))?;
+    let stderr_tail = stderr.await.unwrap_or_default();
+    if !status.success() {
+        return Err(pg::pg_error("pg_dump", &database, format!("{status}: {}", pg::tail_text(&stderr_tail))));
+    }
+    let compressed = compressed.map_err(|e| Error::io("reading pg_dump output", e))?;
+
+    store.complete_upload(&dump_key, &upload_id, parts).await?;
+    if let Ok(mut p) = pending.lock() {
+        p.take();
+    }
+    let stored = store.head(&dump_key).await?;
+    if stored != Some(compressed.size_bytes) {
+        return Err(Error::Integrity {
+            key: dump_key,
+            detail: format!(
+                "stored object has {stored:?} bytes, {} were uploaded",
+                compressed.size_bytes
+            ),
+        });
+    }
+    session.finish().await?;
+
+    let completed = Utc::now();
+    let m = Manifest {
+        manifest_version: 1,
+        backup_id: backup_id.clone(),
+        database: database.clone(),
+        engine: "postgresql".into(),
+        engine_version,
+        started_at: started,
+        completed_at: completed,
+        raw_bytes: compressed.raw_bytes,
+        size_bytes: compressed.size_bytes,
+        sha256: compressed.sha256,
+        format: manifest::FORMAT.into(),
+        compression: manifest::COMPRESSION.into(),
+        compression_level: opts.compression_level,
+        agent_version: crate::AGENT_VERSION.into(),
+        dump_file: DUMP_FILE.into(),
+        row_counts,
+    };
+    store
+        .put(&manifest_key, Bytes::from(m.to_json()), "application/json")
+        .await?;
+    fill_from_manifest(result, &m);
+    let secs = clock.elapsed().as_secs_f64().max(1e-3);
+    let mut message = format!(
+        "backup {backup_id} of database '{database}' complete: {} raw bytes, {} stored, {} tables, {:.1} MB/s",
+        m.raw_bytes,
+        m.size_bytes,
+        m.row_counts.len(),
+        m.raw_bytes as f64 / secs / 1e6
+    );
+    tracing::info!(database, backup_id, raw_bytes = m.raw_bytes, size_bytes = m.size_bytes, secs, "dump complete");
+
+    if !opts.policy.is_empty() {
+        match crate::run::prune_database(store, layout, &database, opts.policy, opts.incomplete_grace, false).await {
+            Ok(report) => message.push_str(&format!("; {report}")),
+            Err(e) => {
+                tracing::error!(error = %e, "pruning after the dump failed");
+                message.push_str(&format!("; pruning failed: {e}"));
+            }
+        }
+    }
+    result.message = Some(message);
+    Ok(())
+}
+
+pub fn fill_from_manifest(result: &mut BackupResult, m: &Manifest) {
+    result.backup_id = Some(m.backup_id.clone());
+    result.database = Some(m.database.clone());
+    result.size_bytes = Some(m.size_bytes);
+    result.raw_bytes = Some(m.raw_bytes);
+    result.sha256 = Some(m.sha256.clone());
+    result.engine_version = Some(m.engine_version.clone());
+    result.started_at = Some(m.started_at);
+    result.completed_at = Some(m.completed_at);
+}
+
+/// Uploads parts as they arrive, at most `concurrency` at once; returns them in order.
+async fn upload_parts(
+    store: &Store,
+    key: &str,
+    upload_id: &str,
+    mut rx: mpsc::Receiver<Bytes>,
+    concurrency: usize,
+) -> Result<Vec<aws_sdk_s3::types::CompletedPart>> {
+    let mut in_flight = FuturesUnordered::new();
+    let mut done = Vec::new();
+    let mut next_part: i32 = 0;
+    let mut input_open = true;
+    while input_open || !in_flight.is_empty() {
+        tokio::select! {
+            Some(r) = in_flight.next(), if !in_flight.is_empty() => done.push(r?),
+            part = rx.recv(), if input_open && in_flight.len() < concurrency => match part {
+                Some(body) => {
+                    next_part += 1;
+                    if next_part > 10_000 {
+                        return Err(Error::Usage(
+                            "the dump needs more than 10000 parts: raise --part-size".into(),
+                        ));
+                    }
+                    tracing::debug!(part = next_part, bytes = body.len(), "uploading part");
+                    in_flight.push(store.upload_part(key, upload_id, next_part, body));
+                }
+                None => input_open = false,
+            },
+        }
+    }
+    done.sort_by_key(|p: &aws_sdk_s3::types::CompletedPart| p.part_number());
+    Ok(done)
+}
+
+/// Collects compressed bytes into parts of `part_size`, hashing them, and hands each full
+/// part to the uploader (blocking while the channel is full: that is the back-pressure).
+struct PartSink {
+    buf: Vec<u8>,
+    part_size: usize,
+    tx: mpsc::Sender<Bytes>,
+    hasher: Sha256,
+    total: u64,
+}
+
+impl PartSink {
+    fn send(&mut self) -> std::io::Result<()> {
+        let part = std::mem::replace(&mut self.buf, Vec::with_capacity(self.part_size));
+        self.hasher.update(&part);
+        self.total += part.len() as u64;
+        self.tx
+            .blocking_send(Bytes::from(part))
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the upload stopped"))
+    }
+}
+
+impl Write for PartSink {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        let n = data.len().min(self.part_size - self.buf.len());
+        self.buf.extend_from_slice(&data[..n]);
+        if self.buf.len() >= self.part_size {
+            self.send()?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The compressor thread: reads pg_dump's output until EOF and writes one zstd frame with a
+/// content checksum. Reaching EOF says nothing about success: the caller checks pg_dump's exit.
+fn compress(
+    mut src: std::fs::File,
+    level: i32,
+    part_size: usize,
+    tx: mpsc::Sender<Bytes>,
+) -> std::io::Result<Compressed> {
+    let sink = PartSink {
+        buf: Vec::with_capacity(part_size),
+        part_size,
+        tx,
+        hasher: Sha256::new(),
+        total: 0,
+    };
+    let mut enc = zstd::stream::write::Encoder::new(sink, level)?;
+    enc.include_checksum(true)?;
+    let mut buf = vec![0u8; READ_CHUNK];
+    let mut raw_bytes = 0u64;
+    loop {
+        let n = match src.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        raw_bytes += n as u64;
+        enc.write_all(&buf[..n])?;
+    }
+    let mut sink = enc.finish()?;
+    if !sink.buf.is_empty() {
+        sink.send()?;
+    }
+    Ok(Compressed {
+        raw_bytes,
+        size_bytes: sink.total,
+        sha256: hex::encode(sink.hasher.finalize()),
+    })
+}

@@ -1,0 +1,91 @@
+//! The agent's one error type. Every message names what failed (endpoint, bucket, database,
+//! tool) and never carries a secret: callers build messages only from names, never from
+//! connection strings or credentials.
+
+use std::fmt;
+
+/// Result alias for the agent.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Bad flags, environment or input that no retry can fix.
+    #[error("{0}")]
+    Usage(String),
+    /// An S3 request failed.
+    #[error("S3 {operation} failed (endpoint {endpoint}, bucket '{bucket}'{}): {detail}", key_suffix(.key))]
+    S3 {
+        operation: &'static str,
+        endpoint: String,
+        bucket: String,
+        key: Option<String>,
+        detail: String,
+    },
+    /// PostgreSQL or one of its client tools failed.
+    #[error("{tool} failed for database '{database}' on {server}: {detail}")]
+    Postgres {
+        tool: String,
+        database: String,
+        server: String,
+        detail: String,
+    },
+    /// The stored backup is not what its manifest says (checksum, size, truncation, format).
+    #[error("integrity check failed for {key}: {detail}")]
+    Integrity { key: String, detail: String },
+    /// `verify` found a difference between the manifest and the restored database.
+    #[error("verification failed: {0}")]
+    Verify(String),
+    /// The requested backup does not exist or is incomplete.
+    #[error("{0}")]
+    NotFound(String),
+    /// SIGTERM or SIGINT arrived.
+    #[error("interrupted by {0}")]
+    Interrupted(&'static str),
+    /// A local I/O or internal failure.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn key_suffix(key: &Option<String>) -> String {
+    match key {
+        Some(k) => format!(", key '{k}'"),
+        None => String::new(),
+    }
+}
+
+impl Error {
+    /// A short machine label, for logs and metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Error::Usage(_) => "usage",
+            Error::S3 { .. } => "s3",
+            Error::Postgres { .. } => "postgres",
+            Error::Integrity { .. } => "integrity",
+            Error::Verify(_) => "verify",
+            Error::NotFound(_) => "not-found",
+            Error::Interrupted(_) => "interrupted",
+            Error::Io { .. } => "io",
+        }
+    }
+
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Usage(_) => 2,
+            Error::Interrupted("SIGINT") => 130,
+            Error::Interrupted(_) => 143,
+            _ => 1,
+        }
+    }
+
+    pub fn io(context: impl fmt::Display, source: std::io::Error) -> Self {
+        Error::Io {
+            context: context.to_string(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! The manifest: a small JSON document beside the dump, written last, that makes a backup
+//! complete. It records what `restore` and `verify` check against. Pure.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+pub const FORMAT: &str = "pg_dump-custom";
+pub const COMPRESSION: &str = "zstd";
+/// Manifests larger than this are refused when read.
+pub const MAX_MANIFEST_BYTES: usize = 16 << 20;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Manifest {
+    pub manifest_version: u32,
+    pub backup_id: String,
+    pub database: String,
+    pub engine: String,
+    pub engine_version: String,
+    #[serde(with = "crate::result::rfc3339_req")]
+    pub started_at: DateTime<Utc>,
+    #[serde(with = "crate::result::rfc3339_req")]
+    pub completed_at: DateTime<Utc>,
+    /// Uncompressed pg_dump output.
+    pub raw_bytes: u64,
+    /// The stored (compressed) object.
+    pub size_bytes: u64,
+    /// Hex SHA-256 of the stored object.
+    pub sha256: String,
+    pub format: String,
+    pub compression: String,
+    pub compression_level: i32,
+    pub agent_version: String,
+    /// The dump object's file name inside the backup folder.
+    pub dump_file: String,
+    /// Rows per table (`schema.table`, quoted as `format('%I.%I')` does), counted in the
+    /// snapshot the dump was taken from.
+    pub row_counts: BTreeMap<String, u64>,
+}
+
+impl Manifest {
+    pub fn parse(bytes: &[u8]) -> Result<Manifest, String> {
+        let m: Manifest =
+            serde_json::from_slice(bytes).map_err(|e| format!("manifest is not valid: {e}"))?;
+        if m.format != FORMAT || m.compression != COMPRESSION {
+            return Err(format!(
+                "unsupported backup format {}/{} (this agent reads {FORMAT}/{COMPRESSION})",
+                m.format, m.compression
+            ));
+        }
+        if m.sha256.len() != 64 || !m.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err("manifest sha256 is not 64 hex digits".into());
+        }
+        Ok(m)
+    }
+
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec_pretty(self).unwrap_or_default()
+    }
+}
+
+/// The first difference between expected and actual row counts, if any.
+pub fn first_difference(
+    expected: &BTreeMap<String, u64>,
+    actual: &BTreeMap<String, u64>,
+) -> Option<String> {
+    let mut names: Vec<&String> = expected.keys().chain(actual.keys()).collect();
+    names.sort();
+    names.dedup();
+    names.into_iter().find_map(|name| match (expected.get(name), actual.get(name)) {
+        (Some(e), Some(a)) if e != a => Some(format!(
+            "table {name}: manifest has {e} rows, restored database has {a}"
+        )),
+        (Some(e), None) => Some(format!(
+            "table {name} ({e} rows in the manifest) is missing from the restored database"
+        )),
+        (None, Some(a)) => Some(format!(
+            "table {name} ({a} rows) is in the restored database but not in the manifest"
+        )),
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn sample() -> Manifest {
+        Manifest {
+            manifest_version: 1,
+            backup_id: "20250131T020000Z".into(),
+            database: "app".into(),
+            engine: "postgresql".into(),
+            engine_version: "15.18".into(),
+            started_at: Utc.with_ymd_and_hms(2025, 1, 31, 2, 0, 0).unwrap(),
+            completed_at: Utc.with_ymd_and_hms(2025, 1, 31, 2, 0, 9).unwrap(),
+            raw_bytes: 100,
+            size_bytes: 10,
+            sha256: "0".repeat(64),
+            format: FORMAT.into(),
+            compression: COMPRESSION.into(),
+            compression_level: 3,
+            agent_version: "0.1.0".into(),
+            dump_file: "dump.pgc.zst".into(),
+            row_counts: [("public.a".to_string(), 3u64)].into_iter().collect(),
+        }
+    }
+
+    #[test]
+    fn round_trip_and_validation() {
+        let m = sample();
+        assert_eq!(Manifest::parse(&m.to_json()).unwrap(), m);
+        let mut bad = sample();
+        bad.compression = "gzip".into();
+        assert!(Manifest::parse(&bad.to_json()).is_err());
+        let mut bad = sample();
+        bad.sha256 = "xyz".into();
+        assert!(Manifest::parse(&bad.to_json()).is_err());
+        assert!(Manifest::parse(b"{").is_err());
+        assert!(Manifest::parse(b"").is_err());
+    }
+
+    #[test]
+    fn differences() {
+        let map = |v: &[(&str, u64)]| v.iter().map(|(k, n)| (k.to_string(), *n)).collect();
+        let cases: Vec<(BTreeMap<String, u64>, BTreeMap<String, u64>, Option<&str>)> = vec![
+            (map(&[("a", 1)]), map(&[("a", 1)]), None),
+            (map(&[]), map(&[]), None),
+            (map(&[("a", 1), ("b", 2)]), map(&[("a", 1), ("b", 3)]), Some("table b: manifest has 2 rows")),
+            (map(&[("a", 1), ("b", 2)]), map(&[("b", 2)]), Some("table a (1 rows in the manifest) is missing")),
+            (map(&[("b", 2)]), map(&[("a", 0), ("b", 2)]), Some("table a (0 rows) is in the restored")),
+        ];
+        for (e, a, want) in cases {
+            let got = first_difference(&e, &a);
+            match want {
+                None => assert_eq!(got, None),
+                Some(w) => assert!(got.as_deref().unwrap_or("").starts_with(w), "{got:?}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,587 @@
+//! `restore` and `verify`: download → SHA-256 and size check → zstd decode (frame checksums
+//! checked) → pg_restore in one transaction, streaming. The SHA-256 is only known at the end,
+//! so the last decoded bytes are held back until it matches: pg_restore cannot reach the end
+//! of the archive, hence cannot commit, before the whole object has been checked. On any
+//! mismatch or error pg_restore is killed before its input is closed, and the target database
+//! is left as it was.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+
+use bytes::Bytes;
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+
+use crate::catalog;
+use crate::dump::fill_from_manifest;
+use crate::error::{Error, Result};
+use crate::layout::{self, Layout};
+use crate::manifest::{MAX_MANIFEST_BYTES, Manifest, first_difference};
+use crate::pg::{self, PgTools};
+use crate::result::BackupResult;
+use crate::s3::Store;
+use crate::signals::Interrupt;
+
+/// Decoded bytes held back from pg_restore until the object's checksum has been checked.
+pub const HOLD_BACK: usize = 64 << 10;
+const CHUNK: usize = 256 << 10;
+
+#[derive(Debug, Clone, Default)]
+pub struct RestoreOptions {
+    /// Backup id or `latest`.
+    pub backup: String,
+    pub source_database: Option<String>,
+    /// Target; `None` means PGDATABASE.
+    pub target_database: Option<String>,
+    pub no_owner: bool,
+    pub no_acl: bool,
+}
+
+fn env_database() -> Option<String> {
+    std::env::var("PGDATABASE").ok().filter(|d| !d.is_empty())
+}
+
+/// Finds the backup (resolving `latest`) and reads its manifest.
+pub async fn resolve(
+    store: &Store,
+    layout: &Layout,
+    source: &str,
+    backup: &str,
+) -> Result<(String, Manifest)> {
+    layout::validate_database_name(source).map_err(Error::Usage)?;
+    let id = if backup == "latest" {
+        let objects = store.list(&layout.database_prefix(source)).await?;
+        let entries = catalog::group(layout, &objects);
+        catalog::latest(&entries, source)
+            .map(|e| e.backup_id.clone())
+            .ok_or_else(|| {
+                Error::NotFound(format!(
+                    "no complete backup of database '{source}' in bucket '{}' under '{}' at {}",
+                    store.bucket,
+                    layout.database_prefix(source),
+                    store.endpoint
+                ))
+            })?
+    } else {
+        layout::validate_backup_id(backup).map_err(Error::Usage)?;
+        backup.to_string()
+    };
+    let manifest_key = layout.manifest_key(source, &id);
+    let bytes = store
+        .get_small(&manifest_key, MAX_MANIFEST_BYTES)
+        .await?
+        .ok_or_else(|| {
+            Error::NotFound(format!(
+                "backup {id} of database '{source}' has no manifest in bucket '{}' at {}: it is missing or incomplete",
+                store.bucket, store.endpoint
+            ))
+        })?;
+    let m = Manifest::parse(&bytes).map_err(|detail| Error::Integrity {
+        key: manifest_key,
+        detail,
+    })?;
+    Ok((id, m))
+}
+
+/// Restores a backup into the target database.
+pub async fn restore(
+    store: &Store,
+    layout: &Layout,
+    tools: &PgTools,
+    opts: &RestoreOptions,
+    interrupt: &Interrupt,
+    result: &mut BackupResult,
+) -> Result<Manifest> {
+    tokio::select! {
+        r = restore_inner(store, layout, tools, opts, result) => r,
+        s = interrupt.wait() => Err(Error::Interrupted(s)),
+    }
+}
+
+async fn restore_inner(
+    store: &Store,
+    layout: &Layout,
+    tools: &PgTools,
+    opts: &RestoreOptions,
+    result: &mut BackupResult,
+) -> Result<Manifest> {
+    result.started_at = Some(chrono::Utc::now());
+    result.bucket = Some(store.bucket.clone());
+    let target = opts
+        .target_database
+        .clone()
+        .or_else(env_database)
+        .ok_or_else(|| Error::Usage("PGDATABASE must name the target database".into()))?;
+    let source = opts.source_database.clone().unwrap_or_else(|| target.clone());
+    result.database = Some(target.clone());
+    let (id, m) = resolve(store, layout, &source, &opts.backup).await?;
+    let dump_key = layout.dump_key(&source, &id);
+    result.backup_id = Some(id.clone());
+    result.key = Some(dump_key.clone());
+    result.manifest_key = Some(layout.manifest_key(&source, &id));
+    result.sha256 = Some(m.sha256.clone());
+    result.size_bytes = Some(m.size_bytes);
+    result.raw_bytes = Some(m.raw_bytes);
+
+    // Reach the target first: a bad password or missing database fails before any download.
+    let version_num = tools
+        .query(Some(&target), "SELECT current_setting('server_version_num')")
+        .await?;
+    let major = pg::major_of_version_num(&version_num);
+    if let Some(major) = major {
+        tools.check_version("pg_restore", major, &target).await?;
+    }
+    let version = tools
+        .query(Some(&target), "SELECT current_setting('server_version')")
+        .await?;
+    result.engine_version = Some(pg::short_version(&version));
+
+    let (body, announced) = store.get_stream(&dump_key).await?;
+    if announced.is_some_and(|n| n != m.size_bytes) {
+        return Err(Error::Integrity {
+            key: dump_key,
+            detail: format!(
+                "object has {} bytes, the manifest says {}",
+                announced.unwrap_or(0),
+                m.size_bytes
+            ),
+        });
+    }
+
+    let mut cmd = tools.command("pg_restore", major);
+    cmd.args(["--format=custom", "--single-transaction", "--exit-on-error", "--no-password"]);
+    if opts.no_owner {
+        cmd.arg("--no-owner");
+    }
+    if opts.no_acl {
+        cmd.arg("--no-acl");
+    }
+    // An empty --dbname makes pg_restore connect (rather than print SQL) with the database
+    // from PGDATABASE, so no name is ever parsed as a connection string.
+    cmd.args(["--dbname", ""])
+        .env("PGDATABASE", &target)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| pg::pg_error("pg_restore", &target, format!("cannot run pg_restore: {e}")))?;
+    let stderr = pg::collect_stderr(&mut child, "pg_restore");
+    let pid = child.id().unwrap_or(0);
+    let stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| pg::pg_error("pg_restore", &target, "no stdin pipe"))
+        .and_then(|s| pg::stdin_file(s).map_err(|e| pg::pg_error("pg_restore", &target, e.to_string())))?;
+
+    let (tx, rx) = mpsc::channel::<std::result::Result<Bytes, String>>(16);
+    let expected = Expected {
+        sha256: m.sha256.clone(),
+        size_bytes: m.size_bytes,
+        raw_bytes: m.raw_bytes,
+    };
+    let feeder = tokio::task::spawn_blocking(move || feed(rx, stdin, expected, pid));
+    let download = async move {
+        let mut body = body;
+        loop {
+            match body.next().await {
+                Some(Ok(chunk)) => {
+                    if tx.send(Ok(chunk)).await.is_err() {
+                        return;
+                    }
+                }
+                Some(Err(e)) => {
+                    let _ = tx
+                        .send(Err(aws_sdk_s3::error::DisplayErrorContext(&e).to_string()))
+                        .await;
+                    return;
+                }
+                None => return,
+            }
+        }
+    };
+    let (_, fed) = tokio::join!(download, feeder);
+    let fed = fed.unwrap_or_else(|e| Err(FeedError::Internal(e.to_string())));
+    let status = child
+        .wait()
+        .await
+        .map_err(|e| pg::pg_error("pg_restore", &target, e.to_string()))?;
+    let tail = stderr.await.unwrap_or_default();
+    let restore_failed = |what: &str| {
+        pg::pg_error(
+            "pg_restore",
+            &target,
+            format!("{what}; nothing was committed: {}", pg::tail_text(&tail)),
+        )
+    };
+    match fed {
+        Ok(()) if status.success() => {}
+        Ok(()) => return Err(restore_failed(&status.to_string())),
+        Err(FeedError::PgRestoreStopped(_)) if !status.success() => {
+            return Err(restore_failed(&status.to_string()));
+        }
+        Err(FeedError::PgRestoreStopped(e)) => {
+            return Err(restore_failed(&format!("pg_restore stopped reading: {e}")));
+        }
+        Err(FeedError::Integrity(detail)) => {
+            return Err(Error::Integrity {
+                key: dump_key,
+                detail: format!("{detail}; the restore was stopped before committing"),
+            });
+        }
+        Err(FeedError::Download(detail)) => {
+            return Err(Error::S3 {
+                operation: "GetObject",
+                endpoint: store.endpoint.clone(),
+                bucket: store.bucket.clone(),
+                key: Some(dump_key),
+                detail: format!("{detail}; the restore was stopped before committing"),
+            });
+        }
+        Err(FeedError::Internal(detail)) => {
+            return Err(Error::io("restore", std::io::Error::other(detail)));
+        }
+    }
+    result.completed_at = Some(chrono::Utc::now());
+    result.message = Some(format!(
+        "backup {id} of database '{source}' restored into '{target}' ({} raw bytes, sha256 checked)",
+        m.raw_bytes
+    ));
+    Ok(m)
+}
+
+struct Expected {
+    sha256: String,
+    size_bytes: u64,
+    raw_bytes: u64,
+}
+
+#[derive(Debug)]
+enum FeedError {
+    /// Writing to pg_restore failed: it exited (its own error says why).
+    PgRestoreStopped(std::io::Error),
+    /// The object is not what the manifest says.
+    Integrity(String),
+    Download(String),
+    Internal(String),
+}
+
+/// Reads the downloaded chunks, hashing and counting them.
+struct HashingReader {
+    rx: mpsc::Receiver<std::result::Result<Bytes, String>>,
+    current: Bytes,
+    hasher: Sha256,
+    count: u64,
+    download_error: Option<String>,
+}
+
+impl Read for HashingReader {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            match self.rx.blocking_recv() {
+                Some(Ok(chunk)) => {
+                    self.hasher.update(&chunk);
+                    self.count += chunk.len() as u64;
+                    self.current = chunk;
+                }
+                Some(Err(e)) => {
+                    self.download_error = Some(e.clone());
+                    return Err(std::io::Error::other(e));
+                }
+                None => return Ok(0),
+            }
+        }
+        let n = out.len().min(self.current.len());
+        out[..n].copy_from_slice(&self.current[..n]);
+        let _ = self.current.split_to(n);
+        Ok(n)
+    }
+}
+
+/// The feeder thread. On error it kills pg_restore before dropping its stdin, so pg_restore
+/// never sees a clean end of input it could mistake for the end of the archive.
+fn feed(
+    rx: mpsc::Receiver<std::result::Result<Bytes, String>>,
+    mut stdin: std::fs::File,
+    expected: Expected,
+    pid: u32,
+) -> std::result::Result<(), FeedError> {
+    let r = feed_inner(rx, &mut stdin, &expected);
+    if r.is_err() && pid > 0 {
+        // SAFETY: plain kill(2) of our own child, which has not been reaped yet.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGKILL);
+        }
+    }
+    drop(stdin);
+    r
+}
+
+fn feed_inner(
+    rx: mpsc::Receiver<std::result::Result<Bytes, String>>,
+    stdin: &mut std::fs::File,
+    expected: &Expected,
+) -> std::result::Result<(), FeedError> {
+    let reader = HashingReader {
+        rx,
+        current: Bytes::new(),
+        hasher: Sha256::new(),
+        count: 0,
+        download_error: None,
+    };
+    let mut decoder =
+        zstd::stream::read::Decoder::new(reader).map_err(|e| FeedError::Internal(e.to_string()))?;
+    let mut buf = vec![0u8; CHUNK];
+    let mut held: Vec<u8> = Vec::with_capacity(HOLD_BACK + CHUNK);
+    let mut raw: u64 = 0;
+    loop {
+        let n = match decoder.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                let inner = decoder.get_ref().get_ref();
+                return Err(match &inner.download_error {
+                    Some(d) => FeedError::Download(d.clone()),
+                    None => FeedError::Integrity(format!(
+                        "the object does not decompress ({e}) after {} bytes: corrupted or truncated",
+                        inner.count
+                    )),
+                });
+            }
+        };
+        raw += n as u64;
+        if raw > expected.raw_bytes {
+            return Err(FeedError::Integrity(format!(
+                "decompressed data is longer than the manifest's {} bytes",
+                expected.raw_bytes
+            )));
+        }
+        held.extend_from_slice(&buf[..n]);
+        if held.len() > HOLD_BACK {
+            let release = held.len() - HOLD_BACK;
+            stdin
+                .write_all(&held[..release])
+                .map_err(FeedError::PgRestoreStopped)?;
+            held.drain(..release);
+        }
+    }
+    let mut reader = decoder.finish();
+    // Anything after the last frame still counts towards the checksum.
+    let mut rest = [0u8; 4096];
+    loop {
+        match reader.read(&mut rest) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) => {
+                return Err(FeedError::Download(
+                    reader.get_ref().download_error.clone().unwrap_or_else(|| e.to_string()),
+                ));
+            }
+        }
+    }
+    let mut reader = reader.into_inner();
+    let sha = hex::encode(std::mem::take(&mut reader.hasher).finalize());
+    if reader.count != expected.size_bytes {
+        return Err(FeedError::Integrity(format!(
+            "read {} bytes, the manifest says {}: truncated or replaced",
+            reader.count, expected.size_bytes
+        )));
+    }
+    if sha != expected.sha256 {
+        return Err(FeedError::Integrity(format!(
+            "sha256 is {sha}, the manifest says {}",
+            expected.sha256
+        )));
+    }
+    if raw != expected.raw_bytes {
+        return Err(FeedError::Integrity(format!(
+            "decompressed to {raw} bytes, the manifest says {}",
+            expected.raw_bytes
+        )));
+    }
+    // Checked: let pg_restore see the end of the archive, then EOF.
+    stdin.write_all(&held).map_err(FeedError::PgRestoreStopped)?;
+    Ok(())
+}
+
+/// `"name"` with embedded quotes doubled, for identifiers in SQL.
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct VerifyOptions {
+    pub backup: String,
+    pub source_database: Option<String>,
+    pub scratch_database: Option<String>,
+}
+
+/// Restores into a scratch database, compares row counts with the manifest, drops it.
+pub async fn verify(
+    store: &Store,
+    layout: &Layout,
+    tools: &PgTools,
+    opts: &VerifyOptions,
+    interrupt: &Interrupt,
+    result: &mut BackupResult,
+) -> Result<()> {
+    let source = opts
+        .source_database
+        .clone()
+        .or_else(env_database)
+        .ok_or_else(|| Error::Usage("--source-database or PGDATABASE must name the database whose backup to verify".into()))?;
+    let scratch = opts.scratch_database.clone().unwrap_or_else(|| {
+        format!(
+            "dbop_verify_{}_{}",
+            chrono::Utc::now().format("%Y%m%d%H%M%S"),
+            std::process::id()
+        )
+    });
+    tools
+        .query(None, &format!("CREATE DATABASE {} TEMPLATE template0", quote_ident(&scratch)))
+        .await?;
+    tracing::info!(scratch, "scratch database created");
+    let restore_opts = RestoreOptions {
+        backup: opts.backup.clone(),
+        source_database: Some(source.clone()),
+        target_database: Some(scratch.clone()),
+        no_owner: false,
+        no_acl: false,
+    };
+    let outcome = async {
+        let m = restore(store, layout, tools, &restore_opts, interrupt, result).await?;
+        let counts = tools.query(Some(&scratch), pg::ROW_COUNT_SQL).await?;
+        let actual: BTreeMap<String, u64> = serde_json::from_str(counts.trim()).map_err(|e| {
+            pg::pg_error("psql", &scratch, format!("unexpected row count output: {e}"))
+        })?;
+        Ok::<_, Error>((m, actual))
+    }
+    .await;
+    let dropped = tools
+        .query(None, &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", quote_ident(&scratch)))
+        .await;
+    if let Err(e) = &dropped {
+        tracing::error!(scratch, error = %e, "could not drop the scratch database");
+    }
+    let (m, actual) = outcome?;
+    fill_from_manifest(result, &m);
+    result.database = Some(source.clone());
+    result.completed_at = Some(chrono::Utc::now());
+    if let Some(diff) = first_difference(&m.row_counts, &actual) {
+        return Err(Error::Verify(format!(
+            "backup {} of database '{source}': {diff}",
+            m.backup_id
+        )));
+    }
+    dropped?;
+    result.message = Some(format!(
+        "backup {} of database '{source}' verified: restored into a scratch database, {} tables, row counts match",
+        m.backup_id,
+        m.row_counts.len()
+    ));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(quote_ident("a"), "\"a\"");
+        assert_eq!(quote_ident("we\"ird"), "\"we\"\"ird\"");
+    }
+
+    fn frame(data: &[u8]) -> Vec<u8> {
+        let mut enc = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+        enc.include_checksum(true).unwrap();
+        enc.write_all(data).unwrap();
+        enc.finish().unwrap()
+    }
+
+    /// Runs the feeder over `object` with the given expectations; returns what reached "pg_restore".
+    fn run_feed(object: Vec<u8>, expected: Expected) -> (std::result::Result<(), FeedError>, Vec<u8>) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out");
+        let file = std::fs::File::create(&path).unwrap();
+        let (tx, rx) = mpsc::channel(4);
+        let t = std::thread::spawn(move || feed(rx, file, expected, 0));
+        for chunk in object.chunks(1000) {
+            tx.blocking_send(Ok(Bytes::copy_from_slice(chunk))).unwrap();
+        }
+        drop(tx);
+        let r = t.join().unwrap();
+        (r, std::fs::read(&path).unwrap())
+    }
+
+    fn data() -> Vec<u8> {
+        (0..300_000u32).flat_map(|i| i.to_le_bytes()).collect()
+    }
+
+    fn expect(object: &[u8], raw: &[u8]) -> Expected {
+        Expected {
+            sha256: hex::encode(Sha256::digest(object)),
+            size_bytes: object.len() as u64,
+            raw_bytes: raw.len() as u64,
+        }
+    }
+
+    #[test]
+    fn good_object_is_passed_whole() {
+        let raw = data();
+        let object = frame(&raw);
+        let (r, out) = run_feed(object.clone(), expect(&object, &raw));
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(out, raw);
+    }
+
+    #[test]
+    fn checksum_mismatch_holds_back_the_end() {
+        let raw = data();
+        let object = frame(&raw);
+        let mut e = expect(&object, &raw);
+        e.sha256 = "0".repeat(64);
+        let (r, out) = run_feed(object, e);
+        assert!(matches!(r, Err(FeedError::Integrity(ref m)) if m.contains("sha256")), "{r:?}");
+        assert_eq!(out.len(), raw.len() - HOLD_BACK);
+    }
+
+    #[test]
+    fn truncated_object_fails_without_the_end() {
+        let raw = data();
+        let object = frame(&raw);
+        let e = expect(&object, &raw);
+        let cut = object[..object.len() - 100].to_vec();
+        let (r, out) = run_feed(cut, e);
+        assert!(matches!(r, Err(FeedError::Integrity(_))), "{r:?}");
+        assert!(out.len() < raw.len());
+    }
+
+    #[test]
+    fn flipped_byte_fails() {
+        let raw = data();
+        let mut object = frame(&raw);
+        let e = expect(&object, &raw);
+        let mid = object.len() / 2;
+        object[mid] ^= 0x55;
+        let (r, out) = run_feed(object, e);
+        assert!(r.is_err());
+        assert!(out.len() < raw.len());
+    }
+
+    #[test]
+    fn download_error_is_reported_as_such() {
+        let raw = data();
+        let object = frame(&raw);
+        let e = expect(&object, &raw);
+        let dir = tempfile::tempdir().unwrap();
+        let file = std::fs::File::create(dir.path().join("out")).unwrap();
+        let (tx, rx) = mpsc::channel(4);
+        let t = std::thread::spawn(move || feed(rx, file, e, 0));
+        tx.blocking_send(Ok(Bytes::copy_from_slice(&object[..500]))).unwrap();
+        tx.blocking_send(Err("connection reset".into())).unwrap();
+        drop(tx);
+        let r = t.join().unwrap();
+        assert!(matches!(r, Err(FeedError::Download(ref m)) if m.contains("reset")), "{r:?}");
+    }
+}

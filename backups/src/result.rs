@@ -1,0 +1,246 @@
+//! The result summary: one JSON line on stdout and in `--result-file` (the Job's termination
+//! message), at most 4 KiB. This is the contract with the operator; field names are fixed.
+//! Pure: no I/O.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// The termination message limit of a Kubernetes container.
+pub const MAX_SUMMARY_BYTES: usize = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum Outcome {
+    Succeeded,
+    #[default]
+    Failed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Operation {
+    #[default]
+    Dump,
+    Restore,
+    Verify,
+    Prune,
+}
+
+impl Operation {
+    pub fn label(self) -> &'static str {
+        match self {
+            Operation::Dump => "dump",
+            Operation::Restore => "restore",
+            Operation::Verify => "verify",
+            Operation::Prune => "prune",
+        }
+    }
+}
+
+/// What one run of the agent did. Absent fields are omitted from the JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupResult {
+    pub outcome: Outcome,
+    pub operation: Operation,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest_key: Option<String>,
+    /// Compressed size of the dump object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<u64>,
+    /// Uncompressed size of the pg_dump stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_bytes: Option<u64>,
+    /// Hex SHA-256 of the compressed object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339_opt")]
+    pub started_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339_opt")]
+    pub completed_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl BackupResult {
+    pub fn new(operation: Operation) -> Self {
+        BackupResult {
+            operation,
+            ..Default::default()
+        }
+    }
+
+    /// One JSON line of at most [`MAX_SUMMARY_BYTES`] bytes: `message` is shortened (on a
+    /// character boundary, ending in `…`) until it fits, and dropped if even that is not enough.
+    pub fn to_summary_line(&self) -> String {
+        let mut result = self.clone();
+        loop {
+            let line = serde_json::to_string(&result).unwrap_or_else(|_| {
+                r#"{"outcome":"Failed","message":"result could not be encoded"}"#.to_string()
+            });
+            if line.len() <= MAX_SUMMARY_BYTES {
+                return line;
+            }
+            let excess = line.len() - MAX_SUMMARY_BYTES;
+            match result.message.take() {
+                Some(message) if message.len() > 16 => {
+                    // Escapes make the JSON longer than the text: when the excess is more than
+                    // the text, halve it and measure again.
+                    let mut cut = if message.len() > excess + 8 {
+                        message.len() - excess - 8
+                    } else {
+                        message.len() / 2
+                    };
+                    while !message.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    result.message = Some(format!("{}…", &message[..cut]));
+                }
+                Some(_) => {}
+                None => {
+                    // Nothing left to shorten: keep only the fields the operator must have.
+                    result = BackupResult {
+                        outcome: self.outcome,
+                        operation: self.operation,
+                        ..Default::default()
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// RFC 3339 with whole seconds and `Z`, e.g. `2025-01-31T02:00:00Z`.
+pub fn format_time(t: &DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+pub(crate) mod rfc3339_opt {
+    use chrono::{DateTime, Utc};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(t: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
+        match t {
+            Some(t) => s.serialize_str(&super::format_time(t)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
+        let s: Option<String> = Option::deserialize(d)?;
+        s.map(|s| {
+            DateTime::parse_from_rfc3339(&s)
+                .map(|t| t.with_timezone(&Utc))
+                .map_err(serde::de::Error::custom)
+        })
+        .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn full() -> BackupResult {
+        BackupResult {
+            outcome: Outcome::Succeeded,
+            operation: Operation::Dump,
+            backup_id: Some("20250131T020000Z".into()),
+            database: Some("app".into()),
+            bucket: Some("backups".into()),
+            key: Some("p/app/20250131T020000Z/dump.pgc.zst".into()),
+            manifest_key: Some("p/app/20250131T020000Z/manifest.json".into()),
+            size_bytes: Some(10),
+            raw_bytes: Some(100),
+            sha256: Some("ab".repeat(32)),
+            engine_version: Some("15.18".into()),
+            started_at: Some(Utc.with_ymd_and_hms(2025, 1, 31, 2, 0, 0).unwrap()),
+            completed_at: Some(Utc.with_ymd_and_hms(2025, 1, 31, 2, 1, 0).unwrap()),
+            message: Some("ok".into()),
+        }
+    }
+
+    #[test]
+    fn field_names_are_the_contract() {
+        let v: serde_json::Value = serde_json::from_str(&full().to_summary_line()).unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+        let mut expected = vec![
+            "outcome", "operation", "backupId", "database", "bucket", "key", "manifestKey",
+            "sizeBytes", "rawBytes", "sha256", "engineVersion", "startedAt", "completedAt",
+            "message",
+        ];
+        expected.sort();
+        let mut keys = keys;
+        keys.sort();
+        assert_eq!(keys, expected);
+        assert_eq!(v["outcome"], "Succeeded");
+        assert_eq!(v["operation"], "dump");
+        assert_eq!(v["startedAt"], "2025-01-31T02:00:00Z");
+    }
+
+    #[test]
+    fn absent_fields_are_omitted() {
+        let mut r = BackupResult::new(Operation::Prune);
+        r.message = Some("no".into());
+        assert_eq!(
+            r.to_summary_line(),
+            r#"{"outcome":"Failed","operation":"prune","message":"no"}"#
+        );
+    }
+
+    #[test]
+    fn long_messages_are_truncated_to_fit() {
+        for (msg, multibyte) in [("x".repeat(10_000), false), ("é\"\n".repeat(5_000), true)] {
+            let mut r = full();
+            r.message = Some(msg);
+            let line = r.to_summary_line();
+            assert!(line.len() <= MAX_SUMMARY_BYTES, "{} bytes", line.len());
+            assert!(!line.contains('\n'));
+            let back: BackupResult = serde_json::from_str(&line).unwrap();
+            assert!(back.message.unwrap().ends_with('…'), "multibyte={multibyte}");
+            assert_eq!(back.sha256, r.sha256);
+        }
+    }
+
+    #[test]
+    fn round_trips() {
+        let r = full();
+        let back: BackupResult = serde_json::from_str(&r.to_summary_line()).unwrap();
+        assert_eq!(back, r);
+    }
+}
+
+pub(crate) mod rfc3339_plain {
+    use chrono::{DateTime, Utc};
+    use serde::Serializer;
+
+    pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&super::format_time(t))
+    }
+}
+
+pub(crate) mod rfc3339_req {
+    use chrono::{DateTime, Utc};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&super::format_time(t))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
+        let s = String::deserialize(d)?;
+        DateTime::parse_from_rfc3339(&s)
+            .map(|t| t.with_timezone(&Utc))
+            .map_err(serde::de::Error::custom)
+    }
+}

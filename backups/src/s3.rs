@@ -1,0 +1,505 @@
+//! S3 access: builds the client (endpoint, region, path style, private CA, checksum
+//! behaviour) and wraps the few calls the agent makes, turning SDK errors into messages that
+//! name the endpoint, bucket and key. Owns no decisions about what to store where.
+//!
+//! Checksums: since 2025 the SDK by default adds CRC32 checksums to every upload, sending
+//! bodies as `aws-chunked` with trailers, which several third-party S3 servers reject or store
+//! wrongly. The agent sets the behaviour explicitly: `when-required` (default) sends checksums
+//! only for operations that require one; `when-supported` is the SDK's default. The agent does
+//! its own end-to-end SHA-256 of every dump in either mode.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use aws_config::BehaviorVersion;
+use aws_config::timeout::TimeoutConfig;
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::{Region, RequestChecksumCalculation, ResponseChecksumValidation};
+use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use aws_smithy_http_client::tls::{self, TlsContext, TrustStore};
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+
+use crate::catalog::ObjectInfo;
+use crate::error::{Error, Result};
+
+/// How the SDK computes request checksums (see the module comment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ChecksumMode {
+    #[default]
+    WhenRequired,
+    WhenSupported,
+}
+
+/// Everything needed to reach the bucket; credentials, region and endpoint come from the
+/// standard AWS environment.
+#[derive(Debug, Clone)]
+pub struct S3Settings {
+    pub bucket: String,
+    pub path_style: bool,
+    pub ca_file: Option<PathBuf>,
+    pub checksums: ChecksumMode,
+}
+
+/// One unfinished multipart upload.
+#[derive(Debug, Clone)]
+pub struct UploadInfo {
+    pub key: String,
+    pub upload_id: String,
+    pub initiated: DateTime<Utc>,
+}
+
+/// A bucket reached through one client.
+#[derive(Clone, Debug)]
+pub struct Store {
+    client: Client,
+    pub bucket: String,
+    /// For messages: the endpoint without any user info.
+    pub endpoint: String,
+}
+
+/// Removes `user:password@` from a URL, so it can be printed.
+pub fn redact_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+            format!("{scheme}://{host}{path}")
+        }
+        None => url.rsplit_once('@').map_or(url, |(_, h)| h).to_string(),
+    }
+}
+
+/// Builds the S3 client configuration. Split from [`Store::connect`] so request shapes can be
+/// tested with a capturing HTTP client.
+pub fn s3_config(sdk: &aws_config::SdkConfig, settings: &S3Settings) -> aws_sdk_s3::Config {
+    let region = sdk
+        .region()
+        .cloned()
+        .unwrap_or_else(|| Region::new("us-east-1"));
+    let (request, response) = match settings.checksums {
+        ChecksumMode::WhenRequired => (
+            RequestChecksumCalculation::WhenRequired,
+            ResponseChecksumValidation::WhenRequired,
+        ),
+        ChecksumMode::WhenSupported => (
+            RequestChecksumCalculation::WhenSupported,
+            ResponseChecksumValidation::WhenSupported,
+        ),
+    };
+    aws_sdk_s3::config::Builder::from(sdk)
+        .region(region)
+        .force_path_style(settings.path_style)
+        .request_checksum_calculation(request)
+        .response_checksum_validation(response)
+        .build()
+}
+
+impl Store {
+    /// Builds the client from the environment and the settings; makes no request.
+    pub async fn connect(settings: &S3Settings) -> Result<Store> {
+        let mut trust = TrustStore::default();
+        if let Some(path) = &settings.ca_file {
+            let pem = std::fs::read(path)
+                .map_err(|e| Error::io(format!("cannot read CA file {}", path.display()), e))?;
+            trust = trust.with_pem_certificate(pem);
+        }
+        let tls_context = TlsContext::builder()
+            .with_trust_store(trust)
+            .build()
+            .map_err(|e| Error::Usage(format!("invalid TLS settings: {e}")))?;
+        let http = aws_smithy_http_client::Builder::new()
+            .tls_provider(tls::Provider::Rustls(
+                tls::rustls_provider::CryptoMode::Ring,
+            ))
+            .tls_context(tls_context)
+            .build_https();
+        let sdk = aws_config::defaults(BehaviorVersion::latest())
+            .http_client(http)
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(Duration::from_secs(10))
+                    .read_timeout(Duration::from_secs(120))
+                    .build(),
+            )
+            .load()
+            .await;
+        let endpoint = match sdk.endpoint_url() {
+            Some(url) => redact_url(url),
+            None => format!(
+                "AWS S3 ({})",
+                sdk.region().map_or("us-east-1", |r| r.as_ref())
+            ),
+        };
+        let client = Client::from_conf(s3_config(&sdk, settings));
+        Ok(Store {
+            client,
+            bucket: settings.bucket.clone(),
+            endpoint,
+        })
+    }
+
+    /// A client built elsewhere (tests).
+    pub fn from_client(client: Client, bucket: &str, endpoint: &str) -> Store {
+        Store {
+            client,
+            bucket: bucket.into(),
+            endpoint: endpoint.into(),
+        }
+    }
+
+    fn err<E, R>(&self, operation: &'static str, key: Option<&str>, e: SdkError<E, R>) -> Error
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+        R: std::fmt::Debug,
+    {
+        let detail = match &e {
+            SdkError::ServiceError(se) => {
+                let code = se.err().code().unwrap_or("unknown error");
+                let hint = match code {
+                    "NoSuchBucket" => " (the bucket does not exist)",
+                    "InvalidAccessKeyId" | "SignatureDoesNotMatch" => {
+                        " (check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
+                    }
+                    "AccessDenied" | "Forbidden" => " (access denied: check the credentials and the bucket policy)",
+                    "NotFound" if operation == "HeadBucket" => " (the bucket does not exist)",
+                    _ => "",
+                };
+                match se.err().message() {
+                    Some(m) => format!("{code}: {m}{hint}"),
+                    None => format!("{code}{hint}"),
+                }
+            }
+            other => DisplayErrorContext(other).to_string(),
+        };
+        Error::S3 {
+            operation,
+            endpoint: self.endpoint.clone(),
+            bucket: self.bucket.clone(),
+            key: key.map(str::to_string),
+            detail,
+        }
+    }
+
+    /// Checks that the bucket exists and the credentials work.
+    pub async fn check_bucket(&self) -> Result<()> {
+        self.client
+            .head_bucket()
+            .bucket(&self.bucket)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| self.err("HeadBucket", None, e))
+    }
+
+    /// A small object (a manifest), or `None` if it does not exist.
+    pub async fn get_small(&self, key: &str, limit: usize) -> Result<Option<Bytes>> {
+        let out = match self.client.get_object().bucket(&self.bucket).key(key).send().await {
+            Ok(out) => out,
+            Err(e) if e.as_service_error().is_some_and(|se| se.is_no_such_key()) => return Ok(None),
+            Err(e) => return Err(self.err("GetObject", Some(key), e)),
+        };
+        if out.content_length().is_some_and(|n| n < 0 || n as usize > limit) {
+            return Err(Error::Integrity {
+                key: key.into(),
+                detail: format!("object is larger than {limit} bytes"),
+            });
+        }
+        let data = out.body.collect().await.map_err(|e| Error::S3 {
+            operation: "GetObject",
+            endpoint: self.endpoint.clone(),
+            bucket: self.bucket.clone(),
+            key: Some(key.into()),
+            detail: DisplayErrorContext(&e).to_string(),
+        })?;
+        Ok(Some(data.into_bytes()))
+    }
+
+    pub async fn put(&self, key: &str, body: Bytes, content_type: &str) -> Result<()> {
+        self.client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type(content_type)
+            .body(ByteStream::from(body))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| self.err("PutObject", Some(key), e))
+    }
+
+    /// The size of an object, or `None` if it does not exist.
+    pub async fn head(&self, key: &str) -> Result<Option<u64>> {
+        match self.client.head_object().bucket(&self.bucket).key(key).send().await {
+            Ok(out) => Ok(Some(out.content_length().unwrap_or(0).max(0) as u64)),
+            Err(e) if e.as_service_error().is_some_and(|se| se.is_not_found()) => Ok(None),
+            Err(e) => Err(self.err("HeadObject", Some(key), e)),
+        }
+    }
+
+    pub async fn delete(&self, key: &str) -> Result<()> {
+        self.client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| self.err("DeleteObject", Some(key), e))
+    }
+
+    /// Every object under `prefix`.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let page = self
+                .client
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(prefix)
+                .set_continuation_token(token.take())
+                .send()
+                .await
+                .map_err(|e| self.err("ListObjectsV2", Some(prefix), e))?;
+            for o in page.contents() {
+                let Some(key) = o.key() else { continue };
+                let last_modified = o
+                    .last_modified()
+                    .and_then(|t| DateTime::from_timestamp(t.secs(), t.subsec_nanos()))
+                    .unwrap_or_default();
+                out.push(ObjectInfo {
+                    key: key.to_string(),
+                    size: o.size().unwrap_or(0).max(0) as u64,
+                    last_modified,
+                });
+            }
+            match page.next_continuation_token() {
+                Some(t) if page.is_truncated() == Some(true) => token = Some(t.to_string()),
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    /// Unfinished multipart uploads under `prefix`; `None` when the server does not implement
+    /// ListMultipartUploads (s3s-fs, for one).
+    pub async fn list_uploads(&self, prefix: &str) -> Result<Option<Vec<UploadInfo>>> {
+        let mut out = Vec::new();
+        let mut key_marker: Option<String> = None;
+        let mut id_marker: Option<String> = None;
+        loop {
+            let page = match self
+                .client
+                .list_multipart_uploads()
+                .bucket(&self.bucket)
+                .prefix(prefix)
+                .set_key_marker(key_marker.take())
+                .set_upload_id_marker(id_marker.take())
+                .send()
+                .await
+            {
+                Ok(page) => page,
+                Err(e) if e.code() == Some("NotImplemented") => return Ok(None),
+                Err(e) => return Err(self.err("ListMultipartUploads", Some(prefix), e)),
+            };
+            for u in page.uploads() {
+                let (Some(key), Some(upload_id)) = (u.key(), u.upload_id()) else {
+                    continue;
+                };
+                let initiated = u
+                    .initiated()
+                    .and_then(|t| DateTime::from_timestamp(t.secs(), t.subsec_nanos()))
+                    .unwrap_or_default();
+                out.push(UploadInfo {
+                    key: key.into(),
+                    upload_id: upload_id.into(),
+                    initiated,
+                });
+            }
+            if page.is_truncated() == Some(true) {
+                key_marker = page.next_key_marker().map(str::to_string);
+                id_marker = page.next_upload_id_marker().map(str::to_string);
+                if key_marker.is_none() {
+                    break;
+                }
+            } else {
+                break;
+            }
+        }
+        Ok(Some(out))
+    }
+
+    pub async fn create_upload(&self, key: &str, content_type: &str) -> Result<String> {
+        let out = self
+            .client
+            .create_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type(content_type)
+            .send()
+            .await
+            .map_err(|e| self.err("CreateMultipartUpload", Some(key), e))?;
+        out.upload_id()
+            .map(str::to_string)
+            .ok_or_else(|| Error::S3 {
+                operation: "CreateMultipartUpload",
+                endpoint: self.endpoint.clone(),
+                bucket: self.bucket.clone(),
+                key: Some(key.into()),
+                detail: "the server returned no upload id".into(),
+            })
+    }
+
+    pub async fn upload_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part_number: i32,
+        body: Bytes,
+    ) -> Result<CompletedPart> {
+        let out = self
+            .client
+            .upload_part()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .part_number(part_number)
+            .content_length(body.len() as i64)
+            .body(ByteStream::from(body))
+            .send()
+            .await
+            .map_err(|e| self.err("UploadPart", Some(key), e))?;
+        Ok(CompletedPart::builder()
+            .part_number(part_number)
+            .set_e_tag(out.e_tag().map(str::to_string))
+            .build())
+    }
+
+    pub async fn complete_upload(
+        &self,
+        key: &str,
+        upload_id: &str,
+        parts: Vec<CompletedPart>,
+    ) -> Result<()> {
+        self.client
+            .complete_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .multipart_upload(
+                CompletedMultipartUpload::builder()
+                    .set_parts(Some(parts))
+                    .build(),
+            )
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| self.err("CompleteMultipartUpload", Some(key), e))
+    }
+
+    pub async fn abort_upload(&self, key: &str, upload_id: &str) -> Result<()> {
+        self.client
+            .abort_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| self.err("AbortMultipartUpload", Some(key), e))
+    }
+
+    /// Streams an object: its body and announced length.
+    pub async fn get_stream(&self, key: &str) -> Result<(ByteStream, Option<u64>)> {
+        match self.client.get_object().bucket(&self.bucket).key(key).send().await {
+            Ok(out) => {
+                let len = out.content_length().map(|n| n.max(0) as u64);
+                Ok((out.body, len))
+            }
+            Err(e) if e.as_service_error().is_some_and(|se| se.is_no_such_key()) => {
+                Err(Error::NotFound(format!(
+                    "object '{key}' does not exist in bucket '{}' at {}",
+                    self.bucket, self.endpoint
+                )))
+            }
+            Err(e) => Err(self.err("GetObject", Some(key), e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_s3::config::Credentials;
+    use aws_smithy_http_client::test_util::capture_request;
+
+    #[test]
+    fn redacts_user_info() {
+        let cases = [
+            ("http://127.0.0.1:9000", "http://127.0.0.1:9000"),
+            ("https://user:secret@minio.local:9000/x", "https://minio.local:9000/x"),
+            ("https://a@b@host", "https://host"),
+            ("host:9000", "host:9000"),
+            ("k:s@host", "host"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(redact_url(input), want);
+        }
+    }
+
+    /// The headers of one UploadPart request made with the given checksum mode.
+    async fn upload_part_headers(mode: ChecksumMode) -> Vec<(String, String)> {
+        let (http, rx) = capture_request(None);
+        let sdk = aws_config::SdkConfig::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .endpoint_url("http://127.0.0.1:1")
+            .credentials_provider(aws_sdk_s3::config::SharedCredentialsProvider::new(
+                Credentials::for_tests(),
+            ))
+            .http_client(http)
+            .build();
+        let settings = S3Settings {
+            bucket: "b".into(),
+            path_style: true,
+            ca_file: None,
+            checksums: mode,
+        };
+        let store = Store::from_client(Client::from_conf(s3_config(&sdk, &settings)), "b", "test");
+        let _ = store
+            .upload_part("k", "u", 1, Bytes::from_static(b"hello"))
+            .await;
+        let req = rx.expect_request();
+        assert!(req.uri().starts_with("http://127.0.0.1:1/b/k?"), "path style: {}", req.uri());
+        req.headers()
+            .iter()
+            .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn default_mode_sends_no_checksum_and_no_aws_chunked_body() {
+        let headers = upload_part_headers(ChecksumMode::default()).await;
+        for (k, v) in &headers {
+            assert!(!k.starts_with("x-amz-checksum-"), "{k}: {v}");
+            assert_ne!(k, "x-amz-sdk-checksum-algorithm");
+            assert_ne!(k, "x-amz-trailer");
+            assert!(!(k == "content-encoding" && v.contains("aws-chunked")));
+        }
+        assert!(headers.iter().any(|(k, v)| k == "content-length" && v == "5"));
+    }
+
+    #[tokio::test]
+    async fn when_supported_mode_sends_the_sdk_default_checksum() {
+        let headers = upload_part_headers(ChecksumMode::WhenSupported).await;
+        assert!(
+            headers
+                .iter()
+                .any(|(k, _)| k.starts_with("x-amz-checksum-") || k == "x-amz-trailer"),
+            "{headers:?}"
+        );
+    }
+}
