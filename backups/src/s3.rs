@@ -14,6 +14,7 @@ use std::time::Duration;
 use aws_config::BehaviorVersion;
 use aws_config::timeout::TimeoutConfig;
 use aws_sdk_s3::Client;
+use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::config::{Region, RequestChecksumCalculation, ResponseChecksumValidation};
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
@@ -150,10 +151,9 @@ impl Store {
         }
     }
 
-    fn err<E, R>(&self, operation: &'static str, key: Option<&str>, e: SdkError<E, R>) -> Error
+    fn err<E>(&self, operation: &'static str, key: Option<&str>, e: SdkError<E, HttpResponse>) -> Error
     where
         E: ProvideErrorMetadata + std::error::Error + 'static,
-        R: std::fmt::Debug,
     {
         let detail = match &e {
             SdkError::ServiceError(se) if se.err().code().is_some() => {
@@ -171,6 +171,21 @@ impl Store {
                     Some(m) => format!("{code}: {m}{hint}"),
                     None => format!("{code}{hint}"),
                 }
+            }
+            // No error code (a HEAD request has no body): go by the status.
+            SdkError::ServiceError(se) => {
+                let status = se.raw().status().as_u16();
+                let hint = match status {
+                    301 | 307 => "redirected: check AWS_REGION and --path-style",
+                    400 => "bad request",
+                    401 | 403 => {
+                        "access denied: check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and the bucket policy"
+                    }
+                    404 if operation == "HeadBucket" => "the bucket does not exist",
+                    404 => "not found",
+                    _ => "unexpected answer",
+                };
+                format!("HTTP {status} ({hint})")
             }
             other => DisplayErrorContext(other).to_string(),
         };

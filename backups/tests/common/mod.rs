@@ -337,17 +337,7 @@ impl S3Server {
     }
 
     pub fn env(&self) -> Vec<(String, String)> {
-        vec![
-            ("AWS_ENDPOINT_URL".into(), self.endpoint()),
-            ("AWS_REGION".into(), "us-east-1".into()),
-            ("AWS_ACCESS_KEY_ID".into(), S3_ACCESS_KEY.into()),
-            ("AWS_SECRET_ACCESS_KEY".into(), S3_SECRET_KEY.into()),
-            ("AWS_CONFIG_FILE".into(), "/nonexistent".into()),
-            ("AWS_SHARED_CREDENTIALS_FILE".into(), "/nonexistent".into()),
-            ("AWS_EC2_METADATA_DISABLED".into(), "true".into()),
-            ("DBOP_BACKUP_BUCKET".into(), BUCKET.into()),
-            ("DBOP_BACKUP_PATH_STYLE".into(), "true".into()),
-        ]
+        s3_env(&self.endpoint())
     }
 
     pub fn kill(&mut self) {
@@ -573,4 +563,38 @@ pub fn wait_until(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// AWS variables for an endpoint, with test credentials and no profile or IMDS look-ups.
+pub fn s3_env(endpoint: &str) -> Vec<(String, String)> {
+    vec![
+        ("AWS_ENDPOINT_URL".into(), endpoint.into()),
+        ("AWS_REGION".into(), "us-east-1".into()),
+        ("AWS_ACCESS_KEY_ID".into(), S3_ACCESS_KEY.into()),
+        ("AWS_SECRET_ACCESS_KEY".into(), S3_SECRET_KEY.into()),
+        ("AWS_CONFIG_FILE".into(), "/dev/null".into()),
+        ("AWS_SHARED_CREDENTIALS_FILE".into(), "/dev/null".into()),
+        ("AWS_EC2_METADATA_DISABLED".into(), "true".into()),
+        ("DBOP_BACKUP_BUCKET".into(), BUCKET.into()),
+        ("DBOP_BACKUP_PATH_STYLE".into(), "true".into()),
+    ]
+}
+
+/// Replaces (or adds) one variable.
+pub fn with_env(mut env: Vec<(String, String)>, key: &str, value: &str) -> Vec<(String, String)> {
+    env.retain(|(k, _)| k != key);
+    env.push((key.into(), value.into()));
+    env
+}
+
+/// Every process command line on the machine, for the no-secret-on-a-command-line check.
+pub fn all_command_lines() -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+                .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+                .collect()
+        })
+        .unwrap_or_default()
 }
