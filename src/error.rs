@@ -1,0 +1,37 @@
+//! The operator's errors: one enum, each variant with a short label for logs, metrics and
+//! Events. Messages name the object and what failed, never a secret.
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("Kubernetes API request failed: {0}")]
+    Kube(#[from] kube::Error),
+
+    #[error("could not serialize {what}: {source}")]
+    Serialize {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+
+    #[error("finalizer {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+
+    #[error("{0}")]
+    InvalidObject(String),
+}
+
+impl Error {
+    /// A short machine label (an Event's reason, a metric's label).
+    pub fn label(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "KubeApiError",
+            Error::Serialize { .. } => "SerializationError",
+            Error::Finalizer(_) => "FinalizerError",
+            Error::InvalidObject(_) => "InvalidObject",
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,241 @@
+//! Act: carry out a decision. Builds the desired objects, writes only those that drifted
+//! (server-side apply, one field manager), creates what must only ever be created (the
+//! generated Secret, the init Job), patches status only when it changed, and publishes the
+//! Events of a transition.
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, Service};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::events::Event;
+use kube::{Api, Resource};
+use rand::Rng;
+use rand::distr::Alphanumeric;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use tracing::info;
+
+use super::decide::Decision;
+use super::drift::needs_apply;
+use super::events::{EventSpec, transition_events};
+use super::observe::Snapshot;
+use crate::FIELD_MANAGER;
+use crate::api::conditions::merge;
+use crate::api::{Database, DatabaseStatus};
+use crate::controller::Context;
+use crate::error::{Error, Result};
+use crate::resources::credentials::{generated_secret, secret_name};
+use crate::resources::init_job::init_job;
+use crate::resources::services::{headless, read_write};
+use crate::resources::statefulset::statefulset;
+use crate::resources::{Names, owner_reference};
+
+/// Length of generated passwords: 32 alphanumerics, about 190 bits.
+const PASSWORD_LENGTH: usize = 32;
+
+/// Carries out the decision's steps against the cluster.
+pub async fn apply_steps(
+    ctx: &Context,
+    db: &Database,
+    snap: &Snapshot,
+    decision: &Decision,
+) -> Result<()> {
+    let ns = db.namespace_or_default();
+    let client = &ctx.client;
+    let steps = &decision.steps;
+
+    if steps.create_secret {
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+        create_once(&secrets, &generated_secret(db, &new_password())).await?;
+    }
+    if steps.adopt_secret {
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+        let owner = owner_reference(db);
+        let patch = json!({"metadata": {"ownerReferences": owner.map(|o| vec![o])}});
+        secrets
+            .patch(
+                &secret_name(db),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+        info!(secret = %secret_name(db), "adopted the retained credentials Secret");
+    }
+    if steps.apply_services {
+        let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+        apply_if_drifted(&services, &headless(db), snap.headless_service.as_ref()).await?;
+        apply_if_drifted(&services, &read_write(db), snap.rw_service.as_ref()).await?;
+    }
+    if steps.apply_statefulset {
+        let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+        let existing_claims = snap
+            .statefulset
+            .as_ref()
+            .and_then(|s| s.spec.volume_claim_templates.clone());
+        let desired = statefulset(db, &ctx.settings, existing_claims);
+        apply_if_drifted(&statefulsets, &desired, snap.statefulset.as_ref()).await?;
+    }
+    if let Some(size) = &steps.expand_volumes {
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+        let patch = json!({"spec": {"resources": {"requests": {"storage": size}}}});
+        for claim in &snap.data_claims {
+            let name = claim.metadata.name.clone().unwrap_or_default();
+            claims
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            info!(claim = %name, %size, "requested volume expansion");
+        }
+    }
+    if steps.create_init_job
+        && let Some(job) = init_job(db, &ctx.settings)
+    {
+        let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+        create_once(&jobs, &job).await?;
+    }
+    Ok(())
+}
+
+/// The status a decision leads to, from the previous one.
+pub fn next_status(db: &Database, decision: &Decision, now: DateTime<Utc>) -> DatabaseStatus {
+    let previous = db.status.clone().unwrap_or_default();
+    let generation = db.metadata.generation;
+    DatabaseStatus {
+        phase: Some(decision.phase),
+        conditions: merge(&previous.conditions, &decision.conditions, generation, now),
+        observed_generation: generation,
+        current_version: decision.current_version.clone(),
+        target_version: Some(db.spec.version.clone()),
+        endpoint: Some(Names::of(db).endpoint(&db.namespace_or_default())),
+        credentials_secret: Some(secret_name(db)),
+    }
+}
+
+/// Writes the status if it changed and publishes the transition's Events.
+pub async fn update_status(ctx: &Context, db: &Database, status: DatabaseStatus) -> Result<()> {
+    let previous = db.status.clone().unwrap_or_default();
+    if previous == status {
+        return Ok(());
+    }
+    let api: Api<Database> = Api::namespaced(ctx.client.clone(), &db.namespace_or_default());
+    let body = json!({
+        "apiVersion": Database::api_version(&()),
+        "kind": Database::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        &db.name(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await?;
+    for event in transition_events(&previous, &status) {
+        publish(ctx, db, &event).await;
+    }
+    Ok(())
+}
+
+/// Publishes an Event about the Database. A failed publish is logged, never fatal: Events are
+/// for people, and the status already says the same.
+pub async fn publish(ctx: &Context, db: &Database, event: &EventSpec) {
+    let reference = db.object_ref(&());
+    let result = ctx
+        .recorder
+        .publish(
+            &Event {
+                type_: event.event_type(),
+                reason: event.reason.clone(),
+                note: Some(truncate(&event.note, 1024)),
+                action: "Reconcile".into(),
+                secondary: None,
+            },
+            &reference,
+        )
+        .await;
+    if let Err(error) = result {
+        tracing::warn!(%error, reason = %event.reason, "could not publish an Event");
+    }
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}
+
+/// Server-side applies `desired` unless `observed` already has every field it sets.
+async fn apply_if_drifted<K>(api: &Api<K>, desired: &K, observed: Option<&K>) -> Result<()>
+where
+    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let to_value =
+        |k: &K, what| serde_json::to_value(k).map_err(|source| Error::Serialize { what, source });
+    let desired_value = to_value(desired, "desired object")?;
+    let observed_value = observed
+        .map(|o| to_value(o, "observed object"))
+        .transpose()?;
+    if !needs_apply(&desired_value, observed_value.as_ref()) {
+        return Ok(());
+    }
+    let name = desired.meta().name.clone().unwrap_or_default();
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&desired_value),
+    )
+    .await?;
+    info!(kind = %K::kind(&K::DynamicType::default()), %name, created = observed.is_none(), "applied");
+    Ok(())
+}
+
+/// Creates an object that must never be replaced once it exists; "already exists" is success
+/// (a restarted operator, or a cache that had not seen it yet).
+async fn create_once<K>(api: &Api<K>, object: &K) -> Result<()>
+where
+    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let name = object.meta().name.clone().unwrap_or_default();
+    match api.create(&PostParams::default(), object).await {
+        Ok(_) => {
+            info!(kind = %K::kind(&K::DynamicType::default()), %name, "created");
+            Ok(())
+        }
+        Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn new_password() -> String {
+    rand::rng()
+        .sample_iter(Alphanumeric)
+        .take(PASSWORD_LENGTH)
+        .map(char::from)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_long_and_distinct() {
+        let a = new_password();
+        assert_eq!(a.len(), PASSWORD_LENGTH);
+        assert!(a.chars().all(|c| c.is_ascii_alphanumeric()));
+        assert_ne!(a, new_password());
+    }
+
+    #[test]
+    fn truncate_respects_char_boundaries() {
+        assert_eq!(truncate("héllo", 2), "h");
+        assert_eq!(truncate("abc", 10), "abc");
+    }
+}

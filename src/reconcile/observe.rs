@@ -1,0 +1,355 @@
+//! Observe: read the objects a Database owns or refers to (the only reads of a reconcile) and
+//! reduce them to the facts `decide` needs.
+//!
+//! `Snapshot` is what the API server returned; `Facts::from_snapshot` is pure.
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
+use kube::{Api, Client};
+
+use crate::api::Database;
+use crate::error::Error;
+use crate::resources::credentials::{self, SecretProblem};
+use crate::resources::statefulset::template_image;
+use crate::resources::{Names, owner_reference};
+
+/// The objects of one Database as the API server has them now.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub credentials_secret: Option<Secret>,
+    pub init_config_map: Option<ConfigMap>,
+    pub headless_service: Option<Service>,
+    pub rw_service: Option<Service>,
+    pub statefulset: Option<StatefulSet>,
+    pub init_job: Option<Job>,
+    /// The data claims of ordinals 0..replicas that exist.
+    pub data_claims: Vec<PersistentVolumeClaim>,
+}
+
+/// Reads the snapshot. Reads only; a missing object is `None`, not an error.
+pub async fn snapshot(client: &Client, db: &Database) -> Result<Snapshot, Error> {
+    let ns = db.namespace_or_default();
+    let names = Names::of(db);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+
+    let init_config_map = match db
+        .spec
+        .init
+        .as_ref()
+        .and_then(|i| i.config_map_ref.as_ref())
+    {
+        Some(r) => {
+            Api::<ConfigMap>::namespaced(client.clone(), &ns)
+                .get_opt(&r.name)
+                .await?
+        }
+        None => None,
+    };
+    let mut data_claims = Vec::new();
+    for ordinal in 0..db.spec.replicas.max(1) {
+        if let Some(pvc) = claims.get_opt(&names.data_pvc(ordinal)).await? {
+            data_claims.push(pvc);
+        }
+    }
+    Ok(Snapshot {
+        credentials_secret: secrets.get_opt(&credentials::secret_name(db)).await?,
+        init_config_map,
+        headless_service: services.get_opt(&names.headless_service()).await?,
+        rw_service: services.get_opt(&names.rw_service()).await?,
+        statefulset: statefulsets.get_opt(&names.statefulset()).await?,
+        init_job: jobs.get_opt(&names.init_job()).await?,
+        data_claims,
+    })
+}
+
+/// The state of the credentials Secret.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CredentialsFact {
+    /// Usable: the user's Secret has a password, or the generated one exists and is ours.
+    Usable,
+    /// dbop generates the Secret and it does not exist yet.
+    GeneratedMissing,
+    /// The generated Secret exists without our owner reference (kept by `Retain` when an earlier
+    /// Database of this name was deleted): adopt it, its password matches the retained data.
+    GeneratedOrphaned,
+    /// The user's Secret is missing or has no password.
+    UserSecretProblem(SecretProblem),
+}
+
+/// What the StatefulSet controller reports.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StatefulSetFact {
+    pub replicas: i32,
+    pub ready_replicas: i32,
+    pub updated_replicas: i32,
+    /// The StatefulSet controller has seen the latest spec.
+    pub observed_current: bool,
+    /// Every pod runs the latest revision.
+    pub rolled_out: bool,
+    pub image: Option<String>,
+}
+
+/// The data volume of the primary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VolumeFact {
+    pub bound: bool,
+    pub requested: Option<String>,
+    pub capacity: Option<String>,
+}
+
+/// The init Job's state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JobFact {
+    Running,
+    Succeeded,
+    Failed { message: String },
+}
+
+/// Whether the init SQL's source exists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InitSourceFact {
+    /// Inline SQL, or no init at all.
+    Available,
+    ConfigMapNotFound {
+        name: String,
+    },
+    KeyNotFound {
+        name: String,
+        key: String,
+    },
+}
+
+/// Everything `decide` knows about the world besides the Database itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Facts {
+    pub credentials: CredentialsFact,
+    pub init_source: InitSourceFact,
+    pub statefulset: Option<StatefulSetFact>,
+    pub volume: Option<VolumeFact>,
+    pub init_job: Option<JobFact>,
+}
+
+impl Facts {
+    pub fn from_snapshot(db: &Database, snap: &Snapshot) -> Facts {
+        Facts {
+            credentials: credentials_fact(db, snap.credentials_secret.as_ref()),
+            init_source: init_source_fact(db, snap.init_config_map.as_ref()),
+            statefulset: snap.statefulset.as_ref().map(statefulset_fact),
+            volume: snap.data_claims.first().map(volume_fact),
+            init_job: snap.init_job.as_ref().map(job_fact),
+        }
+    }
+}
+
+fn credentials_fact(db: &Database, secret: Option<&Secret>) -> CredentialsFact {
+    if !credentials::is_generated(db) {
+        return match credentials::check_secret(secret) {
+            Ok(()) => CredentialsFact::Usable,
+            Err(problem) => CredentialsFact::UserSecretProblem(problem),
+        };
+    }
+    match secret {
+        None => CredentialsFact::GeneratedMissing,
+        Some(s) => {
+            let ours = owner_reference(db).is_some_and(|owner| {
+                s.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|r| r.uid == owner.uid)
+            });
+            if ours {
+                CredentialsFact::Usable
+            } else {
+                CredentialsFact::GeneratedOrphaned
+            }
+        }
+    }
+}
+
+fn init_source_fact(db: &Database, config_map: Option<&ConfigMap>) -> InitSourceFact {
+    let Some(r) = db
+        .spec
+        .init
+        .as_ref()
+        .and_then(|i| i.config_map_ref.as_ref())
+    else {
+        return InitSourceFact::Available;
+    };
+    match config_map {
+        None => InitSourceFact::ConfigMapNotFound {
+            name: r.name.clone(),
+        },
+        Some(cm) if cm.data.as_ref().is_some_and(|d| d.contains_key(&r.key)) => {
+            InitSourceFact::Available
+        }
+        Some(_) => InitSourceFact::KeyNotFound {
+            name: r.name.clone(),
+            key: r.key.clone(),
+        },
+    }
+}
+
+fn statefulset_fact(sts: &StatefulSet) -> StatefulSetFact {
+    let replicas = sts.spec.replicas.unwrap_or(1);
+    let status = sts.status.clone().unwrap_or_default();
+    let observed_current = match (status.observed_generation, sts.metadata.generation) {
+        (Some(observed), Some(generation)) => observed >= generation,
+        _ => false,
+    };
+    let rolled_out = observed_current
+        && status.updated_replicas.unwrap_or(0) >= replicas
+        && status.current_revision.is_some()
+        && status.current_revision == status.update_revision;
+    StatefulSetFact {
+        replicas,
+        ready_replicas: status.ready_replicas.unwrap_or(0),
+        updated_replicas: status.updated_replicas.unwrap_or(0),
+        observed_current,
+        rolled_out,
+        image: template_image(sts),
+    }
+}
+
+fn volume_fact(pvc: &PersistentVolumeClaim) -> VolumeFact {
+    let status = pvc.status.clone().unwrap_or_default();
+    VolumeFact {
+        bound: status.phase.as_deref() == Some("Bound"),
+        requested: pvc
+            .spec
+            .as_ref()
+            .and_then(|s| s.resources.as_ref())
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get("storage"))
+            .map(|q| q.0.clone()),
+        capacity: status
+            .capacity
+            .as_ref()
+            .and_then(|c| c.get("storage"))
+            .map(|q| q.0.clone()),
+    }
+}
+
+fn job_fact(job: &Job) -> JobFact {
+    let status = job.status.clone().unwrap_or_default();
+    let conditions = status.conditions.unwrap_or_default();
+    let holds = |type_: &str| {
+        conditions
+            .iter()
+            .find(|c| c.type_ == type_ && c.status == "True")
+    };
+    if holds("Complete").is_some() || holds("SuccessCriteriaMet").is_some() {
+        JobFact::Succeeded
+    } else if let Some(c) = holds("Failed").or_else(|| holds("FailureTarget")) {
+        let reason = c.reason.clone().unwrap_or_else(|| "Failed".into());
+        let detail = c.message.clone().unwrap_or_default();
+        JobFact::Failed {
+            message: format!("{reason}: {detail}")
+                .trim_end_matches([':', ' '])
+                .to_string(),
+        }
+    } else {
+        JobFact::Running
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::{Settings, testing};
+    use k8s_openapi::api::apps::v1::StatefulSetStatus;
+    use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
+
+    #[test]
+    fn generated_secret_ours_or_orphaned() {
+        let db = testing::minimal();
+        assert_eq!(
+            credentials_fact(&db, None),
+            CredentialsFact::GeneratedMissing
+        );
+        let mine = credentials::generated_secret(&db, "pw");
+        assert_eq!(credentials_fact(&db, Some(&mine)), CredentialsFact::Usable);
+        let mut orphan = mine.clone();
+        orphan.metadata.owner_references = None;
+        assert_eq!(
+            credentials_fact(&db, Some(&orphan)),
+            CredentialsFact::GeneratedOrphaned
+        );
+    }
+
+    #[test]
+    fn statefulset_rollout_state() {
+        let db = testing::minimal();
+        let mut sts = crate::resources::statefulset::statefulset(&db, &Settings::default(), None);
+        sts.metadata.generation = Some(2);
+        sts.status = Some(StatefulSetStatus {
+            observed_generation: Some(2),
+            ready_replicas: Some(1),
+            updated_replicas: Some(1),
+            current_revision: Some("r1".into()),
+            update_revision: Some("r1".into()),
+            replicas: 1,
+            ..StatefulSetStatus::default()
+        });
+        let fact = statefulset_fact(&sts);
+        assert!(fact.rolled_out && fact.observed_current);
+        sts.status.as_mut().unwrap().update_revision = Some("r2".into());
+        assert!(!statefulset_fact(&sts).rolled_out);
+        sts.metadata.generation = Some(3);
+        assert!(!statefulset_fact(&sts).observed_current);
+    }
+
+    #[test]
+    fn job_outcomes() {
+        let mut job = Job::default();
+        assert_eq!(job_fact(&job), JobFact::Running);
+        job.status = Some(JobStatus {
+            conditions: Some(vec![JobCondition {
+                type_: "Failed".into(),
+                status: "True".into(),
+                reason: Some("BackoffLimitExceeded".into()),
+                message: Some("Job has reached the specified backoff limit".into()),
+                ..JobCondition::default()
+            }]),
+            ..JobStatus::default()
+        });
+        assert_eq!(
+            job_fact(&job),
+            JobFact::Failed {
+                message: "BackoffLimitExceeded: Job has reached the specified backoff limit".into()
+            }
+        );
+        job.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].type_ = "Complete".into();
+        assert_eq!(job_fact(&job), JobFact::Succeeded);
+    }
+
+    #[test]
+    fn init_config_map_checks() {
+        let db = testing::database(serde_json::json!({
+            "version": "16.4", "storage": {"size": "1Gi"},
+            "init": {"configMapRef": {"name": "schema", "key": "init.sql"}}
+        }));
+        assert_eq!(
+            init_source_fact(&db, None),
+            InitSourceFact::ConfigMapNotFound {
+                name: "schema".into()
+            }
+        );
+        let mut cm = ConfigMap::default();
+        assert!(matches!(
+            init_source_fact(&db, Some(&cm)),
+            InitSourceFact::KeyNotFound { .. }
+        ));
+        cm.data = Some([("init.sql".to_string(), "select 1".to_string())].into());
+        assert_eq!(init_source_fact(&db, Some(&cm)), InitSourceFact::Available);
+        assert_eq!(
+            init_source_fact(&testing::minimal(), None),
+            InitSourceFact::Available
+        );
+    }
+}

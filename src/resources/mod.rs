@@ -1,0 +1,299 @@
+//! Pure builders of every object a Database owns: names, labels, and the desired Secret,
+//! Services, StatefulSet and init Job.
+//!
+//! Pure: a builder is a plain function of the Database, the operator's settings and observed
+//! facts. No client, no clock, no randomness (the caller passes a generated password in).
+
+pub mod credentials;
+pub mod init_job;
+pub mod services;
+pub mod statefulset;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Resource;
+
+use crate::api::Database;
+
+/// The port every PostgreSQL instance listens on.
+pub const POSTGRES_PORT: i32 = 5432;
+/// The superuser name when the credentials Secret does not say.
+pub const DEFAULT_SUPERUSER: &str = "postgres";
+/// The PostgreSQL major versions dbop knows how to run.
+pub const SUPPORTED_MAJORS: std::ops::RangeInclusive<u32> = 13..=18;
+
+pub const LABEL_NAME: &str = "app.kubernetes.io/name";
+pub const LABEL_INSTANCE: &str = "app.kubernetes.io/instance";
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
+pub const LABEL_VERSION: &str = "app.kubernetes.io/version";
+pub const MANAGED_BY: &str = "dbop";
+/// A label selector for everything dbop manages, used by the controller's watches.
+pub const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=dbop";
+
+/// Operator-wide settings the builders need.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Where PostgreSQL images come from; the tag is the Database's version.
+    pub image_repository: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            image_repository: "docker.io/library/postgres".into(),
+        }
+    }
+}
+
+/// The names of everything derived from one Database. Deterministic, so that a restarted
+/// operator finds what it made before instead of making it again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Names {
+    database: String,
+}
+
+impl Names {
+    pub fn new(database: &str) -> Self {
+        Self {
+            database: database.to_string(),
+        }
+    }
+    pub fn of(db: &Database) -> Self {
+        Self::new(&db.name())
+    }
+    pub fn database(&self) -> &str {
+        &self.database
+    }
+    pub fn statefulset(&self) -> String {
+        self.database.clone()
+    }
+    /// The headless Service that gives each pod a stable DNS name.
+    pub fn headless_service(&self) -> String {
+        format!("{}-hl", self.database)
+    }
+    /// The client Service pointing at the primary (ordinal 0).
+    pub fn rw_service(&self) -> String {
+        format!("{}-rw", self.database)
+    }
+    pub fn generated_secret(&self) -> String {
+        format!("{}-credentials", self.database)
+    }
+    pub fn init_job(&self) -> String {
+        format!("{}-init", self.database)
+    }
+    pub fn pod(&self, ordinal: i32) -> String {
+        format!("{}-{ordinal}", self.database)
+    }
+    /// The claim the StatefulSet controller makes from the `data` volumeClaimTemplate.
+    pub fn data_pvc(&self, ordinal: i32) -> String {
+        format!("data-{}-{ordinal}", self.database)
+    }
+    pub fn endpoint(&self, namespace: &str) -> String {
+        format!("{}.{namespace}.svc", self.rw_service())
+    }
+}
+
+/// The labels that select a Database's pods. Never changes for a Database's lifetime
+/// (a StatefulSet's selector is immutable).
+pub fn selector_labels(database: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_NAME.to_string(), "postgresql".to_string()),
+        (LABEL_INSTANCE.to_string(), database.to_string()),
+        (LABEL_MANAGED_BY.to_string(), MANAGED_BY.to_string()),
+    ])
+}
+
+/// The labels of an owned object of the given component (`database`, `init`, `credentials`, …).
+pub fn labels(database: &str, component: &str) -> BTreeMap<String, String> {
+    let mut labels = selector_labels(database);
+    labels.insert(LABEL_COMPONENT.to_string(), component.to_string());
+    labels
+}
+
+/// Metadata of an owned object: name, namespace, labels and the controller owner reference.
+pub fn owned_meta(db: &Database, name: String, component: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: db.metadata.namespace.clone(),
+        labels: Some(labels(&db.name(), component)),
+        owner_references: owner_reference(db).map(|r| vec![r]),
+        ..ObjectMeta::default()
+    }
+}
+
+/// The controller owner reference to the Database (None only for an object never stored,
+/// which has no uid).
+pub fn owner_reference(db: &Database) -> Option<OwnerReference> {
+    db.controller_owner_ref(&())
+}
+
+/// Pod labels: the user's `podMetadata.labels`, then dbop's (dbop's win on conflict).
+pub fn pod_labels(db: &Database, component: &str) -> BTreeMap<String, String> {
+    let mut out = db
+        .spec
+        .pod_metadata
+        .as_ref()
+        .map(|m| m.labels.clone())
+        .unwrap_or_default();
+    out.extend(labels(&db.name(), component));
+    out
+}
+
+/// Pod annotations from `podMetadata.annotations` (None when there are none).
+pub fn pod_annotations(db: &Database) -> Option<BTreeMap<String, String>> {
+    db.spec
+        .pod_metadata
+        .as_ref()
+        .map(|m| m.annotations.clone())
+        .filter(|a| !a.is_empty())
+}
+
+/// The parsed `MAJOR.MINOR` version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Version {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl Version {
+    pub fn parse(text: &str) -> Option<Version> {
+        let (major, minor) = text.split_once('.')?;
+        Some(Version {
+            major: major.parse().ok()?,
+            minor: minor.parse().ok()?,
+        })
+    }
+}
+
+/// Why a version cannot be run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VersionProblem {
+    Malformed,
+    UnsupportedMajor(u32),
+}
+
+/// Checks the version against what dbop can run (the schema already checked the form).
+pub fn check_version(text: &str) -> Result<Version, VersionProblem> {
+    let version = Version::parse(text).ok_or(VersionProblem::Malformed)?;
+    if SUPPORTED_MAJORS.contains(&version.major) {
+        Ok(version)
+    } else {
+        Err(VersionProblem::UnsupportedMajor(version.major))
+    }
+}
+
+/// The image of the database container: `spec.image`, or the repository tagged with the version.
+pub fn image(db: &Database, settings: &Settings) -> String {
+    match &db.spec.image {
+        Some(image) => image.clone(),
+        None => format!("{}:{}", settings.image_repository, db.spec.version),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! A Database as the API server would return it, for builder and decision tests.
+    use super::*;
+    use crate::api::DatabaseSpec;
+
+    pub fn database(spec: serde_json::Value) -> Database {
+        let spec: DatabaseSpec = serde_json::from_value(spec).expect("valid spec");
+        let mut db = Database::new("orders", spec);
+        db.metadata.namespace = Some("shop".into());
+        db.metadata.uid = Some("0b5e6f0a-1111-2222-3333-444455556666".into());
+        db.metadata.generation = Some(1);
+        db
+    }
+
+    pub fn minimal() -> Database {
+        database(serde_json::json!({"version": "16.4", "storage": {"size": "1Gi"}}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_deterministic_and_distinct() {
+        let n = Names::new("orders");
+        let all = [
+            n.statefulset(),
+            n.headless_service(),
+            n.rw_service(),
+            n.generated_secret(),
+            n.init_job(),
+            n.data_pvc(0),
+        ];
+        let mut sorted = all.to_vec();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), all.len());
+        assert_eq!(n.endpoint("shop"), "orders-rw.shop.svc");
+        assert_eq!(n.data_pvc(0), "data-orders-0");
+    }
+
+    #[test]
+    fn versions() {
+        assert_eq!(
+            check_version("16.4"),
+            Ok(Version {
+                major: 16,
+                minor: 4
+            })
+        );
+        assert_eq!(
+            check_version("9.6"),
+            Err(VersionProblem::UnsupportedMajor(9))
+        );
+        assert_eq!(
+            check_version("99.1"),
+            Err(VersionProblem::UnsupportedMajor(99))
+        );
+        assert_eq!(check_version("16"), Err(VersionProblem::Malformed));
+        assert_eq!(check_version("a.b"), Err(VersionProblem::Malformed));
+        assert!(Version::parse("16.10") > Version::parse("16.9"));
+    }
+
+    #[test]
+    fn image_follows_version_unless_overridden() {
+        let mut db = testing::minimal();
+        assert_eq!(
+            image(&db, &Settings::default()),
+            "docker.io/library/postgres:16.4"
+        );
+        db.spec.image = Some("registry.local/pg:16.4-postgis".into());
+        assert_eq!(
+            image(&db, &Settings::default()),
+            "registry.local/pg:16.4-postgis"
+        );
+    }
+
+    #[test]
+    fn owned_objects_point_at_their_database() {
+        let db = testing::minimal();
+        let meta = owned_meta(&db, "x".into(), "database");
+        let owner = &meta.owner_references.unwrap()[0];
+        assert_eq!(owner.kind, "Database");
+        assert_eq!(owner.controller, Some(true));
+        assert_eq!(meta.labels.unwrap()[LABEL_MANAGED_BY], "dbop");
+    }
+
+    #[test]
+    fn dbop_labels_win_over_user_pod_labels() {
+        let mut db = testing::minimal();
+        db.spec.pod_metadata = Some(crate::api::PodMetadata {
+            labels: BTreeMap::from([
+                (LABEL_INSTANCE.to_string(), "spoof".to_string()),
+                ("team".to_string(), "payments".to_string()),
+            ]),
+            annotations: BTreeMap::new(),
+        });
+        let labels = pod_labels(&db, "database");
+        assert_eq!(labels[LABEL_INSTANCE], "orders");
+        assert_eq!(labels["team"], "payments");
+        assert_eq!(pod_annotations(&db), None);
+    }
+}
