@@ -160,7 +160,7 @@ async fn reconcile(guard: Arc<DeserializeGuard<Database>>, ctx: Arc<Context>) ->
 }
 
 /// observe → decide → act for a Database that is not being deleted.
-async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> {
+pub async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> {
     let snapshot = observe::snapshot(&ctx.client, db).await?;
     let facts = observe::Facts::from_snapshot(db, &snapshot);
     let decision = decide::decide(db, &facts, &ctx.settings);

@@ -93,7 +93,7 @@ fn dump_fails_for_a_missing_database() {
 fn slow_dump(pg: &Pg, s3: &S3Server, extra: &[&str]) -> std::process::Child {
     pg.create_db("app");
     fill_bulky(pg, "app", 32);
-    let mut args = vec!["dump", "--compression-level", "19", "--part-size", "5MiB"];
+    let mut args = vec!["dump", "--compression-level", "12", "--part-size", "5MiB"];
     args.extend_from_slice(extra);
     agent_command(&args, &env_of(pg, "app", s3)).spawn().expect("agent")
 }
