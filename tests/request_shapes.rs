@@ -1,0 +1,332 @@
+//! Request-shape tests of one Database reconcile against a mocked API server: which requests
+//! the act layer sends, with which field manager and bodies. Reads are answered from a table of
+//! objects; every write is recorded. The real API server is exercised by the e2e suites.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use chrono::{TimeZone, Utc};
+use dbop::api::{Database, DatabaseSpec};
+use dbop::controller::{Context, reconcile_database};
+use dbop::reconcile::{act, decide, observe};
+use dbop::resources::{Settings, credentials, services, statefulset};
+use http::{Request, Response, StatusCode};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::client::Body;
+use serde_json::{Value, json};
+
+/// A request the operator sent.
+#[derive(Debug, Clone)]
+struct Sent {
+    method: String,
+    path: String,
+    query: String,
+    content_type: String,
+    body: Value,
+}
+
+impl Sent {
+    fn is_write(&self) -> bool {
+        self.method != "GET"
+    }
+}
+
+/// Runs one reconcile of `db` against a mock server that knows `objects` (by request path).
+async fn reconcile_against(db: &Database, objects: HashMap<String, Value>) -> Vec<Sent> {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let sent = Arc::new(Mutex::new(Vec::new()));
+    let log = sent.clone();
+    let db_json = serde_json::to_value(db).unwrap();
+    let server = tokio::spawn(async move {
+        while let Some((request, respond)) = handle.next_request().await {
+            let (parts, body) = request.into_parts();
+            let bytes = body.collect_bytes().await.unwrap_or_default();
+            let record = Sent {
+                method: parts.method.to_string(),
+                path: parts.uri.path().to_string(),
+                query: parts.uri.query().unwrap_or_default().to_string(),
+                content_type: parts
+                    .headers
+                    .get(http::header::CONTENT_TYPE)
+                    .map(|v| v.to_str().unwrap_or_default().to_string())
+                    .unwrap_or_default(),
+                body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            };
+            let (status, mut reply) = answer(&record, &objects);
+            if record.path.ends_with("/status") {
+                // A status write answers with the whole object.
+                let mut whole = db_json.clone();
+                whole["status"] = reply["status"].clone();
+                reply = whole;
+            }
+            log.lock().unwrap().push(record);
+            let response = Response::builder()
+                .status(status)
+                .header("content-type", "application/json")
+                .body(Body::from(serde_json::to_vec(&reply).unwrap()))
+                .unwrap();
+            respond.send_response(response);
+        }
+    });
+    let client = kube::Client::new(service, "default");
+    let ctx = Context::new(client, Settings::default());
+    reconcile_database(&ctx, db)
+        .await
+        .expect("reconcile succeeds");
+    drop(ctx);
+    server.await.unwrap();
+    Arc::try_unwrap(sent).unwrap().into_inner().unwrap()
+}
+
+/// GETs come from the table (404 when absent, an empty list for collections); writes echo
+/// their body back, as the API server does.
+fn answer(request: &Sent, objects: &HashMap<String, Value>) -> (StatusCode, Value) {
+    if request.method == "GET" {
+        if let Some(object) = objects.get(&request.path) {
+            return (StatusCode::OK, object.clone());
+        }
+        let segments = request.path.trim_end_matches('/').split('/').count();
+        // /api/v1/namespaces/NS/KIND has 6 segments (with the leading empty one), named objects 7.
+        let is_collection = (request.path.starts_with("/api/") && segments == 6)
+            || (request.path.starts_with("/apis/") && segments == 7);
+        if is_collection {
+            return (
+                StatusCode::OK,
+                json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "1"}, "items": []}),
+            );
+        }
+        return (
+            StatusCode::NOT_FOUND,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"}),
+        );
+    }
+    let mut body = request.body.clone();
+    if body.get("metadata").is_none() {
+        body["metadata"] = json!({"name": "x", "namespace": "shop"});
+    }
+    (StatusCode::OK, body)
+}
+
+fn database() -> Database {
+    let spec: DatabaseSpec =
+        serde_json::from_value(json!({"version": "16.4", "storage": {"size": "1Gi"}})).unwrap();
+    let mut db = Database::new("orders", spec);
+    db.metadata.namespace = Some("shop".into());
+    db.metadata.uid = Some("0b5e6f0a-1111-2222-3333-444455556666".into());
+    db.metadata.generation = Some(1);
+    db.metadata.resource_version = Some("10".into());
+    db.metadata.finalizers = Some(vec![dbop::FINALIZER.into()]);
+    db
+}
+
+/// The objects of a Ready database as the API server would hold them.
+fn ready_world(db: &Database) -> HashMap<String, Value> {
+    let settings = Settings::default();
+    let ns = "/api/v1/namespaces/shop";
+    let mut sts = serde_json::to_value(statefulset::statefulset(db, &settings, None)).unwrap();
+    sts["metadata"]["generation"] = json!(1);
+    sts["metadata"]["resourceVersion"] = json!("5");
+    sts["spec"]["revisionHistoryLimit"] = json!(10);
+    sts["status"] = json!({
+        "observedGeneration": 1, "replicas": 1, "readyReplicas": 1, "updatedReplicas": 1,
+        "currentRevision": "orders-abc", "updateRevision": "orders-abc"
+    });
+    let mut rw = serde_json::to_value(services::read_write(db)).unwrap();
+    rw["spec"]["clusterIP"] = json!("10.0.0.12");
+    let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "data-orders-0", "namespace": "shop"},
+        "spec": {"resources": {"requests": {"storage": "1Gi"}}},
+        "status": {"phase": "Bound", "capacity": {"storage": "100Gi"}}
+    }))
+    .unwrap();
+    HashMap::from([
+        (
+            format!("{ns}/secrets/orders-credentials"),
+            serde_json::to_value(credentials::generated_secret(db, "pw")).unwrap(),
+        ),
+        (
+            format!("{ns}/services/orders-hl"),
+            serde_json::to_value(services::headless(db)).unwrap(),
+        ),
+        (format!("{ns}/services/orders-rw"), rw),
+        (
+            "/apis/apps/v1/namespaces/shop/statefulsets/orders".into(),
+            sts,
+        ),
+        (
+            format!("{ns}/persistentvolumeclaims/data-orders-0"),
+            serde_json::to_value(pvc).unwrap(),
+        ),
+    ])
+}
+
+/// The status the operator itself would have written for this world.
+fn with_settled_status(mut db: Database, world: &HashMap<String, Value>) -> Database {
+    let snapshot = observe::Snapshot {
+        credentials_secret: serde_json::from_value(
+            world["/api/v1/namespaces/shop/secrets/orders-credentials"].clone(),
+        )
+        .ok(),
+        statefulset: serde_json::from_value(
+            world["/apis/apps/v1/namespaces/shop/statefulsets/orders"].clone(),
+        )
+        .ok(),
+        data_claims: vec![
+            serde_json::from_value(
+                world["/api/v1/namespaces/shop/persistentvolumeclaims/data-orders-0"].clone(),
+            )
+            .unwrap(),
+        ],
+        ..observe::Snapshot::default()
+    };
+    let facts = observe::Facts::from_snapshot(&db, &snapshot);
+    let decision = decide::decide(&db, &facts, &Settings::default());
+    db.status = Some(act::next_status(
+        &db,
+        &decision,
+        Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
+    ));
+    db
+}
+
+#[tokio::test]
+async fn a_reconcile_with_nothing_to_do_sends_no_write() {
+    let world = ready_world(&database());
+    let db = with_settled_status(database(), &world);
+    assert_eq!(
+        db.status.as_ref().unwrap().phase,
+        Some(dbop::api::Phase::Ready)
+    );
+    let sent = reconcile_against(&db, world).await;
+    let writes: Vec<_> = sent.iter().filter(|s| s.is_write()).collect();
+    assert!(writes.is_empty(), "unexpected writes: {writes:#?}");
+    assert!(!sent.is_empty(), "the reconcile must at least read");
+}
+
+#[tokio::test]
+async fn a_new_database_gets_its_objects_by_server_side_apply() {
+    let sent = reconcile_against(&database(), HashMap::new()).await;
+    let writes: Vec<_> = sent.iter().filter(|s| s.is_write()).collect();
+    let summary: Vec<(String, String)> = writes
+        .iter()
+        .map(|s| (s.method.clone(), s.path.clone()))
+        .collect();
+
+    // The generated Secret is created (never applied: its password must not be regenerated).
+    let secret = writes
+        .iter()
+        .find(|s| s.method == "POST" && s.path == "/api/v1/namespaces/shop/secrets")
+        .unwrap_or_else(|| panic!("no Secret created: {summary:?}"));
+    let password = secret.body["data"]["password"]
+        .as_str()
+        .expect("base64 password");
+    assert!(password.len() >= 40, "32 random characters, base64-encoded");
+
+    // Services and the StatefulSet go through server-side apply with dbop's field manager.
+    for path in [
+        "/api/v1/namespaces/shop/services/orders-hl",
+        "/api/v1/namespaces/shop/services/orders-rw",
+        "/apis/apps/v1/namespaces/shop/statefulsets/orders",
+    ] {
+        let apply = writes
+            .iter()
+            .find(|s| s.method == "PATCH" && s.path == path)
+            .unwrap_or_else(|| panic!("no apply of {path}: {summary:?}"));
+        assert_eq!(apply.content_type, "application/apply-patch+yaml");
+        assert!(apply.query.contains("fieldManager=dbop"), "{}", apply.query);
+        assert!(apply.query.contains("force=true"), "{}", apply.query);
+        assert!(apply.body["apiVersion"].is_string() && apply.body["kind"].is_string());
+    }
+
+    // No init SQL: no Job. Status goes to Provisioning in one write.
+    assert!(
+        !writes.iter().any(|s| s.path.contains("/jobs")),
+        "{summary:?}"
+    );
+    let status = writes
+        .iter()
+        .find(|s| s.path == "/apis/dbop.dev/v1alpha1/namespaces/shop/databases/orders/status")
+        .unwrap_or_else(|| panic!("no status write: {summary:?}"));
+    assert_eq!(status.body["status"]["phase"], "Provisioning");
+    assert_eq!(status.body["status"]["observedGeneration"], 1);
+
+    // The password appears in the Secret's body and nowhere else.
+    let decoded = String::from_utf8(base64_decode(password)).unwrap();
+    for write in writes
+        .iter()
+        .filter(|s| s.path != "/api/v1/namespaces/shop/secrets")
+    {
+        assert!(
+            !write.body.to_string().contains(&decoded),
+            "password leaked into {}",
+            write.path
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_hand_edited_statefulset_is_the_only_thing_rewritten() {
+    let mut world = ready_world(&database());
+    let db = with_settled_status(database(), &world);
+    world
+        .get_mut("/apis/apps/v1/namespaces/shop/statefulsets/orders")
+        .unwrap()["spec"]["template"]["spec"]["containers"][0]["image"] = json!("postgres:latest");
+    let sent = reconcile_against(&db, world).await;
+    // The edit is undone; the status says a rollout is under way (the pods follow the template).
+    let object_writes: Vec<(String, String)> = sent
+        .iter()
+        .filter(|s| s.is_write() && !s.path.ends_with("/status") && !s.path.contains("/events"))
+        .map(|s| (s.method.clone(), s.path.clone()))
+        .collect();
+    assert_eq!(
+        object_writes,
+        vec![(
+            "PATCH".to_string(),
+            "/apis/apps/v1/namespaces/shop/statefulsets/orders".to_string()
+        )],
+    );
+}
+
+#[tokio::test]
+async fn a_missing_user_secret_writes_only_status_and_an_event() {
+    let mut db = database();
+    db.spec.credentials = Some(dbop::api::CredentialsSpec {
+        secret_name: "admin".into(),
+    });
+    let sent = reconcile_against(&db, HashMap::new()).await;
+    let writes: Vec<_> = sent.iter().filter(|s| s.is_write()).collect();
+    let paths: Vec<&str> = writes.iter().map(|s| s.path.as_str()).collect();
+    assert_eq!(writes.len(), 2, "{paths:?}");
+    let status = writes
+        .iter()
+        .find(|s| s.path.ends_with("/status"))
+        .expect("status written");
+    assert_eq!(status.body["status"]["phase"], "Pending");
+    let ready = &status.body["status"]["conditions"][0];
+    assert_eq!(ready["reason"], "CredentialsSecretNotFound");
+    assert!(ready["message"].as_str().unwrap().contains("admin"));
+    let event = writes
+        .iter()
+        .find(|s| s.path.contains("/events"))
+        .expect("an Event");
+    assert_eq!(event.body["type"], "Warning");
+    assert_eq!(event.body["reason"], "Pending");
+}
+
+fn base64_decode(text: &str) -> Vec<u8> {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut bits = 0u32;
+    let mut count = 0;
+    let mut out = Vec::new();
+    for c in text.bytes().filter(|c| *c != b'=') {
+        let v = ALPHABET.iter().position(|a| *a == c).expect("base64") as u32;
+        bits = (bits << 6) | v;
+        count += 6;
+        if count >= 8 {
+            count -= 8;
+            out.push((bits >> count) as u8);
+            bits &= (1 << count) - 1;
+        }
+    }
+    out
+}
