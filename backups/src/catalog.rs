@@ -38,7 +38,10 @@ pub fn group(layout: &Layout, objects: &[ObjectInfo]) -> Vec<BackupEntry> {
     let mut folders: BTreeMap<(String, String), Vec<&ObjectInfo>> = BTreeMap::new();
     for o in objects {
         if let Some(k) = layout.parse_key(&o.key) {
-            folders.entry((k.database, k.backup_id)).or_default().push(o);
+            folders
+                .entry((k.database, k.backup_id))
+                .or_default()
+                .push(o);
         }
     }
     let mut out: Vec<BackupEntry> = folders
@@ -47,7 +50,11 @@ pub fn group(layout: &Layout, objects: &[ObjectInfo]) -> Vec<BackupEntry> {
             let file = |name: &str| objs.iter().find(|o| o.key.ends_with(&format!("/{name}")));
             let manifest = file(MANIFEST_FILE);
             let dump = file(DUMP_FILE);
-            let newest = objs.iter().map(|o| o.last_modified).max().unwrap_or_default();
+            let newest = objs
+                .iter()
+                .map(|o| o.last_modified)
+                .max()
+                .unwrap_or_default();
             BackupEntry {
                 database,
                 backup_id,
@@ -136,8 +143,14 @@ mod tests {
             obj("zzz/20250101T040000Z/manifest.json", 1, 4),
         ];
         let entries = group(&l, &objects);
-        assert_eq!(latest(&entries, "app").unwrap().backup_id, "20250101T020000Z");
-        assert_eq!(latest(&entries, "zzz").unwrap().backup_id, "20250101T040000Z");
+        assert_eq!(
+            latest(&entries, "app").unwrap().backup_id,
+            "20250101T020000Z"
+        );
+        assert_eq!(
+            latest(&entries, "zzz").unwrap().backup_id,
+            "20250101T040000Z"
+        );
         assert!(latest(&entries, "none").is_none());
     }
 }

@@ -11,7 +11,11 @@ use crate::s3::ChecksumMode;
 use crate::units::{parse_duration, parse_size};
 
 #[derive(Debug, Parser)]
-#[command(name = "dbop-backup", version, about = "Streams PostgreSQL dumps to S3-compatible storage and back")]
+#[command(
+    name = "dbop-backup",
+    version,
+    about = "Streams PostgreSQL dumps to S3-compatible storage and back"
+)]
 pub struct Cli {
     /// Log format on stderr.
     #[arg(long, env = "DBOP_BACKUP_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
@@ -205,11 +209,22 @@ mod tests {
     #[test]
     fn parses_a_dump() {
         let cli = Cli::try_parse_from([
-            "dbop-backup", "dump", "--bucket", "b", "--path-style", "--part-size", "16MiB",
-            "--keep-last", "3", "--max-age", "30d",
+            "dbop-backup",
+            "dump",
+            "--bucket",
+            "b",
+            "--path-style",
+            "--part-size",
+            "16MiB",
+            "--keep-last",
+            "3",
+            "--max-age",
+            "30d",
         ])
         .unwrap();
-        let Command::Dump(d) = cli.command else { panic!("not a dump") };
+        let Command::Dump(d) = cli.command else {
+            panic!("not a dump")
+        };
         assert!(d.storage.path_style);
         assert_eq!(d.part_size, 16 << 20);
         assert_eq!(d.retention.keep_last, Some(3));
@@ -221,10 +236,31 @@ mod tests {
     #[test]
     fn rejects_bad_values() {
         for args in [
-            vec!["dbop-backup", "dump", "--bucket", "b", "--part-size", "1MiB"],
-            vec!["dbop-backup", "dump", "--bucket", "b", "--compression-level", "30"],
+            vec![
+                "dbop-backup",
+                "dump",
+                "--bucket",
+                "b",
+                "--part-size",
+                "1MiB",
+            ],
+            vec![
+                "dbop-backup",
+                "dump",
+                "--bucket",
+                "b",
+                "--compression-level",
+                "30",
+            ],
             vec!["dbop-backup", "dump", "--bucket", "b", "--max-age", "30"],
-            vec!["dbop-backup", "dump", "--bucket", "b", "--upload-concurrency", "0"],
+            vec![
+                "dbop-backup",
+                "dump",
+                "--bucket",
+                "b",
+                "--upload-concurrency",
+                "0",
+            ],
             vec!["dbop-backup", "dump"],
         ] {
             assert!(Cli::try_parse_from(&args).is_err(), "{args:?}");

@@ -66,10 +66,20 @@ pub async fn dump(
     if outcome.is_err() {
         let upload = pending.lock().map(|mut p| p.take()).unwrap_or(None);
         if let Some((key, upload_id)) = upload {
-            match tokio::time::timeout(Duration::from_secs(15), store.abort_upload(&key, &upload_id)).await {
+            match tokio::time::timeout(
+                Duration::from_secs(15),
+                store.abort_upload(&key, &upload_id),
+            )
+            .await
+            {
                 Ok(Ok(())) => tracing::info!(key, "multipart upload aborted"),
-                Ok(Err(e)) => tracing::error!(key, error = %e, "could not abort the multipart upload; prune removes it after the grace period"),
-                Err(_) => tracing::error!(key, "aborting the multipart upload timed out; prune removes it after the grace period"),
+                Ok(Err(e)) => {
+                    tracing::error!(key, error = %e, "could not abort the multipart upload; prune removes it after the grace period")
+                }
+                Err(_) => tracing::error!(
+                    key,
+                    "aborting the multipart upload timed out; prune removes it after the grace period"
+                ),
             }
         }
     }
@@ -110,7 +120,11 @@ async fn dump_inner(
         )
         .await?;
     let [database, server_version, version_num, snapshot] = facts.as_slice() else {
-        return Err(pg::pg_error("psql", &pg::database_label(None), format!("unexpected session output: {facts:?}")));
+        return Err(pg::pg_error(
+            "psql",
+            &pg::database_label(None),
+            format!("unexpected session output: {facts:?}"),
+        ));
     };
     let database = database.clone();
     layout::validate_database_name(&database).map_err(Error::Usage)?;
@@ -148,7 +162,12 @@ async fn dump_inner(
 
     let mut child = tools
         .command("pg_dump", server_major)
-        .args(["--format=custom", "--compress=0", "--no-password", "--snapshot"])
+        .args([
+            "--format=custom",
+            "--compress=0",
+            "--no-password",
+            "--snapshot",
+        ])
         .arg(snapshot)
         .env("PGDATABASE", &database)
         .spawn()
@@ -158,7 +177,9 @@ async fn dump_inner(
         .stdout
         .take()
         .ok_or_else(|| pg::pg_error("pg_dump", &database, "no stdout pipe"))
-        .and_then(|s| pg::stdout_file(s).map_err(|e| pg::pg_error("pg_dump", &database, e.to_string())))?;
+        .and_then(|s| {
+            pg::stdout_file(s).map_err(|e| pg::pg_error("pg_dump", &database, e.to_string()))
+        })?;
 
     let (tx, rx) = mpsc::channel::<Bytes>(1);
     let (level, part_size) = (opts.compression_level, opts.part_size);
@@ -175,7 +196,11 @@ async fn dump_inner(
         .map_err(|e| pg::pg_error("pg_dump", &database, e.to_string()))?;
     let stderr_tail = stderr.await.unwrap_or_default();
     if !status.success() {
-        return Err(pg::pg_error("pg_dump", &database, format!("{status}: {}", pg::tail_text(&stderr_tail))));
+        return Err(pg::pg_error(
+            "pg_dump",
+            &database,
+            format!("{status}: {}", pg::tail_text(&stderr_tail)),
+        ));
     }
     let compressed = compressed.map_err(|e| Error::io("reading pg_dump output", e))?;
 
@@ -226,10 +251,26 @@ async fn dump_inner(
         m.row_counts.len(),
         m.raw_bytes as f64 / secs / 1e6
     );
-    tracing::info!(database, backup_id, raw_bytes = m.raw_bytes, size_bytes = m.size_bytes, secs, "dump complete");
+    tracing::info!(
+        database,
+        backup_id,
+        raw_bytes = m.raw_bytes,
+        size_bytes = m.size_bytes,
+        secs,
+        "dump complete"
+    );
 
     if !opts.policy.is_empty() {
-        match crate::run::prune_database(store, layout, &database, opts.policy, opts.incomplete_grace, false).await {
+        match crate::run::prune_database(
+            store,
+            layout,
+            &database,
+            opts.policy,
+            opts.incomplete_grace,
+            false,
+        )
+        .await
+        {
             Ok(report) => message.push_str(&format!("; {report}")),
             Err(e) => {
                 tracing::error!(error = %e, "pruning after the dump failed");

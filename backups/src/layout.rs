@@ -88,7 +88,10 @@ pub fn backup_id_time(id: &str) -> Option<DateTime<Utc>> {
 /// An id given with `--backup-id`: 1–128 of `[A-Za-z0-9._-]`, not `.`/`..`, not `latest`.
 pub fn validate_backup_id(id: &str) -> Result<(), String> {
     if id.is_empty() || id.len() > 128 {
-        return Err(format!("backup id must have 1 to 128 characters, got {}", id.len()));
+        return Err(format!(
+            "backup id must have 1 to 128 characters, got {}",
+            id.len()
+        ));
     }
     if id == "." || id == ".." || id == "latest" {
         return Err(format!("'{id}' cannot be a backup id"));
@@ -122,15 +125,39 @@ mod tests {
     #[test]
     fn keys_with_and_without_prefix() {
         let cases = [
-            ("", "app/20250131T020000Z/dump.pgc.zst", "app/20250131T020000Z/manifest.json"),
-            ("backups", "backups/app/20250131T020000Z/dump.pgc.zst", "backups/app/20250131T020000Z/manifest.json"),
-            ("/a/b/", "a/b/app/20250131T020000Z/dump.pgc.zst", "a/b/app/20250131T020000Z/manifest.json"),
-            ("/", "app/20250131T020000Z/dump.pgc.zst", "app/20250131T020000Z/manifest.json"),
+            (
+                "",
+                "app/20250131T020000Z/dump.pgc.zst",
+                "app/20250131T020000Z/manifest.json",
+            ),
+            (
+                "backups",
+                "backups/app/20250131T020000Z/dump.pgc.zst",
+                "backups/app/20250131T020000Z/manifest.json",
+            ),
+            (
+                "/a/b/",
+                "a/b/app/20250131T020000Z/dump.pgc.zst",
+                "a/b/app/20250131T020000Z/manifest.json",
+            ),
+            (
+                "/",
+                "app/20250131T020000Z/dump.pgc.zst",
+                "app/20250131T020000Z/manifest.json",
+            ),
         ];
         for (prefix, dump, manifest) in cases {
             let l = Layout::new(prefix);
-            assert_eq!(l.dump_key("app", "20250131T020000Z"), dump, "prefix {prefix:?}");
-            assert_eq!(l.manifest_key("app", "20250131T020000Z"), manifest, "prefix {prefix:?}");
+            assert_eq!(
+                l.dump_key("app", "20250131T020000Z"),
+                dump,
+                "prefix {prefix:?}"
+            );
+            assert_eq!(
+                l.manifest_key("app", "20250131T020000Z"),
+                manifest,
+                "prefix {prefix:?}"
+            );
             assert_eq!(
                 l.parse_key(dump),
                 Some(ParsedKey {
@@ -145,7 +172,15 @@ mod tests {
     #[test]
     fn parse_key_rejects_foreign_keys() {
         let l = Layout::new("p");
-        for key in ["q/app/id/dump.pgc.zst", "p/app/id", "p/app/", "p//id/x", "p/app/id/", "p/app/id/a/b", "p"] {
+        for key in [
+            "q/app/id/dump.pgc.zst",
+            "p/app/id",
+            "p/app/",
+            "p//id/x",
+            "p/app/id/",
+            "p/app/id/a/b",
+            "p",
+        ] {
             assert_eq!(l.parse_key(key), None, "{key}");
         }
     }
@@ -181,7 +216,13 @@ mod tests {
 
     #[test]
     fn database_name_validation() {
-        for (name, ok) in [("app", true), ("My DB", true), ("", false), ("a/b", false), ("..", false)] {
+        for (name, ok) in [
+            ("app", true),
+            ("My DB", true),
+            ("", false),
+            ("a/b", false),
+            ("..", false),
+        ] {
             assert_eq!(validate_database_name(name).is_ok(), ok, "{name:?}");
         }
     }

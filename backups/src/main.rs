@@ -62,7 +62,10 @@ fn main() -> ExitCode {
         if let Some(path) = &result_file
             && let Err(e) = std::fs::write(path, &line)
         {
-            eprintln!("dbop-backup: cannot write the result file {}: {e}", path.display());
+            eprintln!(
+                "dbop-backup: cannot write the result file {}: {e}",
+                path.display()
+            );
         }
     }
     ExitCode::from(u8::try_from(output.exit_code).unwrap_or(1))

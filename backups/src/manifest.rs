@@ -69,18 +69,20 @@ pub fn first_difference(
     let mut names: Vec<&String> = expected.keys().chain(actual.keys()).collect();
     names.sort();
     names.dedup();
-    names.into_iter().find_map(|name| match (expected.get(name), actual.get(name)) {
-        (Some(e), Some(a)) if e != a => Some(format!(
-            "table {name}: manifest has {e} rows, restored database has {a}"
-        )),
-        (Some(e), None) => Some(format!(
-            "table {name} ({e} rows in the manifest) is missing from the restored database"
-        )),
-        (None, Some(a)) => Some(format!(
-            "table {name} ({a} rows) is in the restored database but not in the manifest"
-        )),
-        _ => None,
-    })
+    names
+        .into_iter()
+        .find_map(|name| match (expected.get(name), actual.get(name)) {
+            (Some(e), Some(a)) if e != a => Some(format!(
+                "table {name}: manifest has {e} rows, restored database has {a}"
+            )),
+            (Some(e), None) => Some(format!(
+                "table {name} ({e} rows in the manifest) is missing from the restored database"
+            )),
+            (None, Some(a)) => Some(format!(
+                "table {name} ({a} rows) is in the restored database but not in the manifest"
+            )),
+            _ => None,
+        })
 }
 
 #[cfg(test)]
@@ -126,12 +128,25 @@ mod tests {
     #[test]
     fn differences() {
         let map = |v: &[(&str, u64)]| v.iter().map(|(k, n)| (k.to_string(), *n)).collect();
-        let cases: Vec<(BTreeMap<String, u64>, BTreeMap<String, u64>, Option<&str>)> = vec![
+        type Counts = BTreeMap<String, u64>;
+        let cases: Vec<(Counts, Counts, Option<&str>)> = vec![
             (map(&[("a", 1)]), map(&[("a", 1)]), None),
             (map(&[]), map(&[]), None),
-            (map(&[("a", 1), ("b", 2)]), map(&[("a", 1), ("b", 3)]), Some("table b: manifest has 2 rows")),
-            (map(&[("a", 1), ("b", 2)]), map(&[("b", 2)]), Some("table a (1 rows in the manifest) is missing")),
-            (map(&[("b", 2)]), map(&[("a", 0), ("b", 2)]), Some("table a (0 rows) is in the restored")),
+            (
+                map(&[("a", 1), ("b", 2)]),
+                map(&[("a", 1), ("b", 3)]),
+                Some("table b: manifest has 2 rows"),
+            ),
+            (
+                map(&[("a", 1), ("b", 2)]),
+                map(&[("b", 2)]),
+                Some("table a (1 rows in the manifest) is missing"),
+            ),
+            (
+                map(&[("b", 2)]),
+                map(&[("a", 0), ("b", 2)]),
+                Some("table a (0 rows) is in the restored"),
+            ),
         ];
         for (e, a, want) in cases {
             let got = first_difference(&e, &a);

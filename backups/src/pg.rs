@@ -111,7 +111,13 @@ impl PgTools {
             .arg("--version")
             .output()
             .await
-            .map_err(|e| pg_error(tool, database, format!("cannot run {}: {e}", path.display())))?;
+            .map_err(|e| {
+                pg_error(
+                    tool,
+                    database,
+                    format!("cannot run {}: {e}", path.display()),
+                )
+            })?;
         let line = String::from_utf8_lossy(&out.stdout);
         match major_of_tool_version(&line) {
             Some(m) if m >= server_major => Ok(()),
@@ -123,14 +129,28 @@ impl PgTools {
                     path.display()
                 ),
             )),
-            None => Err(pg_error(tool, database, format!("cannot read the version of {}", path.display()))),
+            None => Err(pg_error(
+                tool,
+                database,
+                format!("cannot read the version of {}", path.display()),
+            )),
         }
     }
 
     /// Runs one query with psql and returns its unaligned, tuples-only output.
     pub async fn query(&self, database: Option<&str>, sql: &str) -> Result<String> {
         let mut cmd = self.command("psql", None);
-        cmd.args(["-X", "-w", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql]);
+        cmd.args([
+            "-X",
+            "-w",
+            "-q",
+            "-A",
+            "-t",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-c",
+            sql,
+        ]);
         if let Some(db) = database {
             cmd.env("PGDATABASE", db);
         }
@@ -270,7 +290,11 @@ impl PsqlSession {
             Some(h) => h.await.unwrap_or_default(),
             None => String::new(),
         };
-        pg_error("psql", &self.database, format!("{what}: {}", tail_text(&tail)))
+        pg_error(
+            "psql",
+            &self.database,
+            format!("{what}: {}", tail_text(&tail)),
+        )
     }
 
     /// Runs SQL (ending in `;`) and returns its output lines.
@@ -278,7 +302,9 @@ impl PsqlSession {
         self.seq += 1;
         let marker = format!("__dbop_done_{}__", self.seq);
         let input = format!("{sql}\n\\echo {marker}\n");
-        if self.stdin.write_all(input.as_bytes()).await.is_err() || self.stdin.flush().await.is_err() {
+        if self.stdin.write_all(input.as_bytes()).await.is_err()
+            || self.stdin.flush().await.is_err()
+        {
             return Err(self.failure("the session ended").await);
         }
         let mut lines = Vec::new();
@@ -302,7 +328,11 @@ impl PsqlSession {
         let lines = self.query(ROW_COUNT_SQL).await?;
         let json = lines.concat();
         serde_json::from_str(&json).map_err(|e| {
-            pg_error("psql", &self.database, format!("unexpected row count output: {e}"))
+            pg_error(
+                "psql",
+                &self.database,
+                format!("unexpected row count output: {e}"),
+            )
         })
     }
 
@@ -333,7 +363,10 @@ mod tests {
         assert_eq!(short_version("15.18 (Debian 15.18-0+deb12u1)"), "15.18");
         assert_eq!(short_version("17beta1"), "17beta1");
         let tools = [
-            ("pg_dump (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)", Some(15)),
+            (
+                "pg_dump (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)",
+                Some(15),
+            ),
             ("pg_restore (PostgreSQL) 17.2", Some(17)),
             ("pg_dump (PostgreSQL) 18beta1", Some(18)),
             ("pg_dump (PostgreSQL) 9.6.24", Some(9)),
@@ -355,8 +388,13 @@ mod tests {
 
     #[test]
     fn tool_paths() {
-        let t = PgTools { bin_dir: Some("/opt/pg/bin".into()) };
-        assert_eq!(t.path("pg_dump", Some(15)), PathBuf::from("/opt/pg/bin/pg_dump"));
+        let t = PgTools {
+            bin_dir: Some("/opt/pg/bin".into()),
+        };
+        assert_eq!(
+            t.path("pg_dump", Some(15)),
+            PathBuf::from("/opt/pg/bin/pg_dump")
+        );
         let t = PgTools::default();
         assert_eq!(t.path("pg_dump", Some(999)), PathBuf::from("pg_dump"));
     }

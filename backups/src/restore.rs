@@ -112,7 +112,10 @@ async fn restore_inner(
         .clone()
         .or_else(env_database)
         .ok_or_else(|| Error::Usage("PGDATABASE must name the target database".into()))?;
-    let source = opts.source_database.clone().unwrap_or_else(|| target.clone());
+    let source = opts
+        .source_database
+        .clone()
+        .unwrap_or_else(|| target.clone());
     result.database = Some(target.clone());
     let (id, m) = resolve(store, layout, &source, &opts.backup).await?;
     let dump_key = layout.dump_key(&source, &id);
@@ -125,7 +128,10 @@ async fn restore_inner(
 
     // Reach the target first: a bad password or missing database fails before any download.
     let version_num = tools
-        .query(Some(&target), "SELECT current_setting('server_version_num')")
+        .query(
+            Some(&target),
+            "SELECT current_setting('server_version_num')",
+        )
         .await?;
     let major = pg::major_of_version_num(&version_num);
     if let Some(major) = major {
@@ -149,7 +155,12 @@ async fn restore_inner(
     }
 
     let mut cmd = tools.command("pg_restore", major);
-    cmd.args(["--format=custom", "--single-transaction", "--exit-on-error", "--no-password"]);
+    cmd.args([
+        "--format=custom",
+        "--single-transaction",
+        "--exit-on-error",
+        "--no-password",
+    ]);
     if opts.no_owner {
         cmd.arg("--no-owner");
     }
@@ -171,7 +182,9 @@ async fn restore_inner(
         .stdin
         .take()
         .ok_or_else(|| pg::pg_error("pg_restore", &target, "no stdin pipe"))
-        .and_then(|s| pg::stdin_file(s).map_err(|e| pg::pg_error("pg_restore", &target, e.to_string())))?;
+        .and_then(|s| {
+            pg::stdin_file(s).map_err(|e| pg::pg_error("pg_restore", &target, e.to_string()))
+        })?;
 
     let (tx, rx) = mpsc::channel::<std::result::Result<Bytes, String>>(16);
     let expected = Expected {
@@ -374,7 +387,11 @@ fn feed_inner(
             Ok(_) => {}
             Err(e) => {
                 return Err(FeedError::Download(
-                    reader.get_ref().download_error.clone().unwrap_or_else(|| e.to_string()),
+                    reader
+                        .get_ref()
+                        .download_error
+                        .clone()
+                        .unwrap_or_else(|| e.to_string()),
                 ));
             }
         }
@@ -400,7 +417,9 @@ fn feed_inner(
         )));
     }
     // Checked: let pg_restore see the end of the archive, then EOF.
-    stdin.write_all(&held).map_err(FeedError::PgRestoreStopped)?;
+    stdin
+        .write_all(&held)
+        .map_err(FeedError::PgRestoreStopped)?;
     Ok(())
 }
 
@@ -429,7 +448,12 @@ pub async fn verify(
         .source_database
         .clone()
         .or_else(env_database)
-        .ok_or_else(|| Error::Usage("--source-database or PGDATABASE must name the database whose backup to verify".into()))?;
+        .ok_or_else(|| {
+            Error::Usage(
+                "--source-database or PGDATABASE must name the database whose backup to verify"
+                    .into(),
+            )
+        })?;
     let scratch = opts.scratch_database.clone().unwrap_or_else(|| {
         format!(
             "dbop_verify_{}_{}",
@@ -438,7 +462,13 @@ pub async fn verify(
         )
     });
     tools
-        .query(None, &format!("CREATE DATABASE {} TEMPLATE template0", quote_ident(&scratch)))
+        .query(
+            None,
+            &format!(
+                "CREATE DATABASE {} TEMPLATE template0",
+                quote_ident(&scratch)
+            ),
+        )
         .await?;
     tracing::info!(scratch, "scratch database created");
     let restore_opts = RestoreOptions {
@@ -452,13 +482,23 @@ pub async fn verify(
         let m = restore(store, layout, tools, &restore_opts, interrupt, result).await?;
         let counts = tools.query(Some(&scratch), pg::ROW_COUNT_SQL).await?;
         let actual: BTreeMap<String, u64> = serde_json::from_str(counts.trim()).map_err(|e| {
-            pg::pg_error("psql", &scratch, format!("unexpected row count output: {e}"))
+            pg::pg_error(
+                "psql",
+                &scratch,
+                format!("unexpected row count output: {e}"),
+            )
         })?;
         Ok::<_, Error>((m, actual))
     }
     .await;
     let dropped = tools
-        .query(None, &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", quote_ident(&scratch)))
+        .query(
+            None,
+            &format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                quote_ident(&scratch)
+            ),
+        )
         .await;
     if let Err(e) = &dropped {
         tracing::error!(scratch, error = %e, "could not drop the scratch database");
@@ -500,7 +540,10 @@ mod tests {
     }
 
     /// Runs the feeder over `object` with the given expectations; returns what reached "pg_restore".
-    fn run_feed(object: Vec<u8>, expected: Expected) -> (std::result::Result<(), FeedError>, Vec<u8>) {
+    fn run_feed(
+        object: Vec<u8>,
+        expected: Expected,
+    ) -> (std::result::Result<(), FeedError>, Vec<u8>) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out");
         let file = std::fs::File::create(&path).unwrap();
@@ -542,7 +585,10 @@ mod tests {
         let mut e = expect(&object, &raw);
         e.sha256 = "0".repeat(64);
         let (r, out) = run_feed(object, e);
-        assert!(matches!(r, Err(FeedError::Integrity(ref m)) if m.contains("sha256")), "{r:?}");
+        assert!(
+            matches!(r, Err(FeedError::Integrity(ref m)) if m.contains("sha256")),
+            "{r:?}"
+        );
         assert_eq!(out.len(), raw.len() - HOLD_BACK);
     }
 
@@ -578,10 +624,14 @@ mod tests {
         let file = std::fs::File::create(dir.path().join("out")).unwrap();
         let (tx, rx) = mpsc::channel(4);
         let t = std::thread::spawn(move || feed(rx, file, e, 0));
-        tx.blocking_send(Ok(Bytes::copy_from_slice(&object[..500]))).unwrap();
+        tx.blocking_send(Ok(Bytes::copy_from_slice(&object[..500])))
+            .unwrap();
         tx.blocking_send(Err("connection reset".into())).unwrap();
         drop(tx);
         let r = t.join().unwrap();
-        assert!(matches!(r, Err(FeedError::Download(ref m)) if m.contains("reset")), "{r:?}");
+        assert!(
+            matches!(r, Err(FeedError::Download(ref m)) if m.contains("reset")),
+            "{r:?}"
+        );
     }
 }

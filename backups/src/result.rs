@@ -175,8 +175,19 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&full().to_summary_line()).unwrap();
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
         let mut expected = vec![
-            "outcome", "operation", "backupId", "database", "bucket", "key", "manifestKey",
-            "sizeBytes", "rawBytes", "sha256", "engineVersion", "startedAt", "completedAt",
+            "outcome",
+            "operation",
+            "backupId",
+            "database",
+            "bucket",
+            "key",
+            "manifestKey",
+            "sizeBytes",
+            "rawBytes",
+            "sha256",
+            "engineVersion",
+            "startedAt",
+            "completedAt",
             "message",
         ];
         expected.sort();
@@ -207,7 +218,10 @@ mod tests {
             assert!(line.len() <= MAX_SUMMARY_BYTES, "{} bytes", line.len());
             assert!(!line.contains('\n'));
             let back: BackupResult = serde_json::from_str(&line).unwrap();
-            assert!(back.message.unwrap().ends_with('…'), "multibyte={multibyte}");
+            assert!(
+                back.message.unwrap().ends_with('…'),
+                "multibyte={multibyte}"
+            );
             assert_eq!(back.sha256, r.sha256);
         }
     }

@@ -129,17 +129,51 @@ mod tests {
             entry("d", 10, true),
             entry("e", 1, true),
         ];
-        let keep = |k| Policy { keep_last: Some(k), max_age: None };
-        let age = |d: u64| Policy { keep_last: None, max_age: Some(Duration::from_secs(d * DAY)) };
-        let both = |k, d: u64| Policy { keep_last: Some(k), max_age: Some(Duration::from_secs(d * DAY)) };
+        let keep = |k| Policy {
+            keep_last: Some(k),
+            max_age: None,
+        };
+        let age = |d: u64| Policy {
+            keep_last: None,
+            max_age: Some(Duration::from_secs(d * DAY)),
+        };
+        let both = |k, d: u64| Policy {
+            keep_last: Some(k),
+            max_age: Some(Duration::from_secs(d * DAY)),
+        };
         let cases: Vec<(&str, Vec<BackupEntry>, Policy, Vec<&str>)> = vec![
-            ("no policy deletes nothing complete", five.to_vec(), Policy::default(), vec![]),
+            (
+                "no policy deletes nothing complete",
+                five.to_vec(),
+                Policy::default(),
+                vec![],
+            ),
             ("keep-last 2", five.to_vec(), keep(2), vec!["a", "b", "c"]),
-            ("keep-last larger than count", five.to_vec(), keep(10), vec![]),
-            ("keep-last 0 still keeps the newest", five.to_vec(), keep(0), vec!["a", "b", "c", "d"]),
+            (
+                "keep-last larger than count",
+                five.to_vec(),
+                keep(10),
+                vec![],
+            ),
+            (
+                "keep-last 0 still keeps the newest",
+                five.to_vec(),
+                keep(0),
+                vec!["a", "b", "c", "d"],
+            ),
             ("max-age 30d", five.to_vec(), age(30), vec!["a", "b"]),
-            ("both are limits", five.to_vec(), both(4, 30), vec!["a", "b"]),
-            ("both are limits, keep-last binds", five.to_vec(), both(2, 45), vec!["a", "b", "c"]),
+            (
+                "both are limits",
+                five.to_vec(),
+                both(4, 30),
+                vec!["a", "b"],
+            ),
+            (
+                "both are limits, keep-last binds",
+                five.to_vec(),
+                both(2, 45),
+                vec!["a", "b", "c"],
+            ),
             (
                 "max-age never deletes the newest",
                 vec![entry("old", 100, true), entry("older", 200, true)],
@@ -154,7 +188,11 @@ mod tests {
             ),
             (
                 "incomplete past grace is removed, within grace kept",
-                vec![entry("ok", 3, true), entry("stale", 2, false), entry("fresh", 0, false)],
+                vec![
+                    entry("ok", 3, true),
+                    entry("stale", 2, false),
+                    entry("fresh", 0, false),
+                ],
                 Policy::default(),
                 vec!["stale"],
             ),
@@ -168,7 +206,15 @@ mod tests {
     #[test]
     fn ties_break_by_id() {
         let entries = [entry("b", 5, true), entry("a", 5, true)];
-        let d = decide(&entries, Policy { keep_last: Some(1), max_age: None }, Duration::ZERO, now());
+        let d = decide(
+            &entries,
+            Policy {
+                keep_last: Some(1),
+                max_age: None,
+            },
+            Duration::ZERO,
+            now(),
+        );
         assert_eq!(d[0].backup_id, "b");
         assert_eq!(d[0].verdict, Verdict::Keep("newest complete backup"));
         assert!(matches!(d[1].verdict, Verdict::Delete(_)));
@@ -177,8 +223,20 @@ mod tests {
     #[test]
     fn abandoned_uploads() {
         let grace = Duration::from_secs(3600);
-        assert!(upload_abandoned(now() - chrono::Duration::hours(2), grace, now()));
-        assert!(!upload_abandoned(now() - chrono::Duration::minutes(30), grace, now()));
-        assert!(!upload_abandoned(now() + chrono::Duration::hours(1), grace, now()));
+        assert!(upload_abandoned(
+            now() - chrono::Duration::hours(2),
+            grace,
+            now()
+        ));
+        assert!(!upload_abandoned(
+            now() - chrono::Duration::minutes(30),
+            grace,
+            now()
+        ));
+        assert!(!upload_abandoned(
+            now() + chrono::Duration::hours(1),
+            grace,
+            now()
+        ));
     }
 }

@@ -76,7 +76,9 @@ pub async fn run(command: Command, interrupt: Interrupt) -> RunOutput {
                     },
                     incomplete_grace: a.retention.incomplete_grace,
                 };
-                let tools = PgTools { bin_dir: a.pg.pg_bin_dir.clone() };
+                let tools = PgTools {
+                    bin_dir: a.pg.pg_bin_dir.clone(),
+                };
                 dump::dump(&store, &layout, &tools, &opts, &interrupt, &mut result).await
             }
             .await;
@@ -93,7 +95,9 @@ pub async fn run(command: Command, interrupt: Interrupt) -> RunOutput {
                     no_owner: a.no_owner,
                     no_acl: a.no_acl,
                 };
-                let tools = PgTools { bin_dir: a.pg.pg_bin_dir.clone() };
+                let tools = PgTools {
+                    bin_dir: a.pg.pg_bin_dir.clone(),
+                };
                 restore::restore(&store, &layout, &tools, &opts, &interrupt, &mut result)
                     .await
                     .map(|_| ())
@@ -110,7 +114,9 @@ pub async fn run(command: Command, interrupt: Interrupt) -> RunOutput {
                     source_database: a.source_database.clone(),
                     scratch_database: a.scratch_database.clone(),
                 };
-                let tools = PgTools { bin_dir: a.pg.pg_bin_dir.clone() };
+                let tools = PgTools {
+                    bin_dir: a.pg.pg_bin_dir.clone(),
+                };
                 restore::verify(&store, &layout, &tools, &opts, &interrupt, &mut result).await
             }
             .await;
@@ -123,10 +129,16 @@ pub async fn run(command: Command, interrupt: Interrupt) -> RunOutput {
             finish(result, outcome)
         }
         Command::List(a) => match list_command(&a).await {
-            Ok(()) => RunOutput { summary: None, exit_code: 0 },
+            Ok(()) => RunOutput {
+                summary: None,
+                exit_code: 0,
+            },
             Err(e) => {
                 eprintln!("dbop-backup list: {e}");
-                RunOutput { summary: None, exit_code: e.exit_code() }
+                RunOutput {
+                    summary: None,
+                    exit_code: e.exit_code(),
+                }
             }
         },
     }
@@ -192,15 +204,27 @@ async fn prune_command(a: &PruneArgs, result: &mut BackupResult) -> Result<()> {
         .database
         .clone()
         .or_else(|| std::env::var("PGDATABASE").ok().filter(|d| !d.is_empty()))
-        .ok_or_else(|| Error::Usage("--database or PGDATABASE must name the database to prune".into()))?;
+        .ok_or_else(|| {
+            Error::Usage("--database or PGDATABASE must name the database to prune".into())
+        })?;
     crate::layout::validate_database_name(&database).map_err(Error::Usage)?;
     result.database = Some(database.clone());
     if policy.is_empty() {
-        return Err(Error::Usage("prune needs --keep-last and/or --max-age".into()));
+        return Err(Error::Usage(
+            "prune needs --keep-last and/or --max-age".into(),
+        ));
     }
     let (store, layout) = store_for(&a.storage).await?;
     result.bucket = Some(store.bucket.clone());
-    let report = prune_database(&store, &layout, &database, policy, a.retention.incomplete_grace, a.dry_run).await?;
+    let report = prune_database(
+        &store,
+        &layout,
+        &database,
+        policy,
+        a.retention.incomplete_grace,
+        a.dry_run,
+    )
+    .await?;
     result.message = Some(report.to_string());
     Ok(())
 }
@@ -228,7 +252,11 @@ impl fmt::Display for PruneReport {
             self.deleted.join(", "),
             self.incomplete_removed.len(),
             self.uploads_aborted,
-            if self.uploads_listed { "" } else { " (the server cannot list uploads)" }
+            if self.uploads_listed {
+                ""
+            } else {
+                " (the server cannot list uploads)"
+            }
         )
     }
 }
@@ -246,7 +274,10 @@ pub async fn prune_database(
     let prefix = layout.database_prefix(database);
     let objects = store.list(&prefix).await?;
     let entries = catalog::group(layout, &objects);
-    let mut report = PruneReport { dry_run, ..Default::default() };
+    let mut report = PruneReport {
+        dry_run,
+        ..Default::default()
+    };
     for d in retention::decide(&entries, policy, grace, now) {
         let Some(entry) = entries.iter().find(|e| e.backup_id == d.backup_id) else {
             continue;
@@ -281,7 +312,11 @@ pub async fn prune_database(
             report.uploads_listed = true;
             for u in uploads {
                 if retention::upload_abandoned(u.initiated, grace, now) {
-                    tracing::info!(key = u.key, dry_run, "aborting an abandoned multipart upload");
+                    tracing::info!(
+                        key = u.key,
+                        dry_run,
+                        "aborting an abandoned multipart upload"
+                    );
                     if !dry_run {
                         store.abort_upload(&u.key, &u.upload_id).await?;
                     }
@@ -315,8 +350,17 @@ mod tests {
         };
         let out = render_table(&[e("20250101T000000Z", true), e("x", false)]);
         let lines: Vec<&str> = out.lines().collect();
-        assert_eq!(lines[0], "DATABASE  BACKUP ID         STATUS      SIZE  COMPLETED");
-        assert_eq!(lines[1], "app       20250101T000000Z  complete    42    2025-01-01T00:00:00Z");
-        assert_eq!(lines[2], "app       x                 incomplete  -     2025-01-01T00:00:00Z");
+        assert_eq!(
+            lines[0],
+            "DATABASE  BACKUP ID         STATUS      SIZE  COMPLETED"
+        );
+        assert_eq!(
+            lines[1],
+            "app       20250101T000000Z  complete    42    2025-01-01T00:00:00Z"
+        );
+        assert_eq!(
+            lines[2],
+            "app       x                 incomplete  -     2025-01-01T00:00:00Z"
+        );
     }
 }

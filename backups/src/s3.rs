@@ -151,7 +151,12 @@ impl Store {
         }
     }
 
-    fn err<E>(&self, operation: &'static str, key: Option<&str>, e: SdkError<E, HttpResponse>) -> Error
+    fn err<E>(
+        &self,
+        operation: &'static str,
+        key: Option<&str>,
+        e: SdkError<E, HttpResponse>,
+    ) -> Error
     where
         E: ProvideErrorMetadata + std::error::Error + 'static,
     {
@@ -163,7 +168,9 @@ impl Store {
                     "InvalidAccessKeyId" | "SignatureDoesNotMatch" => {
                         " (check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
                     }
-                    "AccessDenied" | "Forbidden" => " (access denied: check the credentials and the bucket policy)",
+                    "AccessDenied" | "Forbidden" => {
+                        " (access denied: check the credentials and the bucket policy)"
+                    }
                     "NotFound" if operation == "HeadBucket" => " (the bucket does not exist)",
                     _ => "",
                 };
@@ -211,12 +218,24 @@ impl Store {
 
     /// A small object (a manifest), or `None` if it does not exist.
     pub async fn get_small(&self, key: &str, limit: usize) -> Result<Option<Bytes>> {
-        let out = match self.client.get_object().bucket(&self.bucket).key(key).send().await {
+        let out = match self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
             Ok(out) => out,
-            Err(e) if e.as_service_error().is_some_and(|se| se.is_no_such_key()) => return Ok(None),
+            Err(e) if e.as_service_error().is_some_and(|se| se.is_no_such_key()) => {
+                return Ok(None);
+            }
             Err(e) => return Err(self.err("GetObject", Some(key), e)),
         };
-        if out.content_length().is_some_and(|n| n < 0 || n as usize > limit) {
+        if out
+            .content_length()
+            .is_some_and(|n| n < 0 || n as usize > limit)
+        {
             return Err(Error::Integrity {
                 key: key.into(),
                 detail: format!("object is larger than {limit} bytes"),
@@ -247,7 +266,14 @@ impl Store {
 
     /// The size of an object, or `None` if it does not exist.
     pub async fn head(&self, key: &str) -> Result<Option<u64>> {
-        match self.client.head_object().bucket(&self.bucket).key(key).send().await {
+        match self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
             Ok(out) => Ok(Some(out.content_length().unwrap_or(0).max(0) as u64)),
             Err(e) if e.as_service_error().is_some_and(|se| se.is_not_found()) => Ok(None),
             Err(e) => Err(self.err("HeadObject", Some(key), e)),
@@ -444,7 +470,14 @@ impl Store {
 
     /// Streams an object: its body and announced length.
     pub async fn get_stream(&self, key: &str) -> Result<(ByteStream, Option<u64>)> {
-        match self.client.get_object().bucket(&self.bucket).key(key).send().await {
+        match self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
             Ok(out) => {
                 let len = out.content_length().map(|n| n.max(0) as u64);
                 Ok((out.body, len))
@@ -470,7 +503,10 @@ mod tests {
     fn redacts_user_info() {
         let cases = [
             ("http://127.0.0.1:9000", "http://127.0.0.1:9000"),
-            ("https://user:secret@minio.local:9000/x", "https://minio.local:9000/x"),
+            (
+                "https://user:secret@minio.local:9000/x",
+                "https://minio.local:9000/x",
+            ),
             ("https://a@b@host", "https://host"),
             ("host:9000", "host:9000"),
             ("k:s@host", "host"),
@@ -503,7 +539,11 @@ mod tests {
             .upload_part("k", "u", 1, Bytes::from_static(b"hello"))
             .await;
         let req = rx.expect_request();
-        assert!(req.uri().starts_with("http://127.0.0.1:1/b/k?"), "path style: {}", req.uri());
+        assert!(
+            req.uri().starts_with("http://127.0.0.1:1/b/k?"),
+            "path style: {}",
+            req.uri()
+        );
         req.headers()
             .iter()
             .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
@@ -519,7 +559,11 @@ mod tests {
             assert_ne!(k, "x-amz-trailer");
             assert!(!(k == "content-encoding" && v.contains("aws-chunked")));
         }
-        assert!(headers.iter().any(|(k, v)| k == "content-length" && v == "5"));
+        assert!(
+            headers
+                .iter()
+                .any(|(k, v)| k == "content-length" && v == "5")
+        );
     }
 
     #[tokio::test]

@@ -18,7 +18,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "g" | "gb" | "gib" => 1 << 30,
         other => return Err(format!("unknown size unit '{other}' in '{s}'")),
     };
-    n.checked_mul(mult).ok_or_else(|| format!("size '{s}' is too large"))
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size '{s}' is too large"))
 }
 
 /// `30d`, `12h`, `90m`, `45s`, `2w`, or combinations such as `1d12h`.
@@ -44,7 +45,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
             'h' => 3600,
             'd' => 86_400,
             'w' => 7 * 86_400,
-            _ => return Err(format!("unknown duration unit '{c}' in '{s}' (use s, m, h, d, w)")),
+            _ => {
+                return Err(format!(
+                    "unknown duration unit '{c}' in '{s}' (use s, m, h, d, w)"
+                ));
+            }
         };
         total = n
             .checked_mul(unit)

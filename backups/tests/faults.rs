@@ -13,7 +13,11 @@ fn app(pg: &Pg) {
 
 fn assert_nothing_complete(s3: &S3Server) {
     let keys = s3.keys("");
-    assert!(keys.iter().all(|k| !k.ends_with("manifest.json") && !k.ends_with("dump.pgc.zst")), "{keys:?}");
+    assert!(
+        keys.iter()
+            .all(|k| !k.ends_with("manifest.json") && !k.ends_with("dump.pgc.zst")),
+        "{keys:?}"
+    );
 }
 
 #[test]
@@ -26,7 +30,10 @@ fn dump_fails_when_s3_is_unreachable() {
     let run = agent(&["dump"], &env);
     let r = run.failed();
     let m = run.message();
-    assert!(m.contains(&endpoint) && m.contains("bucket 'backups'"), "{m}");
+    assert!(
+        m.contains(&endpoint) && m.contains("bucket 'backups'"),
+        "{m}"
+    );
     assert_eq!(r.database.as_deref(), Some("app"));
 }
 
@@ -35,12 +42,22 @@ fn dump_fails_with_wrong_s3_credentials() {
     let pg = Pg::start();
     let s3 = S3Server::start(S3Kind::S3sFs);
     app(&pg);
-    let env = with_env(env_of(&pg, "app", &s3), "AWS_SECRET_ACCESS_KEY", "wrong-s3-secret");
+    let env = with_env(
+        env_of(&pg, "app", &s3),
+        "AWS_SECRET_ACCESS_KEY",
+        "wrong-s3-secret",
+    );
     let run = agent(&["dump"], &env);
     run.failed();
     let m = run.message();
-    assert!(m.contains("bucket 'backups'") && m.contains(&s3.endpoint()), "{m}");
-    assert!(m.contains("AWS_SECRET_ACCESS_KEY") || m.contains("Forbidden") || m.contains("denied"), "{m}");
+    assert!(
+        m.contains("bucket 'backups'") && m.contains(&s3.endpoint()),
+        "{m}"
+    );
+    assert!(
+        m.contains("AWS_SECRET_ACCESS_KEY") || m.contains("Forbidden") || m.contains("denied"),
+        "{m}"
+    );
     assert_nothing_complete(&s3);
 }
 
@@ -48,10 +65,16 @@ fn missing_bucket(kind: S3Kind) {
     let pg = Pg::start();
     let s3 = S3Server::start(kind);
     app(&pg);
-    let run = agent(&["dump", "--bucket", "no-such-bucket"], &env_of(&pg, "app", &s3));
+    let run = agent(
+        &["dump", "--bucket", "no-such-bucket"],
+        &env_of(&pg, "app", &s3),
+    );
     run.failed();
     let m = run.message();
-    assert!(m.contains("no-such-bucket") && m.contains("does not exist"), "{m}");
+    assert!(
+        m.contains("no-such-bucket") && m.contains("does not exist"),
+        "{m}"
+    );
 }
 
 #[test]
@@ -69,11 +92,18 @@ fn dump_fails_for_a_wrong_database_password() {
     let pg = Pg::start();
     let s3 = S3Server::start(S3Kind::S3sFs);
     app(&pg);
-    let env = with_env(env_of(&pg, "app", &s3), "PGPASSWORD", "wrong-pw-also-secret");
+    let env = with_env(
+        env_of(&pg, "app", &s3),
+        "PGPASSWORD",
+        "wrong-pw-also-secret",
+    );
     let run = agent(&["dump"], &env);
     run.failed();
     let m = run.message();
-    assert!(m.contains("database 'app'") && m.contains("password authentication failed"), "{m}");
+    assert!(
+        m.contains("database 'app'") && m.contains("password authentication failed"),
+        "{m}"
+    );
     assert!(m.contains(&format!("127.0.0.1:{}", pg.port)), "{m}");
     assert_nothing_complete(&s3);
 }
@@ -85,7 +115,10 @@ fn dump_fails_for_a_missing_database() {
     let run = agent(&["dump"], &env_of(&pg, "nosuchdb", &s3));
     run.failed();
     let m = run.message();
-    assert!(m.contains("database 'nosuchdb'") && m.contains("does not exist"), "{m}");
+    assert!(
+        m.contains("database 'nosuchdb'") && m.contains("does not exist"),
+        "{m}"
+    );
     assert_nothing_complete(&s3);
 }
 
@@ -95,13 +128,17 @@ fn slow_dump(pg: &Pg, s3: &S3Server, extra: &[&str]) -> std::process::Child {
     fill_bulky(pg, "app", 32);
     let mut args = vec!["dump", "--compression-level", "12", "--part-size", "5MiB"];
     args.extend_from_slice(extra);
-    agent_command(&args, &env_of(pg, "app", s3)).spawn().expect("agent")
+    agent_command(&args, &env_of(pg, "app", s3))
+        .spawn()
+        .expect("agent")
 }
 
 fn wait_first_part(s3: &S3Server) {
     match s3.kind {
         S3Kind::S3sFs => wait_until(120, "the first part", || {
-            s3.s3s_upload_files().iter().any(|f| f.starts_with(".upload_id-"))
+            s3.s3s_upload_files()
+                .iter()
+                .any(|f| f.starts_with(".upload_id-"))
         }),
         S3Kind::Moto => {
             wait_until(120, "the upload to start", || !s3.uploads().is_empty());
@@ -120,7 +157,10 @@ fn dump_fails_when_s3_dies_mid_upload() {
     let run = parse_run(child.wait_with_output().unwrap());
     run.failed();
     let m = run.message();
-    assert!(m.contains(&s3.endpoint()) && m.contains("bucket 'backups'"), "{m}");
+    assert!(
+        m.contains(&s3.endpoint()) && m.contains("bucket 'backups'"),
+        "{m}"
+    );
     s3.restart();
     assert_nothing_complete(&s3);
 }
@@ -166,14 +206,21 @@ fn sigterm(kind: S3Kind) {
     wait_first_part(&s3);
     // No secret on any command line while the dump runs (pg_dump, psql, the agent).
     for line in all_command_lines().iter().filter(|l| !l.contains("s3s-fs")) {
-        assert!(!line.contains(PG_PASSWORD) && !line.contains(S3_SECRET_KEY), "secret on a command line: {line}");
+        assert!(
+            !line.contains(PG_PASSWORD) && !line.contains(S3_SECRET_KEY),
+            "secret on a command line: {line}"
+        );
     }
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let run = parse_run(child.wait_with_output().unwrap());
     assert_eq!(run.code, Some(143), "{}", run.stderr);
     run.failed();
-    assert!(run.message().contains("interrupted by SIGTERM"), "{}", run.message());
+    assert!(
+        run.message().contains("interrupted by SIGTERM"),
+        "{}",
+        run.message()
+    );
     let written = std::fs::read_to_string(&result_file).unwrap();
     assert_eq!(written.trim(), run.stdout.trim());
     assert_nothing_complete(&s3);
@@ -183,7 +230,10 @@ fn sigterm(kind: S3Kind) {
     }
     // pg_dump and the snapshot session are gone.
     wait_until(10, "pg_dump's session to end", || {
-        pg.psql("postgres", "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dbop-backup'") == "0"
+        pg.psql(
+            "postgres",
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dbop-backup'",
+        ) == "0"
     });
 }
 
@@ -203,17 +253,27 @@ fn backed_up(kind: S3Kind) -> (Pg, S3Server, dbop_backup::BackupResult) {
     let s3 = S3Server::start(kind);
     app(&pg);
     // Enough data that pg_restore gets far into the archive before the end is held back.
-    pg.psql("app", "CREATE TABLE filler AS SELECT i, md5(i::text) AS h FROM generate_series(1, 100000) i");
+    pg.psql(
+        "app",
+        "CREATE TABLE filler AS SELECT i, md5(i::text) AS h FROM generate_series(1, 100000) i",
+    );
     let r = agent(&["dump"], &env_of(&pg, "app", &s3)).ok().clone();
     pg.create_db("target");
     (pg, s3, r)
 }
 
 fn restore_into_target(pg: &Pg, s3: &S3Server) -> AgentRun {
-    agent(&["restore", "latest", "--source-database", "app"], &env_of(pg, "target", s3))
+    agent(
+        &["restore", "latest", "--source-database", "app"],
+        &env_of(pg, "target", s3),
+    )
 }
 
-fn edit_manifest(s3: &S3Server, r: &dbop_backup::BackupResult, f: impl FnOnce(&mut dbop_backup::Manifest)) {
+fn edit_manifest(
+    s3: &S3Server,
+    r: &dbop_backup::BackupResult,
+    f: impl FnOnce(&mut dbop_backup::Manifest),
+) {
     let key = r.manifest_key.clone().unwrap();
     let mut m = dbop_backup::Manifest::parse(&s3.get(&key)).unwrap();
     f(&mut m);
@@ -221,7 +281,11 @@ fn edit_manifest(s3: &S3Server, r: &dbop_backup::BackupResult, f: impl FnOnce(&m
 }
 
 fn assert_target_untouched(pg: &Pg) {
-    assert_eq!(pg.table_count("target"), 0, "nothing committed into the target");
+    assert_eq!(
+        pg.table_count("target"),
+        0,
+        "nothing committed into the target"
+    );
 }
 
 #[test]
@@ -233,7 +297,11 @@ fn restore_with_a_checksum_mismatch_commits_nothing() {
     let run = restore_into_target(&pg, &s3);
     run.failed();
     assert!(run.message().contains("sha256"), "{}", run.message());
-    assert!(run.message().contains("before committing"), "{}", run.message());
+    assert!(
+        run.message().contains("before committing"),
+        "{}",
+        run.message()
+    );
     assert_target_untouched(&pg);
 }
 
@@ -247,7 +315,11 @@ fn restore_of_a_truncated_object_commits_nothing() {
     // The announced length already disagrees with the manifest.
     let run = restore_into_target(&pg, &s3);
     run.failed();
-    assert!(run.message().contains("integrity check failed"), "{}", run.message());
+    assert!(
+        run.message().contains("integrity check failed"),
+        "{}",
+        run.message()
+    );
     assert_target_untouched(&pg);
     // With the manifest's size made to match, the truncation is found by decoding.
     use sha2::Digest;
@@ -257,7 +329,11 @@ fn restore_of_a_truncated_object_commits_nothing() {
     });
     let run = restore_into_target(&pg, &s3);
     run.failed();
-    assert!(run.message().contains("corrupted or truncated"), "{}", run.message());
+    assert!(
+        run.message().contains("corrupted or truncated"),
+        "{}",
+        run.message()
+    );
     assert_target_untouched(&pg);
 }
 
@@ -271,20 +347,34 @@ fn restore_of_a_corrupted_object_commits_nothing() {
     s3.put(&key, object);
     let run = restore_into_target(&pg, &s3);
     run.failed();
-    assert!(run.message().contains("integrity check failed"), "{}", run.message());
+    assert!(
+        run.message().contains("integrity check failed"),
+        "{}",
+        run.message()
+    );
     assert_target_untouched(&pg);
 }
 
 #[test]
 fn restore_error_leaves_the_target_as_it_was() {
     let (pg, s3, _) = backed_up(S3Kind::S3sFs);
-    pg.psql("target", "CREATE TABLE filler (i int); INSERT INTO filler VALUES (42)");
+    pg.psql(
+        "target",
+        "CREATE TABLE filler (i int); INSERT INTO filler VALUES (42)",
+    );
     let run = restore_into_target(&pg, &s3);
     run.failed();
     let m = run.message();
-    assert!(m.contains("pg_restore failed for database 'target'") && m.contains("nothing was committed"), "{m}");
+    assert!(
+        m.contains("pg_restore failed for database 'target'")
+            && m.contains("nothing was committed"),
+        "{m}"
+    );
     assert_eq!(pg.table_count("target"), 1);
-    assert_eq!(pg.psql("target", "SELECT string_agg(i::text, ',') FROM filler"), "42");
+    assert_eq!(
+        pg.psql("target", "SELECT string_agg(i::text, ',') FROM filler"),
+        "42"
+    );
 }
 
 #[test]
@@ -294,10 +384,22 @@ fn restore_of_a_missing_backup_fails_clearly() {
     pg.create_db("target");
     let run = agent(&["restore", "latest"], &env_of(&pg, "target", &s3));
     run.failed();
-    assert!(run.message().contains("no complete backup of database 'target'"), "{}", run.message());
-    let run = agent(&["restore", "20200101T000000Z"], &env_of(&pg, "target", &s3));
+    assert!(
+        run.message()
+            .contains("no complete backup of database 'target'"),
+        "{}",
+        run.message()
+    );
+    let run = agent(
+        &["restore", "20200101T000000Z"],
+        &env_of(&pg, "target", &s3),
+    );
     run.failed();
-    assert!(run.message().contains("has no manifest"), "{}", run.message());
+    assert!(
+        run.message().contains("has no manifest"),
+        "{}",
+        run.message()
+    );
 }
 
 #[test]
@@ -306,10 +408,19 @@ fn verify_reports_the_first_difference() {
     edit_manifest(&s3, &r, |m| {
         m.row_counts.insert("public.filler".into(), 99_999);
     });
-    let run = agent(&["verify", "latest", "--source-database", "app"], &env_of(&pg, "postgres", &s3));
+    let run = agent(
+        &["verify", "latest", "--source-database", "app"],
+        &env_of(&pg, "postgres", &s3),
+    );
     run.failed();
     let m = run.message();
-    assert!(m.contains("table public.filler: manifest has 99999 rows, restored database has 100000"), "{m}");
-    let leftovers = pg.psql("postgres", "SELECT count(*) FROM pg_database WHERE datname LIKE 'dbop_verify_%'");
+    assert!(
+        m.contains("table public.filler: manifest has 99999 rows, restored database has 100000"),
+        "{m}"
+    );
+    let leftovers = pg.psql(
+        "postgres",
+        "SELECT count(*) FROM pg_database WHERE datname LIKE 'dbop_verify_%'",
+    );
     assert_eq!(leftovers, "0", "scratch database dropped");
 }

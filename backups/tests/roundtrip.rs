@@ -11,16 +11,31 @@ fn round_trip(kind: S3Kind, rows: u64, tables: u32) {
     fill_varied(&pg, "app", rows, tables);
     let env = env_of(&pg, "app", &s3);
 
-    let dumped = agent(&["dump", "--prefix", "team/prod", "--compression-level", "3"], &env);
+    let dumped = agent(
+        &["dump", "--prefix", "team/prod", "--compression-level", "3"],
+        &env,
+    );
     let r = dumped.ok().clone();
     dumped.assert_no_secrets();
     let id = r.backup_id.clone().unwrap();
     assert_eq!(r.operation, dbop_backup::Operation::Dump);
-    assert_eq!(r.key.as_deref(), Some(format!("team/prod/app/{id}/dump.pgc.zst").as_str()));
-    assert_eq!(r.manifest_key.as_deref(), Some(format!("team/prod/app/{id}/manifest.json").as_str()));
-    assert_eq!(r.engine_version.as_deref().map(|v| v.split('.').count()), Some(2));
+    assert_eq!(
+        r.key.as_deref(),
+        Some(format!("team/prod/app/{id}/dump.pgc.zst").as_str())
+    );
+    assert_eq!(
+        r.manifest_key.as_deref(),
+        Some(format!("team/prod/app/{id}/manifest.json").as_str())
+    );
+    assert_eq!(
+        r.engine_version.as_deref().map(|v| v.split('.').count()),
+        Some(2)
+    );
     assert!(r.size_bytes.unwrap() > 0 && r.raw_bytes.unwrap() > r.size_bytes.unwrap());
-    assert_eq!(s3.keys("team/prod/app/"), vec![r.key.clone().unwrap(), r.manifest_key.clone().unwrap()]);
+    assert_eq!(
+        s3.keys("team/prod/app/"),
+        vec![r.key.clone().unwrap(), r.manifest_key.clone().unwrap()]
+    );
 
     // The manifest describes the object and counts rows in the dump's snapshot.
     let m = dbop_backup::Manifest::parse(&s3.get(r.manifest_key.as_ref().unwrap())).unwrap();
@@ -29,9 +44,16 @@ fn round_trip(kind: S3Kind, rows: u64, tables: u32) {
     assert_eq!(hex::encode(sha2::Sha256::digest(&object)), m.sha256);
     assert_eq!(object.len() as u64, m.size_bytes);
     assert_eq!(m.row_counts.get("public.varied"), Some(&rows));
-    assert_eq!(m.row_counts.get("\"Other Schema\".\"Mixed Case\""), Some(&10));
+    assert_eq!(
+        m.row_counts.get("\"Other Schema\".\"Mixed Case\""),
+        Some(&10)
+    );
     assert_eq!(m.row_counts.get("public.parted_a"), Some(&500));
-    assert_eq!(m.row_counts.get("public.parted"), None, "partitioned parents hold no rows");
+    assert_eq!(
+        m.row_counts.get("public.parted"),
+        None,
+        "partitioned parents hold no rows"
+    );
     assert_eq!(m.row_counts.get("public.empty_one"), Some(&0));
     // One zstd frame with a content checksum (frame header descriptor bit 2).
     assert_eq!(&object[..4], &[0x28, 0xb5, 0x2f, 0xfd]);
@@ -45,7 +67,14 @@ fn round_trip(kind: S3Kind, rows: u64, tables: u32) {
 
     pg.create_db("copy");
     let restored = agent(
-        &["restore", "latest", "--prefix", "team/prod", "--source-database", "app"],
+        &[
+            "restore",
+            "latest",
+            "--prefix",
+            "team/prod",
+            "--source-database",
+            "app",
+        ],
         &env_of(&pg, "copy", &s3),
     );
     let rr = restored.ok();
@@ -53,9 +82,29 @@ fn round_trip(kind: S3Kind, rows: u64, tables: u32) {
     assert_eq!(pg.content_hash("app"), pg.content_hash("copy"));
 
     let env_pg = env_of(&pg, "postgres", &s3);
-    let verified = agent(&["verify", &id, "--prefix", "team/prod", "--source-database", "app"], &env_pg);
-    assert!(verified.ok().message.as_deref().unwrap().contains("row counts match"));
-    let leftovers = pg.psql("postgres", "SELECT count(*) FROM pg_database WHERE datname LIKE 'dbop_verify_%'");
+    let verified = agent(
+        &[
+            "verify",
+            &id,
+            "--prefix",
+            "team/prod",
+            "--source-database",
+            "app",
+        ],
+        &env_pg,
+    );
+    assert!(
+        verified
+            .ok()
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("row counts match")
+    );
+    let leftovers = pg.psql(
+        "postgres",
+        "SELECT count(*) FROM pg_database WHERE datname LIKE 'dbop_verify_%'",
+    );
     assert_eq!(leftovers, "0", "scratch database dropped");
 }
 

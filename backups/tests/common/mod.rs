@@ -68,9 +68,12 @@ pub fn pg_bin_dir() -> PathBuf {
         })
         .unwrap_or_default();
     dirs.sort();
-    dirs.pop()
-        .map(|(_, d)| d)
-        .unwrap_or_else(|| panic!("{}", install_hint("PostgreSQL server (initdb under /usr/lib/postgresql/*/bin)")))
+    dirs.pop().map(|(_, d)| d).unwrap_or_else(|| {
+        panic!(
+            "{}",
+            install_hint("PostgreSQL server (initdb under /usr/lib/postgresql/*/bin)")
+        )
+    })
 }
 
 fn postgres_ids() -> Option<(u32, u32)> {
@@ -79,9 +82,19 @@ fn postgres_ids() -> Option<(u32, u32)> {
         return None;
     }
     let id = |flag: &str| -> u32 {
-        let out = Command::new("id").args([flag, "postgres"]).output().expect("id");
-        assert!(out.status.success(), "{}", install_hint("the postgres system user"));
-        String::from_utf8_lossy(&out.stdout).trim().parse().expect("numeric id")
+        let out = Command::new("id")
+            .args([flag, "postgres"])
+            .output()
+            .expect("id");
+        assert!(
+            out.status.success(),
+            "{}",
+            install_hint("the postgres system user")
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("numeric id")
     };
     Some((id("-u"), id("-g")))
 }
@@ -97,7 +110,10 @@ pub struct Pg {
 impl Pg {
     pub fn start() -> Pg {
         let bin = pg_bin_dir();
-        let dir = tempfile::Builder::new().prefix("dbop-pg-").tempdir().expect("tempdir");
+        let dir = tempfile::Builder::new()
+            .prefix("dbop-pg-")
+            .tempdir()
+            .expect("tempdir");
         let ids = postgres_ids();
         let as_owner = |cmd: &mut Command| {
             if let Some((uid, gid)) = ids {
@@ -116,31 +132,70 @@ impl Pg {
         let data = dir.path().join("data");
         let mut initdb = Command::new(bin.join("initdb"));
         initdb
-            .args(["-U", "dbop", "--auth=scram-sha-256", "-E", "UTF8", "--locale=C", "--no-sync", "--pwfile"])
+            .args([
+                "-U",
+                "dbop",
+                "--auth=scram-sha-256",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+                "--pwfile",
+            ])
             .arg(&pwfile)
             .arg("-D")
             .arg(&data)
             .current_dir(dir.path());
         as_owner(&mut initdb);
-        let out = initdb.output().unwrap_or_else(|e| panic!("{}: {e}", install_hint("initdb")));
-        assert!(out.status.success(), "initdb failed: {}", String::from_utf8_lossy(&out.stderr));
+        let out = initdb
+            .output()
+            .unwrap_or_else(|e| panic!("{}: {e}", install_hint("initdb")));
+        assert!(
+            out.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let port = free_port();
         let mut cmd = Command::new(bin.join("postgres"));
-        cmd.arg("-D").arg(&data)
+        cmd.arg("-D")
+            .arg(&data)
             .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1"])
-            .arg("-c").arg(format!("unix_socket_directories={}", dir.path().display()))
-            .args(["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"])
-            .args(["-c", "max_wal_size=8GB", "-c", "shared_buffers=256MB", "-c", "logging_collector=off"])
+            .arg("-c")
+            .arg(format!("unix_socket_directories={}", dir.path().display()))
+            .args([
+                "-c",
+                "fsync=off",
+                "-c",
+                "synchronous_commit=off",
+                "-c",
+                "full_page_writes=off",
+            ])
+            .args([
+                "-c",
+                "max_wal_size=8GB",
+                "-c",
+                "shared_buffers=256MB",
+                "-c",
+                "logging_collector=off",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .current_dir(dir.path());
         as_owner(&mut cmd);
         let mut child = cmd.spawn().expect("postgres");
         wait_for_port(port, &mut child, "postgres");
-        let pg = Pg { child, port, bin, _dir: dir };
+        let pg = Pg {
+            child,
+            port,
+            bin,
+            _dir: dir,
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         while pg.try_psql("postgres", "SELECT 1").is_err() {
-            assert!(Instant::now() < deadline, "postgres did not accept connections");
+            assert!(
+                Instant::now() < deadline,
+                "postgres did not accept connections"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         pg
@@ -159,7 +214,17 @@ impl Pg {
 
     pub fn try_psql(&self, database: &str, sql: &str) -> Result<String, String> {
         let out = Command::new(self.bin.join("psql"))
-            .args(["-X", "-w", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql])
+            .args([
+                "-X",
+                "-w",
+                "-q",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-c",
+                sql,
+            ])
             .env_clear()
             .envs(self.env(database))
             .output()
@@ -172,7 +237,8 @@ impl Pg {
     }
 
     pub fn psql(&self, database: &str, sql: &str) -> String {
-        self.try_psql(database, sql).unwrap_or_else(|e| panic!("psql failed: {e}\n{sql}"))
+        self.try_psql(database, sql)
+            .unwrap_or_else(|e| panic!("psql failed: {e}\n{sql}"))
     }
 
     pub fn create_db(&self, name: &str) {
@@ -210,7 +276,10 @@ impl Pg {
             }
         }
         hasher.update(&pending);
-        assert!(child.wait().unwrap().success(), "pg_dump of {database} failed");
+        assert!(
+            child.wait().unwrap().success(),
+            "pg_dump of {database} failed"
+        );
         hex::encode(hasher.finalize())
     }
 
@@ -269,21 +338,77 @@ impl S3Server {
 
     /// moto_server speaking HTTPS with a certificate from a private CA.
     pub fn start_moto_tls() -> S3Server {
-        let dir = tempfile::Builder::new().prefix("dbop-tls-").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("dbop-tls-")
+            .tempdir()
+            .unwrap();
         let p = |n: &str| dir.path().join(n);
         let run = |args: &[&str]| {
-            let out = Command::new("openssl").args(args).current_dir(dir.path()).output()
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(dir.path())
+                .output()
                 .unwrap_or_else(|e| panic!("{}: {e}", install_hint("openssl")));
-            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         };
-        run(&["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=dbop test CA",
-              "-keyout", "ca.key", "-out", "ca.pem", "-addext", "basicConstraints=critical,CA:TRUE",
-              "-addext", "keyUsage=critical,keyCertSign,cRLSign"]);
-        run(&["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout", "server.key", "-out", "server.csr"]);
+        run(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=dbop test CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ]);
+        run(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ]);
         std::fs::write(p("ext.cnf"), "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n").unwrap();
-        run(&["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-              "-days", "2", "-extfile", "ext.cnf", "-out", "server.pem"]);
-        let tls = Tls { ca_file: p("ca.pem"), cert: p("server.pem"), key: p("server.key") };
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+            "-out",
+            "server.pem",
+        ]);
+        let tls = Tls {
+            ca_file: p("ca.pem"),
+            cert: p("server.pem"),
+            key: p("server.key"),
+        };
         let mut s = Self::start_inner(S3Kind::Moto, None, Some(tls));
         s._dir = Some(dir);
         s
@@ -301,16 +426,30 @@ impl S3Server {
         let port = free_port();
         match kind {
             S3Kind::S3sFs => {
-                let dir = tempfile::Builder::new().prefix("dbop-s3s-").tempdir().unwrap();
+                let dir = tempfile::Builder::new()
+                    .prefix("dbop-s3s-")
+                    .tempdir()
+                    .unwrap();
                 let root = dir.path().to_path_buf();
                 std::fs::create_dir(root.join(BUCKET)).unwrap();
                 let mut child = spawn_s3s(&root, port);
                 wait_for_port(port, &mut child, "s3s-fs");
-                S3Server { kind, child: Some(child), port, root, _dir: Some(dir), tls }
+                S3Server {
+                    kind,
+                    child: Some(child),
+                    port,
+                    root,
+                    _dir: Some(dir),
+                    tls,
+                }
             }
             S3Kind::Moto => {
-                let bin = find_in_path("moto_server", &[])
-                    .unwrap_or_else(|| panic!("{}", install_hint("moto_server (pip install 'moto[server]')")));
+                let bin = find_in_path("moto_server", &[]).unwrap_or_else(|| {
+                    panic!(
+                        "{}",
+                        install_hint("moto_server (pip install 'moto[server]')")
+                    )
+                });
                 let mut cmd = Command::new(bin);
                 cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()])
                     .stdout(Stdio::null())
@@ -320,11 +459,16 @@ impl S3Server {
                 }
                 let mut child = cmd.spawn().expect("moto_server");
                 wait_for_port(port, &mut child, "moto_server");
-                let s = S3Server { kind, child: Some(child), port, root: PathBuf::new(), _dir: None, tls };
-                s.sdk(|c| async move {
-                    c.create_bucket().bucket(BUCKET).send().await.map(|_| ())
-                })
-                .expect("create bucket on moto");
+                let s = S3Server {
+                    kind,
+                    child: Some(child),
+                    port,
+                    root: PathBuf::new(),
+                    _dir: None,
+                    tls,
+                };
+                s.sdk(|c| async move { c.create_bucket().bucket(BUCKET).send().await.map(|_| ()) })
+                    .expect("create bucket on moto");
                 s
             }
         }
@@ -332,7 +476,11 @@ impl S3Server {
 
     pub fn endpoint(&self) -> String {
         let scheme = if self.tls.is_some() { "https" } else { "http" };
-        let host = if self.tls.is_some() { "localhost" } else { "127.0.0.1" };
+        let host = if self.tls.is_some() {
+            "localhost"
+        } else {
+            "127.0.0.1"
+        };
         format!("{scheme}://{host}:{}", self.port)
     }
 
@@ -353,7 +501,10 @@ impl S3Server {
         F: FnOnce(aws_sdk_s3::Client) -> Fut,
         Fut: std::future::Future<Output = T>,
     {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         rt.block_on(async {
             let mut trust = aws_smithy_http_client::tls::TrustStore::default();
             if let Some(t) = &self.tls {
@@ -363,7 +514,12 @@ impl S3Server {
                 .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
                     aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
                 ))
-                .tls_context(aws_smithy_http_client::tls::TlsContext::builder().with_trust_store(trust).build().unwrap())
+                .tls_context(
+                    aws_smithy_http_client::tls::TlsContext::builder()
+                        .with_trust_store(trust)
+                        .build()
+                        .unwrap(),
+                )
                 .build_https();
             let conf = aws_sdk_s3::Config::builder()
                 .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
@@ -371,8 +527,16 @@ impl S3Server {
                 .endpoint_url(self.endpoint())
                 .force_path_style(true)
                 .http_client(http)
-                .request_checksum_calculation(aws_sdk_s3::config::RequestChecksumCalculation::WhenRequired)
-                .credentials_provider(aws_sdk_s3::config::Credentials::new(S3_ACCESS_KEY, S3_SECRET_KEY, None, None, "test"))
+                .request_checksum_calculation(
+                    aws_sdk_s3::config::RequestChecksumCalculation::WhenRequired,
+                )
+                .credentials_provider(aws_sdk_s3::config::Credentials::new(
+                    S3_ACCESS_KEY,
+                    S3_SECRET_KEY,
+                    None,
+                    None,
+                    "test",
+                ))
                 .build();
             f(aws_sdk_s3::Client::from_conf(conf)).await
         })
@@ -380,8 +544,18 @@ impl S3Server {
 
     pub fn keys(&self, prefix: &str) -> Vec<String> {
         self.sdk(|c| async move {
-            let out = c.list_objects_v2().bucket(BUCKET).prefix(prefix).send().await.expect("list");
-            let mut keys: Vec<String> = out.contents().iter().filter_map(|o| o.key().map(str::to_string)).collect();
+            let out = c
+                .list_objects_v2()
+                .bucket(BUCKET)
+                .prefix(prefix)
+                .send()
+                .await
+                .expect("list");
+            let mut keys: Vec<String> = out
+                .contents()
+                .iter()
+                .filter_map(|o| o.key().map(str::to_string))
+                .collect();
             keys.sort();
             keys
         })
@@ -390,7 +564,13 @@ impl S3Server {
     pub fn get(&self, key: &str) -> Vec<u8> {
         let key = key.to_string();
         self.sdk(|c| async move {
-            let out = c.get_object().bucket(BUCKET).key(key).send().await.expect("get");
+            let out = c
+                .get_object()
+                .bucket(BUCKET)
+                .key(key)
+                .send()
+                .await
+                .expect("get");
             out.body.collect().await.unwrap().into_bytes().to_vec()
         })
     }
@@ -398,15 +578,29 @@ impl S3Server {
     pub fn put(&self, key: &str, body: Vec<u8>) {
         let key = key.to_string();
         self.sdk(|c| async move {
-            c.put_object().bucket(BUCKET).key(key).body(body.into()).send().await.expect("put");
+            c.put_object()
+                .bucket(BUCKET)
+                .key(key)
+                .body(body.into())
+                .send()
+                .await
+                .expect("put");
         })
     }
 
     /// Unfinished multipart uploads (moto only; s3s-fs answers NotImplemented).
     pub fn uploads(&self) -> Vec<String> {
         self.sdk(|c| async move {
-            let out = c.list_multipart_uploads().bucket(BUCKET).send().await.expect("list uploads");
-            out.uploads().iter().filter_map(|u| u.key().map(str::to_string)).collect()
+            let out = c
+                .list_multipart_uploads()
+                .bucket(BUCKET)
+                .send()
+                .await
+                .expect("list uploads");
+            out.uploads()
+                .iter()
+                .filter_map(|u| u.key().map(str::to_string))
+                .collect()
         })
     }
 
@@ -424,9 +618,15 @@ impl S3Server {
 }
 
 fn spawn_s3s(root: &Path, port: u16) -> Child {
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
-    let bin = find_in_path("s3s-fs", &[home.join(".cargo/bin")])
-        .unwrap_or_else(|| panic!("{}", install_hint("s3s-fs (cargo install s3s-fs --version 0.14.1 --features binary)")));
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    let bin = find_in_path("s3s-fs", &[home.join(".cargo/bin")]).unwrap_or_else(|| {
+        panic!(
+            "{}",
+            install_hint("s3s-fs (cargo install s3s-fs --version 0.14.1 --features binary)")
+        )
+    });
     Command::new(bin)
         .args(["--host", "127.0.0.1", "--port", &port.to_string()])
         .args(["--access-key", S3_ACCESS_KEY, "--secret-key", S3_SECRET_KEY])
@@ -454,24 +654,46 @@ pub struct AgentRun {
 
 impl AgentRun {
     pub fn ok(&self) -> &BackupResult {
-        assert_eq!(self.code, Some(0), "agent failed:\nstdout: {}\nstderr: {}", self.stdout, self.stderr);
+        assert_eq!(
+            self.code,
+            Some(0),
+            "agent failed:\nstdout: {}\nstderr: {}",
+            self.stdout,
+            self.stderr
+        );
         self.result.as_ref().expect("a result line")
     }
 
     pub fn failed(&self) -> &BackupResult {
-        assert_ne!(self.code, Some(0), "agent unexpectedly succeeded:\n{}", self.stdout);
-        let r = self.result.as_ref().unwrap_or_else(|| panic!("no result line: {}\n{}", self.stdout, self.stderr));
+        assert_ne!(
+            self.code,
+            Some(0),
+            "agent unexpectedly succeeded:\n{}",
+            self.stdout
+        );
+        let r = self
+            .result
+            .as_ref()
+            .unwrap_or_else(|| panic!("no result line: {}\n{}", self.stdout, self.stderr));
         assert_eq!(r.outcome, dbop_backup::Outcome::Failed);
         self.assert_no_secrets();
         r
     }
 
     pub fn message(&self) -> String {
-        self.result.as_ref().and_then(|r| r.message.clone()).unwrap_or_default()
+        self.result
+            .as_ref()
+            .and_then(|r| r.message.clone())
+            .unwrap_or_default()
     }
 
     pub fn assert_no_secrets(&self) {
-        for secret in [PG_PASSWORD, S3_SECRET_KEY, "wrong-pw-also-secret", "wrong-s3-secret"] {
+        for secret in [
+            PG_PASSWORD,
+            S3_SECRET_KEY,
+            "wrong-pw-also-secret",
+            "wrong-s3-secret",
+        ] {
             assert!(!self.stdout.contains(secret), "secret in stdout");
             assert!(!self.stderr.contains(secret), "secret in stderr");
         }
@@ -494,8 +716,16 @@ pub fn agent_command(args: &[&str], env: &[(String, String)]) -> Command {
 pub fn parse_run(out: Output) -> AgentRun {
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    let result = stdout.lines().last().and_then(|l| serde_json::from_str(l).ok());
-    AgentRun { code: out.status.code(), stdout, stderr, result }
+    let result = stdout
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str(l).ok());
+    AgentRun {
+        code: out.status.code(),
+        stdout,
+        stderr,
+        result,
+    }
 }
 
 pub fn agent(args: &[&str], env: &[(String, String)]) -> AgentRun {
