@@ -3,7 +3,7 @@
 # repo: ${DBOP_TESTBED_CACHE:-$HOME/.cache/dbop-testbed}/<versions-key>/bin/
 #   etcd, kwok, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
 # Binaries already present there are skipped. Versions: e2e/testbed/versions.env.
-# Go's own caches (GOMODCACHE, GOCACHE) are used as usual and may be pointed elsewhere.
+# Go module cache: Go's usual GOMODCACHE. Build cache: see below.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -29,6 +29,14 @@ for b in "${TESTBED_BINARIES[@]}"; do [[ -x "$bin/$b" ]] || missing+=("$b"); don
 if ((${#missing[@]} == 0)); then
   log "all binaries present in $bin (kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION)"
   exit 0
+fi
+# Go's build cache for these builds grows to ~4.5 GB and is useless once the binaries exist, so
+# unless GOCACHE is set by the caller it lives under the test bed cache and is removed after a
+# successful build (DBOP_TESTBED_KEEP_GOCACHE=1 keeps it). The module cache (~1 GB) is Go's usual one.
+own_gocache=0
+if [[ -z "${GOCACHE:-}" ]]; then
+  export GOCACHE="$TESTBED_CACHE/go-build"
+  own_gocache=1
 fi
 log "building ${missing[*]} into $bin"
 log "go: $(go version) (GOTOOLCHAIN=$GOTOOLCHAIN), GOMODCACHE=$(go env GOMODCACHE), GOCACHE=$(go env GOCACHE)"
@@ -59,4 +67,8 @@ done
   echo "KWOK_VERSION=$KWOK_VERSION"
   echo "GO=$(go env GOVERSION)"
 } > "$bin/../versions.txt"
-log "build done in $(( $(date +%s) - total0 ))s: $bin"
+if ((own_gocache)) && [[ "${DBOP_TESTBED_KEEP_GOCACHE:-0}" != 1 ]]; then
+  rm -rf "$GOCACHE"
+  log "removed the build cache $GOCACHE (DBOP_TESTBED_KEEP_GOCACHE=1 keeps it)"
+fi
+log "build done in $(( $(date +%s) - total0 ))s: $bin ($(du -sh "$bin" | cut -f1))"

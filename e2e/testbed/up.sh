@@ -55,15 +55,21 @@ mkdir -p "$PKI" "$LOGS" "$PIDS" "$DIR/pv" "$DIR/etcd"
 chmod 700 "$PKI" "$DIR/etcd"
 
 # --- ports -------------------------------------------------------------------------------------
+# Free ports below the kernel's ephemeral range (outgoing connections take their local ports from
+# there, and a port in use by one cannot be listened on), not used by any socket in any state.
 declare -A USED=()
+read -r EPHEMERAL_LOW _ < /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || EPHEMERAL_LOW=32768
+PORT_LO=20000 PORT_HI=$((EPHEMERAL_LOW - 1))
+((PORT_HI - PORT_LO >= 1000)) || { PORT_LO=10000; PORT_HI=$((EPHEMERAL_LOW - 1)); }
+((PORT_HI - PORT_LO >= 1000)) || { PORT_LO=61000; PORT_HI=65000; }
 free_port() {
   local p
   for _ in $(seq 1 200); do
-    p=$((20000 + RANDOM % 30000))
+    p=$((PORT_LO + RANDOM % (PORT_HI - PORT_LO + 1)))
     [[ -n "${USED[$p]:-}" ]] && continue
-    if [[ -z "$(ss -Htln "( sport = :$p )" 2>/dev/null)" ]]; then USED[$p]=1; echo "$p"; return; fi
+    if [[ -z "$(ss -Htan "( sport = :$p or dport = :$p )" 2>/dev/null)" ]]; then USED[$p]=1; echo "$p"; return; fi
   done
-  die "no free port found"
+  die "no free port found in $PORT_LO-$PORT_HI"
 }
 ETCD_PORT=$(free_port); ETCD_PEER_PORT=$(free_port); API_PORT=$(free_port)
 KCM_PORT=$(free_port); SCHED_PORT=$(free_port); KWOK_PORT=$(free_port)
@@ -139,6 +145,12 @@ fail() { # component message
     echo "----- last 40 lines of $LOGS/$1.log -----" >&2
     tail -n 40 "$LOGS/$1.log" >&2
     echo "-----" >&2
+  fi
+  # A port taken between choosing and binding it: start once more on other ports.
+  if [[ "${DBOP_TESTBED_ATTEMPT:-1}" == 1 ]] && tail -n 40 "$LOGS/$1.log" 2>/dev/null | grep -qi 'address already in use'; then
+    log "$1 could not bind its port: tearing down and starting again on other ports"
+    DBOP_TESTBED_DIR="$DIR" "$TESTBED_SRC/down.sh" >/dev/null 2>&1 || true
+    DBOP_TESTBED_ATTEMPT=2 DBOP_TESTBED_DIR="$DIR" exec "$TESTBED_SRC/up.sh"
   fi
   log "the test bed is left as it is for inspection; run e2e/testbed/down.sh to clean up"
   exit 1
