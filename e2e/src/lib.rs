@@ -1,1 +1,390 @@
-//! Shared helpers of the end-to-end suites.
+//! The harness of dbop's end-to-end suites: connect to the local control plane (`make
+//! testbed-up`), install the CRDs, give each test its own namespace, and run the operator either
+//! in-process or as the real binary (so a test can `kill -9` it). Also reads the API server's
+//! audit log to count the operator's writes.
+//!
+//! An unreachable test bed is a failure, never a skip: these suites run only under
+//! `make test-e2e`, which brings the test bed up first.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use dbop::api::{Database, Phase};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use rand::Rng;
+use serde_json::Value;
+
+/// The user agent of the test's own requests (the operator's start with `dbop/`).
+pub const TEST_USER_AGENT: &str = "e2e-tests/1";
+
+/// How long the usual waits may take on a busy 2-core machine.
+pub const WAIT: Duration = Duration::from_secs(90);
+
+/// A connection to the test bed.
+pub struct TestBed {
+    pub client: Client,
+    pub kubeconfig: PathBuf,
+    /// The test bed's state directory (audit log, logs).
+    pub dir: PathBuf,
+}
+
+/// Connects to the test bed named by `KUBECONFIG` (default `.testbed/kubeconfig`) and makes
+/// sure the CRDs are installed. Panics with a clear message when it cannot.
+pub async fn testbed() -> TestBed {
+    init_logging();
+    let kubeconfig = std::env::var_os("KUBECONFIG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join(".testbed/kubeconfig"));
+    assert!(
+        kubeconfig.exists(),
+        "no test bed: {} does not exist. Run the e2e suites with `make test-e2e` (it starts the test bed).",
+        kubeconfig.display()
+    );
+    let dir = std::env::var_os("DBOP_TESTBED_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| kubeconfig.parent().unwrap_or(Path::new(".")).to_path_buf());
+    let client = client_for(&kubeconfig, TEST_USER_AGENT).await;
+    let version = client.apiserver_version().await.unwrap_or_else(|e| {
+        panic!(
+            "the test bed at {} does not answer: {e}",
+            kubeconfig.display()
+        )
+    });
+    tracing::debug!(version = %version.git_version, "connected to the test bed");
+    let bed = TestBed {
+        client,
+        kubeconfig,
+        dir,
+    };
+    bed.install_crds().await;
+    bed
+}
+
+fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_test_writer()
+        .try_init();
+}
+
+/// A client for this kubeconfig with the given user agent.
+pub async fn client_for(kubeconfig: &Path, user_agent: &'static str) -> Client {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("readable kubeconfig");
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("valid kubeconfig");
+    config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(user_agent),
+    ));
+    Client::try_from(config).expect("client")
+}
+
+/// The workspace root (the e2e crate sits one level below it).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+impl TestBed {
+    /// Applies the checked-in CRDs (server-side apply, idempotent) and waits until established.
+    pub async fn install_crds(&self) {
+        let text = std::fs::read_to_string(workspace_root().join("crds/dbop.dev.yaml"))
+            .expect("crds/dbop.dev.yaml");
+        let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        for doc in text
+            .split("\n---\n")
+            .filter(|d| d.contains("kind: CustomResourceDefinition"))
+        {
+            let crd: CustomResourceDefinition = serde_norway::from_str(doc).expect("CRD YAML");
+            let name = crd.metadata.name.clone().expect("CRD name");
+            api.patch(
+                &name,
+                &PatchParams::apply("dbop-e2e").force(),
+                &Patch::Apply(&crd),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("the API server refused CRD {name}: {e}"));
+            wait_until(
+                &format!("CRD {name} established"),
+                Duration::from_secs(30),
+                || async {
+                    let crd = api.get(&name).await.ok()?;
+                    crd.status?
+                        .conditions?
+                        .iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True")
+                        .then_some(())
+                },
+            )
+            .await;
+        }
+    }
+
+    /// Creates a fresh namespace `e2e-<prefix>-<random>` and waits for its default ServiceAccount
+    /// (pods cannot be created before it exists).
+    pub async fn namespace(&self, prefix: &str) -> String {
+        let suffix: u32 = rand::rng().random_range(0..1_000_000);
+        let name = format!("e2e-{prefix}-{suffix:06}");
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let ns: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+        api.create(&PostParams::default(), &ns)
+            .await
+            .expect("namespace created");
+        let sa: Api<ServiceAccount> = Api::namespaced(self.client.clone(), &name);
+        wait_until(
+            "the default ServiceAccount",
+            Duration::from_secs(60),
+            || async { sa.get_opt("default").await.ok().flatten().map(|_| ()) },
+        )
+        .await;
+        name
+    }
+
+    /// Starts the controller in this process, watching one namespace. Stops when dropped.
+    pub async fn operator_in_process(&self, namespace: &str) -> InProcessOperator {
+        let client = client_for(&self.kubeconfig, dbop::USER_AGENT).await;
+        let ns = namespace.to_string();
+        let task = tokio::spawn(async move {
+            dbop::controller::run(client, dbop::resources::Settings::default(), Some(ns)).await;
+        });
+        InProcessOperator { task }
+    }
+
+    /// Starts the real `dbop run` binary, watching one namespace. Killed (SIGKILL) when dropped.
+    pub fn operator_binary(&self, namespace: &str) -> OperatorProcess {
+        let binary = operator_binary_path();
+        let log_path = self.dir.join("logs").join(format!("dbop-{namespace}.log"));
+        let _ = std::fs::create_dir_all(log_path.parent().unwrap());
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .expect("operator log file");
+        let child = std::process::Command::new(&binary)
+            .args(["run", "--namespace", namespace])
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log handle"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start {}: {e} (run `cargo build --bins` first)",
+                    binary.display()
+                )
+            });
+        OperatorProcess { child, log_path }
+    }
+
+    pub fn databases(&self, namespace: &str) -> Api<Database> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    /// Applies a Database manifest (JSON) in the namespace.
+    pub async fn apply_database(&self, namespace: &str, manifest: Value) -> Database {
+        let name = manifest["metadata"]["name"]
+            .as_str()
+            .expect("metadata.name")
+            .to_string();
+        let mut manifest = manifest;
+        manifest["apiVersion"] = "dbop.dev/v1alpha1".into();
+        manifest["kind"] = "Database".into();
+        self.databases(namespace)
+            .patch(
+                &name,
+                &PatchParams::apply("e2e-tests").force(),
+                &Patch::Apply(&manifest),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("Database {name} refused: {e}"))
+    }
+
+    /// Waits until the Database reaches the phase, and returns it.
+    pub async fn wait_for_phase(
+        &self,
+        namespace: &str,
+        name: &str,
+        phase: Phase,
+        timeout: Duration,
+    ) -> Database {
+        let api = self.databases(namespace);
+        let found = wait_until_or_none(timeout, || async {
+            let db = api.get(name).await.ok()?;
+            (db.status.as_ref().and_then(|s| s.phase) == Some(phase)).then_some(db)
+        })
+        .await;
+        match found {
+            Some(db) => db,
+            None => {
+                let last = api.get(name).await.ok().and_then(|db| db.status);
+                panic!(
+                    "Database {namespace}/{name} did not reach {phase:?} within {timeout:?}; last status: {last:#?}"
+                )
+            }
+        }
+    }
+
+    /// The audit-log entries of write requests sent by the operator (user agent `dbop/…`) in
+    /// this namespace.
+    pub fn operator_writes(&self, namespace: &str) -> Vec<AuditEntry> {
+        let path = self.dir.join("audit.log");
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("cannot read the audit log {}: {e}", path.display()));
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|e| {
+                e["userAgent"]
+                    .as_str()
+                    .is_some_and(|ua| ua.starts_with("dbop/"))
+            })
+            .filter(|e| e["objectRef"]["namespace"].as_str() == Some(namespace))
+            .map(|e| AuditEntry {
+                verb: e["verb"].as_str().unwrap_or_default().to_string(),
+                resource: e["objectRef"]["resource"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                subresource: e["objectRef"]["subresource"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                name: e["objectRef"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                at: e["requestReceivedTimestamp"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            })
+            .collect()
+    }
+}
+
+/// One write request in the audit log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditEntry {
+    pub verb: String,
+    pub resource: String,
+    pub subresource: String,
+    pub name: String,
+    pub at: String,
+}
+
+/// The operator running as a task of the test process.
+pub struct InProcessOperator {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for InProcessOperator {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The operator running as its own process.
+pub struct OperatorProcess {
+    child: std::process::Child,
+    pub log_path: PathBuf,
+}
+
+impl OperatorProcess {
+    /// `kill -9`: no shutdown, no cleanup, like a node dying.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// The tail of the operator's log, for failure messages.
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// The `dbop` binary next to this test executable (`<target>/debug/dbop`), or `DBOP_BIN`.
+pub fn operator_binary_path() -> PathBuf {
+    if let Some(path) = std::env::var_os("DBOP_BIN") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    // <target>/debug/deps/<test> → <target>/debug/dbop
+    exe.parent()
+        .and_then(Path::parent)
+        .map(|dir| dir.join("dbop"))
+        .expect("target directory")
+}
+
+/// Polls `check` every 200 ms until it returns Some, or panics after `timeout`.
+pub async fn wait_until<T, F, Fut>(what: &str, timeout: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    wait_until_or_none(timeout, check)
+        .await
+        .unwrap_or_else(|| panic!("timed out after {timeout:?} waiting for {what}"))
+}
+
+/// Polls `check` every 200 ms until it returns Some; None after `timeout`.
+pub async fn wait_until_or_none<T, F, Fut>(timeout: Duration, mut check: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return Some(value);
+        }
+        if start.elapsed() > timeout {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The condition of the given type on a Database, as (status, reason).
+pub fn condition(db: &Database, type_: &str) -> Option<(String, String)> {
+    db.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+/// A minimal Database manifest; `extra` is merged into `spec`.
+pub fn database_manifest(name: &str, extra: Value) -> Value {
+    let mut spec = serde_json::json!({"version": "16.4", "storage": {"size": "1Gi"}});
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        for (k, v) in extra {
+            spec.insert(k.clone(), v.clone());
+        }
+    }
+    serde_json::json!({"metadata": {"name": name}, "spec": spec})
+}

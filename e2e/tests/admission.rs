@@ -1,0 +1,156 @@
+//! Bad manifests are refused by the real API server at apply time, with a message that says
+//! what to fix (schema enums, ranges, patterns and CEL rules from the generated CRDs).
+
+use dbop_e2e::{database_manifest, testbed};
+use kube::api::{Patch, PatchParams};
+use serde_json::{Value, json};
+
+async fn apply(bed: &dbop_e2e::TestBed, ns: &str, mut manifest: Value) -> Result<(), String> {
+    manifest["apiVersion"] = "dbop.dev/v1alpha1".into();
+    manifest["kind"] = "Database".into();
+    let name = manifest["metadata"]["name"].as_str().unwrap().to_string();
+    bed.databases(ns)
+        .patch(
+            &name,
+            &PatchParams::apply("e2e-tests").force(),
+            &Patch::Apply(&manifest),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::test]
+async fn invalid_databases_are_refused_with_a_message() {
+    let bed = testbed().await;
+    let ns = bed.namespace("admission").await;
+    let long_name = "a".repeat(41);
+    let table: Vec<(&str, Value, &str)> = vec![
+        (
+            "version not MAJOR.MINOR",
+            database_manifest("v1", json!({"version": "16"})),
+            "spec.version",
+        ),
+        (
+            "replicas above 1",
+            database_manifest("r1", json!({"replicas": 3})),
+            "spec.replicas",
+        ),
+        (
+            "replicas 0",
+            database_manifest("r0", json!({"replicas": 0})),
+            "spec.replicas",
+        ),
+        (
+            "unknown engine",
+            database_manifest("e1", json!({"engine": "mysql"})),
+            "spec.engine",
+        ),
+        (
+            "size not a quantity",
+            database_manifest("s1", json!({"storage": {"size": "lots"}})),
+            "storage.size must be a positive quantity",
+        ),
+        (
+            "zero size",
+            database_manifest("s0", json!({"storage": {"size": "0"}})),
+            "storage.size must be a positive quantity",
+        ),
+        (
+            "no storage",
+            json!({"metadata": {"name": "s2"}, "spec": {"version": "16.4"}}),
+            "spec.storage",
+        ),
+        (
+            "unknown deletion policy",
+            database_manifest("d1", json!({"deletionPolicy": "Shred"})),
+            "spec.deletionPolicy",
+        ),
+        (
+            "both init sources",
+            database_manifest(
+                "i1",
+                json!({"init": {"sql": "select 1", "configMapRef": {"name": "a", "key": "b"}}}),
+            ),
+            "init needs exactly one of sql or configMapRef",
+        ),
+        (
+            "no init source",
+            database_manifest("i2", json!({"init": {}})),
+            "init needs exactly one of sql or configMapRef",
+        ),
+        (
+            "name too long",
+            database_manifest(&long_name, json!({})),
+            "metadata.name must be at most 40 characters",
+        ),
+    ];
+    for (case, manifest, expected) in table {
+        match apply(&bed, &ns, manifest).await {
+            Ok(()) => panic!("{case}: accepted, expected a refusal mentioning {expected:?}"),
+            Err(message) => assert!(message.contains(expected), "{case}: {message}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn invalid_changes_are_refused_with_a_message() {
+    let bed = testbed().await;
+    let ns = bed.namespace("changes").await;
+    let base =
+        json!({"version": "16.4", "storage": {"size": "2Gi", "storageClassName": "standard"}});
+    apply(&bed, &ns, database_manifest("live", base.clone()))
+        .await
+        .expect("valid Database accepted");
+
+    let with = |patch: Value| {
+        let mut spec = base.clone();
+        for (k, v) in patch.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        database_manifest("live", spec)
+    };
+    let table: Vec<(&str, Value, &str)> = vec![
+        (
+            "storage shrinks",
+            with(json!({"storage": {"size": "1Gi", "storageClassName": "standard"}})),
+            "storage.size may not shrink",
+        ),
+        (
+            "storage class changes",
+            with(json!({"storage": {"size": "2Gi", "storageClassName": "fast"}})),
+            "storage.storageClassName is immutable",
+        ),
+        (
+            "major upgrade",
+            with(json!({"version": "17.0"})),
+            "version may only move to a newer minor release",
+        ),
+        (
+            "minor downgrade",
+            with(json!({"version": "16.3"})),
+            "version may only move to a newer minor release",
+        ),
+        (
+            "credentials added later",
+            with(json!({"credentials": {"secretName": "other"}})),
+            "credentials cannot change after creation",
+        ),
+    ];
+    for (case, manifest, expected) in table {
+        match apply(&bed, &ns, manifest).await {
+            Ok(()) => panic!("{case}: accepted, expected a refusal mentioning {expected:?}"),
+            Err(message) => assert!(message.contains(expected), "{case}: {message}"),
+        }
+    }
+    // A forward minor upgrade and a larger volume are fine.
+    apply(
+        &bed,
+        &ns,
+        with(
+            json!({"version": "16.5", "storage": {"size": "4Gi", "storageClassName": "standard"}}),
+        ),
+    )
+    .await
+    .expect("minor upgrade and growth accepted");
+}
