@@ -8,6 +8,9 @@ export DBOP_TESTBED_DIR := $(TESTBED_DIR)
 
 .PHONY: help build test test-unit test-e2e lint fmt crds testbed-build testbed-up testbed-down run bench-backup
 
+run: ## the operator on a control plane (the local one when none is configured) and the example Database reaching Ready
+	e2e/run.sh
+
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
 
@@ -40,7 +43,7 @@ test-e2e: ## end-to-end suites against the local control plane (brings it up and
 	$(CARGO) build --bins
 	@$(MAKE) --no-print-directory testbed-up
 	@set -o pipefail; status=0; \
-	  KUBECONFIG=$(TESTBED_DIR)/kubeconfig DBOP_E2E_REQUIRED=1 $(CARGO) test -p dbop-e2e -- --test-threads=4 || status=$$?; \
+	  KUBECONFIG=$(TESTBED_DIR)/kubeconfig $(CARGO) test -p dbop-e2e -- --test-threads=4 --nocapture || status=$$?; \
 	  $(MAKE) --no-print-directory testbed-down; exit $$status
 
 test: lint test-unit test-e2e ## every test: lint, unit and agent tests, then end-to-end on the local control plane
