@@ -23,7 +23,7 @@ use serde_json::json;
 use tracing::{info, instrument, warn};
 
 use crate::FINALIZER;
-use crate::api::Database;
+use crate::api::{Database, DatabaseBackup};
 use crate::error::{Error, Result};
 use crate::reconcile::{act, cleanup, decide, observe};
 use crate::resources::{LABEL_INSTANCE, MANAGED_SELECTOR, Settings};
@@ -51,14 +51,14 @@ impl Context {
         }
     }
 
-    fn record_failure(&self, key: (String, String)) -> u32 {
+    pub(crate) fn record_failure(&self, key: (String, String)) -> u32 {
         let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
         let n = failures.entry(key).or_insert(0);
         *n = n.saturating_add(1);
         *n
     }
 
-    fn reset_failures(&self, key: &(String, String)) {
+    pub(crate) fn reset_failures(&self, key: &(String, String)) {
         self.failures
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -103,7 +103,9 @@ pub async fn run(client: Client, settings: Settings, namespace: Option<String>) 
         namespace = namespace.as_deref().unwrap_or("<all>"),
         "dbop controller starting"
     );
-    Controller::new(databases, watcher::Config::default().any_semantic())
+    // Both controllers stop on SIGTERM/SIGINT (each has `shutdown_on_signal`).
+    let backups = crate::backup::controller::run(ctx.clone(), namespace.clone());
+    let database_controller = Controller::new(databases, watcher::Config::default().any_semantic())
         .with_config(ControllerConfig::default().debounce(Duration::from_millis(500)))
         .owns(owned::<StatefulSet>(&client, &namespace), managed.clone())
         .owns(owned::<Service>(&client, &namespace), managed.clone())
@@ -119,14 +121,24 @@ pub async fn run(client: Client, settings: Settings, namespace: Option<String>) 
                 Some(ObjectRef::new(&name).within(&ns))
             },
         )
+        // A backup that finishes, or one a user applies, wakes its Database (history,
+        // BackupHealthy, the next scheduled run).
+        .watches(
+            owned::<DatabaseBackup>(&client, &namespace),
+            watcher::Config::default().any_semantic(),
+            |backup| {
+                let ns = backup.metadata.namespace.clone()?;
+                Some(ObjectRef::new(&backup.spec.database).within(&ns))
+            },
+        )
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(error) = result {
                 tracing::debug!(%error, "reconcile error (handled by the error policy)");
             }
-        })
-        .await;
+        });
+    futures::join!(database_controller, backups);
     info!("dbop controller stopped");
 }
 
@@ -165,6 +177,7 @@ pub async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> 
     let facts = observe::Facts::from_snapshot(db, &snapshot);
     let decision = decide::decide(db, &facts, &ctx.settings);
     act::apply_steps(ctx, db, &snapshot, &decision).await?;
+    act::apply_backups(ctx, db, &decision).await?;
     act::update_status(ctx, db, act::next_status(db, &decision, Utc::now())).await?;
     Ok(Action::requeue(decision.requeue_after))
 }

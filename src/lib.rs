@@ -5,6 +5,7 @@
 //! runtime around it).
 
 pub mod api;
+pub mod backup;
 pub mod controller;
 pub mod error;
 pub mod reconcile;

@@ -29,6 +29,10 @@ enum Command {
             default_value = "docker.io/library/postgres"
         )]
         image_repository: String,
+        /// The image backup Jobs copy the backup agent (`/usr/local/bin/dbop-backup`) from;
+        /// normally the operator's own image.
+        #[arg(long, env = "DBOP_AGENT_IMAGE", default_value = dbop::resources::DEFAULT_AGENT_IMAGE)]
+        agent_image: String,
         /// Log format.
         #[arg(long, env = "DBOP_LOG_FORMAT", value_enum, default_value = "text")]
         log_format: LogFormat,
@@ -54,6 +58,7 @@ async fn main() -> std::process::ExitCode {
         Command::Run {
             namespace,
             image_repository,
+            agent_image,
             log_format,
         } => {
             telemetry::init(log_format);
@@ -64,7 +69,10 @@ async fn main() -> std::process::ExitCode {
                     return std::process::ExitCode::FAILURE;
                 }
             };
-            let settings = Settings { image_repository };
+            let settings = Settings {
+                image_repository,
+                agent_image,
+            };
             dbop::controller::run(client, settings, namespace).await;
             std::process::ExitCode::SUCCESS
         }

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use chrono::{DateTime, Utc};
+
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
@@ -86,6 +88,11 @@ pub struct DatabaseSpec {
     /// Labels and annotations added to the database's pods and Job pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_metadata: Option<PodMetadata>,
+
+    /// Scheduled backups to S3-compatible storage. Without it, dbop makes no scheduled backups
+    /// and `BackupHealthy` is False (`BackupNotConfigured`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<BackupSpec>,
 }
 
 fn default_replicas() -> i32 {
@@ -190,6 +197,213 @@ pub struct PodMetadata {
     pub annotations: BTreeMap<String, String>,
 }
 
+/// Scheduled backups: when, where, and how long they are kept.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupSpec {
+    /// When to back up, as a standard 5-field cron expression (`minute hour day-of-month month
+    /// day-of-week`, e.g. `0 2 * * *` for 02:00 every night) or `@hourly`, `@daily`, `@weekly`,
+    /// `@monthly`, `@yearly`. Read in `timeZone`.
+    #[schemars(length(min = 1, max = 256))]
+    #[schemars(regex(
+        pattern = r"^\s*(@(yearly|monthly|weekly|daily|hourly)|\S+\s+\S+\s+\S+\s+\S+\s+\S+)\s*$"
+    ))]
+    pub schedule: String,
+
+    /// The IANA time zone the schedule is read in, e.g. `Europe/Berlin`; UTC when absent.
+    /// Across a daylight-saving change, a time that does not exist that day is skipped and a
+    /// time that happens twice runs once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 64),
+        regex(pattern = r"^[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*$")
+    )]
+    pub time_zone: Option<String>,
+
+    /// Stop starting scheduled backups (running and on-demand ones are not affected).
+    #[serde(default)]
+    pub suspend: bool,
+
+    /// How late a missed run may still start, as a duration such as `1h` or `30m` (default
+    /// `1h`). After downtime, at most one missed run starts (the latest), and only within this
+    /// deadline; older missed runs are skipped, never replayed in a burst.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]{1,6}[smhdw])+$"), length(max = 32))]
+    pub starting_deadline: Option<String>,
+
+    /// The recovery point objective: `BackupHealthy` turns False when the last successful
+    /// backup is older than this (a duration such as `26h`). Default: twice the longest interval
+    /// between two scheduled runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]{1,6}[smhdw])+$"), length(max = 32))]
+    pub rpo: Option<String>,
+
+    /// The longest a backup Job may run before it is stopped and marked Failed (a duration such
+    /// as `6h`; default `6h`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]{1,6}[smhdw])+$"), length(max = 32))]
+    pub timeout: Option<String>,
+
+    /// The S3-compatible bucket the dumps go to.
+    pub s3: S3Spec,
+
+    /// How many backups are kept, in object storage and as `DatabaseBackup` objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<RetentionSpec>,
+
+    /// The compression of the dumps.
+    #[serde(default)]
+    pub compression: Compression,
+}
+
+/// An S3-compatible bucket (AWS S3, MinIO, any S3 API).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct S3Spec {
+    /// The endpoint URL, e.g. `https://minio.storage.svc:9000`; AWS S3 when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512), regex(pattern = r"^https?://[^\s]+$"))]
+    pub endpoint: Option<String>,
+
+    /// The bucket name.
+    #[schemars(
+        length(min = 3, max = 63),
+        regex(pattern = r"^[a-z0-9][a-z0-9.\-]*[a-z0-9]$")
+    )]
+    pub bucket: String,
+
+    /// A key prefix. Objects are stored under `<prefix>/<namespace>/<database>/…`, so several
+    /// Databases can share a bucket and a prefix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256), regex(pattern = r"^[A-Za-z0-9!_.*'()/\-]*$"))]
+    pub prefix: Option<String>,
+
+    /// The region (default `us-east-1`, which MinIO and most S3-compatible servers accept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub region: Option<String>,
+
+    /// Path-style requests (`endpoint/bucket/key`), as MinIO and most S3-compatible servers
+    /// need. Default false (virtual-hosted style, as AWS S3 prefers).
+    #[serde(default)]
+    pub force_path_style: bool,
+
+    /// The Secret holding the access key. Only the backup Jobs read it; dbop itself never does
+    /// more than check that its keys exist.
+    pub credentials: S3CredentialsRef,
+
+    /// A private CA to trust for the endpoint (PEM), from a key of a Secret or ConfigMap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<CaSource>,
+}
+
+/// A Secret with an S3 access key pair.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct S3CredentialsRef {
+    /// The Secret's name, in the Database's namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: String,
+    /// The key holding the access key id (default `AWS_ACCESS_KEY_ID`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub access_key_id_key: Option<String>,
+    /// The key holding the secret access key (default `AWS_SECRET_ACCESS_KEY`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_access_key_key: Option<String>,
+}
+
+impl S3CredentialsRef {
+    pub const DEFAULT_ACCESS_KEY_ID_KEY: &str = "AWS_ACCESS_KEY_ID";
+    pub const DEFAULT_SECRET_ACCESS_KEY_KEY: &str = "AWS_SECRET_ACCESS_KEY";
+
+    /// The key of the access key id.
+    pub fn access_key_id_key(&self) -> &str {
+        self.access_key_id_key
+            .as_deref()
+            .unwrap_or(Self::DEFAULT_ACCESS_KEY_ID_KEY)
+    }
+
+    /// The key of the secret access key.
+    pub fn secret_access_key_key(&self) -> &str {
+        self.secret_access_key_key
+            .as_deref()
+            .unwrap_or(Self::DEFAULT_SECRET_ACCESS_KEY_KEY)
+    }
+}
+
+/// Where a CA certificate (PEM) comes from: exactly one of a Secret key or a ConfigMap key.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.secretKeyRef) != has(self.configMapKeyRef)",
+    "message": "ca needs exactly one of secretKeyRef or configMapKeyRef"
+}]))]
+pub struct CaSource {
+    /// A key of a Secret in the Database's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_key_ref: Option<KeyRef>,
+    /// A key of a ConfigMap in the Database's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_key_ref: Option<KeyRef>,
+}
+
+/// How many backups are kept. One policy for both places: the agent prunes object storage after
+/// each backup, and dbop deletes the `DatabaseBackup` objects of the same backups. The newest
+/// successful backup is never deleted.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetentionSpec {
+    /// Keep at most this many successful backups (default 7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub keep_last: Option<u32>,
+    /// Delete successful backups older than this (a duration such as `30d`); no age limit when
+    /// absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]{1,6}[smhdw])+$"), length(max = 32))]
+    pub max_age: Option<String>,
+    /// Keep at most this many failed `DatabaseBackup` objects, for their messages (default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1000))]
+    pub keep_failed: Option<u32>,
+}
+
+/// The compression of a dump.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// Zstandard (level 3).
+    #[default]
+    Zstd,
+}
+
+/// The schedule's progress and the latest backup outcomes.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupStatus {
+    /// The scheduled time of the latest run dbop started (a `DatabaseBackup` named
+    /// `<database>-<yyyymmddhhmm>` in UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_schedule_time: Option<DateTime<Utc>>,
+    /// When the next scheduled run is due (absent while suspended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_schedule_time: Option<DateTime<Utc>>,
+    /// The `DatabaseBackup` that succeeded last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_successful: Option<String>,
+    /// When that backup completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_successful_time: Option<DateTime<Utc>>,
+    /// The `DatabaseBackup` that failed last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<String>,
+    /// When that backup failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure_time: Option<DateTime<Utc>>,
+}
+
 /// Where a Database is in its lifecycle.
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
 pub enum Phase {
@@ -268,6 +482,10 @@ pub struct DatabaseStatus {
     /// The Secret that holds the superuser credentials.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_secret: Option<String>,
+
+    /// The schedule's progress and the latest backup outcomes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<BackupStatus>,
 }
 
 impl Database {

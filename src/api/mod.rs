@@ -11,8 +11,9 @@ pub use backup::{
     BackupPhase, BackupReason, DatabaseBackup, DatabaseBackupSpec, DatabaseBackupStatus,
 };
 pub use database::{
-    CredentialsSpec, Database, DatabaseSpec, DatabaseStatus, DeletionPolicy, Engine, InitSpec,
-    KeyRef, Phase, PodMetadata, StorageSpec,
+    BackupSpec, BackupStatus, CaSource, Compression, CredentialsSpec, Database, DatabaseSpec,
+    DatabaseStatus, DeletionPolicy, Engine, InitSpec, KeyRef, Phase, PodMetadata, RetentionSpec,
+    S3CredentialsRef, S3Spec, StorageSpec,
 };
 
 /// The API group of every dbop resource.

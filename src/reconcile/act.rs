@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, Service};
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::Event;
 use kube::{Api, Resource};
 use rand::Rng;
@@ -22,15 +22,16 @@ use super::drift::needs_apply;
 use super::events::{EventSpec, transition_events};
 use super::observe::Snapshot;
 use crate::FIELD_MANAGER;
-use crate::api::conditions::merge;
-use crate::api::{Database, DatabaseStatus};
+use crate::api::conditions::{ConditionStatus, ConditionType, find, merge};
+use crate::api::{BackupReason, Database, DatabaseBackup, DatabaseBackupSpec, DatabaseStatus};
+use crate::backup::plan::health_events;
 use crate::controller::Context;
 use crate::error::{Error, Result};
 use crate::resources::credentials::{generated_secret, secret_name};
 use crate::resources::init_job::init_job;
 use crate::resources::services::{headless, read_write};
 use crate::resources::statefulset::statefulset;
-use crate::resources::{Names, owner_reference};
+use crate::resources::{Names, owned_meta, owner_reference};
 
 /// Length of generated passwords: 32 alphanumerics, about 190 bits.
 const PASSWORD_LENGTH: usize = 32;
@@ -109,8 +110,54 @@ pub fn next_status(db: &Database, decision: &Decision, now: DateTime<Utc>) -> Da
         target_version: Some(db.spec.version.clone()),
         endpoint: Some(Names::of(db).endpoint(&db.namespace_or_default())),
         credentials_secret: Some(secret_name(db)),
+        backup: match &decision.backup {
+            Some(plan) => plan.status.clone(),
+            None => previous.backup,
+        },
     }
 }
+
+/// Creates the due scheduled `DatabaseBackup` and deletes the ones the history policy drops.
+pub async fn apply_backups(ctx: &Context, db: &Database, decision: &Decision) -> Result<()> {
+    let Some(plan) = &decision.backup else {
+        return Ok(());
+    };
+    let api: Api<DatabaseBackup> = Api::namespaced(ctx.client.clone(), &db.namespace_or_default());
+    if let Some(new) = &plan.create {
+        let mut meta = owned_meta(db, new.name.clone(), "backup");
+        meta.annotations = Some(
+            [(
+                SCHEDULED_AT_ANNOTATION.to_string(),
+                new.scheduled_at
+                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            )]
+            .into(),
+        );
+        let backup = DatabaseBackup {
+            metadata: meta,
+            spec: DatabaseBackupSpec {
+                database: db.name(),
+                reason: BackupReason::Scheduled,
+            },
+            status: None,
+        };
+        create_once(&api, &backup).await?;
+    }
+    for name in &plan.prune {
+        match api.delete(name, &DeleteParams::background()).await {
+            Ok(_) => info!(backup = %name, "deleted by the backup history policy"),
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    for event in &plan.events {
+        publish(ctx, db, event).await;
+    }
+    Ok(())
+}
+
+/// The annotation holding a scheduled backup's due time.
+pub const SCHEDULED_AT_ANNOTATION: &str = "dbop.dev/scheduled-at";
 
 /// Writes the status if it changed and publishes the transition's Events.
 pub async fn update_status(ctx: &Context, db: &Database, status: DatabaseStatus) -> Result<()> {
@@ -132,6 +179,19 @@ pub async fn update_status(ctx: &Context, db: &Database, status: DatabaseStatus)
     .await?;
     for event in transition_events(&previous, &status) {
         publish(ctx, db, &event).await;
+    }
+    let backup_healthy = |s: &DatabaseStatus| {
+        find(&s.conditions, ConditionType::BackupHealthy).map(|c| ConditionStatus {
+            type_: ConditionType::BackupHealthy,
+            status: c.status == "True",
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+        })
+    };
+    if let Some(new) = backup_healthy(&status) {
+        for event in health_events(backup_healthy(&previous).as_ref(), &new) {
+            publish(ctx, db, &event).await;
+        }
     }
     Ok(())
 }

@@ -11,6 +11,8 @@ use crate::api::conditions::{self, ConditionStatus, ConditionType};
 use crate::resources::credentials::{SecretProblem, secret_name};
 use crate::resources::{Names, SUPPORTED_MAJORS, Settings, VersionProblem, check_version, image};
 
+use crate::backup::plan::{BackupPlan, plan_backups};
+
 use super::observe::{CredentialsFact, Facts, InitSourceFact, JobFact, StatefulSetFact};
 use super::quantity;
 
@@ -42,6 +44,9 @@ pub struct Decision {
     pub current_version: Option<String>,
     /// When to look again if nothing else happens first.
     pub requeue_after: Duration,
+    /// Scheduled backups, history and `BackupHealthy` (None while the Database is blocked:
+    /// then backups are left as they are).
+    pub backup: Option<BackupPlan>,
 }
 
 /// Nothing is watched that would wake us (a user's Secret or ConfigMap): look again soon.
@@ -227,12 +232,25 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
         ),
     };
 
+    // Backups: the due run, the history and BackupHealthy; a run waits while the phase says
+    // the database is being rolled out.
+    let backup = plan_backups(db, &facts.backups, phase);
+    let requeue_after = backup
+        .requeue_after
+        .map_or(requeue_after, |b| b.min(requeue_after));
     Decision {
         phase,
-        conditions: vec![ready, storage, init.condition, upgrading_condition],
+        conditions: vec![
+            ready,
+            storage,
+            init.condition,
+            upgrading_condition,
+            backup.condition.clone(),
+        ],
         steps,
         current_version: new_version,
         requeue_after,
+        backup: Some(backup),
     }
 }
 
@@ -250,6 +268,7 @@ fn blocked(
         steps: Steps::default(),
         current_version,
         requeue_after,
+        backup: None,
     }
 }
 
@@ -496,6 +515,7 @@ mod tests {
             statefulset: None,
             volume: None,
             init_job: None,
+            backups: Default::default(),
         }
     }
 

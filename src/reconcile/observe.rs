@@ -3,12 +3,17 @@
 //!
 //! `Snapshot` is what the API server returned; `Facts::from_snapshot` is pure.
 
+use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
+use kube::api::ListParams;
 use kube::{Api, Client};
 
-use crate::api::Database;
+use crate::api::{Database, DatabaseBackup};
+use crate::backup::controller::s3_secret_problem;
+use crate::backup::plan::BackupsFact;
+use crate::backup::schedule::BackupRecord;
 use crate::error::Error;
 use crate::resources::credentials::{self, SecretProblem};
 use crate::resources::statefulset::template_image;
@@ -25,6 +30,12 @@ pub struct Snapshot {
     pub init_job: Option<Job>,
     /// The data claims of ordinals 0..replicas that exist.
     pub data_claims: Vec<PersistentVolumeClaim>,
+    /// The `DatabaseBackup` objects of this Database (scheduled and on demand).
+    pub backups: Vec<DatabaseBackup>,
+    /// The Secret named by `spec.backup.s3.credentials` (only its keys are ever looked at).
+    pub s3_secret: Option<Secret>,
+    /// When the snapshot was read: the `now` of every time-based decision of this pass.
+    pub observed_at: DateTime<Utc>,
 }
 
 /// Reads the snapshot. Reads only; a missing object is `None`, not an error.
@@ -56,7 +67,21 @@ pub async fn snapshot(client: &Client, db: &Database) -> Result<Snapshot, Error>
             data_claims.push(pvc);
         }
     }
+    let backups = Api::<DatabaseBackup>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|b| b.spec.database == db.name())
+        .collect();
+    let s3_secret = match &db.spec.backup {
+        Some(spec) => secrets.get_opt(&spec.s3.credentials.secret_name).await?,
+        None => None,
+    };
     Ok(Snapshot {
+        backups,
+        s3_secret,
+        observed_at: Utc::now(),
         credentials_secret: secrets.get_opt(&credentials::secret_name(db)).await?,
         init_config_map,
         headless_service: services.get_opt(&names.headless_service()).await?,
@@ -132,6 +157,7 @@ pub struct Facts {
     pub statefulset: Option<StatefulSetFact>,
     pub volume: Option<VolumeFact>,
     pub init_job: Option<JobFact>,
+    pub backups: BackupsFact,
 }
 
 impl Facts {
@@ -142,7 +168,41 @@ impl Facts {
             statefulset: snap.statefulset.as_ref().map(statefulset_fact),
             volume: snap.data_claims.first().map(volume_fact),
             init_job: snap.init_job.as_ref().map(job_fact),
+            backups: backups_fact(db, snap),
         }
+    }
+}
+
+fn backups_fact(db: &Database, snap: &Snapshot) -> BackupsFact {
+    let to_chrono = |t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time| {
+        DateTime::from_timestamp(t.0.as_second(), 0).unwrap_or_default()
+    };
+    BackupsFact {
+        now: snap.observed_at,
+        records: snap
+            .backups
+            .iter()
+            .map(|b| {
+                let status = b.status.clone().unwrap_or_default();
+                BackupRecord {
+                    name: b.metadata.name.clone().unwrap_or_default(),
+                    phase: status.phase,
+                    created: b
+                        .metadata
+                        .creation_timestamp
+                        .as_ref()
+                        .map(to_chrono)
+                        .unwrap_or(snap.observed_at),
+                    completed: status.completed_at,
+                    message: status.message,
+                }
+            })
+            .collect(),
+        s3_problem: db
+            .spec
+            .backup
+            .as_ref()
+            .and_then(|spec| s3_secret_problem(&spec.s3.credentials, snap.s3_secret.as_ref())),
     }
 }
 

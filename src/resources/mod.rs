@@ -37,12 +37,19 @@ pub const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=dbop";
 pub struct Settings {
     /// Where PostgreSQL images come from; the tag is the Database's version.
     pub image_repository: String,
+    /// The image holding the backup agent at `/usr/local/bin/dbop-backup` (the operator's own
+    /// image); backup Jobs copy the agent from it with an init container.
+    pub agent_image: String,
 }
+
+/// The default agent image: the operator's image of this version.
+pub const DEFAULT_AGENT_IMAGE: &str = concat!("dbop:", env!("CARGO_PKG_VERSION"));
 
 impl Default for Settings {
     fn default() -> Self {
         Self {
             image_repository: "docker.io/library/postgres".into(),
+            agent_image: DEFAULT_AGENT_IMAGE.into(),
         }
     }
 }

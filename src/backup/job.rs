@@ -1,0 +1,565 @@
+//! The backup Job: one pod that runs `dbop-backup dump` from the database image of the running
+//! version (so `pg_dump` matches the server), with the agent binary copied in by an init
+//! container from the operator's image.
+//!
+//! The S3 and database credentials reach the container only as environment variables read from
+//! their Secrets (never on the command line, never in the operator); the agent writes its JSON
+//! result to the termination message, which the `DatabaseBackup` controller reads back.
+//!
+//! Pure: a function of the Database, the `DatabaseBackup` and the operator's settings.
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, KeyToPath, PodSpec,
+    PodTemplateSpec, SecretVolumeSource, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+
+use super::schedule::{DEFAULT_KEEP_LAST, DEFAULT_TIMEOUT, format_duration, parse_duration};
+use crate::api::{BackupSpec, Database, DatabaseBackup};
+use crate::resources::credentials::{PASSWORD_KEY, USERNAME_KEY, secret_name};
+use crate::resources::statefulset::{container_security_context, pod_security_context, secret_env};
+use crate::resources::{Names, POSTGRES_PORT, Settings, labels, pod_annotations, pod_labels};
+
+/// Where the init container puts the agent, and where the backup container runs it from.
+pub const AGENT_PATH: &str = "/agent/dbop-backup";
+/// Where the agent sits in the operator's image.
+pub const AGENT_SOURCE_PATH: &str = "/usr/local/bin/dbop-backup";
+/// The file Kubernetes turns into the container's termination message.
+pub const TERMINATION_LOG: &str = "/dev/termination-log";
+/// A retry covers a pod lost with its node; a dump that fails twice fails for a reason.
+pub const BACKOFF_LIMIT: i32 = 1;
+/// The database the dump is taken of.
+pub const DUMPED_DATABASE: &str = "postgres";
+/// The name of the backup container (the one whose termination message holds the result).
+pub const BACKUP_CONTAINER: &str = "backup";
+const CA_DIR: &str = "/etc/dbop/s3-ca";
+const CA_FILE: &str = "/etc/dbop/s3-ca/ca.pem";
+/// Kubernetes label values and Job names are at most 63 characters.
+const MAX_JOB_NAME: usize = 63;
+/// The agent accepts backup ids of at most 128 characters.
+const MAX_BACKUP_ID: usize = 128;
+
+/// Why no Job can be built for a backup.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JobProblem {
+    /// The Database has no `spec.backup`: there is nowhere to store the dump.
+    NoBackupSpec,
+    /// The Database has never run, so there is no version to dump with.
+    NoRunningVersion,
+}
+
+/// The Job's name: the `DatabaseBackup`'s name, shortened with a hash when it is too long.
+pub fn job_name(backup_name: &str) -> String {
+    shorten(backup_name, MAX_JOB_NAME)
+}
+
+/// The backup id in object storage: the `DatabaseBackup`'s creation time and name, so ids sort
+/// by time and a retried Job (same `DatabaseBackup`) finds the backup it already made.
+pub fn backup_id(backup_name: &str, created: DateTime<Utc>) -> String {
+    let stamp = created.format("%Y%m%dT%H%M%SZ").to_string();
+    shorten(&format!("{stamp}-{backup_name}"), MAX_BACKUP_ID)
+}
+
+/// The key prefix of one Database's backups: `<prefix>/<namespace>/<database>`.
+pub fn storage_prefix(db: &Database, spec: &BackupSpec) -> String {
+    let base = spec
+        .s3
+        .prefix
+        .as_deref()
+        .unwrap_or_default()
+        .trim_matches('/');
+    let own = format!("{}/{}", db.namespace_or_default(), db.name());
+    if base.is_empty() {
+        own
+    } else {
+        format!("{base}/{own}")
+    }
+}
+
+/// The image of the version the server runs: `spec.image` when it is for that version, else
+/// the repository tagged with the running version.
+pub fn running_image(db: &Database, settings: &Settings) -> Option<String> {
+    let current = db.status.as_ref()?.current_version.clone()?;
+    Some(match &db.spec.image {
+        Some(image) if current == db.spec.version => image.clone(),
+        _ => format!("{}:{current}", settings.image_repository),
+    })
+}
+
+/// The backup Job of `backup`, owned by it.
+pub fn backup_job(
+    db: &Database,
+    backup: &DatabaseBackup,
+    created: DateTime<Utc>,
+    settings: &Settings,
+) -> Result<Job, JobProblem> {
+    let spec = db.spec.backup.as_ref().ok_or(JobProblem::NoBackupSpec)?;
+    let image = running_image(db, settings).ok_or(JobProblem::NoRunningVersion)?;
+    let backup_name = backup.metadata.name.clone().unwrap_or_default();
+    let s3 = &spec.s3;
+
+    let mut args: Vec<String> = vec![
+        "dump".into(),
+        format!("--bucket={}", s3.bucket),
+        format!("--prefix={}", storage_prefix(db, spec)),
+        format!("--backup-id={}", backup_id(&backup_name, created)),
+        format!("--result-file={TERMINATION_LOG}"),
+    ];
+    if s3.force_path_style {
+        args.push("--path-style".into());
+    }
+    if s3.ca.is_some() {
+        args.push(format!("--ca-file={CA_FILE}"));
+    }
+    let retention = spec.retention.clone();
+    let keep_last = retention
+        .as_ref()
+        .and_then(|r| r.keep_last)
+        .unwrap_or(DEFAULT_KEEP_LAST);
+    args.push(format!("--keep-last={keep_last}"));
+    if let Some(max_age) = retention
+        .as_ref()
+        .and_then(|r| r.max_age.as_deref())
+        .and_then(parse_duration)
+    {
+        args.push(format!("--max-age={}", format_duration(max_age)));
+    }
+
+    let names = Names::of(db);
+    let credentials = secret_name(db);
+    let keys = &s3.credentials;
+    let mut env = vec![
+        plain("PGHOST", &names.endpoint(&db.namespace_or_default())),
+        plain("PGPORT", &POSTGRES_PORT.to_string()),
+        plain("PGDATABASE", DUMPED_DATABASE),
+        plain("PGCONNECT_TIMEOUT", "10"),
+        plain("PGAPPNAME", "dbop-backup"),
+        secret_env("PGUSER", &credentials, USERNAME_KEY, true),
+        secret_env("PGPASSWORD", &credentials, PASSWORD_KEY, false),
+        secret_env(
+            "AWS_ACCESS_KEY_ID",
+            &keys.secret_name,
+            keys.access_key_id_key(),
+            false,
+        ),
+        secret_env(
+            "AWS_SECRET_ACCESS_KEY",
+            &keys.secret_name,
+            keys.secret_access_key_key(),
+            false,
+        ),
+        plain("AWS_REGION", s3.region.as_deref().unwrap_or("us-east-1")),
+        // Credentials come from the Secret only: no instance metadata, no shared files.
+        plain("AWS_EC2_METADATA_DISABLED", "true"),
+        plain("AWS_CONFIG_FILE", "/dev/null"),
+        plain("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
+        plain("DBOP_BACKUP_LOG_FORMAT", "json"),
+    ];
+    if let Some(endpoint) = &s3.endpoint {
+        env.push(plain("AWS_ENDPOINT_URL", endpoint));
+    }
+
+    let mut volumes = vec![scratch("agent"), scratch("tmp")];
+    let mut mounts = vec![mount("agent", "/agent", true), mount("tmp", "/tmp", false)];
+    if let Some(ca) = &s3.ca {
+        let items = |key: &str| {
+            Some(vec![KeyToPath {
+                key: key.into(),
+                path: "ca.pem".into(),
+                ..KeyToPath::default()
+            }])
+        };
+        let volume = match (&ca.secret_key_ref, &ca.config_map_key_ref) {
+            (Some(r), _) => Volume {
+                name: "s3-ca".into(),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some(r.name.clone()),
+                    items: items(&r.key),
+                    ..SecretVolumeSource::default()
+                }),
+                ..Volume::default()
+            },
+            (None, Some(r)) => Volume {
+                name: "s3-ca".into(),
+                config_map: Some(ConfigMapVolumeSource {
+                    name: r.name.clone(),
+                    items: items(&r.key),
+                    ..ConfigMapVolumeSource::default()
+                }),
+                ..Volume::default()
+            },
+            (None, None) => scratch("s3-ca"),
+        };
+        volumes.push(volume);
+        mounts.push(mount("s3-ca", CA_DIR, true));
+    }
+
+    let copy_agent = Container {
+        name: "agent".into(),
+        image: Some(settings.agent_image.clone()),
+        command: Some(vec![
+            "cp".into(),
+            AGENT_SOURCE_PATH.into(),
+            AGENT_PATH.into(),
+        ]),
+        security_context: Some(container_security_context()),
+        volume_mounts: Some(vec![mount("agent", "/agent", false)]),
+        ..Container::default()
+    };
+    let container = Container {
+        name: BACKUP_CONTAINER.into(),
+        image: Some(image),
+        command: Some(vec![AGENT_PATH.into()]),
+        args: Some(args),
+        env: Some(env),
+        security_context: Some(container_security_context()),
+        termination_message_path: Some(TERMINATION_LOG.into()),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        volume_mounts: Some(mounts),
+        ..Container::default()
+    };
+    let timeout = spec
+        .timeout
+        .as_deref()
+        .and_then(parse_duration)
+        .unwrap_or(DEFAULT_TIMEOUT);
+
+    let mut job_labels = labels(&db.name(), "backup");
+    let mut template_labels = pod_labels(db, "backup");
+    if backup_name.len() <= MAX_JOB_NAME {
+        job_labels.insert(BACKUP_LABEL.into(), backup_name.clone());
+        template_labels.insert(BACKUP_LABEL.into(), backup_name.clone());
+    }
+    Ok(Job {
+        metadata: ObjectMeta {
+            name: Some(job_name(&backup_name)),
+            namespace: backup.metadata.namespace.clone(),
+            labels: Some(job_labels),
+            owner_references: backup.controller_owner_ref(&()).map(|r| vec![r]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(JobSpec {
+            backoff_limit: Some(BACKOFF_LIMIT),
+            active_deadline_seconds: Some(
+                i64::try_from(timeout.as_secs().max(60)).unwrap_or(i64::MAX),
+            ),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(template_labels),
+                    annotations: pod_annotations(db),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".into()),
+                    init_containers: Some(vec![copy_agent]),
+                    containers: vec![container],
+                    security_context: Some(pod_security_context()),
+                    enable_service_links: Some(false),
+                    automount_service_account_token: Some(false),
+                    volumes: Some(volumes),
+                    ..PodSpec::default()
+                }),
+            },
+            ..JobSpec::default()
+        }),
+        ..Job::default()
+    })
+}
+
+/// The label naming the `DatabaseBackup` a Job or pod belongs to.
+pub const BACKUP_LABEL: &str = "dbop.dev/backup";
+
+fn plain(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..EnvVar::default()
+    }
+}
+
+fn scratch(name: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
+    }
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: read_only.then_some(true),
+        ..VolumeMount::default()
+    }
+}
+
+/// `text` if it fits in `max` characters, else its head, a dash and a hash of the whole.
+fn shorten(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let hash = fnv1a(text.as_bytes());
+    let mut head = max - 9;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let head = text[..head].trim_end_matches(['-', '.']);
+    format!("{head}-{:08x}", hash as u32)
+}
+
+/// FNV-1a: a stable hash for shortened names (not for security).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{BackupPhase, DatabaseBackupSpec};
+    use crate::resources::testing;
+    use chrono::TimeZone;
+
+    pub(crate) fn with_backup(extra: serde_json::Value) -> Database {
+        let mut spec = serde_json::json!({
+            "version": "16.4", "storage": {"size": "1Gi"},
+            "podMetadata": {"labels": {"testbed.dbop.dev/hold": "true"}},
+            "backup": {
+                "schedule": "0 2 * * *",
+                "s3": {
+                    "endpoint": "http://minio.storage.svc:9000",
+                    "bucket": "backups",
+                    "prefix": "team-a/",
+                    "forcePathStyle": true,
+                    "credentials": {"secretName": "s3-creds"}
+                }
+            }
+        });
+        if let (Some(b), Some(e)) = (spec["backup"].as_object_mut(), extra.as_object()) {
+            for (k, v) in e {
+                b.insert(k.clone(), v.clone());
+            }
+        }
+        let mut db = testing::database(spec);
+        db.status = Some(crate::api::DatabaseStatus {
+            current_version: Some("16.4".into()),
+            ..Default::default()
+        });
+        db
+    }
+
+    fn backup(name: &str) -> DatabaseBackup {
+        let mut b = DatabaseBackup::new(
+            name,
+            DatabaseBackupSpec {
+                database: "orders".into(),
+                reason: crate::api::BackupReason::Scheduled,
+            },
+        );
+        b.metadata.namespace = Some("shop".into());
+        b.metadata.uid = Some("u-1".into());
+        let _ = BackupPhase::ALL;
+        b
+    }
+
+    fn created() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2025, 3, 1, 2, 0, 3).unwrap()
+    }
+
+    fn container(job: &Job) -> Container {
+        job.spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0]
+            .clone()
+    }
+
+    #[test]
+    fn the_job_runs_the_agent_from_the_running_version_image() {
+        let db = with_backup(serde_json::json!({}));
+        let job = backup_job(
+            &db,
+            &backup("orders-202503010200"),
+            created(),
+            &Settings::default(),
+        )
+        .unwrap();
+        assert_eq!(job.metadata.name.as_deref(), Some("orders-202503010200"));
+        let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.controller),
+            ("DatabaseBackup", Some(true))
+        );
+        let spec = job.spec.as_ref().unwrap();
+        assert_eq!(spec.backoff_limit, Some(BACKOFF_LIMIT));
+        assert_eq!(spec.active_deadline_seconds, Some(6 * 3600));
+        let pod = spec.template.spec.as_ref().unwrap();
+        let init = &pod.init_containers.as_ref().unwrap()[0];
+        assert_eq!(
+            init.image.as_deref(),
+            Some(crate::resources::DEFAULT_AGENT_IMAGE)
+        );
+        assert_eq!(
+            init.command.as_ref().unwrap(),
+            &vec![
+                "cp".to_string(),
+                AGENT_SOURCE_PATH.into(),
+                AGENT_PATH.into()
+            ]
+        );
+        let c = container(&job);
+        assert_eq!(c.image.as_deref(), Some("docker.io/library/postgres:16.4"));
+        assert_eq!(c.command.as_ref().unwrap(), &vec![AGENT_PATH.to_string()]);
+        assert_eq!(
+            c.termination_message_policy.as_deref(),
+            Some("FallbackToLogsOnError")
+        );
+        let args = c.args.unwrap();
+        for want in [
+            "dump",
+            "--bucket=backups",
+            "--prefix=team-a/shop/orders",
+            "--backup-id=20250301T020003Z-orders-202503010200",
+            "--result-file=/dev/termination-log",
+            "--path-style",
+            "--keep-last=7",
+        ] {
+            assert!(
+                args.iter().any(|a| a == want),
+                "{want} missing from {args:?}"
+            );
+        }
+        // The pod carries the Database's podMetadata (tests hold pods with it) and dbop's labels.
+        let labels = spec
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .labels
+            .clone()
+            .unwrap();
+        assert_eq!(labels["testbed.dbop.dev/hold"], "true");
+        assert_eq!(labels["app.kubernetes.io/component"], "backup");
+        assert_eq!(labels[BACKUP_LABEL], "orders-202503010200");
+        assert_eq!(pod.security_context, Some(pod_security_context()));
+    }
+
+    #[test]
+    fn secrets_reach_the_job_only_through_secret_references() {
+        let db = with_backup(serde_json::json!({
+            "s3": {
+                "bucket": "b", "region": "eu-west-1",
+                "credentials": {"secretName": "s3", "accessKeyIdKey": "id", "secretAccessKeyKey": "key"},
+                "ca": {"configMapKeyRef": {"name": "ca", "key": "root.pem"}}
+            }
+        }));
+        let job = backup_job(&db, &backup("b1"), created(), &Settings::default()).unwrap();
+        let c = container(&job);
+        let env = c.env.clone().unwrap();
+        let get = |n: &str| env.iter().find(|e| e.name == n).cloned().unwrap();
+        for (name, secret, key) in [
+            ("AWS_ACCESS_KEY_ID", "s3", "id"),
+            ("AWS_SECRET_ACCESS_KEY", "s3", "key"),
+            ("PGPASSWORD", "orders-credentials", "password"),
+        ] {
+            let e = get(name);
+            assert!(e.value.is_none(), "{name} must not be a literal");
+            let r = e.value_from.unwrap().secret_key_ref.unwrap();
+            assert_eq!((r.name.as_str(), r.key.as_str()), (secret, key), "{name}");
+        }
+        assert_eq!(get("AWS_REGION").value.as_deref(), Some("eu-west-1"));
+        assert!(env.iter().all(|e| e.name != "AWS_ENDPOINT_URL"));
+        assert!(
+            c.args
+                .unwrap()
+                .iter()
+                .any(|a| a == "--ca-file=/etc/dbop/s3-ca/ca.pem")
+        );
+        assert!(
+            c.volume_mounts
+                .unwrap()
+                .iter()
+                .any(|m| m.mount_path == CA_DIR)
+        );
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        let ca = pod
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "s3-ca")
+            .unwrap();
+        assert_eq!(ca.config_map.unwrap().items.unwrap()[0].key, "root.pem");
+    }
+
+    #[test]
+    fn retention_and_timeout_follow_the_spec() {
+        let db = with_backup(serde_json::json!({
+            "timeout": "90m",
+            "retention": {"keepLast": 3, "maxAge": "30d"}
+        }));
+        let job = backup_job(&db, &backup("b"), created(), &Settings::default()).unwrap();
+        assert_eq!(
+            job.spec.as_ref().unwrap().active_deadline_seconds,
+            Some(5400)
+        );
+        let args = container(&job).args.unwrap();
+        assert!(args.contains(&"--keep-last=3".to_string()));
+        assert!(args.contains(&"--max-age=30d".to_string()));
+        assert!(
+            !args.contains(&"--path-style".to_string())
+                || db.spec.backup.unwrap().s3.force_path_style
+        );
+    }
+
+    #[test]
+    fn no_job_without_a_backup_spec_or_a_running_version() {
+        let mut db = with_backup(serde_json::json!({}));
+        db.status = None;
+        assert_eq!(
+            backup_job(&db, &backup("b"), created(), &Settings::default()),
+            Err(JobProblem::NoRunningVersion)
+        );
+        let db = testing::minimal();
+        assert_eq!(
+            backup_job(&db, &backup("b"), created(), &Settings::default()),
+            Err(JobProblem::NoBackupSpec)
+        );
+    }
+
+    #[test]
+    fn image_is_the_running_version_during_a_version_change() {
+        let mut db = with_backup(serde_json::json!({}));
+        db.spec.version = "16.5".into();
+        db.spec.image = Some("mirror/pg:16.5".into());
+        assert_eq!(
+            running_image(&db, &Settings::default()).as_deref(),
+            Some("docker.io/library/postgres:16.4")
+        );
+        db.status.as_mut().unwrap().current_version = Some("16.5".into());
+        assert_eq!(
+            running_image(&db, &Settings::default()).as_deref(),
+            Some("mirror/pg:16.5")
+        );
+    }
+
+    #[test]
+    fn long_names_are_shortened_deterministically() {
+        let long = "a".repeat(200);
+        let name = job_name(&long);
+        assert_eq!(name.len(), MAX_JOB_NAME);
+        assert_eq!(name, job_name(&long));
+        assert_ne!(name, job_name(&"a".repeat(201)));
+        let id = backup_id(&long, created());
+        assert!(id.len() <= MAX_BACKUP_ID && id.starts_with("20250301T020003Z-"));
+        assert_eq!(job_name("short"), "short");
+    }
+}

@@ -1,0 +1,336 @@
+//! The backup part of a Database's reconcile, decided: the scheduled run to create (if any),
+//! the `DatabaseBackup` objects to delete, `status.backup`, the `BackupHealthy` condition and
+//! when to look again.
+//!
+//! Pure: the Database, the observed backups and `now` in, a plan out.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::schedule::{
+    BackupRecord, BackupSchedule, DEFAULT_KEEP_FAILED, DEFAULT_KEEP_LAST,
+    DEFAULT_STARTING_DEADLINE, HealthFacts, HistoryPolicy, Hold, Run, ScheduleFacts, backup_health,
+    backups_to_prune, parse_duration, plan_schedule,
+};
+use crate::api::conditions::{ConditionStatus, ConditionType};
+use crate::api::{BackupPhase, BackupSpec, BackupStatus, Database, Phase};
+use crate::reconcile::events::EventSpec;
+
+/// What the Database's reconcile observed about its backups.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackupsFact {
+    pub now: DateTime<Utc>,
+    /// This Database's `DatabaseBackup` objects.
+    pub records: Vec<BackupRecord>,
+    /// What is wrong with the S3 credentials Secret, in words that say what to fix.
+    pub s3_problem: Option<String>,
+}
+
+impl Default for BackupsFact {
+    fn default() -> Self {
+        Self {
+            now: DateTime::UNIX_EPOCH,
+            records: vec![],
+            s3_problem: None,
+        }
+    }
+}
+
+/// A scheduled run to create.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewBackup {
+    pub name: String,
+    pub scheduled_at: DateTime<Utc>,
+}
+
+/// The backup part of a Database's decision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackupPlan {
+    pub condition: ConditionStatus,
+    pub status: Option<BackupStatus>,
+    pub create: Option<NewBackup>,
+    pub prune: Vec<String>,
+    /// Events that are not condition transitions (a skipped run).
+    pub events: Vec<EventSpec>,
+    pub requeue_after: Option<Duration>,
+}
+
+/// Decides the backup plan. `phase` is the phase decided for this pass.
+pub fn plan_backups(db: &Database, fact: &BackupsFact, phase: Phase) -> BackupPlan {
+    use ConditionType::BackupHealthy;
+    let previous = db
+        .status
+        .as_ref()
+        .and_then(|s| s.backup.clone())
+        .unwrap_or_default();
+    let outcomes = outcomes(&previous, &fact.records);
+    let Some(spec) = &db.spec.backup else {
+        let status = BackupStatus {
+            last_schedule_time: None,
+            next_schedule_time: None,
+            ..outcomes
+        };
+        return BackupPlan {
+            condition: ConditionStatus::new(
+                BackupHealthy,
+                false,
+                "BackupNotConfigured",
+                "spec.backup is not set: no scheduled backups are made",
+            ),
+            status: (status != BackupStatus::default()).then_some(status),
+            create: None,
+            prune: vec![],
+            events: vec![],
+            requeue_after: None,
+        };
+    };
+    let settings = match Settings::parse(spec) {
+        Ok(s) => s,
+        Err(message) => {
+            return BackupPlan {
+                condition: ConditionStatus::new(BackupHealthy, false, "InvalidBackupSpec", message),
+                status: Some(BackupStatus {
+                    next_schedule_time: None,
+                    last_schedule_time: previous.last_schedule_time,
+                    ..outcomes
+                }),
+                create: None,
+                prune: vec![],
+                events: vec![],
+                requeue_after: None,
+            };
+        }
+    };
+
+    let has_run = db
+        .status
+        .as_ref()
+        .is_some_and(|s| s.current_version.is_some());
+    let hold = if fact.s3_problem.is_some() {
+        Some(Hold::Misconfigured)
+    } else if phase == Phase::Upgrading {
+        Some(Hold::Upgrading)
+    } else if !has_run {
+        Some(Hold::DatabaseNotReady)
+    } else {
+        None
+    };
+    let mut unfinished: Vec<&BackupRecord> =
+        fact.records.iter().filter(|r| !r.is_finished()).collect();
+    unfinished.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)));
+    let schedule_facts = ScheduleFacts {
+        database: db.name(),
+        now: fact.now,
+        last_schedule_time: previous.last_schedule_time,
+        next_schedule_time: previous.next_schedule_time,
+        suspended: spec.suspend,
+        starting_deadline: settings.starting_deadline,
+        hold,
+        active_backup: unfinished.first().map(|r| r.name.clone()),
+        existing: fact.records.iter().map(|r| r.name.clone()).collect(),
+    };
+    let schedule = plan_schedule(&settings.schedule, &schedule_facts);
+
+    let mut events = vec![];
+    if let Run::Skipped { latest_missed } = &schedule.run
+        && previous.next_schedule_time != schedule.next_schedule_time
+    {
+        events.push(EventSpec {
+            warning: true,
+            reason: "ScheduledBackupSkipped".into(),
+            note: format!(
+                "the backup scheduled at {} was missed by more than the starting deadline; the \
+                 next one is at {}",
+                rfc3339(*latest_missed),
+                schedule
+                    .next_schedule_time
+                    .map(rfc3339)
+                    .unwrap_or_else(|| "never".into())
+            ),
+        });
+    }
+    let create = match &schedule.run {
+        Run::Start { at, name } => Some(NewBackup {
+            name: name.clone(),
+            scheduled_at: *at,
+        }),
+        _ => None,
+    };
+
+    let (condition, health_requeue) = match &fact.s3_problem {
+        Some(problem) => (
+            ConditionStatus::new(
+                BackupHealthy,
+                false,
+                if problem.contains("does not exist") {
+                    "S3CredentialsSecretNotFound"
+                } else {
+                    "S3CredentialsSecretInvalid"
+                },
+                problem.clone(),
+            ),
+            None,
+        ),
+        None => {
+            let mut finished: Vec<&BackupRecord> =
+                fact.records.iter().filter(|r| r.is_finished()).collect();
+            finished.sort_by_key(|r| (r.completed.unwrap_or(r.created), r.name.clone()));
+            let last_success = outcomes
+                .last_successful
+                .clone()
+                .zip(outcomes.last_successful_time);
+            let rpo = settings.rpo.unwrap_or_else(|| {
+                let from = last_success.as_ref().map(|s| s.1).unwrap_or(fact.now);
+                settings
+                    .schedule
+                    .longest_interval(from)
+                    .map(|i| i * 2)
+                    .unwrap_or(Duration::from_secs(2 * 86_400))
+            });
+            backup_health(&HealthFacts {
+                now: fact.now,
+                last_success,
+                latest_finished: finished.last().map(|r| (*r).clone()),
+                a_run_was_due: schedule.last_schedule_time.is_some()
+                    || matches!(schedule.run, Run::Skipped { .. } | Run::Wait { .. })
+                    || !finished.is_empty(),
+                first_due: schedule.next_schedule_time,
+                rpo,
+            })
+        }
+    };
+
+    let prune = backups_to_prune(&fact.records, &settings.history, fact.now);
+    BackupPlan {
+        condition,
+        status: Some(BackupStatus {
+            last_schedule_time: schedule.last_schedule_time,
+            next_schedule_time: schedule.next_schedule_time,
+            ..outcomes
+        }),
+        create,
+        prune,
+        events,
+        requeue_after: [schedule.requeue_after, health_requeue]
+            .into_iter()
+            .flatten()
+            .min(),
+    }
+}
+
+/// The backup settings, parsed; the error says what to fix.
+struct Settings {
+    schedule: BackupSchedule,
+    starting_deadline: Duration,
+    rpo: Option<Duration>,
+    history: HistoryPolicy,
+}
+
+impl Settings {
+    fn parse(spec: &BackupSpec) -> Result<Settings, String> {
+        let schedule = BackupSchedule::parse(&spec.schedule, spec.time_zone.as_deref())?;
+        let duration = |field: &str, value: &Option<String>| -> Result<Option<Duration>, String> {
+            match value {
+                None => Ok(None),
+                Some(text) => parse_duration(text)
+                    .filter(|d| !d.is_zero())
+                    .map(Some)
+                    .ok_or_else(|| {
+                        format!(
+                            "spec.backup.{field} {text:?} is not a positive duration: use a form \
+                             such as 30m, 12h or 7d"
+                        )
+                    }),
+            }
+        };
+        let retention = spec.retention.clone().unwrap_or(crate::api::RetentionSpec {
+            keep_last: None,
+            max_age: None,
+            keep_failed: None,
+        });
+        duration("timeout", &spec.timeout)?;
+        Ok(Settings {
+            schedule,
+            starting_deadline: duration("startingDeadline", &spec.starting_deadline)?
+                .unwrap_or(DEFAULT_STARTING_DEADLINE),
+            rpo: duration("rpo", &spec.rpo)?,
+            history: HistoryPolicy {
+                keep_last: retention.keep_last.unwrap_or(DEFAULT_KEEP_LAST).max(1),
+                max_age: duration("retention.maxAge", &retention.max_age)?,
+                keep_failed: retention.keep_failed.unwrap_or(DEFAULT_KEEP_FAILED),
+            },
+        })
+    }
+}
+
+/// The last successful and failed backups: the newest observed, or the previous status's when
+/// that is newer (its object may have been deleted).
+fn outcomes(previous: &BackupStatus, records: &[BackupRecord]) -> BackupStatus {
+    let newest = |phase: BackupPhase| {
+        records
+            .iter()
+            .filter(|r| r.phase == Some(phase))
+            .map(|r| (r.completed.unwrap_or(r.created), r.name.clone()))
+            .max()
+    };
+    let pick = |observed: Option<(DateTime<Utc>, String)>,
+                name: &Option<String>,
+                time: &Option<DateTime<Utc>>| {
+        let kept = name.clone().zip(*time).map(|(n, t)| (t, n));
+        match (observed, kept) {
+            (Some(o), Some(k)) => Some(o.max(k)),
+            (o, k) => o.or(k),
+        }
+    };
+    let success = pick(
+        newest(BackupPhase::Succeeded),
+        &previous.last_successful,
+        &previous.last_successful_time,
+    );
+    let failure = pick(
+        newest(BackupPhase::Failed),
+        &previous.last_failure,
+        &previous.last_failure_time,
+    );
+    BackupStatus {
+        last_schedule_time: None,
+        next_schedule_time: None,
+        last_successful: success.as_ref().map(|s| s.1.clone()),
+        last_successful_time: success.map(|s| s.0),
+        last_failure: failure.as_ref().map(|f| f.1.clone()),
+        last_failure_time: failure.map(|f| f.0),
+    }
+}
+
+fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// The Events of a `BackupHealthy` change: a Warning whenever it turns False or is False for a
+/// new reason (the backup controller reports individual failures itself).
+pub fn health_events(old: Option<&ConditionStatus>, new: &ConditionStatus) -> Vec<EventSpec> {
+    let changed = old.is_none_or(|o| o.status != new.status || o.reason != new.reason);
+    if !changed || new.reason == "BackupNotConfigured" {
+        return vec![];
+    }
+    if new.status {
+        // Recovered: say so once.
+        return match old {
+            Some(o) if !o.status && o.reason != "BackupNotConfigured" => vec![EventSpec {
+                warning: false,
+                reason: "BackupHealthy".into(),
+                note: new.message.clone(),
+            }],
+            _ => vec![],
+        };
+    }
+    if new.reason == "LastBackupFailed" {
+        return vec![];
+    }
+    vec![EventSpec {
+        warning: true,
+        reason: new.reason.clone(),
+        note: new.message.clone(),
+    }]
+}

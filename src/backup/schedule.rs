@@ -1,0 +1,570 @@
+//! The backup schedule, decided: the 5-field cron expression and its time zone, when the next
+//! run is due, whether a due run starts now, waits or is skipped, the deterministic names of
+//! scheduled backups, which old `DatabaseBackup` objects to delete, and whether backups are
+//! healthy.
+//!
+//! Pure: no client, no clock (`now` is passed in), no I/O.
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use chrono_tz::Tz;
+
+use crate::api::BackupPhase;
+use crate::api::conditions::{ConditionStatus, ConditionType};
+
+/// How late a missed run may still start when `startingDeadline` is not set.
+pub const DEFAULT_STARTING_DEADLINE: Duration = Duration::from_secs(3600);
+/// How long a backup Job may run when `timeout` is not set.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
+/// Successful backups kept when `retention.keepLast` is not set.
+pub const DEFAULT_KEEP_LAST: u32 = 7;
+/// Failed `DatabaseBackup` objects kept when `retention.keepFailed` is not set.
+pub const DEFAULT_KEEP_FAILED: u32 = 3;
+/// Runs looked at to find the longest interval of a schedule (the default RPO is twice that).
+const INTERVAL_SAMPLE: usize = 16;
+/// A bound on the runs walked in one decision, so no expression or outage can make a loop long.
+const MAX_RUNS_WALKED: usize = 100_000;
+
+/// A parsed schedule: the cron expression in its time zone.
+#[derive(Clone, Debug)]
+pub struct BackupSchedule {
+    cron: cron::Schedule,
+    zone: Tz,
+}
+
+impl BackupSchedule {
+    /// Parses a standard 5-field cron expression (or an `@daily`-style shorthand) read in the
+    /// IANA time zone `time_zone` (UTC when absent). The error says what to fix.
+    pub fn parse(expression: &str, time_zone: Option<&str>) -> Result<Self, String> {
+        let six = to_cron_crate_syntax(expression)?;
+        let cron: cron::Schedule = six.parse().map_err(|e| {
+            format!("spec.backup.schedule {expression:?} is not a valid cron expression: {e}")
+        })?;
+        let zone = match time_zone {
+            None => Tz::UTC,
+            Some(name) => name.parse::<Tz>().map_err(|_| {
+                format!(
+                    "spec.backup.timeZone {name:?} is not an IANA time zone: use a name such as \
+                     Europe/Berlin or America/New_York"
+                )
+            })?,
+        };
+        // An expression that never fires (e.g. 30 February) is a mistake, not a schedule.
+        let schedule = BackupSchedule { cron, zone };
+        if schedule.next_after(DateTime::UNIX_EPOCH).is_none() {
+            return Err(format!(
+                "spec.backup.schedule {expression:?} never fires: check the day and month fields"
+            ));
+        }
+        Ok(schedule)
+    }
+
+    /// The first run strictly after `t`.
+    pub fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.cron
+            .after(&t.with_timezone(&self.zone))
+            .next()
+            .map(|t| t.with_timezone(&Utc))
+    }
+
+    /// The latest run in `(after, until]`, walking at most `MAX_RUNS_WALKED` runs.
+    pub fn latest_between(
+        &self,
+        after: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Option<DateTime<Utc>> {
+        let mut latest = None;
+        let mut previous_local = None;
+        for run in self
+            .cron
+            .after(&after.with_timezone(&self.zone))
+            .take(MAX_RUNS_WALKED)
+        {
+            // A wall-clock time that happens twice (the hour repeated when daylight saving
+            // ends) is one run, not two.
+            let local = run.naive_local();
+            if previous_local == Some(local) {
+                continue;
+            }
+            previous_local = Some(local);
+            let run = run.with_timezone(&Utc);
+            if run > until {
+                break;
+            }
+            latest = Some(run);
+        }
+        latest
+    }
+
+    /// The longest interval between two consecutive runs among the next few after `from`.
+    pub fn longest_interval(&self, from: DateTime<Utc>) -> Option<Duration> {
+        let runs: Vec<DateTime<Utc>> = self
+            .cron
+            .after(&from.with_timezone(&self.zone))
+            .take(INTERVAL_SAMPLE + 1)
+            .map(|t| t.with_timezone(&Utc))
+            .collect();
+        runs.windows(2)
+            .filter_map(|w| (w[1] - w[0]).to_std().ok())
+            .max()
+    }
+}
+
+/// Converts a standard 5-field cron expression to the `cron` crate's syntax: a seconds field
+/// first, and days of the week numbered 1 (Sunday) to 7 instead of 0 (Sunday) to 6 (7 is
+/// Sunday too). Shorthands such as `@daily` pass through.
+pub fn to_cron_crate_syntax(expression: &str) -> Result<String, String> {
+    let trimmed = expression.trim();
+    if trimmed.starts_with('@') {
+        return Ok(trimmed.to_string());
+    }
+    let fields: Vec<&str> = trimmed.split_whitespace().collect();
+    let [minute, hour, day_of_month, month, day_of_week] = fields[..] else {
+        return Err(format!(
+            "spec.backup.schedule {expression:?} must have 5 fields (minute hour day-of-month \
+             month day-of-week), e.g. \"0 2 * * *\"; it has {}",
+            fields.len()
+        ));
+    };
+    let restricted = |f: &str| f != "*" && f != "?";
+    if restricted(day_of_month) && restricted(day_of_week) {
+        return Err(format!(
+            "spec.backup.schedule {expression:?} restricts both day-of-month and day-of-week; \
+             classic cron runs when either matches, which is rarely what is meant: set one of \
+             them to *"
+        ));
+    }
+    let day_of_week = convert_day_of_week(day_of_week)
+        .map_err(|e| format!("spec.backup.schedule {expression:?}: {e}"))?;
+    Ok(format!(
+        "0 {minute} {hour} {day_of_month} {month} {day_of_week}"
+    ))
+}
+
+fn convert_day_of_week(field: &str) -> Result<String, String> {
+    let day = |text: &str| -> Result<Option<u32>, String> {
+        if text.chars().all(|c| c.is_ascii_digit()) {
+            let n: u32 = text
+                .parse()
+                .map_err(|_| format!("day of week {text:?} is not a number"))?;
+            if n > 7 {
+                return Err(format!(
+                    "day of week {n} is out of range: use 0-7 (0 and 7 are Sunday) or SUN-SAT"
+                ));
+            }
+            Ok(Some(n))
+        } else {
+            Ok(None) // a name (MON) or `*`: the same in both syntaxes
+        }
+    };
+    // Standard day d (0..=7) in the crate's numbering (1..=7, Sunday = 1).
+    let crate_day = |d: u32| if d == 0 || d == 7 { 1 } else { d + 1 };
+    let mut items = Vec::new();
+    for item in field.split(',') {
+        let (base, step) = match item.split_once('/') {
+            Some((b, s)) => (b, Some(s)),
+            None => (item, None),
+        };
+        let suffix = step.map(|s| format!("/{s}")).unwrap_or_default();
+        match base.split_once('-') {
+            Some((from, to)) => match (day(from)?, day(to)?) {
+                (Some(a), Some(b)) => {
+                    if a > b {
+                        return Err(format!("day-of-week range {base:?} runs backwards"));
+                    }
+                    if b == 7 && a > 0 {
+                        // a..=Saturday, then Sunday (7) if the step reaches it.
+                        items.push(format!("{}-7{suffix}", a + 1));
+                        let step: u32 = step.and_then(|s| s.parse().ok()).unwrap_or(1).max(1);
+                        if (7 - a) % step == 0 {
+                            items.push("1".into());
+                        }
+                    } else {
+                        let b = if b == 7 { 6 } else { b };
+                        items.push(format!("{}-{}{suffix}", a + 1, b + 1));
+                    }
+                }
+                (None, None) => items.push(item.to_string()),
+                _ => {
+                    return Err(format!(
+                        "day-of-week range {base:?} mixes numbers and names"
+                    ));
+                }
+            },
+            None => match day(base)? {
+                Some(d) => items.push(format!("{}{suffix}", crate_day(d))),
+                None => items.push(item.to_string()),
+            },
+        }
+    }
+    Ok(items.join(","))
+}
+
+/// Parses a duration such as `30d`, `12h` or `1h30m` (units s, m, h, d, w), as the backup
+/// agent does.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    let mut total: u64 = 0;
+    let mut number = String::new();
+    for c in text.chars() {
+        if c.is_ascii_digit() {
+            number.push(c);
+            continue;
+        }
+        let n: u64 = number.parse().ok()?;
+        number.clear();
+        let unit: u64 = match c {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86_400,
+            'w' => 7 * 86_400,
+            _ => return None,
+        };
+        total = total.checked_add(n.checked_mul(unit)?)?;
+    }
+    if !number.is_empty() {
+        return None;
+    }
+    Some(Duration::from_secs(total))
+}
+
+/// A duration as people write it: `2d`, `26h`, `90m`, `45s`.
+pub fn format_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0 => "0s".into(),
+        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s if s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+/// The name of the `DatabaseBackup` of the run scheduled at `at`: `<database>-<yyyymmddhhmm>`
+/// in UTC. The same run always has the same name, so a restarted operator never makes it twice.
+pub fn scheduled_backup_name(database: &str, at: DateTime<Utc>) -> String {
+    format!("{database}-{}", at.format("%Y%m%d%H%M"))
+}
+
+/// What the schedule knows about the world.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScheduleFacts {
+    /// The Database's name (scheduled backups are named after it).
+    pub database: String,
+    pub now: DateTime<Utc>,
+    /// `status.backup.lastScheduleTime`.
+    pub last_schedule_time: Option<DateTime<Utc>>,
+    /// `status.backup.nextScheduleTime`.
+    pub next_schedule_time: Option<DateTime<Utc>>,
+    /// `spec.backup.suspend`.
+    pub suspended: bool,
+    pub starting_deadline: Duration,
+    /// Why a due run cannot start now, besides another backup running (an upgrade rollout,
+    /// a database not yet serving, unusable S3 credentials).
+    pub hold: Option<Hold>,
+    /// An unfinished `DatabaseBackup` of this Database (scheduled or on demand).
+    pub active_backup: Option<String>,
+    /// The names of this Database's `DatabaseBackup` objects.
+    pub existing: Vec<String>,
+}
+
+/// Why due runs wait.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Hold {
+    /// An upgrade is being rolled out; scheduled backups resume when it ends.
+    Upgrading,
+    /// The database has never served yet.
+    DatabaseNotReady,
+    /// The S3 settings cannot work (the BackupHealthy condition says why).
+    Misconfigured,
+}
+
+/// What happens to the run that is due, if any.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Run {
+    /// Nothing is due.
+    NotDue,
+    /// Suspended: no run starts.
+    Suspended,
+    /// Create the `DatabaseBackup` of this run.
+    Start { at: DateTime<Utc>, name: String },
+    /// The run's `DatabaseBackup` exists already (made before a restart): only record it.
+    AlreadyStarted { at: DateTime<Utc> },
+    /// A run is due but must wait (it starts later if its deadline has not passed by then).
+    Wait { at: DateTime<Utc>, why: WaitReason },
+    /// Runs were missed and the latest is past its starting deadline: skipped.
+    Skipped { latest_missed: DateTime<Utc> },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WaitReason {
+    Hold(Hold),
+    /// Another backup of this Database is pending or running: never two at once.
+    BackupInProgress(String),
+}
+
+/// The scheduling decision: the run, the status fields, and when to look again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SchedulePlan {
+    pub run: Run,
+    pub last_schedule_time: Option<DateTime<Utc>>,
+    pub next_schedule_time: Option<DateTime<Utc>>,
+    /// When the schedule next needs a look (None: only a change wakes it).
+    pub requeue_after: Option<Duration>,
+}
+
+/// While a run waits, how often to look again (the backup and rollout watches usually wake it
+/// sooner).
+const WAIT_POLL: Duration = Duration::from_secs(30);
+
+/// Decides the schedule's next step.
+///
+/// The schedule's anchor is the last run dbop started (`lastScheduleTime`), or, before the
+/// first, the first due time it computed (`nextScheduleTime`); with neither, this is the first
+/// look and nothing is due yet. Of the runs due since the anchor, only the latest counts, and
+/// only while it is at most `starting_deadline` late: after any outage, at most one catch-up.
+pub fn plan_schedule(schedule: &BackupSchedule, facts: &ScheduleFacts) -> SchedulePlan {
+    let now = facts.now;
+    let until = |t: DateTime<Utc>| (t - now).to_std().ok().map(|d| d + Duration::from_secs(1));
+    if facts.suspended {
+        return SchedulePlan {
+            run: Run::Suspended,
+            last_schedule_time: facts.last_schedule_time,
+            next_schedule_time: None,
+            requeue_after: None,
+        };
+    }
+    let anchor = facts
+        .last_schedule_time
+        .or(facts.next_schedule_time.map(|t| t - TimeDelta::seconds(1)));
+    let Some(anchor) = anchor.filter(|a| *a <= now) else {
+        // First look (or a clock that went backwards): the next run after now.
+        let next = schedule.next_after(now);
+        return SchedulePlan {
+            run: Run::NotDue,
+            last_schedule_time: facts.last_schedule_time,
+            next_schedule_time: next,
+            requeue_after: next.and_then(until),
+        };
+    };
+    let deadline = TimeDelta::from_std(facts.starting_deadline).unwrap_or(TimeDelta::MAX);
+    let window_start = now.checked_sub_signed(deadline).unwrap_or(anchor);
+    let latest_in_window = if window_start > anchor {
+        schedule.latest_between(window_start - TimeDelta::seconds(1), now)
+    } else {
+        schedule.latest_between(anchor, now)
+    };
+    let Some(at) = latest_in_window else {
+        let first_due = schedule.next_after(anchor);
+        return match first_due {
+            Some(missed) if missed <= now => {
+                let latest_missed = schedule.latest_between(anchor, now).unwrap_or(missed);
+                let next = schedule.next_after(now);
+                SchedulePlan {
+                    run: Run::Skipped { latest_missed },
+                    last_schedule_time: facts.last_schedule_time,
+                    next_schedule_time: next,
+                    requeue_after: next.and_then(until),
+                }
+            }
+            next => SchedulePlan {
+                run: Run::NotDue,
+                last_schedule_time: facts.last_schedule_time,
+                next_schedule_time: next,
+                requeue_after: next.and_then(until),
+            },
+        };
+    };
+    let name = scheduled_backup_name(&facts.database, at);
+    let started = |run: Run| {
+        let next = schedule.next_after(at.max(now));
+        SchedulePlan {
+            run,
+            last_schedule_time: Some(at),
+            next_schedule_time: next,
+            requeue_after: next.and_then(until),
+        }
+    };
+    if facts.existing.contains(&name) {
+        return started(Run::AlreadyStarted { at });
+    }
+    let why = match (&facts.hold, &facts.active_backup) {
+        (Some(hold), _) => Some(WaitReason::Hold(hold.clone())),
+        (None, Some(active)) => Some(WaitReason::BackupInProgress(active.clone())),
+        (None, None) => None,
+    };
+    match why {
+        Some(why) => {
+            // Look again when the run's deadline passes, or sooner.
+            let expires = (at + deadline - now).to_std().unwrap_or_default();
+            SchedulePlan {
+                run: Run::Wait { at, why },
+                last_schedule_time: facts.last_schedule_time,
+                next_schedule_time: Some(at),
+                requeue_after: Some(WAIT_POLL.min(expires + Duration::from_secs(1))),
+            }
+        }
+        None => started(Run::Start { at, name }),
+    }
+}
+
+/// One `DatabaseBackup` of a Database, as the decisions need it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackupRecord {
+    pub name: String,
+    pub phase: Option<BackupPhase>,
+    pub created: DateTime<Utc>,
+    /// When it finished (or, failing that, when it was created).
+    pub completed: Option<DateTime<Utc>>,
+    pub message: Option<String>,
+}
+
+impl BackupRecord {
+    fn finished_at(&self) -> DateTime<Utc> {
+        self.completed.unwrap_or(self.created)
+    }
+    pub fn is_finished(&self) -> bool {
+        self.phase.is_some_and(BackupPhase::is_finished)
+    }
+}
+
+/// The retention policy of `DatabaseBackup` objects (the agent applies the same one to object
+/// storage).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HistoryPolicy {
+    pub keep_last: u32,
+    pub max_age: Option<Duration>,
+    pub keep_failed: u32,
+}
+
+/// The finished `DatabaseBackup` objects to delete: successful ones beyond the newest
+/// `keep_last` or older than `max_age` (never the newest successful one), failed ones beyond
+/// the newest `keep_failed`. Unfinished ones are never touched.
+pub fn backups_to_prune(
+    backups: &[BackupRecord],
+    policy: &HistoryPolicy,
+    now: DateTime<Utc>,
+) -> Vec<String> {
+    let newest_first = |phase: BackupPhase| {
+        let mut v: Vec<&BackupRecord> = backups.iter().filter(|b| b.phase == Some(phase)).collect();
+        v.sort_by(|a, b| {
+            b.finished_at()
+                .cmp(&a.finished_at())
+                .then_with(|| b.name.cmp(&a.name))
+        });
+        v
+    };
+    let mut prune = Vec::new();
+    for (i, b) in newest_first(BackupPhase::Succeeded).iter().enumerate() {
+        let too_many = i >= policy.keep_last.max(1) as usize;
+        let too_old = policy
+            .max_age
+            .is_some_and(|max| (now - b.finished_at()).to_std().is_ok_and(|age| age > max));
+        if i > 0 && (too_many || too_old) {
+            prune.push(b.name.clone());
+        }
+    }
+    for b in newest_first(BackupPhase::Failed)
+        .iter()
+        .skip(policy.keep_failed as usize)
+    {
+        prune.push(b.name.clone());
+    }
+    prune.sort();
+    prune
+}
+
+/// What `BackupHealthy` is decided from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HealthFacts {
+    pub now: DateTime<Utc>,
+    /// The newest successful backup: name and completion time.
+    pub last_success: Option<(String, DateTime<Utc>)>,
+    /// The newest finished backup, successful or not.
+    pub latest_finished: Option<BackupRecord>,
+    /// A scheduled run has come due (so a backup should exist by now).
+    pub a_run_was_due: bool,
+    /// The first scheduled run, when none has come due yet.
+    pub first_due: Option<DateTime<Utc>>,
+    pub rpo: Duration,
+}
+
+/// The `BackupHealthy` condition, and when it may change by the clock alone (the last
+/// success crossing the RPO).
+pub fn backup_health(facts: &HealthFacts) -> (ConditionStatus, Option<Duration>) {
+    use ConditionType::BackupHealthy;
+    if let Some(latest) = &facts.latest_finished
+        && latest.phase == Some(BackupPhase::Failed)
+    {
+        let why = latest.message.as_deref().unwrap_or("no message");
+        return (
+            ConditionStatus::new(
+                BackupHealthy,
+                false,
+                "LastBackupFailed",
+                format!("the latest backup, {}, failed: {why}", latest.name),
+            ),
+            None,
+        );
+    }
+    match &facts.last_success {
+        Some((name, at)) => {
+            let age = (facts.now - *at).to_std().unwrap_or_default();
+            let completed = at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            if age > facts.rpo {
+                (
+                    ConditionStatus::new(
+                        BackupHealthy,
+                        false,
+                        "BackupTooOld",
+                        format!(
+                            "the last successful backup, {name}, completed at {completed}, longer \
+                             ago than the RPO of {}",
+                            format_duration(facts.rpo)
+                        ),
+                    ),
+                    None,
+                )
+            } else {
+                (
+                    ConditionStatus::new(
+                        BackupHealthy,
+                        true,
+                        "BackupSucceeded",
+                        format!("the last backup, {name}, succeeded at {completed}"),
+                    ),
+                    Some(facts.rpo - age + Duration::from_secs(1)),
+                )
+            }
+        }
+        None if facts.a_run_was_due => (
+            ConditionStatus::new(
+                BackupHealthy,
+                false,
+                "NoSuccessfulBackup",
+                "no backup has succeeded since the first scheduled run was due",
+            ),
+            None,
+        ),
+        None => (
+            ConditionStatus::new(
+                BackupHealthy,
+                true,
+                "FirstBackupNotDue",
+                match facts.first_due {
+                    Some(t) => format!(
+                        "the first scheduled backup is due at {}",
+                        t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                    ),
+                    None => "no scheduled backup is due yet".to_string(),
+                },
+            ),
+            None,
+        ),
+    }
+}
