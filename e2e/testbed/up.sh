@@ -104,6 +104,18 @@ sign admin "/O=system:masters/CN=dbop-testbed-admin" "extendedKeyUsage=clientAut
 sign kube-controller-manager "/CN=system:kube-controller-manager" "extendedKeyUsage=clientAuth"
 sign kube-scheduler "/CN=system:kube-scheduler" "extendedKeyUsage=clientAuth"
 sign kwok "/O=system:masters/CN=kwok" "extendedKeyUsage=clientAuth"
+# Front proxy (aggregation layer) CA and client: without a request-header CA the controller-manager
+# and scheduler keep logging "missing content for CA bundle".
+newkey "$PKI/front-proxy-ca.key"
+ossl req -x509 -new -key "$PKI/front-proxy-ca.key" -sha256 -days 3650 -subj "/CN=dbop-testbed-front-proxy-ca" \
+  -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+  -out "$PKI/front-proxy-ca.crt"
+newkey "$PKI/front-proxy-client.key"
+ossl req -new -key "$PKI/front-proxy-client.key" -subj "/CN=front-proxy-client" -out "$PKI/front-proxy-client.csr"
+printf '%s\n' "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=clientAuth" > "$PKI/front-proxy-client.ext"
+ossl x509 -req -in "$PKI/front-proxy-client.csr" -CA "$PKI/front-proxy-ca.crt" -CAkey "$PKI/front-proxy-ca.key" -CAcreateserial \
+  -days 3650 -sha256 -extfile "$PKI/front-proxy-client.ext" -out "$PKI/front-proxy-client.crt"
+rm -f "$PKI/front-proxy-client.csr" "$PKI/front-proxy-client.ext"
 newkey "$PKI/sa.key"
 ossl pkey -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub"
 
@@ -180,6 +192,10 @@ start kube-apiserver "$BIN/kube-apiserver" \
   --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
   --cert-dir "$PKI" --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
   --client-ca-file "$PKI/ca.crt" \
+  --requestheader-client-ca-file "$PKI/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
+  --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+  --requestheader-extra-headers-prefix X-Remote-Extra- \
+  --proxy-client-cert-file "$PKI/front-proxy-client.crt" --proxy-client-key-file "$PKI/front-proxy-client.key" \
   --service-account-issuer https://kubernetes.default.svc.cluster.local \
   --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
   --service-cluster-ip-range 10.96.0.0/16 \
