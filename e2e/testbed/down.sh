@@ -11,6 +11,10 @@ DIR="${DBOP_TESTBED_DIR:-$REPO_ROOT/.testbed}"
 if [[ ! -d "$DIR" ]]; then log "nothing to stop: $DIR does not exist"; exit 0; fi
 DIR="$(cd "$DIR" && pwd)"
 PIDS="$DIR/pids"
+if [[ -z "${DBOP_TESTBED_LOCKED:-}" ]]; then # (up.sh calls down.sh holding the lock)
+  exec 8>"$DIR/.lock"
+  flock 8
+fi
 
 # TERM the given pids, wait up to 10s for all of them, then KILL what is left.
 stop_pids() { # label pid...
@@ -73,7 +77,7 @@ if [[ -f "$DIR/ports.env" ]]; then
 fi
 
 # Remove only what up.sh creates (the directory may have been given by the user).
-STATE=(ready kubeconfig ports.env pki etcd pv pids storage.yaml nodes.yaml audit.log)
+STATE=(.lock ready kubeconfig ports.env pki etcd pv pids storage.yaml nodes.yaml audit.log)
 if [[ "${DBOP_TESTBED_KEEP:-0}" == "1" ]]; then
   [[ -f "$DIR/audit.log" ]] && mkdir -p "$DIR/logs" && mv -f "$DIR/audit.log" "$DIR/logs/audit.log"
   for e in "${STATE[@]}"; do rm -rf "${DIR:?}/$e"; done

@@ -33,6 +33,11 @@ for tool in openssl curl ss setsid; do
 done
 KUBECTL=("$BIN/kubectl" --kubeconfig "$KUBECONFIG_OUT")
 
+# One up.sh/down.sh at a time per state directory (a second one waits, then finds it up).
+exec 8>"$DIR/.lock"
+flock 8
+export DBOP_TESTBED_LOCKED=1
+
 pid_alive() { local f="$PIDS/$1.pid"; [[ -f "$f" ]] && kill -0 "$(cat "$f")" 2>/dev/null; }
 
 # --- already up? -------------------------------------------------------------------------------
@@ -40,7 +45,7 @@ pid_alive() { local f="$PIDS/$1.pid"; [[ -f "$f" ]] && kill -0 "$(cat "$f")" 2>/
 if [[ -f "$DIR/ready" && -f "$KUBECONFIG_OUT" ]]; then
   all=1
   for c in "${COMPONENTS[@]}"; do pid_alive "$c" || all=0; done
-  if ((all)) && "${KUBECTL[@]}" get --raw /readyz >/dev/null 2>&1; then
+  if ((all)) && "${KUBECTL[@]}" --request-timeout 10s get --raw /readyz >/dev/null 2>&1; then
     log "already up and healthy: $DIR"
     echo "kubeconfig: $KUBECONFIG_OUT"
     echo "export KUBECONFIG=$KUBECONFIG_OUT"
@@ -148,7 +153,7 @@ for u in kube-controller-manager kube-scheduler kwok; do kubeconfig "$PKI/$u.kub
 start() { # component args...
   local c="$1"; shift
   log "starting $c"
-  setsid "$@" >"$LOGS/$c.log" 2>&1 </dev/null &
+  setsid "$@" >"$LOGS/$c.log" 2>&1 </dev/null 8>&- &
   echo $! > "$PIDS/$c.pid"
 }
 fail() { # component message
