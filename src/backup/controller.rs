@@ -682,3 +682,368 @@ fn error_policy(backup: Arc<DatabaseBackup>, error: &Error, ctx: Arc<Context>) -
     warn!(%error, label = error.label(), failures, retry_in = ?delay, "backup reconcile failed");
     Action::requeue(delay)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::DatabaseBackupSpec;
+    use chrono::TimeZone;
+    use k8s_openapi::ByteString;
+
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2025, 5, 1, 2, 0, 30).unwrap()
+    }
+
+    fn backup(
+        name: &str,
+        reason: BackupReason,
+        phase: Option<BackupPhase>,
+        age: i64,
+    ) -> DatabaseBackup {
+        let mut b = DatabaseBackup::new(
+            name,
+            DatabaseBackupSpec {
+                database: "orders".into(),
+                reason,
+            },
+        );
+        b.metadata.namespace = Some("shop".into());
+        b.metadata.creation_timestamp = Some(crate::api::conditions::to_meta_time(
+            now() - chrono::TimeDelta::seconds(age),
+        ));
+        b.status = phase.map(|p| DatabaseBackupStatus {
+            phase: Some(p),
+            ..Default::default()
+        });
+        b
+    }
+
+    fn ready_db() -> DatabaseFacts {
+        DatabaseFacts {
+            phase: Some(Phase::Ready),
+            has_backup_spec: true,
+            has_run: true,
+            s3_problem: None,
+        }
+    }
+
+    fn facts(database: Option<DatabaseFacts>, job: Option<JobFacts>) -> BackupFacts {
+        BackupFacts {
+            now: now(),
+            database,
+            ahead: vec![],
+            job,
+        }
+    }
+
+    const RESULT: &str = r#"{"outcome":"Succeeded","operation":"dump","backupId":"20250501T020003Z-b","database":"postgres","bucket":"backups","key":"p/shop/orders/postgres/20250501T020003Z-b/dump.pgc.zst","manifestKey":"m","sizeBytes":12345,"rawBytes":99999,"sha256":"abab","engineVersion":"16.4","startedAt":"2025-05-01T02:00:05Z","completedAt":"2025-05-01T02:00:25Z","message":"dumped 99999 bytes"}"#;
+
+    fn job(state: JobState, message: Option<&str>) -> Option<JobFacts> {
+        Some(JobFacts {
+            state,
+            start_time: Some(now() - chrono::TimeDelta::seconds(28)),
+            completion_time: Some(now() - chrono::TimeDelta::seconds(2)),
+            termination_message: message.map(str::to_string),
+        })
+    }
+
+    #[test]
+    fn decisions_table() {
+        use BackupPhase::*;
+        let manual = backup("b", BackupReason::Manual, None, 5);
+        let upgrading = DatabaseFacts {
+            phase: Some(Phase::Upgrading),
+            ..ready_db()
+        };
+        let table: Vec<(&str, DatabaseBackup, BackupFacts, BackupPhase, bool, &str)> = vec![
+            (
+                "ready: the Job starts",
+                manual.clone(),
+                facts(Some(ready_db()), None),
+                Running,
+                true,
+                "is running",
+            ),
+            (
+                "no Database",
+                manual.clone(),
+                facts(None, None),
+                Failed,
+                false,
+                "does not exist",
+            ),
+            (
+                "no spec.backup",
+                manual.clone(),
+                facts(
+                    Some(DatabaseFacts {
+                        has_backup_spec: false,
+                        ..ready_db()
+                    }),
+                    None,
+                ),
+                Failed,
+                false,
+                "has no spec.backup",
+            ),
+            (
+                "never ran",
+                manual.clone(),
+                facts(
+                    Some(DatabaseFacts {
+                        has_run: false,
+                        ..ready_db()
+                    }),
+                    None,
+                ),
+                Pending,
+                false,
+                "to start",
+            ),
+            (
+                "upgrade rollout",
+                manual.clone(),
+                facts(Some(upgrading.clone()), None),
+                Pending,
+                false,
+                "upgrade rollout",
+            ),
+            (
+                "a pre-upgrade backup runs during the upgrade",
+                backup("pre", BackupReason::PreUpgrade, None, 1),
+                facts(Some(upgrading), None),
+                Running,
+                true,
+                "is running",
+            ),
+            (
+                "queued behind a running backup",
+                manual.clone(),
+                BackupFacts {
+                    ahead: vec![("older".into(), true)],
+                    ..facts(Some(ready_db()), None)
+                },
+                Pending,
+                false,
+                "queued behind backup older (running)",
+            ),
+            (
+                "S3 credentials unusable",
+                manual.clone(),
+                facts(
+                    Some(DatabaseFacts {
+                        s3_problem: Some("Secret s3 does not exist".into()),
+                        ..ready_db()
+                    }),
+                    None,
+                ),
+                Pending,
+                false,
+                "Secret s3 does not exist",
+            ),
+            (
+                "Job running",
+                manual.clone(),
+                facts(Some(ready_db()), job(JobState::Running, None)),
+                Running,
+                false,
+                "is running",
+            ),
+            (
+                "Job succeeded: the result fills the status",
+                manual.clone(),
+                facts(Some(ready_db()), job(JobState::Succeeded, Some(RESULT))),
+                Succeeded,
+                false,
+                "dumped 99999 bytes",
+            ),
+            (
+                "Job failed with an agent result",
+                manual.clone(),
+                facts(
+                    Some(ready_db()),
+                    job(
+                        JobState::Failed("backup Job failed (BackoffLimitExceeded)".into()),
+                        Some(
+                            r#"{"outcome":"Failed","operation":"dump","message":"S3 access denied: check AWS_ACCESS_KEY_ID"}"#,
+                        ),
+                    ),
+                ),
+                Failed,
+                false,
+                "S3 access denied",
+            ),
+            (
+                "Job failed with only logs (FallbackToLogsOnError)",
+                manual.clone(),
+                facts(
+                    Some(ready_db()),
+                    job(
+                        JobState::Failed("backup Job failed (DeadlineExceeded)".into()),
+                        Some("some log\nexec format error\n"),
+                    ),
+                ),
+                Failed,
+                false,
+                "(DeadlineExceeded); last output: exec format error",
+            ),
+        ];
+        for (name, b, f, phase, create, message) in table {
+            let d = decide(&b, &f);
+            assert_eq!(d.status.phase, Some(phase), "{name}");
+            assert_eq!(d.create_job, create, "{name}");
+            let text = d.status.message.clone().unwrap_or_default();
+            assert!(text.contains(message), "{name}: {text}");
+        }
+    }
+
+    #[test]
+    fn success_copies_the_agents_result() {
+        let b = backup("b", BackupReason::Scheduled, Some(BackupPhase::Running), 30);
+        let d = decide(
+            &b,
+            &facts(Some(ready_db()), job(JobState::Succeeded, Some(RESULT))),
+        );
+        let s = d.status;
+        assert_eq!(s.size_bytes, Some(12345));
+        assert_eq!(s.sha256.as_deref(), Some("abab"));
+        assert_eq!(s.bucket.as_deref(), Some("backups"));
+        assert_eq!(s.engine_version.as_deref(), Some("16.4"));
+        assert_eq!(s.backup_id.as_deref(), Some("20250501T020003Z-b"));
+        assert_eq!(
+            s.completed_at,
+            Some(Utc.with_ymd_and_hms(2025, 5, 1, 2, 0, 25).unwrap())
+        );
+        assert!(s.key.unwrap().ends_with("dump.pgc.zst"));
+        assert_eq!(d.requeue_after, None);
+    }
+
+    #[test]
+    fn finished_backups_never_change() {
+        for phase in [BackupPhase::Succeeded, BackupPhase::Failed] {
+            let b = backup("b", BackupReason::Manual, Some(phase), 30);
+            let d = decide(&b, &facts(None, job(JobState::Running, None)));
+            assert_eq!(Some(d.status), b.status);
+            assert!(!d.create_job);
+        }
+    }
+
+    #[test]
+    fn the_queue_runs_the_oldest_first_and_pre_upgrade_before_all() {
+        let me = backup("me", BackupReason::Manual, None, 10);
+        let siblings = vec![
+            backup(
+                "older",
+                BackupReason::Scheduled,
+                Some(BackupPhase::Pending),
+                20,
+            ),
+            backup("newer", BackupReason::Scheduled, None, 5),
+            backup(
+                "done",
+                BackupReason::Scheduled,
+                Some(BackupPhase::Succeeded),
+                50,
+            ),
+            backup("pre", BackupReason::PreUpgrade, None, 1),
+            me.clone(),
+        ];
+        let ahead: Vec<String> = queue_ahead(&me, &siblings)
+            .into_iter()
+            .map(|a| a.0)
+            .collect();
+        assert_eq!(ahead, vec!["pre", "older"]);
+        let running_newer = vec![backup(
+            "newer",
+            BackupReason::Manual,
+            Some(BackupPhase::Running),
+            1,
+        )];
+        assert_eq!(
+            queue_ahead(&me, &running_newer),
+            vec![("newer".to_string(), true)]
+        );
+        let mut other_db = backup("x", BackupReason::Manual, None, 99);
+        other_db.spec.database = "other".into();
+        assert!(queue_ahead(&me, &[other_db]).is_empty());
+    }
+
+    #[test]
+    fn events_for_start_success_and_failure() {
+        let b = backup("b", BackupReason::Manual, None, 1);
+        let status = |p| DatabaseBackupStatus {
+            phase: Some(p),
+            message: Some("m".into()),
+            ..Default::default()
+        };
+        let reasons = |old: &DatabaseBackupStatus, new: &DatabaseBackupStatus| {
+            backup_events(&b, old, new)
+                .into_iter()
+                .map(|e| (e.warning, e.reason))
+                .collect::<Vec<_>>()
+        };
+        let none = DatabaseBackupStatus::default();
+        assert_eq!(
+            reasons(&none, &status(BackupPhase::Running)),
+            vec![(false, "BackupStarted".to_string())]
+        );
+        assert_eq!(
+            reasons(
+                &status(BackupPhase::Running),
+                &status(BackupPhase::Succeeded)
+            ),
+            vec![(false, "BackupSucceeded".to_string())]
+        );
+        assert_eq!(
+            reasons(&status(BackupPhase::Running), &status(BackupPhase::Failed)),
+            vec![(true, "BackupFailed".to_string())]
+        );
+        assert!(reasons(&status(BackupPhase::Running), &status(BackupPhase::Running)).is_empty());
+    }
+
+    #[test]
+    fn agent_results_parse_and_garbage_does_not() {
+        assert_eq!(parse_agent_result(RESULT).unwrap().size_bytes, Some(12345));
+        let with_logs = format!("log line\n{RESULT}\n");
+        assert!(parse_agent_result(&with_logs).is_some());
+        for garbage in ["", "panic", "{not json", "{}", r#"{"sizeBytes": -1}"#] {
+            assert_eq!(parse_agent_result(garbage), None, "{garbage}");
+        }
+    }
+
+    #[test]
+    fn s3_secret_checks_name_keys_never_values() {
+        let reference = S3CredentialsRef {
+            secret_name: "s3".into(),
+            access_key_id_key: None,
+            secret_access_key_key: Some("secret".into()),
+        };
+        let missing = s3_secret_problem(&reference, None).unwrap();
+        assert!(
+            missing.contains("does not exist") && missing.contains("AWS_ACCESS_KEY_ID"),
+            "{missing}"
+        );
+        let secret = |keys: &[(&str, &str)]| Secret {
+            data: Some(
+                keys.iter()
+                    .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+                    .collect(),
+            ),
+            ..Secret::default()
+        };
+        let lacking = s3_secret_problem(
+            &reference,
+            Some(&secret(&[("AWS_ACCESS_KEY_ID", "AKIA-VALUE")])),
+        )
+        .unwrap();
+        assert!(lacking.contains("no non-empty key secret"), "{lacking}");
+        assert!(!lacking.contains("AKIA-VALUE"));
+        assert_eq!(
+            s3_secret_problem(
+                &reference,
+                Some(&secret(&[("AWS_ACCESS_KEY_ID", "a"), ("secret", "b")]))
+            ),
+            None
+        );
+    }
+}

@@ -319,7 +319,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::api::{BackupPhase, DatabaseBackupSpec};
     use crate::resources::testing;

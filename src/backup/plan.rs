@@ -334,3 +334,164 @@ pub fn health_events(old: Option<&ConditionStatus>, new: &ConditionStatus) -> Ve
         note: new.message.clone(),
     }]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::DatabaseStatus;
+    use crate::backup::job::tests::with_backup;
+    use chrono::TimeZone;
+
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2025, 5, 1, 2, 0, 30).unwrap()
+    }
+
+    fn fact() -> BackupsFact {
+        BackupsFact {
+            now: now(),
+            records: vec![],
+            s3_problem: None,
+        }
+    }
+
+    fn scheduled(db: &mut Database, last: Option<DateTime<Utc>>, next: Option<DateTime<Utc>>) {
+        let status = db.status.get_or_insert_with(DatabaseStatus::default);
+        status.backup = Some(BackupStatus {
+            last_schedule_time: last,
+            next_schedule_time: next,
+            ..BackupStatus::default()
+        });
+    }
+
+    #[test]
+    fn a_due_run_is_created_on_a_ready_database() {
+        let mut db = with_backup(serde_json::json!({}));
+        scheduled(
+            &mut db,
+            None,
+            Some(Utc.with_ymd_and_hms(2025, 5, 1, 2, 0, 0).unwrap()),
+        );
+        let plan = plan_backups(&db, &fact(), Phase::Ready);
+        assert_eq!(plan.create.as_ref().unwrap().name, "orders-202505010200");
+        let status = plan.status.unwrap();
+        assert_eq!(
+            status.last_schedule_time,
+            Some(Utc.with_ymd_and_hms(2025, 5, 1, 2, 0, 0).unwrap())
+        );
+        assert_eq!(
+            status.next_schedule_time,
+            Some(Utc.with_ymd_and_hms(2025, 5, 2, 2, 0, 0).unwrap())
+        );
+        // No success yet although a run was due.
+        assert_eq!(plan.condition.reason, "NoSuccessfulBackup");
+    }
+
+    #[test]
+    fn unusable_s3_credentials_hold_runs_and_say_what_to_fix() {
+        let mut db = with_backup(serde_json::json!({}));
+        scheduled(
+            &mut db,
+            None,
+            Some(Utc.with_ymd_and_hms(2025, 5, 1, 2, 0, 0).unwrap()),
+        );
+        let f = BackupsFact {
+            s3_problem: Some(
+                "Secret s3-creds (spec.backup.s3.credentials.secretName) does not exist: create it"
+                    .into(),
+            ),
+            ..fact()
+        };
+        let plan = plan_backups(&db, &f, Phase::Ready);
+        assert!(plan.create.is_none());
+        assert!(!plan.condition.status);
+        assert_eq!(plan.condition.reason, "S3CredentialsSecretNotFound");
+        let events = health_events(None, &plan.condition);
+        assert!(events[0].warning && events[0].reason == "S3CredentialsSecretNotFound");
+    }
+
+    #[test]
+    fn no_run_during_an_upgrade_and_none_before_the_first_start() {
+        let mut db = with_backup(serde_json::json!({}));
+        scheduled(
+            &mut db,
+            None,
+            Some(Utc.with_ymd_and_hms(2025, 5, 1, 2, 0, 0).unwrap()),
+        );
+        assert!(
+            plan_backups(&db, &fact(), Phase::Upgrading)
+                .create
+                .is_none()
+        );
+        db.status.as_mut().unwrap().current_version = None;
+        assert!(
+            plan_backups(&db, &fact(), Phase::Provisioning)
+                .create
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn invalid_and_missing_specs_are_conditions() {
+        let db = with_backup(serde_json::json!({"schedule": "0 2 1 * 1"}));
+        let plan = plan_backups(&db, &fact(), Phase::Ready);
+        assert_eq!(plan.condition.reason, "InvalidBackupSpec");
+        assert!(plan.condition.message.contains("set one of them to *"));
+        let db = with_backup(serde_json::json!({"timeZone": "Nowhere/Land"}));
+        assert!(
+            plan_backups(&db, &fact(), Phase::Ready)
+                .condition
+                .message
+                .contains("timeZone")
+        );
+        let plan = plan_backups(&crate::resources::testing::minimal(), &fact(), Phase::Ready);
+        assert_eq!(plan.condition.reason, "BackupNotConfigured");
+        assert_eq!(plan.status, None);
+    }
+
+    #[test]
+    fn the_last_outcomes_come_from_the_backups() {
+        let mut db = with_backup(serde_json::json!({"retention": {"keepLast": 1}}));
+        scheduled(
+            &mut db,
+            Some(Utc.with_ymd_and_hms(2025, 5, 1, 2, 0, 0).unwrap()),
+            None,
+        );
+        let at = |h| Utc.with_ymd_and_hms(2025, 5, 1, h, 0, 0).unwrap();
+        let record = |name: &str, phase, h| BackupRecord {
+            name: name.into(),
+            phase: Some(phase),
+            created: at(h),
+            completed: Some(at(h)),
+            message: None,
+        };
+        let f = BackupsFact {
+            records: vec![
+                record("a", BackupPhase::Succeeded, 0),
+                record("b", BackupPhase::Succeeded, 1),
+                record("c", BackupPhase::Failed, 0),
+            ],
+            ..fact()
+        };
+        let plan = plan_backups(&db, &f, Phase::Ready);
+        let status = plan.status.clone().unwrap();
+        assert_eq!(status.last_successful.as_deref(), Some("b"));
+        assert_eq!(status.last_successful_time, Some(at(1)));
+        assert_eq!(status.last_failure.as_deref(), Some("c"));
+        assert_eq!(plan.condition.reason, "BackupSucceeded");
+        assert_eq!(plan.prune, vec!["a".to_string()]);
+        // The same world gives the same plan: a second pass writes nothing.
+        db.status.as_mut().unwrap().backup = plan.status.clone();
+        assert_eq!(plan_backups(&db, &f, Phase::Ready).status, plan.status);
+    }
+
+    #[test]
+    fn health_events_only_on_change() {
+        let bad = ConditionStatus::new(ConditionType::BackupHealthy, false, "BackupTooOld", "old");
+        let good =
+            ConditionStatus::new(ConditionType::BackupHealthy, true, "BackupSucceeded", "ok");
+        assert_eq!(health_events(Some(&bad), &bad), vec![]);
+        assert_eq!(health_events(Some(&good), &bad)[0].reason, "BackupTooOld");
+        assert_eq!(health_events(Some(&bad), &good)[0].reason, "BackupHealthy");
+        assert_eq!(health_events(None, &good), vec![]);
+    }
+}

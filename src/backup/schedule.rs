@@ -568,3 +568,536 @@ pub fn backup_health(facts: &HealthFacts) -> (ConditionStatus, Option<Duration>)
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32, s: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(y, mo, d, h, mi, s).unwrap()
+    }
+
+    fn schedule(expr: &str, tz: Option<&str>) -> BackupSchedule {
+        BackupSchedule::parse(expr, tz).unwrap()
+    }
+
+    fn facts(now: DateTime<Utc>, last: Option<DateTime<Utc>>) -> ScheduleFacts {
+        ScheduleFacts {
+            database: "orders".into(),
+            now,
+            last_schedule_time: last,
+            next_schedule_time: None,
+            suspended: false,
+            starting_deadline: DEFAULT_STARTING_DEADLINE,
+            hold: None,
+            active_backup: None,
+            existing: vec![],
+        }
+    }
+
+    #[test]
+    fn five_fields_become_the_cron_crates_six() {
+        let table = [
+            ("0 2 * * *", "0 0 2 * * *"),
+            ("*/15 * * * *", "0 */15 * * * *"),
+            (" 30 1 1 * * ", "0 30 1 1 * *"),
+            ("0 3 * * 0", "0 0 3 * * 1"),
+            ("0 3 * * 7", "0 0 3 * * 1"),
+            ("0 3 * * 1-5", "0 0 3 * * 2-6"),
+            ("0 3 * * 0-6", "0 0 3 * * 1-7"),
+            ("0 3 * * 5-7", "0 0 3 * * 6-7,1"),
+            ("0 3 * * 1,3,5", "0 0 3 * * 2,4,6"),
+            ("0 3 * * MON-FRI", "0 0 3 * * MON-FRI"),
+            ("0 3 * * */2", "0 0 3 * * */2"),
+            ("@daily", "@daily"),
+        ];
+        for (five, six) in table {
+            assert_eq!(to_cron_crate_syntax(five).as_deref(), Ok(six), "{five}");
+            assert!(BackupSchedule::parse(five, None).is_ok(), "{five}");
+        }
+    }
+
+    #[test]
+    fn bad_schedules_say_what_to_fix() {
+        let table = [
+            ("0 2 * *", "must have 5 fields"),
+            ("0 0 2 * * *", "must have 5 fields"),
+            ("0 2 1 * 1", "set one of them to *"),
+            ("0 2 * * 8", "out of range"),
+            ("61 2 * * *", "not a valid cron expression"),
+            ("0 2 30 2 *", "never fires"),
+        ];
+        for (expr, want) in table {
+            let err = BackupSchedule::parse(expr, None).unwrap_err();
+            assert!(err.contains(want), "{expr}: {err}");
+            assert!(err.contains("spec.backup.schedule"), "{expr}: {err}");
+        }
+        let err = BackupSchedule::parse("0 2 * * *", Some("Mars/Olympus")).unwrap_err();
+        assert!(err.contains("spec.backup.timeZone"), "{err}");
+    }
+
+    #[test]
+    fn standard_day_of_week_numbers_mean_the_standard_days() {
+        // 2025-03-07 is a Friday; "1-5" is Monday to Friday in standard cron.
+        let s = schedule("0 3 * * 1-5", None);
+        assert_eq!(
+            s.next_after(utc(2025, 3, 7, 4, 0, 0)),
+            Some(utc(2025, 3, 10, 3, 0, 0))
+        );
+        let sunday = schedule("0 3 * * 0", None);
+        assert_eq!(
+            sunday.next_after(utc(2025, 3, 7, 4, 0, 0)),
+            Some(utc(2025, 3, 9, 3, 0, 0))
+        );
+    }
+
+    #[test]
+    fn time_zones_across_daylight_saving_changes() {
+        // Europe/Berlin: clocks jump 02:00 → 03:00 on 2025-03-30, 03:00 → 02:00 on 2025-10-26.
+        let table = [
+            // A run in the skipped hour does not happen that day.
+            (
+                "30 2 * * *",
+                utc(2025, 3, 29, 2, 0, 0),
+                utc(2025, 3, 31, 0, 30, 0),
+            ),
+            // 09:00 local is 08:00 UTC in winter and 07:00 UTC in summer.
+            (
+                "0 9 * * *",
+                utc(2025, 3, 29, 9, 0, 0),
+                utc(2025, 3, 30, 7, 0, 0),
+            ),
+            (
+                "0 9 * * *",
+                utc(2025, 10, 25, 8, 0, 0),
+                utc(2025, 10, 26, 8, 0, 0),
+            ),
+            // The repeated hour: the first 02:30 (CEST, 00:30 UTC).
+            (
+                "30 2 * * *",
+                utc(2025, 10, 25, 12, 0, 0),
+                utc(2025, 10, 26, 0, 30, 0),
+            ),
+        ];
+        for (expr, after, want) in table {
+            let s = schedule(expr, Some("Europe/Berlin"));
+            assert_eq!(s.next_after(after), Some(want), "{expr} after {after}");
+        }
+        // America/New_York, the same rules on other dates.
+        let s = schedule("0 2 * * *", Some("America/New_York"));
+        assert_eq!(
+            s.next_after(utc(2025, 3, 8, 12, 0, 0)),
+            Some(utc(2025, 3, 10, 6, 0, 0)),
+            "02:00 does not exist on 2025-03-09 in New York"
+        );
+    }
+
+    #[test]
+    fn the_repeated_hour_runs_once() {
+        let s = schedule("30 2 * * *", Some("Europe/Berlin"));
+        let first = utc(2025, 10, 26, 0, 30, 0);
+        // Steady state: after the first 02:30 started, the second is not a new run.
+        let plan = plan_schedule(&s, &facts(utc(2025, 10, 26, 1, 31, 0), Some(first)));
+        assert_eq!(plan.run, Run::NotDue);
+        assert_eq!(plan.next_schedule_time, Some(utc(2025, 10, 27, 1, 30, 0)));
+        // After downtime across both: one run, the first.
+        let mut f = facts(
+            utc(2025, 10, 26, 1, 31, 0),
+            Some(utc(2025, 10, 25, 0, 30, 0)),
+        );
+        f.starting_deadline = Duration::from_secs(7200);
+        let plan = plan_schedule(&s, &f);
+        assert_eq!(
+            plan.run,
+            Run::Start {
+                at: first,
+                name: "orders-202510260030".into()
+            }
+        );
+    }
+
+    #[test]
+    fn scheduling_table() {
+        let minutely = schedule("* * * * *", None);
+        let hourly = schedule("0 * * * *", None);
+        let nightly = schedule("0 2 * * *", None);
+        let t = |h, m, s| utc(2025, 5, 1, h, m, s);
+        struct Case {
+            name: &'static str,
+            schedule: BackupSchedule,
+            facts: ScheduleFacts,
+            run: Run,
+            last: Option<DateTime<Utc>>,
+            next: Option<DateTime<Utc>>,
+        }
+        let case = |name, schedule: &BackupSchedule, facts, run, last, next| Case {
+            name,
+            schedule: schedule.clone(),
+            facts,
+            run,
+            last,
+            next,
+        };
+        let with = |mut f: ScheduleFacts, edit: &dyn Fn(&mut ScheduleFacts)| {
+            edit(&mut f);
+            f
+        };
+        let table = [
+            case(
+                "first look: nothing due, the next run is computed",
+                &nightly,
+                facts(t(1, 10, 0), None),
+                Run::NotDue,
+                None,
+                Some(t(2, 0, 0)),
+            ),
+            case(
+                "first due time reached",
+                &nightly,
+                with(facts(t(2, 0, 1), None), &|f| {
+                    f.next_schedule_time = Some(t(2, 0, 0))
+                }),
+                Run::Start {
+                    at: t(2, 0, 0),
+                    name: "orders-202505010200".into(),
+                },
+                Some(t(2, 0, 0)),
+                Some(utc(2025, 5, 2, 2, 0, 0)),
+            ),
+            case(
+                "not due yet",
+                &minutely,
+                facts(t(10, 0, 30), Some(t(10, 0, 0))),
+                Run::NotDue,
+                Some(t(10, 0, 0)),
+                Some(t(10, 1, 0)),
+            ),
+            case(
+                "three runs missed during downtime: one catch-up, the latest",
+                &minutely,
+                facts(t(10, 3, 30), Some(t(10, 0, 0))),
+                Run::Start {
+                    at: t(10, 3, 0),
+                    name: "orders-202505011003".into(),
+                },
+                Some(t(10, 3, 0)),
+                Some(t(10, 4, 0)),
+            ),
+            case(
+                "missed runs past the starting deadline are skipped, not replayed",
+                &hourly,
+                with(facts(t(5, 30, 0), Some(t(0, 0, 0))), &|f| {
+                    f.starting_deadline = Duration::from_secs(600)
+                }),
+                Run::Skipped {
+                    latest_missed: t(5, 0, 0),
+                },
+                Some(t(0, 0, 0)),
+                Some(t(6, 0, 0)),
+            ),
+            case(
+                "a nightly run missed by 30 minutes still starts within the default hour",
+                &nightly,
+                facts(t(2, 30, 0), Some(utc(2025, 4, 30, 2, 0, 0))),
+                Run::Start {
+                    at: t(2, 0, 0),
+                    name: "orders-202505010200".into(),
+                },
+                Some(t(2, 0, 0)),
+                Some(utc(2025, 5, 2, 2, 0, 0)),
+            ),
+            case(
+                "never two at once: a due run waits for the running backup",
+                &minutely,
+                with(facts(t(10, 1, 5), Some(t(10, 0, 0))), &|f| {
+                    f.active_backup = Some("orders-202505011000".into())
+                }),
+                Run::Wait {
+                    at: t(10, 1, 0),
+                    why: WaitReason::BackupInProgress("orders-202505011000".into()),
+                },
+                Some(t(10, 0, 0)),
+                Some(t(10, 1, 0)),
+            ),
+            case(
+                "an on-demand backup in progress holds the schedule too",
+                &nightly,
+                with(facts(t(2, 0, 5), Some(utc(2025, 4, 30, 2, 0, 0))), &|f| {
+                    f.active_backup = Some("before-migration".into())
+                }),
+                Run::Wait {
+                    at: t(2, 0, 0),
+                    why: WaitReason::BackupInProgress("before-migration".into()),
+                },
+                Some(utc(2025, 4, 30, 2, 0, 0)),
+                Some(t(2, 0, 0)),
+            ),
+            case(
+                "no scheduled runs during an upgrade rollout",
+                &nightly,
+                with(facts(t(2, 0, 5), Some(utc(2025, 4, 30, 2, 0, 0))), &|f| {
+                    f.hold = Some(Hold::Upgrading)
+                }),
+                Run::Wait {
+                    at: t(2, 0, 0),
+                    why: WaitReason::Hold(Hold::Upgrading),
+                },
+                Some(utc(2025, 4, 30, 2, 0, 0)),
+                Some(t(2, 0, 0)),
+            ),
+            case(
+                "suspend stops new runs and clears the next time",
+                &minutely,
+                with(facts(t(10, 3, 30), Some(t(10, 0, 0))), &|f| {
+                    f.suspended = true
+                }),
+                Run::Suspended,
+                Some(t(10, 0, 0)),
+                None,
+            ),
+            case(
+                "a run made before a restart is recorded, not made again",
+                &minutely,
+                with(facts(t(10, 1, 5), Some(t(10, 0, 0))), &|f| {
+                    f.existing = vec!["orders-202505011001".into()]
+                }),
+                Run::AlreadyStarted { at: t(10, 1, 0) },
+                Some(t(10, 1, 0)),
+                Some(t(10, 2, 0)),
+            ),
+        ];
+        for c in table {
+            let plan = plan_schedule(&c.schedule, &c.facts);
+            assert_eq!(plan.run, c.run, "{}", c.name);
+            assert_eq!(plan.last_schedule_time, c.last, "{}: last", c.name);
+            assert_eq!(plan.next_schedule_time, c.next, "{}: next", c.name);
+            if let Some(next) = c.next
+                && !matches!(plan.run, Run::Wait { .. })
+            {
+                let wait = plan.requeue_after.expect("a requeue");
+                assert_eq!(
+                    wait.as_secs(),
+                    (next - c.facts.now).num_seconds() as u64 + 1,
+                    "{}: requeue at the due time",
+                    c.name
+                );
+            }
+            // Deterministic: the same facts give the same plan (no writes on a repeat pass).
+            assert_eq!(plan, plan_schedule(&c.schedule, &c.facts), "{}", c.name);
+        }
+    }
+
+    #[test]
+    fn a_waiting_run_gives_up_at_its_deadline() {
+        let minutely = schedule("* * * * *", None);
+        let mut f = facts(utc(2025, 5, 1, 10, 1, 5), Some(utc(2025, 5, 1, 10, 0, 0)));
+        f.active_backup = Some("long".into());
+        f.starting_deadline = Duration::from_secs(20);
+        let plan = plan_schedule(&minutely, &f);
+        assert_eq!(plan.requeue_after, Some(Duration::from_secs(16)));
+        // Past the deadline while still blocked: skipped, the next one is awaited.
+        f.now = utc(2025, 5, 1, 10, 1, 40);
+        let plan = plan_schedule(&minutely, &f);
+        assert_eq!(
+            plan.run,
+            Run::Skipped {
+                latest_missed: utc(2025, 5, 1, 10, 1, 0)
+            }
+        );
+        assert_eq!(plan.next_schedule_time, Some(utc(2025, 5, 1, 10, 2, 0)));
+    }
+
+    #[test]
+    fn a_long_outage_with_a_per_minute_schedule_stays_cheap() {
+        let minutely = schedule("* * * * *", None);
+        let mut f = facts(utc(2025, 5, 1, 0, 0, 30), Some(utc(2020, 1, 1, 0, 0, 0)));
+        f.starting_deadline = Duration::from_secs(10 * 365 * 86_400);
+        let plan = plan_schedule(&minutely, &f);
+        assert!(
+            matches!(plan.run, Run::Start { .. } | Run::Skipped { .. }),
+            "{:?}",
+            plan.run
+        );
+    }
+
+    #[test]
+    fn names_are_deterministic_utc_minutes() {
+        assert_eq!(
+            scheduled_backup_name("orders", utc(2025, 1, 31, 2, 0, 0)),
+            "orders-202501310200"
+        );
+    }
+
+    #[test]
+    fn durations() {
+        for (text, secs) in [
+            ("30d", 2_592_000),
+            ("12h", 43_200),
+            ("1h30m", 5400),
+            ("45s", 45),
+            ("2w", 1_209_600),
+        ] {
+            assert_eq!(
+                parse_duration(text),
+                Some(Duration::from_secs(secs)),
+                "{text}"
+            );
+        }
+        for bad in ["", "30", "d", "1x", "99999999999999999999d"] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+        assert_eq!(format_duration(Duration::from_secs(172_800)), "2d");
+        assert_eq!(format_duration(Duration::from_secs(7200)), "2h");
+        assert_eq!(format_duration(Duration::from_secs(90)), "90s");
+    }
+
+    fn record(name: &str, phase: BackupPhase, completed_hours_ago: i64) -> BackupRecord {
+        let now = utc(2025, 5, 10, 0, 0, 0);
+        BackupRecord {
+            name: name.into(),
+            phase: Some(phase),
+            created: now - TimeDelta::hours(completed_hours_ago + 1),
+            completed: Some(now - TimeDelta::hours(completed_hours_ago)),
+            message: Some(format!("{name} message")),
+        }
+    }
+
+    #[test]
+    fn history_pruning_table() {
+        use BackupPhase::{Failed, Pending, Running, Succeeded};
+        let now = utc(2025, 5, 10, 0, 0, 0);
+        let policy = |keep_last, max_age_hours: Option<u64>, keep_failed| HistoryPolicy {
+            keep_last,
+            max_age: max_age_hours.map(|h| Duration::from_secs(h * 3600)),
+            keep_failed,
+        };
+        let many = vec![
+            record("s1", Succeeded, 1),
+            record("s2", Succeeded, 2),
+            record("s3", Succeeded, 3),
+            record("f1", Failed, 4),
+            record("f2", Failed, 5),
+            record("r", Running, 0),
+            BackupRecord {
+                phase: Some(Pending),
+                ..record("p", Pending, 0)
+            },
+        ];
+        let table: Vec<(&str, Vec<BackupRecord>, HistoryPolicy, Vec<&str>)> = vec![
+            ("within limits", many.clone(), policy(3, None, 2), vec![]),
+            (
+                "keep last 2 and 1 failed",
+                many.clone(),
+                policy(2, None, 1),
+                vec!["f2", "s3"],
+            ),
+            (
+                "max age 150m",
+                many.clone(),
+                policy(10, Some(2), 5),
+                vec!["s3"],
+            ),
+            (
+                "no failed kept",
+                many.clone(),
+                policy(10, None, 0),
+                vec!["f1", "f2"],
+            ),
+            (
+                "the newest success survives any age",
+                vec![
+                    record("old", Succeeded, 1000),
+                    record("older", Succeeded, 2000),
+                ],
+                policy(10, Some(24), 3),
+                vec!["older"],
+            ),
+            ("nothing", vec![], policy(1, Some(1), 0), vec![]),
+        ];
+        for (name, records, policy, want) in table {
+            assert_eq!(backups_to_prune(&records, &policy, now), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn backup_health_table() {
+        let now = utc(2025, 5, 10, 0, 0, 0);
+        let day = Duration::from_secs(86_400);
+        let base = HealthFacts {
+            now,
+            last_success: None,
+            latest_finished: None,
+            a_run_was_due: false,
+            first_due: Some(utc(2025, 5, 10, 2, 0, 0)),
+            rpo: 2 * day,
+        };
+        let ok = record("b-ok", BackupPhase::Succeeded, 5);
+        let failed = record("b-bad", BackupPhase::Failed, 1);
+        let table = [
+            ("nothing due yet", base.clone(), true, "FirstBackupNotDue"),
+            (
+                "due but none succeeded",
+                HealthFacts {
+                    a_run_was_due: true,
+                    ..base.clone()
+                },
+                false,
+                "NoSuccessfulBackup",
+            ),
+            (
+                "recent success",
+                HealthFacts {
+                    last_success: Some(("b-ok".into(), ok.completed.unwrap())),
+                    latest_finished: Some(ok.clone()),
+                    a_run_was_due: true,
+                    ..base.clone()
+                },
+                true,
+                "BackupSucceeded",
+            ),
+            (
+                "latest failed",
+                HealthFacts {
+                    last_success: Some(("b-ok".into(), ok.completed.unwrap())),
+                    latest_finished: Some(failed.clone()),
+                    a_run_was_due: true,
+                    ..base.clone()
+                },
+                false,
+                "LastBackupFailed",
+            ),
+            (
+                "older than the RPO",
+                HealthFacts {
+                    last_success: Some(("b-ok".into(), now - TimeDelta::days(3))),
+                    latest_finished: Some(ok.clone()),
+                    a_run_was_due: true,
+                    ..base.clone()
+                },
+                false,
+                "BackupTooOld",
+            ),
+        ];
+        for (name, facts, status, reason) in table {
+            let (c, _) = backup_health(&facts);
+            assert_eq!(
+                (c.status, c.reason.as_str()),
+                (status, reason),
+                "{name}: {}",
+                c.message
+            );
+        }
+        // A healthy condition asks to be looked at again when the RPO would be crossed.
+        let (_, requeue) = backup_health(&HealthFacts {
+            last_success: Some(("b-ok".into(), now - TimeDelta::hours(47))),
+            ..base.clone()
+        });
+        assert_eq!(requeue, Some(Duration::from_secs(3601)));
+        let (c, _) = backup_health(&HealthFacts {
+            latest_finished: Some(failed),
+            ..base
+        });
+        assert!(c.message.contains("b-bad message"), "{}", c.message);
+    }
+}
