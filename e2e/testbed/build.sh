@@ -46,7 +46,7 @@ build_one() { # name module-dir package ldflags
   t0=$(date +%s)
   log "building $name ($pkg) ..."
   (cd "$TESTBED_SRC/gomod/$dir" &&
-    go build -trimpath -tags "$TESTBED_GO_TAGS" -ldflags "$ldflags" -o "$bin/.$name.tmp" "$pkg") ||
+    go build -trimpath -buildvcs=false -tags "$TESTBED_GO_TAGS" -ldflags "$ldflags" -o "$bin/.$name.tmp" "$pkg") ||
     die "building $name failed"
   mv -f "$bin/.$name.tmp" "$bin/$name"
   t1=$(date +%s)
