@@ -175,8 +175,10 @@ async fn reconcile(guard: Arc<DeserializeGuard<Database>>, ctx: Arc<Context>) ->
 pub async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> {
     let snapshot = observe::snapshot(&ctx.client, db).await?;
     let facts = observe::Facts::from_snapshot(db, &snapshot);
-    let decision = decide::decide(db, &facts, &ctx.settings);
-    act::apply_steps(ctx, db, &snapshot, &decision).await?;
+    let mut decision = decide::decide(db, &facts, &ctx.settings);
+    for condition in act::apply_steps(ctx, db, &snapshot, &decision).await? {
+        decision.override_condition(condition);
+    }
     act::apply_backups(ctx, db, &decision).await?;
     act::update_status(ctx, db, act::next_status(db, &decision, Utc::now())).await?;
     Ok(Action::requeue(decision.requeue_after))
@@ -217,7 +219,9 @@ async fn handle_invalid(
     }
     let finalizers = meta.finalizers.clone().unwrap_or_default();
     if meta.deletion_timestamp.is_some() && finalizers.iter().any(|f| f == FINALIZER) {
-        // Deletion of an unreadable object proceeds as Retain: nothing is destroyed.
+        // Deletion of an unreadable object proceeds as Retain: nothing is destroyed, and the
+        // generated credentials are released so they outlive it with the data.
+        cleanup::release_generated_secret(ctx, &ns, &name, meta.uid.as_deref()).await?;
         let api: Api<Database> = Api::namespaced(ctx.client.clone(), &ns);
         let remaining: Vec<_> = finalizers.into_iter().filter(|f| f != FINALIZER).collect();
         let patch = json!({"metadata": {"finalizers": remaining, "resourceVersion": meta.resource_version}});

@@ -36,20 +36,44 @@ use crate::resources::{Names, owned_meta, owner_reference};
 /// Length of generated passwords: 32 alphanumerics, about 190 bits.
 const PASSWORD_LENGTH: usize = 32;
 
-/// Carries out the decision's steps against the cluster.
+/// Carries out the decision's steps against the cluster. Returns the conditions that what
+/// happened overrides (e.g. a volume expansion the StorageClass refused).
 pub async fn apply_steps(
     ctx: &Context,
     db: &Database,
     snap: &Snapshot,
     decision: &Decision,
-) -> Result<()> {
+) -> Result<Vec<ConditionStatus>> {
     let ns = db.namespace_or_default();
     let client = &ctx.client;
     let steps = &decision.steps;
+    let mut overrides = Vec::new();
 
     if steps.create_secret {
         let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
         create_once(&secrets, &generated_secret(db, &new_password())).await?;
+        if db
+            .status
+            .as_ref()
+            .is_some_and(|s| s.current_version.is_some())
+        {
+            // The server's password was set when its data directory was initialised.
+            let note = format!(
+                "the credentials Secret {} was deleted and has been generated again with a new password; \
+                 the running server keeps its old one: set it with ALTER ROLE from inside the pod (see docs/runbooks.md)",
+                secret_name(db)
+            );
+            publish(
+                ctx,
+                db,
+                &EventSpec {
+                    warning: true,
+                    reason: "CredentialsRegenerated".into(),
+                    note,
+                },
+            )
+            .await;
+        }
     }
     if steps.adopt_secret {
         let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
@@ -83,10 +107,36 @@ pub async fn apply_steps(
         let patch = json!({"spec": {"resources": {"requests": {"storage": size}}}});
         for claim in &snap.data_claims {
             let name = claim.metadata.name.clone().unwrap_or_default();
-            claims
+            match claims
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
-            info!(claim = %name, %size, "requested volume expansion");
+                .await
+            {
+                Ok(_) => info!(claim = %name, %size, "requested volume expansion"),
+                // The StorageClass does not allow expansion: a condition to read, not an error loop.
+                Err(kube::Error::Api(status)) if matches!(status.code, 403 | 422) => {
+                    let message = format!(
+                        "PersistentVolumeClaim {name} cannot grow to {size}: {}; use a StorageClass with allowVolumeExpansion: true. The volume keeps its current size",
+                        status.message
+                    );
+                    publish(
+                        ctx,
+                        db,
+                        &EventSpec {
+                            warning: true,
+                            reason: "ExpansionRefused".into(),
+                            note: message.clone(),
+                        },
+                    )
+                    .await;
+                    overrides.push(ConditionStatus::new(
+                        ConditionType::StorageReady,
+                        false,
+                        "ExpansionRefused",
+                        message,
+                    ));
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
     }
     if steps.create_init_job
@@ -95,7 +145,7 @@ pub async fn apply_steps(
         let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
         create_once(&jobs, &job).await?;
     }
-    Ok(())
+    Ok(overrides)
 }
 
 /// The status a decision leads to, from the previous one.

@@ -22,7 +22,8 @@ use crate::api::conditions::{ConditionStatus, ConditionType, merge};
 use crate::api::{Database, DatabaseStatus, DeletionPolicy, Phase};
 use crate::controller::Context;
 use crate::error::Result;
-use crate::resources::credentials::{is_generated, secret_name};
+use crate::resources::Names;
+use crate::resources::credentials::is_generated;
 use crate::resources::{LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY};
 
 /// The label selector of a Database's data claims.
@@ -35,7 +36,10 @@ pub async fn cleanup(ctx: &Context, db: &Database) -> Result<Action> {
     let policy = db.spec.deletion_policy;
     update_status(ctx, db, deleting_status(db, Utc::now())).await?;
     match policy {
-        DeletionPolicy::Retain => release_generated_secret(ctx, db, &ns).await?,
+        DeletionPolicy::Retain if is_generated(db) => {
+            release_generated_secret(ctx, &ns, &db.name(), db.metadata.uid.as_deref()).await?
+        }
+        DeletionPolicy::Retain => {}
         DeletionPolicy::Delete => delete_claims(ctx, db, &ns).await?,
     }
     let note = match policy {
@@ -73,13 +77,16 @@ pub fn deleting_status(db: &Database, now: DateTime<Utc>) -> DatabaseStatus {
     }
 }
 
-async fn release_generated_secret(ctx: &Context, db: &Database, ns: &str) -> Result<()> {
-    if !is_generated(db) {
-        return Ok(());
-    }
+/// Removes the Database's owner reference from its generated credentials Secret (if the Secret
+/// exists and is owned by the Database with this uid), so garbage collection keeps it.
+pub async fn release_generated_secret(
+    ctx: &Context,
+    ns: &str,
+    database: &str,
+    uid: Option<&str>,
+) -> Result<()> {
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    let name = secret_name(db);
-    let uid = db.metadata.uid.clone();
+    let name = Names::new(database).generated_secret();
     let Some(secret) = secrets.get_opt(&name).await? else {
         return Ok(());
     };
@@ -88,7 +95,7 @@ async fn release_generated_secret(ctx: &Context, db: &Database, ns: &str) -> Res
         .owner_references
         .iter()
         .flatten()
-        .any(|r| Some(&r.uid) == uid.as_ref());
+        .any(|r| Some(r.uid.as_str()) == uid);
     if owned_by_us {
         let patch = json!({"metadata": {"ownerReferences": null}});
         secrets

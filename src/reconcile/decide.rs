@@ -49,6 +49,15 @@ pub struct Decision {
     pub backup: Option<BackupPlan>,
 }
 
+impl Decision {
+    /// Replaces the decided condition of the same type: what act learned while acting (a
+    /// refused volume expansion) overrides what decide expected.
+    pub fn override_condition(&mut self, condition: ConditionStatus) {
+        self.conditions.retain(|c| c.type_ != condition.type_);
+        self.conditions.push(condition);
+    }
+}
+
 /// Nothing is watched that would wake us (a user's Secret or ConfigMap): look again soon.
 pub const REQUEUE_WAITING_ON_USER: Duration = Duration::from_secs(30);
 /// Something we watch is moving: its events wake us; this is only a safety net.
@@ -358,6 +367,12 @@ fn decide_init(db: &Database, facts: &Facts, server_up: bool, names: &Names) -> 
             )
         };
     }
+    if facts.volume.as_ref().is_some_and(|v| v.predates_database) && facts.init_job.is_none() {
+        return done(
+            "ExistingData",
+            "the data volume predates this Database (kept by an earlier one with deletionPolicy Retain): the init SQL is not run on existing data",
+        );
+    }
     match &facts.init_job {
         Some(JobFact::Succeeded) => done("Completed", "the init SQL ran successfully"),
         Some(JobFact::Running) => pending(
@@ -503,6 +518,7 @@ mod tests {
     fn bound(size: &str) -> Option<super::super::observe::VolumeFact> {
         Some(super::super::observe::VolumeFact {
             bound: true,
+            predates_database: false,
             requested: Some(size.into()),
             capacity: Some(size.into()),
         })
@@ -843,6 +859,40 @@ mod tests {
     }
 
     #[test]
+    fn retained_data_is_not_initialised_again() {
+        let db = with_init(testing::minimal());
+        let mut volume = bound("1Gi");
+        volume.as_mut().unwrap().predates_database = true;
+        let f = Facts {
+            statefulset: Some(sts(1, true, IMAGE)),
+            volume,
+            ..facts()
+        };
+        let d = decide(&db, &f, &Settings::default());
+        assert!(!d.steps.create_init_job);
+        assert_eq!(cond(&d, Initialized).reason, "ExistingData");
+        assert_eq!(d.phase, Phase::Ready);
+    }
+
+    #[test]
+    fn act_can_override_a_condition() {
+        let mut d = decide(&testing::minimal(), &facts(), &Settings::default());
+        d.override_condition(ConditionStatus::new(
+            StorageReady,
+            false,
+            "ExpansionRefused",
+            "no",
+        ));
+        let storage: Vec<_> = d
+            .conditions
+            .iter()
+            .filter(|c| c.type_ == StorageReady)
+            .collect();
+        assert_eq!(storage.len(), 1);
+        assert_eq!(storage[0].reason, "ExpansionRefused");
+    }
+
+    #[test]
     fn init_waits_for_a_config_map_without_starting_the_job() {
         let mut db = testing::minimal();
         db.spec.init = Some(crate::api::InitSpec {
@@ -894,6 +944,7 @@ mod tests {
         let vol = |bound: bool, requested: &str, capacity: Option<&str>| {
             Some(super::super::observe::VolumeFact {
                 bound,
+                predates_database: false,
                 requested: Some(requested.into()),
                 capacity: capacity.map(str::to_string),
             })

@@ -123,6 +123,9 @@ pub struct StatefulSetFact {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VolumeFact {
     pub bound: bool,
+    /// The claim is older than the Database: its data was kept (Retain) by an earlier
+    /// Database of the same name.
+    pub predates_database: bool,
     pub requested: Option<String>,
     pub capacity: Option<String>,
 }
@@ -166,7 +169,7 @@ impl Facts {
             credentials: credentials_fact(db, snap.credentials_secret.as_ref()),
             init_source: init_source_fact(db, snap.init_config_map.as_ref()),
             statefulset: snap.statefulset.as_ref().map(statefulset_fact),
-            volume: snap.data_claims.first().map(volume_fact),
+            volume: snap.data_claims.first().map(|pvc| volume_fact(db, pvc)),
             init_job: snap.init_job.as_ref().map(job_fact),
             backups: backups_fact(db, snap),
         }
@@ -276,10 +279,18 @@ fn statefulset_fact(sts: &StatefulSet) -> StatefulSetFact {
     }
 }
 
-fn volume_fact(pvc: &PersistentVolumeClaim) -> VolumeFact {
+fn volume_fact(db: &Database, pvc: &PersistentVolumeClaim) -> VolumeFact {
     let status = pvc.status.clone().unwrap_or_default();
+    let predates_database = match (
+        &pvc.metadata.creation_timestamp,
+        &db.metadata.creation_timestamp,
+    ) {
+        (Some(claim), Some(database)) => claim.0 < database.0,
+        _ => false,
+    };
     VolumeFact {
         bound: status.phase.as_deref() == Some("Bound"),
+        predates_database,
         requested: pvc
             .spec
             .as_ref()
