@@ -1,0 +1,453 @@
+//! The backup Job's contract with the agent, proven for real: the Job is built by dbop's own
+//! builder, its container command, arguments and environment are taken from it as they are,
+//! secret references are resolved with known values (as the kubelet would), and the real
+//! `dbop-backup` binary runs with exactly that against a local PostgreSQL and an S3 server
+//! (s3s-fs). The result it writes where the termination message goes is then read back by the
+//! `DatabaseBackup` controller's own decision.
+//!
+//! Only what a cluster provides is substituted: the Service DNS name and port (PGHOST/PGPORT →
+//! the local server), the agent's path (the init container's copy → the built binary), and
+//! `/dev/termination-log` (→ a file). A missing dependency fails the test; nothing is skipped.
+
+use std::collections::BTreeMap;
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use chrono::{TimeZone, Utc};
+use dbop::api::{
+    BackupPhase, BackupReason, Database, DatabaseBackup, DatabaseBackupSpec, DatabaseSpec,
+    DatabaseStatus,
+};
+use dbop::backup::controller::{BackupFacts, JobFacts, JobState, decide, parse_agent_result};
+use dbop::backup::job::{AGENT_PATH, TERMINATION_LOG, backup_job};
+use dbop::resources::Settings;
+use k8s_openapi::api::core::v1::Container;
+
+const PG_USER: &str = "dbop";
+const PG_PASSWORD: &str = "pw-Contract-never-printed";
+const S3_ACCESS_KEY: &str = "dbop-contract-access";
+const S3_SECRET_KEY: &str = "s3-Contract-never-printed";
+const BUCKET: &str = "backups";
+
+fn hint(what: &str) -> String {
+    format!("{what} not found: run `sudo backups/install-test-deps.sh` (this test never skips)")
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn wait_for_port(port: u16, child: &mut Child, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{what} exited during start-up: {status}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{what} did not listen on port {port} within 60 s");
+}
+
+/// A child process killed when the test ends, however it ends.
+struct Guard(Child);
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn pg_bin_dir() -> PathBuf {
+    if let Ok(dir) = std::env::var("DBOP_TEST_PG_BIN_DIR") {
+        return dir.into();
+    }
+    let mut dirs: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    let major = e.file_name().to_str()?.parse().ok()?;
+                    let bin = e.path().join("bin");
+                    bin.join("initdb").is_file().then_some((major, bin))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    dirs.sort();
+    dirs.pop()
+        .map(|(_, d)| d)
+        .unwrap_or_else(|| panic!("{}", hint("PostgreSQL (initdb under /usr/lib/postgresql)")))
+}
+
+/// The `postgres` user's ids when running as root (initdb refuses root).
+fn postgres_ids() -> Option<(u32, u32)> {
+    let uid = Command::new("id").arg("-u").output().ok()?;
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        return None;
+    }
+    let id = |flag: &str| -> u32 {
+        let out = Command::new("id")
+            .args([flag, "postgres"])
+            .output()
+            .expect("id");
+        assert!(out.status.success(), "{}", hint("the postgres system user"));
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    };
+    Some((id("-u"), id("-g")))
+}
+
+fn start_postgres(dir: &Path) -> (Guard, u16) {
+    let bin = pg_bin_dir();
+    let ids = postgres_ids();
+    let pwfile = dir.join("pw");
+    std::fs::write(&pwfile, PG_PASSWORD).unwrap();
+    if let Some((uid, gid)) = ids {
+        for p in [dir, pwfile.as_path()] {
+            std::os::unix::fs::chown(p, Some(uid), Some(gid)).unwrap();
+        }
+    }
+    let as_owner = |cmd: &mut Command| {
+        if let Some((uid, gid)) = ids {
+            cmd.uid(uid).gid(gid);
+        }
+    };
+    let data = dir.join("data");
+    let mut initdb = Command::new(bin.join("initdb"));
+    initdb
+        .args([
+            "-U",
+            PG_USER,
+            "--auth=scram-sha-256",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+        ])
+        .arg("--pwfile")
+        .arg(&pwfile)
+        .arg("-D")
+        .arg(&data)
+        .current_dir(dir);
+    as_owner(&mut initdb);
+    let out = initdb
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", hint("initdb")));
+    assert!(
+        out.status.success(),
+        "initdb: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let port = free_port();
+    let mut cmd = Command::new(bin.join("postgres"));
+    cmd.arg("-D")
+        .arg(&data)
+        .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1"])
+        .arg("-c")
+        .arg(format!("unix_socket_directories={}", dir.display()))
+        .args(["-c", "fsync=off"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .current_dir(dir);
+    as_owner(&mut cmd);
+    let mut child = cmd.spawn().expect("postgres");
+    wait_for_port(port, &mut child, "postgres");
+    let guard = Guard(child);
+    // Accepting connections (not only listening): a table with rows to dump.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = Command::new(bin.join("psql"))
+            .args(["-X", "-w", "-q", "-v", "ON_ERROR_STOP=1", "-c"])
+            .arg("CREATE TABLE IF NOT EXISTS orders (id int primary key, item text); INSERT INTO orders SELECT g, 'item ' || g FROM generate_series(1, 1000) g ON CONFLICT DO NOTHING")
+            .env_clear()
+            .envs([
+                ("PGHOST", "127.0.0.1".to_string()),
+                ("PGPORT", port.to_string()),
+                ("PGUSER", PG_USER.into()),
+                ("PGPASSWORD", PG_PASSWORD.into()),
+                ("PGDATABASE", "postgres".into()),
+            ])
+            .output()
+            .expect("psql");
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "postgres did not accept connections: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (guard, port)
+}
+
+fn start_s3s(root: &Path) -> (Guard, u16) {
+    std::fs::create_dir_all(root.join(BUCKET)).unwrap();
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let bin = std::env::split_paths(&path)
+        .chain([home.join(".cargo/bin")])
+        .map(|d| d.join("s3s-fs"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "{}",
+                hint("s3s-fs (cargo install s3s-fs --version 0.14.1 --features binary)")
+            )
+        });
+    let port = free_port();
+    let mut child = Command::new(bin)
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--access-key", S3_ACCESS_KEY, "--secret-key", S3_SECRET_KEY])
+        .arg(root)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("s3s-fs");
+    wait_for_port(port, &mut child, "s3s-fs");
+    (Guard(child), port)
+}
+
+/// The agent binary as `cargo test --workspace` builds it (beside this test's directory), or
+/// `DBOP_BACKUP_BIN`.
+fn agent_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("DBOP_BACKUP_BIN") {
+        return path.into();
+    }
+    let exe = std::env::current_exe().expect("test executable");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
+    let bin = profile_dir.join("dbop-backup");
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it with `cargo build -p dbop-backup` (make test-unit does) or set \
+         DBOP_BACKUP_BIN",
+        bin.display()
+    );
+    bin
+}
+
+fn database(s3_port: u16) -> Database {
+    let spec: DatabaseSpec = serde_json::from_value(serde_json::json!({
+        "version": "16.4",
+        "storage": {"size": "1Gi"},
+        "backup": {
+            "schedule": "0 2 * * *",
+            "s3": {
+                "endpoint": format!("http://127.0.0.1:{s3_port}"),
+                "bucket": BUCKET,
+                "prefix": "contract",
+                "forcePathStyle": true,
+                "credentials": {"secretName": "s3-creds", "accessKeyIdKey": "id", "secretAccessKeyKey": "key"}
+            },
+            "retention": {"keepLast": 2}
+        }
+    }))
+    .unwrap();
+    let mut db = Database::new("orders", spec);
+    db.metadata.namespace = Some("shop".into());
+    db.metadata.uid = Some("0b5e6f0a-1111-2222-3333-444455556666".into());
+    db.status = Some(DatabaseStatus {
+        current_version: Some("16.4".into()),
+        ..DatabaseStatus::default()
+    });
+    db
+}
+
+fn backup(name: &str) -> DatabaseBackup {
+    let mut b = DatabaseBackup::new(
+        name,
+        DatabaseBackupSpec {
+            database: "orders".into(),
+            reason: BackupReason::Scheduled,
+        },
+    );
+    b.metadata.namespace = Some("shop".into());
+    b.metadata.uid = Some("b-uid".into());
+    b
+}
+
+/// The container's command line and environment as the kubelet would run them: secret
+/// references resolved from `secrets`, nothing else changed.
+fn resolve(
+    container: &Container,
+    secrets: &BTreeMap<(&str, &str), &str>,
+) -> (Vec<String>, Vec<(String, String)>) {
+    let mut argv = container.command.clone().unwrap_or_default();
+    argv.extend(container.args.clone().unwrap_or_default());
+    let env = container
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|e| {
+            if let Some(v) = e.value {
+                return Some((e.name, v));
+            }
+            let r = e.value_from?.secret_key_ref?;
+            match secrets.get(&(r.name.as_str(), r.key.as_str())) {
+                Some(v) => Some((e.name, v.to_string())),
+                None if r.optional == Some(true) => None,
+                None => panic!(
+                    "the Job refers to a secret key nobody provided: {}/{}",
+                    r.name, r.key
+                ),
+            }
+        })
+        .collect();
+    (argv, env)
+}
+
+#[test]
+fn the_backup_job_runs_the_agent_for_real() {
+    let dir = tempfile::Builder::new()
+        .prefix("dbop-contract-")
+        .tempdir()
+        .unwrap();
+    let pg_dir = dir.path().join("pg");
+    std::fs::create_dir(&pg_dir).unwrap();
+    let (_pg, pg_port) = start_postgres(&pg_dir);
+    let s3_root = dir.path().join("s3");
+    let (_s3, s3_port) = start_s3s(&s3_root);
+
+    let db = database(s3_port);
+    let created = Utc.with_ymd_and_hms(2025, 5, 1, 2, 0, 3).unwrap();
+    let job = backup_job(
+        &db,
+        &backup("orders-202505010200"),
+        created,
+        &Settings::default(),
+    )
+    .expect("a Job");
+    let pod = job.spec.as_ref().unwrap().template.spec.clone().unwrap();
+    let container = &pod.containers[0];
+    assert_eq!(
+        pod.init_containers.as_ref().unwrap()[0]
+            .command
+            .as_ref()
+            .unwrap()
+            .last()
+            .map(String::as_str),
+        Some(AGENT_PATH),
+        "the init container copies the agent where the container runs it from"
+    );
+
+    let secrets = BTreeMap::from([
+        (("orders-credentials", "username"), PG_USER),
+        (("orders-credentials", "password"), PG_PASSWORD),
+        (("s3-creds", "id"), S3_ACCESS_KEY),
+        (("s3-creds", "key"), S3_SECRET_KEY),
+    ]);
+    let (argv, env) = resolve(container, &secrets);
+    assert_eq!(argv[0], AGENT_PATH);
+    let result_file = dir.path().join("termination-log");
+    let result_arg = format!("--result-file={TERMINATION_LOG}");
+    assert!(argv.contains(&result_arg), "{argv:?}");
+    for arg in &argv {
+        for secret in [PG_PASSWORD, S3_SECRET_KEY] {
+            assert!(!arg.contains(secret), "a secret on the command line");
+        }
+    }
+
+    // What a cluster provides, provided locally.
+    let args: Vec<String> = argv[1..]
+        .iter()
+        .map(|a| {
+            if *a == result_arg {
+                format!("--result-file={}", result_file.display())
+            } else {
+                a.clone()
+            }
+        })
+        .collect();
+    let env: Vec<(String, String)> = env
+        .into_iter()
+        .map(|(k, v)| match k.as_str() {
+            "PGHOST" => (k, "127.0.0.1".to_string()),
+            "PGPORT" => (k, pg_port.to_string()),
+            _ => (k, v),
+        })
+        .collect();
+    let run = || {
+        let out = Command::new(agent_binary())
+            .args(&args)
+            .env_clear()
+            .env("PATH", format!("{}:/usr/bin:/bin", pg_bin_dir().display()))
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .output()
+            .expect("the agent runs");
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        for secret in [PG_PASSWORD, S3_SECRET_KEY] {
+            assert!(
+                !stdout.contains(secret) && !stderr.contains(secret),
+                "a secret in the output"
+            );
+        }
+        assert!(
+            out.status.success(),
+            "the agent failed:\n{stdout}\n{stderr}"
+        );
+        std::fs::read_to_string(&result_file).expect("the termination message")
+    };
+
+    let message = run();
+    assert!(
+        message.len() <= 4096,
+        "a termination message is at most 4 KiB"
+    );
+    let result = parse_agent_result(&message).expect("the operator reads the agent's result");
+    assert_eq!(result.outcome.as_deref(), Some("Succeeded"));
+    let key = result.key.clone().expect("a key");
+    assert!(
+        key.starts_with("contract/shop/orders/postgres/20250501T020003Z-orders-202505010200/"),
+        "{key}"
+    );
+    assert!(
+        s3_root.join(BUCKET).join(&key).is_file(),
+        "the dump is in the bucket"
+    );
+
+    // The DatabaseBackup controller turns that termination message into the status.
+    let facts = BackupFacts {
+        now: Utc::now(),
+        database: None,
+        ahead: vec![],
+        job: Some(JobFacts {
+            state: JobState::Succeeded,
+            start_time: None,
+            completion_time: None,
+            termination_message: Some(message.clone()),
+        }),
+    };
+    let status = decide(&backup("orders-202505010200"), &facts).status;
+    assert_eq!(status.phase, Some(BackupPhase::Succeeded));
+    assert_eq!(status.key.as_deref(), Some(key.as_str()));
+    assert_eq!(status.bucket.as_deref(), Some(BUCKET));
+    assert!(status.size_bytes.unwrap() > 0);
+    assert_eq!(status.sha256.as_ref().map(String::len), Some(64));
+    assert!(status.engine_version.is_some());
+
+    // A retried Job (same DatabaseBackup, same backup id) makes no second backup.
+    let again = parse_agent_result(&run()).unwrap();
+    assert_eq!(again.outcome.as_deref(), Some("Succeeded"));
+    assert_eq!(again.key.as_deref(), Some(key.as_str()));
+    assert_eq!(again.sha256, result.sha256);
+    let backups = std::fs::read_dir(s3_root.join(BUCKET).join("contract/shop/orders/postgres"))
+        .unwrap()
+        .count();
+    assert_eq!(backups, 1, "one backup id, one backup");
+}
