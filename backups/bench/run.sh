@@ -11,7 +11,7 @@ set -euo pipefail
 
 SIZES=${SIZES:-"1 4"}
 RUNS=${RUNS:-3}
-LEVEL=${LEVEL:-3}
+LEVEL=${LEVEL:-1}
 ROWS_PER_GIB=${ROWS_PER_GIB:-6300000}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 WORK=${BENCH_DIR:-/var/tmp/dbop-bench}

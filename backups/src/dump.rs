@@ -27,10 +27,23 @@ use crate::s3::Store;
 use crate::signals::Interrupt;
 
 const READ_CHUNK: usize = 256 << 10;
+const ZSTD_JOB_SIZE: u32 = 2 << 20;
+/// Parts are planned for at most this many (S3 allows 10,000), leaving headroom.
+const PLANNED_PARTS: u64 = 9_000;
+
+/// The part size for a database of `db_size` bytes on disk: the requested size, raised so
+/// that even a dump twice the database's size (bytea is dumped as hex) fits in the planned
+/// number of parts, rounded up to whole MiB. Pure.
+pub fn part_size_for(requested: usize, db_size: u64) -> usize {
+    let needed = db_size.saturating_mul(2).div_ceil(PLANNED_PARTS);
+    let needed = needed.div_ceil(1 << 20).saturating_mul(1 << 20);
+    requested.max(usize::try_from(needed).unwrap_or(usize::MAX).min(5 << 30))
+}
 
 #[derive(Debug, Clone)]
 pub struct DumpOptions {
     pub compression_level: i32,
+    pub compression_threads: u32,
     pub part_size: usize,
     pub concurrency: usize,
     pub backup_id: Option<String>,
@@ -116,10 +129,11 @@ async fn dump_inner(
              SELECT current_database();\n\
              SELECT current_setting('server_version');\n\
              SELECT current_setting('server_version_num');\n\
+             SELECT pg_database_size(current_database());\n\
              SELECT pg_export_snapshot();",
         )
         .await?;
-    let [database, server_version, version_num, snapshot] = facts.as_slice() else {
+    let [database, server_version, version_num, db_size, snapshot] = facts.as_slice() else {
         return Err(pg::pg_error(
             "psql",
             &pg::database_label(None),
@@ -181,9 +195,14 @@ async fn dump_inner(
             pg::stdout_file(s).map_err(|e| pg::pg_error("pg_dump", &database, e.to_string()))
         })?;
 
+    let part_size = part_size_for(opts.part_size, db_size.trim().parse().unwrap_or(0));
+    if part_size != opts.part_size {
+        tracing::info!(part_size, "part size raised to stay within 10,000 parts");
+    }
     let (tx, rx) = mpsc::channel::<Bytes>(1);
-    let (level, part_size) = (opts.compression_level, opts.part_size);
-    let compressor = tokio::task::spawn_blocking(move || compress(stdout, level, part_size, tx));
+    let (level, threads) = (opts.compression_level, opts.compression_threads);
+    let compressor =
+        tokio::task::spawn_blocking(move || compress(stdout, level, threads, part_size, tx));
     let upload = upload_parts(store, &dump_key, &upload_id, rx, opts.concurrency);
     let counts = session.row_counts();
     let (parts, row_counts) = tokio::try_join!(upload, counts)?;
@@ -368,6 +387,7 @@ impl Write for PartSink {
 fn compress(
     mut src: std::fs::File,
     level: i32,
+    threads: u32,
     part_size: usize,
     tx: mpsc::Sender<Bytes>,
 ) -> std::io::Result<Compressed> {
@@ -380,6 +400,11 @@ fn compress(
     };
     let mut enc = zstd::stream::write::Encoder::new(sink, level)?;
     enc.include_checksum(true)?;
+    if threads > 0 {
+        enc.multithread(threads)?;
+        // Small jobs keep zstd's buffers (and so the agent's memory) small.
+        enc.set_parameter(zstd::zstd_safe::CParameter::JobSize(ZSTD_JOB_SIZE))?;
+    }
     let mut buf = vec![0u8; READ_CHUNK];
     let mut raw_bytes = 0u64;
     loop {
@@ -401,4 +426,24 @@ fn compress(
         size_bytes: sink.total,
         sha256: hex::encode(sink.hasher.finalize()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn part_sizes() {
+        const MIB: usize = 1 << 20;
+        let cases: [(usize, u64, usize); 5] = [
+            (8 * MIB, 0, 8 * MIB),
+            (8 * MIB, 10 << 30, 8 * MIB),
+            (8 * MIB, 100 << 30, 23 * MIB),
+            (64 * MIB, 100 << 30, 64 * MIB),
+            (8 * MIB, u64::MAX, 5 << 30),
+        ];
+        for (requested, db, want) in cases {
+            assert_eq!(part_size_for(requested, db), want, "{requested} {db}");
+        }
+    }
 }

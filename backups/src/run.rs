@@ -67,6 +67,7 @@ pub async fn run(command: Command, interrupt: Interrupt) -> RunOutput {
                 let (store, layout) = store_for(&a.storage).await?;
                 let opts = DumpOptions {
                     compression_level: a.compression_level,
+                    compression_threads: a.compression_threads,
                     part_size: a.part_size as usize,
                     concurrency: a.upload_concurrency as usize,
                     backup_id: a.backup_id.clone(),
