@@ -24,8 +24,9 @@ lint: ## formatting and clippy, warnings are errors
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-crds: ## regenerate crds/ from the API types
+crds: ## regenerate crds/ (and the chart's copy) from the API types
 	$(CARGO) run -q --bin dbop -- crd > crds/dbop.dev.yaml
+	cp crds/dbop.dev.yaml charts/dbop/crds/dbop.dev.yaml
 
 test-unit: ## tests that need no cluster (pure logic, request shapes, the backup agent with real PostgreSQL and S3)
 	$(CARGO) test --workspace --exclude dbop-e2e

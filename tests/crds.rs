@@ -12,6 +12,15 @@ fn checked_in_crds_match_the_types() {
 }
 
 #[test]
+fn the_helm_chart_ships_the_same_crds() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let crds = std::fs::read_to_string(format!("{root}/crds/dbop.dev.yaml")).unwrap();
+    let chart = std::fs::read_to_string(format!("{root}/charts/dbop/crds/dbop.dev.yaml"))
+        .expect("charts/dbop/crds/dbop.dev.yaml exists");
+    assert!(crds == chart, "charts/dbop/crds/ is out of date: run `make crds` and commit the result");
+}
+
+#[test]
 fn every_database_field_is_documented() {
     // `kubectl explain` shows these descriptions; an undocumented field is a hole in the API docs.
     let crd = serde_json::to_value(&dbop::api::crds()[0]).unwrap();
