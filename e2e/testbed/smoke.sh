@@ -98,6 +98,8 @@ until_ok 30 eq statefulset/db '{.status.readyReplicas}' 1 && ok "StatefulSet db 
 # PVC expansion: accepted (allowVolumeExpansion), spec grows; status.capacity is the PV's size.
 k patch pvc data-db-0 --type merge -p '{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}' >/dev/null &&
   eq pvc/data-db-0 '{.spec.resources.requests.storage}' 2Gi && ok "PVC expansion accepted (spec 2Gi, status.capacity $(jp pvc/data-db-0 '{.status.capacity.storage}'))" || ko "PVC expansion refused"
+k patch pvc data-db-0 --type merge -p '{"spec":{"resources":{"requests":{"storage":"150Gi"}}}}' >/dev/null
+until_ok 30 eq pvc/data-db-0 '{.status.capacity.storage}' 150Gi && ok "PVC expansion beyond the PV's size: status.capacity 150Gi (kwok resizer stage)" || ko "PVC resize: $(jp pvc/data-db-0 '{.status}')"
 
 # --- Jobs --------------------------------------------------------------------------------------
 job() { # name labels(yaml flow map)
