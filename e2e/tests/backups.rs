@@ -1,0 +1,308 @@
+//! Scheduled backups on a real control plane: a per-minute schedule makes `DatabaseBackup`s on
+//! time, the backup Job's pod (completed by kwok with a termination message the test supplies)
+//! fills the status, a failing Job turns `BackupHealthy` False, and an operator stopped across
+//! three due times runs exactly one catch-up.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Timelike, Utc};
+use dbop::api::{BackupPhase, DatabaseBackup, Phase};
+use dbop_e2e::{TestBed, WAIT, condition, database_manifest, testbed, wait_until};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+/// Long enough for a minute boundary to pass and the operator to act on it.
+const NEXT_MINUTE: Duration = Duration::from_secs(150);
+
+async fn s3_secret(bed: &TestBed, ns: &str) {
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("s3-creds".into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([
+            (
+                "AWS_ACCESS_KEY_ID".into(),
+                ByteString(b"e2e-access".to_vec()),
+            ),
+            (
+                "AWS_SECRET_ACCESS_KEY".into(),
+                ByteString(b"e2e-secret".to_vec()),
+            ),
+        ])),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(bed.client.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("S3 Secret");
+}
+
+fn with_backups(hold: bool) -> serde_json::Value {
+    let mut extra = json!({
+        "backup": {
+            "schedule": "* * * * *",
+            "s3": {
+                "endpoint": "http://minio.storage.svc:9000",
+                "bucket": "backups",
+                "forcePathStyle": true,
+                "credentials": {"secretName": "s3-creds"}
+            }
+        }
+    });
+    if hold {
+        extra["podMetadata"] = json!({"labels": {"testbed.dbop.dev/hold": "true"}});
+    }
+    extra
+}
+
+async fn backups(bed: &TestBed, ns: &str) -> Vec<DatabaseBackup> {
+    let mut list = Api::<DatabaseBackup>::namespaced(bed.client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .expect("list DatabaseBackups")
+        .items;
+    list.sort_by_key(|b| b.metadata.name.clone());
+    list
+}
+
+fn created(b: &DatabaseBackup) -> DateTime<Utc> {
+    let t = b.metadata.creation_timestamp.as_ref().unwrap().0;
+    DateTime::from_timestamp(t.as_second(), 0).unwrap()
+}
+
+/// The first scheduled backup, checked to be on time: named after its minute and created
+/// within a few seconds of it.
+async fn first_scheduled_backup(bed: &TestBed, ns: &str) -> DatabaseBackup {
+    let b = wait_until("a scheduled DatabaseBackup", NEXT_MINUTE, || async {
+        backups(bed, ns).await.into_iter().next()
+    })
+    .await;
+    let at = created(&b);
+    let minute = at.with_second(0).unwrap();
+    let late = at - minute;
+    assert_eq!(
+        b.metadata.name.as_deref(),
+        Some(format!("orders-{}", minute.format("%Y%m%d%H%M")).as_str())
+    );
+    assert!(
+        late.num_seconds() <= 15,
+        "created {late} after its due time"
+    );
+    println!(
+        "e2e: scheduled backup created {}s after its due time",
+        late.num_seconds()
+    );
+    b
+}
+
+/// The running backup pod of a DatabaseBackup (held by the test bed).
+async fn backup_pod(bed: &TestBed, ns: &str, backup: &str) -> Pod {
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), ns);
+    let selector = format!("dbop.dev/backup={backup}");
+    wait_until("the backup pod running", WAIT, || async {
+        pods.list(&ListParams::default().labels(&selector))
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+    })
+    .await
+}
+
+async fn finish_pod(bed: &TestBed, ns: &str, pod: &Pod, outcome: &str, message: &str) {
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), ns);
+    let patch = json!({"metadata": {"annotations": {
+        "testbed.dbop.dev/outcome": outcome,
+        "testbed.dbop.dev/termination-message": message,
+    }}});
+    pods.patch(
+        pod.metadata.name.as_deref().unwrap(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .expect("annotate the pod");
+}
+
+async fn wait_backup_phase(
+    bed: &TestBed,
+    ns: &str,
+    name: &str,
+    phase: BackupPhase,
+) -> DatabaseBackup {
+    let api: Api<DatabaseBackup> = Api::namespaced(bed.client.clone(), ns);
+    wait_until(&format!("backup {name} {phase:?}"), WAIT, || async {
+        let b = api.get(name).await.ok()?;
+        (b.status.as_ref()?.phase == Some(phase)).then_some(b)
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_per_minute_schedule_makes_backups_on_time_and_fills_their_status() {
+    let bed = testbed().await;
+    let ns = bed.namespace("backup-ok").await;
+    s3_secret(&bed, &ns).await;
+    let _operator = bed.operator_in_process(&ns).await;
+    bed.apply_database(&ns, database_manifest("orders", with_backups(true)))
+        .await;
+    bed.wait_for_phase(&ns, "orders", Phase::Ready, WAIT).await;
+
+    let b = first_scheduled_backup(&bed, &ns).await;
+    let name = b.metadata.name.clone().unwrap();
+    let pod = backup_pod(&bed, &ns, &name).await;
+    let result = json!({
+        "outcome": "Succeeded", "operation": "dump", "backupId": "20250501T020003Z-x",
+        "database": "postgres", "bucket": "backups",
+        "key": format!("{ns}/orders/postgres/20250501T020003Z-x/dump.pgc.zst"),
+        "sizeBytes": 4242, "sha256": "ab".repeat(32), "engineVersion": "16.4",
+        "startedAt": "2025-05-01T02:00:05Z", "completedAt": "2025-05-01T02:00:25Z",
+        "message": "dumped 10000 bytes"
+    });
+    finish_pod(&bed, &ns, &pod, "Succeeded", &result.to_string()).await;
+
+    let done = wait_backup_phase(&bed, &ns, &name, BackupPhase::Succeeded).await;
+    let status = done.status.unwrap();
+    assert_eq!(status.size_bytes, Some(4242));
+    assert_eq!(status.sha256, Some("ab".repeat(32)));
+    assert_eq!(status.bucket.as_deref(), Some("backups"));
+    assert!(status.key.unwrap().ends_with("dump.pgc.zst"));
+    assert!(status.started_at.is_some() && status.completed_at.is_some());
+
+    let dbs = bed.databases(&ns);
+    let db = wait_until("status.backup.lastSuccessful", WAIT, || async {
+        let db = dbs.get("orders").await.ok()?;
+        (db.status
+            .as_ref()?
+            .backup
+            .as_ref()?
+            .last_successful
+            .as_deref()
+            == Some(name.as_str()))
+        .then_some(db)
+    })
+    .await;
+    assert_eq!(
+        condition(&db, "BackupHealthy"),
+        Some(("True".into(), "BackupSucceeded".into()))
+    );
+    assert_eq!(
+        condition(&db, "Ready").map(|c| c.0).as_deref(),
+        Some("True")
+    );
+    let backup_status = db.status.unwrap().backup.unwrap();
+    assert!(backup_status.next_schedule_time.is_some());
+    assert!(backup_status.last_schedule_time.is_some());
+}
+
+#[tokio::test]
+async fn a_failing_backup_job_turns_backup_healthy_false() {
+    let bed = testbed().await;
+    let ns = bed.namespace("backup-fail").await;
+    s3_secret(&bed, &ns).await;
+    let _operator = bed.operator_in_process(&ns).await;
+    bed.apply_database(&ns, database_manifest("orders", with_backups(true)))
+        .await;
+    bed.wait_for_phase(&ns, "orders", Phase::Ready, WAIT).await;
+
+    let b = first_scheduled_backup(&bed, &ns).await;
+    let name = b.metadata.name.clone().unwrap();
+    let pod = backup_pod(&bed, &ns, &name).await;
+    let result = json!({"outcome": "Failed", "operation": "dump",
+        "message": "S3 access denied: check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and the bucket policy"});
+    finish_pod(&bed, &ns, &pod, "Failed", &result.to_string()).await;
+
+    let failed = wait_backup_phase(&bed, &ns, &name, BackupPhase::Failed).await;
+    assert!(
+        failed
+            .status
+            .unwrap()
+            .message
+            .unwrap()
+            .contains("S3 access denied"),
+        "the agent's message reaches the status"
+    );
+    let dbs = bed.databases(&ns);
+    let db = wait_until("BackupHealthy False", WAIT, || async {
+        let db = dbs.get("orders").await.ok()?;
+        (condition(&db, "BackupHealthy")?.0 == "False").then_some(db)
+    })
+    .await;
+    assert_eq!(
+        condition(&db, "BackupHealthy"),
+        Some(("False".into(), "LastBackupFailed".into()))
+    );
+    assert_eq!(
+        condition(&db, "Ready").map(|c| c.0).as_deref(),
+        Some("True"),
+        "a failed backup does not make the database unready"
+    );
+}
+
+#[tokio::test]
+async fn an_operator_stopped_across_three_due_times_runs_one_catch_up() {
+    let bed = testbed().await;
+    let ns = bed.namespace("backup-catchup").await;
+    s3_secret(&bed, &ns).await;
+    let mut operator = bed.operator_binary(&ns);
+    bed.apply_database(&ns, database_manifest("orders", with_backups(false)))
+        .await;
+    bed.wait_for_phase(&ns, "orders", Phase::Ready, WAIT).await;
+
+    // Pods complete by themselves (no hold): the first run succeeds.
+    let first = first_scheduled_backup(&bed, &ns).await;
+    let first_name = first.metadata.name.clone().unwrap();
+    wait_backup_phase(&bed, &ns, &first_name, BackupPhase::Succeeded).await;
+    assert!(operator.is_running(), "{}", operator.log_tail());
+    operator.kill9();
+    let stopped_at = Utc::now();
+    let before: Vec<String> = backups(&bed, &ns)
+        .await
+        .into_iter()
+        .filter_map(|b| b.metadata.name)
+        .collect();
+
+    // Three due times pass while nothing runs.
+    tokio::time::sleep(Duration::from_secs(185)).await;
+    let missed = (Utc::now() - stopped_at).num_minutes();
+    assert!(missed >= 3, "only {missed} minutes passed");
+    let restarted_at = Utc::now();
+    let _operator = bed.operator_binary(&ns);
+    let name_of = |t: DateTime<Utc>| format!("orders-{}", t.format("%Y%m%d%H%M"));
+    // Wait for the catch-up, and let it finish.
+    let catch_up = wait_until("the catch-up run", WAIT, || async {
+        backups(&bed, &ns)
+            .await
+            .into_iter()
+            .find(|b| !before.contains(b.metadata.name.as_ref().unwrap()))
+    })
+    .await;
+    let catch_up = catch_up.metadata.name.clone().unwrap();
+    wait_backup_phase(&bed, &ns, &catch_up, BackupPhase::Succeeded).await;
+    // Runs due during the outage: exactly one was made, the latest (or, if a minute boundary
+    // passed while the operator started, the one due then); never a burst.
+    let outage = (name_of(stopped_at), name_of(restarted_at));
+    let during: Vec<String> = backups(&bed, &ns)
+        .await
+        .into_iter()
+        .filter_map(|b| b.metadata.name)
+        .filter(|n| !before.contains(n) && *n > outage.0 && *n <= outage.1)
+        .collect();
+    assert!(
+        during.len() <= 1,
+        "a burst of catch-up runs after the outage: {during:?}"
+    );
+    let latest_missed = name_of(restarted_at.with_second(0).unwrap());
+    let next = name_of(restarted_at.with_second(0).unwrap() + chrono::TimeDelta::minutes(1));
+    assert!(
+        catch_up == latest_missed || catch_up == next,
+        "the catch-up {catch_up} is not the latest missed run {latest_missed}"
+    );
+    println!("e2e: one catch-up run ({catch_up}) after {missed} missed minutes");
+}
