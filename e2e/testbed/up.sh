@@ -49,6 +49,7 @@ if [[ -f "$DIR/ready" && -f "$KUBECONFIG_OUT" ]]; then
     log "already up and healthy: $DIR"
     echo "kubeconfig: $KUBECONFIG_OUT"
     echo "export KUBECONFIG=$KUBECONFIG_OUT"
+    echo "kubectl: $DIR/bin/kubectl"
     exit 0
   fi
 fi
@@ -57,6 +58,7 @@ if [[ -d "$PIDS" || -f "$DIR/ports.env" ]]; then
   DBOP_TESTBED_DIR="$DIR" "$TESTBED_SRC/down.sh"
 fi
 mkdir -p "$PKI" "$LOGS" "$PIDS" "$DIR/pv" "$DIR/etcd"
+ln -sfn "$BIN" "$DIR/bin" # $DBOP_TESTBED_DIR/bin/kubectl etc. for tests and humans
 chmod 700 "$PKI" "$DIR/etcd"
 
 # --- ports -------------------------------------------------------------------------------------
@@ -293,4 +295,5 @@ ELAPSED=$(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $T0}")
 log "up in ${ELAPSED}s: kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION; state in $DIR"
 echo "kubeconfig: $KUBECONFIG_OUT"
 echo "export KUBECONFIG=$KUBECONFIG_OUT"
+echo "kubectl: $DIR/bin/kubectl"
 echo "startup took ${ELAPSED}s"
