@@ -1,5 +1,6 @@
 # Shared helpers for the test bed scripts (sourced, not run).
 # shellcheck shell=bash
+# shellcheck disable=SC2034 # (variables used by the scripts that source this file)
 
 TESTBED_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$TESTBED_SRC/../.." && pwd)"

@@ -119,7 +119,7 @@ spec:
       - {name: agent, image: dbop-backup:dev}
 YAML
 }
-job done '{app: done}' | k apply -f - >/dev/null
+job "done" '{app: done}' | k apply -f - >/dev/null
 until_ok 60 eq job/done '{.status.conditions[?(@.type=="Complete")].status}' True && ok "Job done Complete" || ko "Job done: $(jp job/done '{.status}')"
 p=$(k get pods -l job-name=done -o jsonpath='{.items[0].metadata.name}')
 [[ "$(jp "pod/$p" '{.status.initContainerStatuses[0].state.terminated.reason}/{.status.containerStatuses[0].state.terminated.exitCode}')" == "Completed/0" ]] &&
@@ -201,6 +201,7 @@ until_ok 60 bash -c "[[ \"\$('$BIN/kubectl' --kubeconfig '$KC' get pv $pv -o jso
   ok "PV $pv Released and recycled to Available" || ko "PV $pv: $("$BIN/kubectl" --kubeconfig "$KC" get pv "$pv" -o jsonpath='{.status.phase}')"
 
 # --- audit log ---------------------------------------------------------------------------------
+# shellcheck disable=SC1091
 . "$DIR/ports.env"
 curl -fsS -o /dev/null -A "dbop-smoke/0.0 (audit check)" --cacert "$DIR/pki/ca.crt" --cert "$DIR/pki/admin.crt" --key "$DIR/pki/admin.key" \
   -H 'Content-Type: application/json' -X POST "https://127.0.0.1:$API_PORT/api/v1/namespaces/$NS/configmaps" \
