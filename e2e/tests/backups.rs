@@ -162,7 +162,9 @@ async fn a_per_minute_schedule_makes_backups_on_time_and_fills_their_status() {
         "database": "postgres", "bucket": "backups",
         "key": format!("{ns}/orders/postgres/20250501T020003Z-x/dump.pgc.zst"),
         "sizeBytes": 4242, "sha256": "ab".repeat(32), "engineVersion": "16.4",
-        "startedAt": "2025-05-01T02:00:05Z", "completedAt": "2025-05-01T02:00:25Z",
+        // Now: a completion time a year ago would rightly be older than the RPO.
+        "startedAt": Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        "completedAt": Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         "message": "dumped 10000 bytes"
     });
     finish_pod(&bed, &ns, &pod, "Succeeded", &result.to_string()).await;
@@ -213,11 +215,39 @@ async fn a_failing_backup_job_turns_backup_healthy_false() {
 
     let b = first_scheduled_backup(&bed, &ns).await;
     let name = b.metadata.name.clone().unwrap();
-    let pod = backup_pod(&bed, &ns, &name).await;
     let result = json!({"outcome": "Failed", "operation": "dump",
-        "message": "S3 access denied: check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and the bucket policy"});
-    finish_pod(&bed, &ns, &pod, "Failed", &result.to_string()).await;
-
+        "message": "S3 access denied: check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and the bucket policy"})
+    .to_string();
+    // The Job retries once (backoffLimit 1): every pod it starts fails the same way.
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), &ns);
+    let backups_api: Api<DatabaseBackup> = Api::namespaced(bed.client.clone(), &ns);
+    let selector = format!("dbop.dev/backup={name}");
+    wait_until(
+        "every backup pod failed and the backup Failed",
+        WAIT,
+        || async {
+            for pod in pods
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .ok()?
+                .items
+            {
+                let running =
+                    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+                let decided = pod
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key("testbed.dbop.dev/outcome"));
+                if running && !decided {
+                    finish_pod(&bed, &ns, &pod, "Failed", &result).await;
+                }
+            }
+            let b = backups_api.get(&name).await.ok()?;
+            (b.status.as_ref()?.phase == Some(BackupPhase::Failed)).then_some(())
+        },
+    )
+    .await;
     let failed = wait_backup_phase(&bed, &ns, &name, BackupPhase::Failed).await;
     assert!(
         failed
@@ -231,7 +261,9 @@ async fn a_failing_backup_job_turns_backup_healthy_false() {
     let dbs = bed.databases(&ns);
     let db = wait_until("BackupHealthy False", WAIT, || async {
         let db = dbs.get("orders").await.ok()?;
-        (condition(&db, "BackupHealthy")?.0 == "False").then_some(db)
+        // Before the failure it is already False (NoSuccessfulBackup: a run was due and none
+        // succeeded); then it names the failure.
+        (condition(&db, "BackupHealthy")?.1 == "LastBackupFailed").then_some(db)
     })
     .await;
     assert_eq!(
