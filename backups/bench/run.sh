@@ -12,6 +12,7 @@ set -euo pipefail
 SIZES=${SIZES:-"1 4"}
 RUNS=${RUNS:-3}
 LEVEL=${LEVEL:-1}
+AGENT_FLAGS=${AGENT_FLAGS:-}   # extra flags for dbop-backup dump, e.g. "--compression-threads 1"
 ROWS_PER_GIB=${ROWS_PER_GIB:-6300000}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 WORK=${BENCH_DIR:-/var/tmp/dbop-bench}
@@ -19,6 +20,8 @@ PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 PORT=${BENCH_PG_PORT:-55433}
 S3PORT=${BENCH_S3_PORT:-59014}
 export PATH="$HOME/.cargo/bin:$PATH"
+# A CA bundle variable in the environment makes rclone refuse its (plain HTTP) transport.
+unset AWS_CA_BUNDLE
 
 log() { echo "[bench] $*" >&2; }
 
@@ -31,7 +34,10 @@ AGENT="$TARGET_DIR/release/dbop-backup"
 PG_PID= S3_PID=
 cleanup() {
   [[ -n $S3_PID ]] && kill "$S3_PID" 2>/dev/null || true
-  if [[ -n $PG_PID ]]; then kill -INT "$PG_PID" 2>/dev/null || true; wait "$PG_PID" 2>/dev/null || true; fi
+  if [[ -n $PG_PID ]]; then
+    runuser -u postgres -- "$PGBIN/pg_ctl" -D "$WORK/pg/data" stop -m fast -w >/dev/null 2>&1 || true
+    wait "$PG_PID" 2>/dev/null || true
+  fi
 }
 trap cleanup EXIT
 
@@ -45,7 +51,7 @@ PG_PID=$!
 s3s-fs --host 127.0.0.1 --port "$S3PORT" --access-key bench-access --secret-key bench-secret "$WORK/s3" >/dev/null 2>&1 &
 S3_PID=$!
 export PGHOST=127.0.0.1 PGPORT=$PORT PGUSER=bench
-for _ in $(seq 100); do "$PGBIN/pg_isready" -q && break; sleep 0.2; done
+for _ in $(seq 100); do "$PGBIN/pg_isready" -q -d postgres && break; sleep 0.2; done
 
 export AWS_ENDPOINT_URL=http://127.0.0.1:$S3PORT AWS_REGION=us-east-1
 export AWS_ACCESS_KEY_ID=bench-access AWS_SECRET_ACCESS_KEY=bench-secret AWS_EC2_METADATA_DISABLED=true
@@ -60,6 +66,7 @@ export RCLONE_CONFIG_BENCH_FORCE_PATH_STYLE=true RCLONE_CONFIG_BENCH_REGION=us-e
 generate() {
   local db=$1 gib=$2 tables=$(( $2 * 4 )) rows=$(( ROWS_PER_GIB / 4 ))
   "$PGBIN/psql" -X -q -d postgres -c "CREATE DATABASE $db"
+  local pids=()
   for ((t = 0; t < tables; t++)); do
     "$PGBIN/psql" -X -q -d "$db" -c "CREATE TABLE orders_$t AS SELECT i::bigint AS id,
         timestamptz '2024-01-01' + i * interval '17 seconds' AS created,
@@ -70,9 +77,10 @@ generate() {
         jsonb_build_object('k', i, 'tag', 'tag' || (i % 50), 'v', substr(md5(i::text), 1, 16)) AS payload
       FROM generate_series($(( t * rows + 1 )), $(( (t + 1) * rows ))) i;
       ALTER TABLE orders_$t ADD PRIMARY KEY (id);" &
-    if (( t % 2 == 1 )); then wait; fi
+    pids+=($!)
+    if (( ${#pids[@]} == 2 )); then wait "${pids[@]}"; pids=(); fi
   done
-  wait
+  if (( ${#pids[@]} )); then wait "${pids[@]}"; fi
   "$PGBIN/psql" -X -q -d "$db" -c "VACUUM ANALYZE"
 }
 
@@ -102,7 +110,8 @@ for gib in $SIZES; do
       case $contender in
         baseline) m=$(measure bash -c "exec '$PGBIN/pg_dump' -Fc -Z0 -d '$db' > /dev/null"); stored=0 ;;
         dbop)
-          m=$(PGDATABASE=$db measure "$AGENT" dump --prefix bench --backup-id "run$r" --compression-level "$LEVEL")
+          # shellcheck disable=SC2086
+          m=$(PGDATABASE=$db measure "$AGENT" dump --prefix bench --backup-id "run$r" --compression-level "$LEVEL" $AGENT_FLAGS)
           stored=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["sizeBytes"])' "$WORK/stdout.txt") ;;
         pipeline)
           m=$(measure bash -o pipefail -c "'$PGBIN/pg_dump' -Fc -Z0 -d '$db' | zstd -q -$LEVEL | rclone rcat bench:bench/pipeline/$db/run$r.pgc.zst")
@@ -116,7 +125,7 @@ for gib in $SIZES; do
     read -r wall cpu rss stored <<<"$best"
     name=$contender
     [[ $contender == baseline ]] && name='`pg_dump -Fc -Z0 > /dev/null`'
-    [[ $contender == dbop ]] && name="\`dbop-backup dump\` (zstd -$LEVEL)"
+    [[ $contender == dbop ]] && name="\`dbop-backup dump\` (zstd -$LEVEL${AGENT_FLAGS:+ $AGENT_FLAGS})"
     [[ $contender == pipeline ]] && name="\`pg_dump -Fc -Z0 | zstd -$LEVEL | rclone rcat\`"
     awk -v g="$gib GiB ($raw B)" -v n="$name" -v raw="$raw" -v w="$wall" -v c="$cpu" -v r="$rss" -v s="$stored" \
       'BEGIN { printf "| %s | %s | %.0f | %.1f | %.1f | %.1f | %s |\n", g, n, raw / w / 1e6, w, c, r / 1024, (s > 0 ? sprintf("%.0f", s / 1e6) : "-") }'

@@ -116,7 +116,7 @@ pub struct DumpArgs {
     pub compression_level: i32,
     /// zstd worker threads: 0 compresses in the thread that reads pg_dump; N ≥ 1 hands
     /// compression to N workers so reading and compressing overlap.
-    #[arg(long, env = "DBOP_BACKUP_COMPRESSION_THREADS", default_value_t = 0,
+    #[arg(long, env = "DBOP_BACKUP_COMPRESSION_THREADS", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(0..=8))]
     pub compression_threads: u32,
     /// Size of each uploaded part (raised automatically when the database is so large that
