@@ -17,7 +17,10 @@ fn the_helm_chart_ships_the_same_crds() {
     let crds = std::fs::read_to_string(format!("{root}/crds/dbop.dev.yaml")).unwrap();
     let chart = std::fs::read_to_string(format!("{root}/charts/dbop/crds/dbop.dev.yaml"))
         .expect("charts/dbop/crds/dbop.dev.yaml exists");
-    assert!(crds == chart, "charts/dbop/crds/ is out of date: run `make crds` and commit the result");
+    assert!(
+        crds == chart,
+        "charts/dbop/crds/ is out of date: run `make crds` and commit the result"
+    );
 }
 
 #[test]
