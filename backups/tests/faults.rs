@@ -124,8 +124,13 @@ fn dump_fails_for_a_missing_database() {
 
 /// A dump slow enough to interrupt: hard-to-compress data at zstd level 19, 5 MiB parts.
 fn slow_dump(pg: &Pg, s3: &S3Server, extra: &[&str]) -> std::process::Child {
+    slow_dump_of(pg, s3, 32, extra)
+}
+
+/// A dump of `megabytes` of hard-to-compress rows at a slow compression level.
+fn slow_dump_of(pg: &Pg, s3: &S3Server, megabytes: u64, extra: &[&str]) -> std::process::Child {
     pg.create_db("app");
-    fill_bulky(pg, "app", 32);
+    fill_bulky(pg, "app", megabytes);
     let mut args = vec!["dump", "--compression-level", "12", "--part-size", "5MiB"];
     args.extend_from_slice(extra);
     agent_command(&args, &env_of(pg, "app", s3))
@@ -168,7 +173,9 @@ fn dump_fails_when_s3_dies_mid_upload() {
 fn pg_dump_dies(kind: S3Kind) {
     let pg = Pg::start();
     let s3 = S3Server::start(kind);
-    let child = slow_dump(&pg, &s3, &[]);
+    // Larger than everything the agent buffers (parts in flight, the channel, the compressor,
+    // pipes: ~20 MiB compressed), so pg_dump's COPY is still running when its backend dies.
+    let child = slow_dump_of(&pg, &s3, 128, &[]);
     wait_first_part(&s3);
     let killed = pg.psql(
         "postgres",
