@@ -33,6 +33,9 @@ stop_pids() { # label pid...
 }
 pids_of() { local c f pid; for c in "$@"; do f="$PIDS/$c.pid"; [[ -f "$f" ]] || continue; pid="$(cat "$f")"; kill -0 "$pid" 2>/dev/null && echo "$pid"; done; return 0; }
 
+# The real node first, in its own order (it needs the API server to drain its pods).
+DBOP_TESTBED_DIR="$DIR" "$TESTBED_SRC/node-down.sh"
+
 # Clients first (they only talk to the apiserver), then the apiserver, then etcd.
 # shellcheck disable=SC2046
 stop_pids "kwok, kube-scheduler, kube-controller-manager" $(pids_of kwok kube-scheduler kube-controller-manager)
@@ -55,7 +58,7 @@ leftovers() {
       *) continue ;;
     esac
     case "$(basename "$(readlink "$p/exe" 2>/dev/null)")" in
-      etcd | kube-apiserver | kube-controller-manager | kube-scheduler | kwok | kubectl) echo "$pid" ;;
+      etcd | kube-apiserver | kube-controller-manager | kube-scheduler | kwok | kubectl | kubelet | kube-proxy | coredns | containerd | containerd-shim-runc-v2) echo "$pid" ;;
     esac
   done
 }
@@ -68,7 +71,8 @@ fi
 if [[ -f "$DIR/ports.env" ]]; then
   # shellcheck disable=SC1091
   . "$DIR/ports.env"
-  for p in ${ETCD_PORT:-} ${ETCD_PEER_PORT:-} ${API_PORT:-} ${KCM_PORT:-} ${SCHED_PORT:-} ${KWOK_PORT:-}; do
+  for p in ${ETCD_PORT:-} ${ETCD_PEER_PORT:-} ${API_PORT:-} ${KCM_PORT:-} ${SCHED_PORT:-} ${KWOK_PORT:-} \
+    ${KUBELET_PORT:-} ${KUBELET_HEALTHZ_PORT:-} ${PROXY_HEALTHZ_PORT:-} ${PROXY_METRICS_PORT:-} ${DNS_HEALTH_PORT:-}; do
     if [[ -n "$(ss -Htln "( sport = :$p )" 2>/dev/null)" ]]; then
       ss -Htlnp "( sport = :$p )" >&2 || true
       die "port $p is still listening"
@@ -77,7 +81,7 @@ if [[ -f "$DIR/ports.env" ]]; then
 fi
 
 # Remove only what up.sh creates (the directory may have been given by the user).
-STATE=(.lock ready bin kubeconfig ports.env pki etcd pv pids storage.yaml nodes.yaml audit.log)
+STATE=(.lock ready bin kubeconfig ports.env pki etcd pv pids storage.yaml nodes.yaml audit.log node node-bin crictl.yaml)
 if [[ "${DBOP_TESTBED_KEEP:-0}" == "1" ]]; then
   [[ -f "$DIR/audit.log" ]] && mkdir -p "$DIR/logs" && mv -f "$DIR/audit.log" "$DIR/logs/audit.log"
   for e in "${STATE[@]}"; do rm -rf "${DIR:?}/$e"; done

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the test bed scripts use (run as root on Debian 12; idempotent).
+# runc, the CNI plugins, iptables and conntrack are for the real node (e2e/testbed/node-up.sh).
 # Go itself is not installed here: the build needs Go >= 1.26 (see versions.env / README.md).
 set -euo pipefail
 need=()
@@ -10,8 +11,15 @@ command -v flock >/dev/null || need+=(util-linux)
 command -v setsid >/dev/null || need+=(util-linux)
 command -v sha256sum >/dev/null || need+=(coreutils)
 command -v git >/dev/null || need+=(git)
+# The real node (node-up.sh) and its images (images.sh).
+command -v runc >/dev/null || need+=(runc)
+[[ -x /usr/lib/cni/bridge ]] || need+=(containernetworking-plugins)
+command -v iptables >/dev/null || need+=(iptables)
+command -v conntrack >/dev/null || need+=(conntrack)
+command -v modprobe >/dev/null || need+=(kmod)
+command -v jq >/dev/null || need+=(jq)
 if ((${#need[@]} == 0)); then
-  echo "[testbed] install-deps: everything present (openssl, curl, ss, flock, setsid)"
+  echo "[testbed] install-deps: everything present (openssl, curl, ss, flock, setsid, git, runc, CNI plugins, iptables, conntrack, jq)"
   exit 0
 fi
 if [[ $(id -u) -ne 0 ]]; then

@@ -6,9 +6,12 @@
 #
 # Env: DBOP_TESTBED_DIR, DBOP_TESTBED_PVS (default 200), DBOP_TESTBED_PV_SIZE (default 100Gi),
 #      DBOP_TESTBED_NODES (default 2), DBOP_TESTBED_CACHE / DBOP_TESTBED_BIN_DIR (binaries),
-#      DBOP_TESTBED_TIMEOUT (seconds per component health wait, default 120).
+#      DBOP_TESTBED_TIMEOUT (seconds per component health wait, default 120),
+#      DBOP_TESTBED_REAL_NODE (auto|0|1: the real node beside the kwok nodes, see node-up.sh),
+#      DBOP_TESTBED_REAL_NODE_PVS (default 40), DBOP_TESTBED_NODE_BIN_DIR.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+. "$TESTBED_SRC/node-up.sh"
 
 T0=$(date +%s.%N)
 DIR="${DBOP_TESTBED_DIR:-$REPO_ROOT/.testbed}"
@@ -24,6 +27,8 @@ PKI="$DIR/pki"
 LOGS="$DIR/logs"
 PIDS="$DIR/pids"
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+if REAL_NODE_WHY="$(real_node_unavailable)"; then REAL_NODE=0; else REAL_NODE=1; fi
+((REAL_NODE)) && COMPONENTS+=(containerd kubelet kube-proxy coredns)
 
 for b in "${TESTBED_BINARIES[@]}"; do
   [[ -x "$BIN/$b" ]] || die "missing $BIN/$b: run e2e/testbed/build.sh first"
@@ -46,7 +51,7 @@ if [[ -f "$DIR/ready" && -f "$KUBECONFIG_OUT" ]]; then
   all=1
   for c in "${COMPONENTS[@]}"; do pid_alive "$c" || all=0; done
   if ((all)) && "${KUBECTL[@]}" --request-timeout 10s get --raw /readyz >/dev/null 2>&1; then
-    log "already up and healthy: $DIR"
+    log "already up and healthy: $DIR$( ((REAL_NODE)) && echo " (with the real node $NODE_NAME)")"
     echo "kubeconfig: $KUBECONFIG_OUT"
     echo "export KUBECONFIG=$KUBECONFIG_OUT"
     echo "kubectl: $DIR/bin/kubectl"
@@ -80,6 +85,8 @@ free_port() {
 }
 ETCD_PORT=$(free_port); ETCD_PEER_PORT=$(free_port); API_PORT=$(free_port)
 KCM_PORT=$(free_port); SCHED_PORT=$(free_port); KWOK_PORT=$(free_port)
+KUBELET_PORT=$(free_port); KUBELET_HEALTHZ_PORT=$(free_port); PROXY_HEALTHZ_PORT=$(free_port)
+PROXY_METRICS_PORT=$(free_port); DNS_HEALTH_PORT=$(free_port)
 cat > "$DIR/ports.env" <<PORTS
 ETCD_PORT=$ETCD_PORT
 ETCD_PEER_PORT=$ETCD_PEER_PORT
@@ -87,6 +94,13 @@ API_PORT=$API_PORT
 KCM_PORT=$KCM_PORT
 SCHED_PORT=$SCHED_PORT
 KWOK_PORT=$KWOK_PORT
+PORTS
+((REAL_NODE)) && cat >> "$DIR/ports.env" <<PORTS
+KUBELET_PORT=$KUBELET_PORT
+KUBELET_HEALTHZ_PORT=$KUBELET_HEALTHZ_PORT
+PROXY_HEALTHZ_PORT=$PROXY_HEALTHZ_PORT
+PROXY_METRICS_PORT=$PROXY_METRICS_PORT
+DNS_HEALTH_PORT=$DNS_HEALTH_PORT
 PORTS
 SERVER="https://127.0.0.1:$API_PORT"
 
@@ -111,6 +125,7 @@ sign admin "/O=system:masters/CN=dbop-testbed-admin" "extendedKeyUsage=clientAut
 sign kube-controller-manager "/CN=system:kube-controller-manager" "extendedKeyUsage=clientAuth"
 sign kube-scheduler "/CN=system:kube-scheduler" "extendedKeyUsage=clientAuth"
 sign kwok "/O=system:masters/CN=kwok" "extendedKeyUsage=clientAuth"
+sign apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "extendedKeyUsage=clientAuth"
 # Front proxy (aggregation layer) CA and client: without a request-header CA the controller-manager
 # and scheduler keep logging "missing content for CA bundle".
 newkey "$PKI/front-proxy-ca.key"
@@ -207,6 +222,9 @@ start kube-apiserver "$BIN/kube-apiserver" \
   --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
   --service-cluster-ip-range 10.96.0.0/16 \
   --authorization-mode Node,RBAC --allow-privileged=true \
+  --enable-admission-plugins PodNodeSelector,PodTolerationRestriction \
+  --kubelet-preferred-address-types InternalIP \
+  --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
   --endpoint-reconciler-type none \
   --audit-log-path "$DIR/audit.log" --audit-policy-file "$TESTBED_SRC/audit-policy.yaml" \
   --audit-log-format json --audit-log-mode blocking --audit-log-maxsize 0 \
@@ -231,7 +249,7 @@ start kube-scheduler "$BIN/kube-scheduler" \
   --leader-elect=false --kube-api-qps 200 --kube-api-burst 400 --profiling=false
 start kwok "$BIN/kwok" \
   --kubeconfig "$PKI/kwok.kubeconfig" --config "$TESTBED_SRC/kwok-stages.yaml" \
-  --manage-all-nodes=true --server-address "127.0.0.1:$KWOK_PORT" --cidr 10.0.0.0/16 \
+  --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake --server-address "127.0.0.1:$KWOK_PORT" --cidr 10.0.0.0/16 \
   --node-ip 127.0.0.1 --node-port "$KWOK_PORT"
 wait_for kube-controller-manager /healthz curl -kfsS "https://127.0.0.1:$KCM_PORT/healthz"
 wait_for kube-scheduler /healthz curl -kfsS "https://127.0.0.1:$SCHED_PORT/healthz"
@@ -290,10 +308,18 @@ wait_for kwok "$NODES nodes Ready" nodes_ready
 # The controllers are working once the default ServiceAccount exists.
 wait_for kube-controller-manager "default ServiceAccount" "${KUBECTL[@]}" -n default get serviceaccount default
 
+# --- the real node --------------------------------------------------------------------------------
+if ((REAL_NODE)); then
+  node_up
+else
+  log "real node: none ($REAL_NODE_WHY); kwok nodes only"
+fi
+
 date -u +%Y-%m-%dT%H:%M:%SZ > "$DIR/ready"
 ELAPSED=$(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $T0}")
 log "up in ${ELAPSED}s: kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION; state in $DIR"
 echo "kubeconfig: $KUBECONFIG_OUT"
 echo "export KUBECONFIG=$KUBECONFIG_OUT"
 echo "kubectl: $DIR/bin/kubectl"
+if ((REAL_NODE)); then echo "real node: $NODE_NAME (namespaces opt in: e2e/testbed/README.md)"; else echo "real node: none ($REAL_NODE_WHY)"; fi
 echo "startup took ${ELAPSED}s"

@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# Builds the real node's container images without Docker or a registry, as OCI image tarballs
+# (hand-written OCI layout: one gzip layer, a config, a manifest, an index naming the image),
+# cached in ${DBOP_TESTBED_CACHE:-$HOME/.cache/dbop-testbed}/images/ under a hash of their inputs.
+# Prints one line "<image-ref> <tarball>" per image on stdout (logs on stderr); up.sh imports them
+# with `ctr -n k8s.io images import`.
+#
+#   dbop.local/postgres:15.18, dbop.local/postgres:15.20
+#                              PostgreSQL from Debian 12's packages (POSTGRES_DEBIAN_VERSIONS in
+#                              versions.env), the official images' layout: /usr/lib/postgresql/15/bin
+#                              on PATH, user postgres uid/gid 999, PGDATA /var/lib/postgresql/data;
+#                              no entrypoint script (dbop's dbop-instance is the entrypoint).
+#   dbop.local/s3s-fs:<v>      the S3 server s3s-fs (from PATH or ~/.cargo/bin) and its shared libraries
+#   dbop.local/pause:testbed   the sandbox image (a static Go program: images/pause)
+#   dbop.local/dbop:dev        dbop, dbop-backup and (when built) dbop-instance in /usr/local/bin,
+#                              taken from DBOP_IMAGE_BIN_DIR (default <repo>/target/release)
+#
+# Usage: images.sh [postgres] [s3s-fs] [pause] [dbop]   (default: all; dbop only when its binaries exist)
+# Needs root (files owned by uid 999 in the postgres image), apt-get (Debian), jq, ldd, ldconfig.
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+IMAGES="$TESTBED_CACHE/images"
+mkdir -p "$IMAGES"
+exec 6>"$IMAGES/.lock"
+flock 6
+SELF_HASH="$(sha256sum "$TESTBED_SRC/images.sh" | cut -c1-64)"
+WORK="$(mktemp -d "$IMAGES/.work.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+
+# oci_image ref rootfs out config-json: writes an OCI image layout tarball of one layer.
+oci_image() {
+  local ref="$1" rootfs="$2" out="$3" cfg="$4" d="$WORK/oci" t0 diffid ldig lsize cdig csize mdig msize
+  t0=$(date +%s.%N)
+  rm -rf "$d"; mkdir -p "$d/blobs/sha256"
+  tar -C "$rootfs" --sort=name --mtime=@0 --numeric-owner --xattrs-exclude='*' -cf "$d/layer.tar" .
+  diffid="$(sha256sum < "$d/layer.tar" | cut -d' ' -f1)"
+  gzip -n -1 "$d/layer.tar"
+  ldig="$(sha256sum < "$d/layer.tar.gz" | cut -d' ' -f1)"; lsize=$(stat -c %s "$d/layer.tar.gz")
+  mv "$d/layer.tar.gz" "$d/blobs/sha256/$ldig"
+  jq -cn --argjson c "$cfg" --arg diff "sha256:$diffid" \
+    '{architecture:"amd64", os:"linux", config:$c, rootfs:{type:"layers", diff_ids:[$diff]}}' > "$d/config.json"
+  cdig="$(sha256sum < "$d/config.json" | cut -d' ' -f1)"; csize=$(stat -c %s "$d/config.json")
+  mv "$d/config.json" "$d/blobs/sha256/$cdig"
+  jq -cn --arg cd "sha256:$cdig" --argjson cs "$csize" --arg ld "sha256:$ldig" --argjson ls "$lsize" \
+    '{schemaVersion:2, mediaType:"application/vnd.oci.image.manifest.v1+json",
+      config:{mediaType:"application/vnd.oci.image.config.v1+json", digest:$cd, size:$cs},
+      layers:[{mediaType:"application/vnd.oci.image.layer.v1.tar+gzip", digest:$ld, size:$ls}]}' > "$d/manifest.json"
+  mdig="$(sha256sum < "$d/manifest.json" | cut -d' ' -f1)"; msize=$(stat -c %s "$d/manifest.json")
+  mv "$d/manifest.json" "$d/blobs/sha256/$mdig"
+  jq -cn --arg md "sha256:$mdig" --argjson ms "$msize" --arg ref "$ref" --arg tag "${ref##*:}" \
+    '{schemaVersion:2, mediaType:"application/vnd.oci.image.index.v1+json",
+      manifests:[{mediaType:"application/vnd.oci.image.manifest.v1+json", digest:$md, size:$ms,
+                  annotations:{"io.containerd.image.name":$ref, "org.opencontainers.image.ref.name":$tag}}]}' > "$d/index.json"
+  echo '{"imageLayoutVersion":"1.0.0"}' > "$d/oci-layout"
+  tar -C "$d" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf "$out.tmp" oci-layout index.json blobs
+  mv -f "$out.tmp" "$out"
+  log "image $ref: $(du -h "$out" | cut -f1) in $(elapsed "$t0")s"
+}
+
+# The shared libraries a dynamically linked binary needs, with the loader (for images of host binaries).
+copy_with_libs() { # rootfs dest-dir binary...
+  local root="$1" dest="$2" b lib; shift 2
+  mkdir -p "$root$dest"
+  for b in "$@"; do
+    install -m 0755 "$b" "$root$dest/"
+    while read -r lib; do
+      [[ -n "$lib" && -e "$lib" ]] || continue
+      mkdir -p "$root$(dirname "$lib")"
+      cp -L "$lib" "$root$lib"
+    done < <(ldd "$b" 2>/dev/null | grep -o '/[^ ]*' || true)
+  done
+}
+base_files() { # rootfs: /etc/passwd, group, nsswitch, hosts-less tmp
+  local root="$1"
+  mkdir -p "$root/etc" "$root/tmp" "$root/var/tmp"
+  chmod 1777 "$root/tmp" "$root/var/tmp"
+  printf 'root:x:0:0:root:/root:/bin/sh\npostgres:x:999:999:PostgreSQL administrator:/var/lib/postgresql:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n' > "$root/etc/passwd"
+  printf 'root:x:0:\npostgres:x:999:\nnogroup:x:65534:\n' > "$root/etc/group"
+  printf 'passwd: files\ngroup: files\nhosts: files dns\n' > "$root/etc/nsswitch.conf"
+}
+
+# --- PostgreSQL from Debian packages -----------------------------------------------------------
+# The package closure of the server, client and a shell, minus what only maintainer scripts,
+# Debian's cluster wrappers (postgresql-common, perl) or the installer use.
+PG_EXCLUDE=' adduser cdebconf debconf dpkg install-info libdebian-installer4 libnewt0.52 libslang2 libtextwrap1
+  locales locales-all perl perl-base perl-modules-5.36 libperl5.36 libjson-perl libgdbm6 libgdbm-compat4 libdb5.3
+  postgresql-common postgresql-client-common ssl-cert sysvinit-utils ucf lsb-base passwd libsemanage-common
+  libsemanage2 libsepol2 libelogind0 '
+pg_packages() { # debian-version -> "name=version" lines (pinned server, client and libpq)
+  local v="$1" p
+  apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks --no-replaces \
+      --no-enhances --no-pre-depends postgresql-15 bash dash coreutils libc-bin grep sed findutils procps 2>/dev/null |
+    grep -v '^[ <]' | sort -u | while read -r p; do
+      [[ "$PG_EXCLUDE" == *" $p "* ]] && continue
+      case "$p" in
+        postgresql-15 | postgresql-client-15 | libpq5) echo "$p=$v" ;;
+        *) echo "$p" ;;
+      esac
+    done
+}
+build_postgres() { # debian-version
+  local v="$1" minor ref out key uris root dl
+  minor="${v%%-*}"; ref="dbop.local/postgres:$minor"
+  mapfile -t pkgs < <(pg_packages "$v")
+  uris="$(cd "$WORK" && apt-get download --print-uris "${pkgs[@]}" 2>&1)" ||
+    die "apt-get download --print-uris failed for PostgreSQL $v (run apt-get update; is bookworm-security in the sources?): $(tail -n 3 <<<"$uris")"
+  key="$( { echo "$SELF_HASH"; sed -n "s/^'[^']*' \([^ ]*\) .*/\1/p" <<<"$uris" | sort; } | sha256sum | cut -c1-12)"
+  out="$IMAGES/postgres-$minor-$key.tar"
+  if [[ -f "$out" ]]; then echo "$ref $out"; return; fi
+  log "building $ref from ${#pkgs[@]} Debian packages"
+  dl="$WORK/debs-$minor"; root="$WORK/rootfs-$minor"
+  mkdir -p "$dl" "$root"
+  (cd "$dl" && apt-get download -q "${pkgs[@]}" >/dev/null 2>"$WORK/apt.log") ||
+    die "apt-get download failed: $(tail -n 5 "$WORK/apt.log")"
+  for deb in "$dl"/*.deb; do dpkg-deb -x "$deb" "$root"; done
+  rm -rf "$root/usr/share/doc" "$root/usr/share/man" "$root/usr/share/info" "$root/usr/share/locale" "$root/usr/share/lintian"
+  base_files "$root"
+  ldconfig -r "$root" 2>/dev/null || true
+  [[ -x "$root/bin/sh" ]] || ln -s dash "$root/bin/sh"
+  mkdir -p "$root/var/lib/postgresql/data" "$root/var/run/postgresql"
+  chown -R 999:999 "$root/var/lib/postgresql" "$root/var/run/postgresql"
+  chmod 2777 "$root/var/run/postgresql"; chmod 0700 "$root/var/lib/postgresql/data"
+  "$root/usr/lib/postgresql/15/bin/postgres" --version >/dev/null 2>&1 || true # (host libs; checked in the pod)
+  oci_image "$ref" "$root" "$out" "$(jq -cn --arg v "$minor" '{
+      Env:["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/lib/postgresql/15/bin",
+           "LANG=C.UTF-8", "PG_MAJOR=15", ("PG_VERSION=" + $v), "PGDATA=/var/lib/postgresql/data"],
+      Cmd:["postgres"], StopSignal:"SIGINT", WorkingDir:"/",
+      Labels:{"org.opencontainers.image.title":"PostgreSQL from Debian 12 packages (dbop test bed)"}}')"
+  rm -rf "$dl" "$root"
+  echo "$ref $out"
+}
+
+# --- s3s-fs ------------------------------------------------------------------------------------
+build_s3s() {
+  local bin ver ref key out root
+  bin="$(command -v s3s-fs || echo "$HOME/.cargo/bin/s3s-fs")"
+  [[ -x "$bin" ]] || die "s3s-fs not found (backups/install-test-deps.sh installs it with cargo)"
+  ver="$("$bin" --version 2>/dev/null | awk '{print $NF}')"; ver="${ver:-unknown}"
+  ref="dbop.local/s3s-fs:$ver"
+  key="$( { echo "$SELF_HASH"; sha256sum < "$bin"; } | sha256sum | cut -c1-12)"
+  out="$IMAGES/s3s-fs-$ver-$key.tar"
+  if [[ ! -f "$out" ]]; then
+    root="$WORK/rootfs-s3s"; base_files "$root"; mkdir -p "$root/data"
+    copy_with_libs "$root" /usr/local/bin "$bin"
+    oci_image "$ref" "$root" "$out" '{"Env":["PATH=/usr/local/bin:/usr/bin:/bin"],"Entrypoint":["/usr/local/bin/s3s-fs"],"WorkingDir":"/"}'
+  fi
+  echo "$ref $out"
+}
+
+# --- pause ------------------------------------------------------------------------------------
+build_pause() {
+  local ref="dbop.local/pause:testbed" key out root
+  key="$(cat "$TESTBED_SRC/images.sh" "$TESTBED_SRC/images/pause/main.go" "$TESTBED_SRC/images/pause/go.mod" | sha256sum | cut -c1-12)"
+  out="$IMAGES/pause-$key.tar"
+  if [[ ! -f "$out" ]]; then
+    root="$WORK/rootfs-pause"; mkdir -p "$root"
+    (cd "$TESTBED_SRC/images/pause" && go build -trimpath -buildvcs=false -ldflags "-s -w" -o "$root/pause" .) ||
+      die "building the pause program failed"
+    oci_image "$ref" "$root" "$out" '{"Entrypoint":["/pause"],"User":"65535:65535"}'
+  fi
+  echo "$ref $out"
+}
+
+# --- dbop ---------------------------------------------------------------------------------------
+build_dbop() {
+  local dir="${DBOP_IMAGE_BIN_DIR:-$REPO_ROOT/target/release}" ref="dbop.local/dbop:dev" bins=() key out root b
+  for b in dbop dbop-backup dbop-instance; do [[ -x "$dir/$b" ]] && bins+=("$dir/$b"); done
+  if [[ ! -x "$dir/dbop" || ! -x "$dir/dbop-backup" ]]; then
+    log "no dbop image: $dir lacks dbop or dbop-backup (cargo build --release --bins, or set DBOP_IMAGE_BIN_DIR)"
+    return 0
+  fi
+  key="$( { echo "$SELF_HASH"; sha256sum "${bins[@]}" | cut -c1-64; } | sha256sum | cut -c1-12)"
+  out="$IMAGES/dbop-dev-$key.tar"
+  if [[ ! -f "$out" ]]; then
+    root="$WORK/rootfs-dbop"; base_files "$root"
+    copy_with_libs "$root" /usr/local/bin "${bins[@]}"
+    if [[ -f /etc/ssl/certs/ca-certificates.crt ]]; then
+      mkdir -p "$root/etc/ssl/certs"; cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
+    fi
+    oci_image "$ref" "$root" "$out" '{"Env":["PATH=/usr/local/bin:/usr/bin:/bin","SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"],"Entrypoint":["/usr/local/bin/dbop"],"User":"65532:65532"}'
+  fi
+  echo "$ref $out"
+}
+
+which=("$@")
+((${#which[@]})) || which=(pause postgres s3s-fs dbop)
+[[ $(id -u) -eq 0 ]] || die "images.sh needs root (the postgres image holds files owned by uid 999)"
+for t in jq apt-get dpkg-deb ldconfig ldd; do command -v "$t" >/dev/null || die "missing $t (e2e/testbed/install-deps.sh)"; done
+for w in "${which[@]}"; do
+  case "$w" in
+    postgres) for v in $POSTGRES_DEBIAN_VERSIONS; do build_postgres "$v"; done ;;
+    s3s-fs) build_s3s ;;
+    pause) build_pause ;;
+    dbop) build_dbop ;;
+    *) die "unknown image $w (postgres, s3s-fs, pause, dbop)" ;;
+  esac
+done

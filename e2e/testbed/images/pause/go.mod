@@ -1,0 +1,3 @@
+module dbop.dev/testbed/pause
+
+go 1.26.0
