@@ -6,7 +6,7 @@ CARGO ?= cargo
 TESTBED_DIR ?= $(CURDIR)/.testbed
 export DBOP_TESTBED_DIR := $(TESTBED_DIR)
 
-.PHONY: help build test test-unit test-e2e lint fmt crds testbed-build testbed-up testbed-down run bench-backup
+.PHONY: help build test test-unit test-e2e lint fmt crds testbed-build testbed-up testbed-down images run bench-backup
 
 run: ## the operator on a control plane (the local one when none is configured) and the example Database reaching Ready
 	e2e/run.sh
@@ -31,21 +31,26 @@ crds: ## regenerate crds/ (and the chart's copy) from the API types
 test-unit: ## tests that need no cluster (pure logic, request shapes, the backup agent with real PostgreSQL and S3)
 	$(CARGO) test --workspace --exclude dbop-e2e
 
-testbed-build: ## build the local control plane from Go modules (cached outside the repo)
+testbed-build: ## build the local control plane (and the real node's binaries when the host can run it) from Go modules, cached outside the repo
 	e2e/testbed/build.sh
 
-testbed-up: testbed-build ## start etcd, kube-apiserver, controller-manager, scheduler and kwok on loopback
+images: ## build the real node's OCI images (PostgreSQL 15.18/15.20 from Debian, s3s-fs, pause, dbop from target/release)
+	e2e/testbed/images.sh
+
+testbed-up: testbed-build ## start etcd, kube-apiserver, controller-manager, scheduler, kwok on loopback, and the real node when the host allows
 	e2e/testbed/up.sh
 
-testbed-down: ## stop the local control plane, leaving no process behind
+testbed-down: ## stop the local control plane and the real node, leaving nothing behind
 	e2e/testbed/down.sh
 
-test-e2e: ## end-to-end suites against the local control plane (brings it up and down)
+test-e2e: ## end-to-end suites against the local control plane (brings it up and down; checks that down leaves nothing behind)
 	$(CARGO) build --bins
-	@$(MAKE) --no-print-directory testbed-up
-	@set -o pipefail; status=0; \
-	  KUBECONFIG=$(TESTBED_DIR)/kubeconfig $(CARGO) test -p dbop-e2e -- --test-threads=4 --nocapture || status=$$?; \
-	  $(MAKE) --no-print-directory testbed-down; exit $$status
+	@set -o pipefail; status=0; hoststate=$$(mktemp); \
+	  e2e/testbed/check-clean.sh snapshot $$hoststate; \
+	  $(MAKE) --no-print-directory testbed-up || status=$$?; \
+	  if [ $$status = 0 ]; then KUBECONFIG=$(TESTBED_DIR)/kubeconfig $(CARGO) test -p dbop-e2e -- --test-threads=4 --nocapture || status=$$?; fi; \
+	  $(MAKE) --no-print-directory testbed-down || status=$$?; \
+	  e2e/testbed/check-clean.sh verify $$hoststate || status=$$?; rm -f $$hoststate; exit $$status
 
 test: lint test-unit test-e2e ## every test: lint, unit and agent tests, then end-to-end on the local control plane
 

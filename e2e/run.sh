@@ -2,13 +2,22 @@
 # `make run`: the operator on a control plane with the example Database reaching Ready.
 #
 # With no reachable cluster configured (KUBECONFIG or ~/.kube/config), it starts the local test
-# bed (e2e/testbed, a real control plane without Docker) and uses it. Ctrl-C stops everything
-# this script started.
+# bed (e2e/testbed, a real control plane without Docker) and uses it. When the host allows it (root,
+# overlayfs, cgroups) the test bed has a real node (kubelet + containerd) and the example runs there
+# with PostgreSQL from the locally built image; otherwise it runs on kwok's simulated nodes and says
+# why. Ctrl-C stops everything this script started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 example=${DBOP_EXAMPLE:-docs/examples/database.yaml}
-say() { printf '\033[1m[run]\033[0m %s\n' "$*" >&2; }
+say() { printf '\033[1m[run %s]\033[0m %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+T0=$SECONDS
+step() { # label command...: runs a build step and prints its elapsed time
+  local label=$1 t=$SECONDS; shift
+  say "$label ..."
+  "$@"
+  say "$label: done in $((SECONDS - t)) s"
+}
 
 started_testbed=0
 operator_pid=
@@ -33,22 +42,48 @@ cluster_reachable() {
   timeout 10 "$kubectl_bin" version --request-timeout=5s >/dev/null 2>&1
 }
 
+# dbop first: on the real node its image (dbop.local/dbop:dev) is built from these binaries.
+step "building dbop (cargo)" cargo build --bins
+export DBOP_IMAGE_BIN_DIR=$root/target/debug
+real_node=0
 if cluster_reachable; then
   say "using the cluster of the current kubeconfig ($("$kubectl_bin" config current-context 2>/dev/null || echo '?'))"
 else
   say "no reachable cluster configured: starting the local control plane (e2e/testbed)"
-  e2e/testbed/build.sh
+  step "building the test bed (Go; cached after the first run)" e2e/testbed/build.sh
   if [[ ! -f "${DBOP_TESTBED_DIR:-$root/.testbed}/ready" ]]; then started_testbed=1; fi
-  e2e/testbed/up.sh
+  step "starting the test bed" e2e/testbed/up.sh
   export KUBECONFIG=${DBOP_TESTBED_DIR:-$root/.testbed}/kubeconfig
   kubectl_bin="$(testbed_bin_dir)/kubectl"
+  if why="$(real_node_unavailable)"; then
+    say "no real node ($why): the example runs on kwok's simulated nodes (no container runs)"
+  else
+    real_node=1
+    say "using the real node dbop-real-node: PostgreSQL runs for real (image dbop.local/postgres:15.20)"
+  fi
 fi
+k() { "$kubectl_bin" "$@"; }
 
-say "building dbop"
-cargo build --quiet --bin dbop
 say "installing the CRDs"
-target/debug/dbop crd | "$kubectl_bin" apply --server-side --field-manager=dbop-install -f - >/dev/null
-"$kubectl_bin" wait --for condition=Established --timeout=60s crd/databases.dbop.dev crd/databasebackups.dbop.dev >/dev/null
+target/debug/dbop crd | k apply --server-side --field-manager=dbop-install -f - >/dev/null
+k wait --for condition=Established --timeout=60s crd/databases.dbop.dev crd/databasebackups.dbop.dev >/dev/null
+
+# On the real node: a namespace that opts in (node selector + toleration added by admission), the
+# locally built images, and the example at the version those images hold.
+namespace=default
+if ((real_node)); then
+  namespace=dbop-run
+  k apply -f - >/dev/null <<NS
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: $namespace
+  annotations:
+    scheduler.alpha.kubernetes.io/node-selector: testbed.dbop.dev/real-node=true
+    scheduler.alpha.kubernetes.io/defaultTolerations: '[{"key":"testbed.dbop.dev/real-node","operator":"Exists","effect":"NoSchedule"}]'
+NS
+  export DBOP_IMAGE_REPOSITORY=dbop.local/postgres DBOP_AGENT_IMAGE=dbop.local/dbop:dev
+fi
 
 log_file=${DBOP_TESTBED_DIR:-$root/.testbed}/logs/dbop-run.log
 mkdir -p "$(dirname "$log_file")"
@@ -56,30 +91,62 @@ say "starting dbop (logs: $log_file)"
 target/debug/dbop run >"$log_file" 2>&1 &
 operator_pid=$!
 
-say "applying $example"
-"$kubectl_bin" apply -f "$example"
-name=$("$kubectl_bin" get -f "$example" -o jsonpath='{.metadata.name}' 2>/dev/null | awk '{print $NF}')
-say "watching Database $name (Ctrl-C stops everything this started)"
+if ((real_node)); then
+  say "applying $example in namespace $namespace at version 15.20"
+  k create --dry-run=client -o json -f "$example" |
+    jq --arg ns "$namespace" '.metadata.namespace = $ns | .spec.version = "15.20"' | k apply -f -
+else
+  say "applying $example"
+  k apply -f "$example"
+fi
+name=$(k get -f "$example" -o jsonpath='{.metadata.name}' -n "$namespace" 2>/dev/null | awk '{print $NF}')
+kn() { k -n "$namespace" "$@"; }
+
+# The server's version through the -rw Service, from a pod on the real node, with the credentials
+# from the Database's Secret (as environment from the Secret: never on a command line).
+real_query() {
+  local secret user_key pass_key overrides
+  secret=$(kn get statefulset "$name" -o jsonpath='{.spec.template.spec.containers[0].env[?(@.name=="POSTGRES_PASSWORD")].valueFrom.secretKeyRef.name}')
+  user_key=$(kn get statefulset "$name" -o jsonpath='{.spec.template.spec.containers[0].env[?(@.name=="POSTGRES_USER")].valueFrom.secretKeyRef.key}')
+  pass_key=$(kn get statefulset "$name" -o jsonpath='{.spec.template.spec.containers[0].env[?(@.name=="POSTGRES_PASSWORD")].valueFrom.secretKeyRef.key}')
+  overrides=$(jq -cn --arg s "$secret" --arg u "${user_key:-username}" --arg p "${pass_key:-password}" --arg host "$name-rw" '{
+    spec: {terminationGracePeriodSeconds: 1, containers: [{name: "psql", image: "dbop.local/postgres:15.20",
+      command: ["psql", "-h", $host, "-d", "postgres", "-Atc", "select version()"],
+      env: [{name: "PGUSER", valueFrom: {secretKeyRef: {name: $s, key: $u}}},
+            {name: "PGPASSWORD", valueFrom: {secretKeyRef: {name: $s, key: $p}}}]}]}}')
+  say "querying the server through the Service $name-rw from a pod:"
+  kn run "psql-$RANDOM" --rm -i --restart=Never --quiet --image dbop.local/postgres:15.20 \
+    --overrides "$overrides" --pod-running-timeout=2m
+}
+
+say "watching Database $namespace/$name (Ctrl-C stops everything this started)"
 last=
+phase=
 deadline=$((SECONDS + 180))
 while ((SECONDS < deadline)); do
   if ! kill -0 "$operator_pid" 2>/dev/null; then
     say "dbop exited; last log lines:"; tail -n 20 "$log_file" >&2; exit 1
   fi
-  line=$("$kubectl_bin" get database "$name" --no-headers 2>/dev/null || true)
+  line=$(kn get database "$name" --no-headers 2>/dev/null || true)
   if [[ -n "$line" && "$line" != "$last" ]]; then
     printf '  %s\n' "$line"; last=$line
   fi
-  phase=$("$kubectl_bin" get database "$name" -o jsonpath='{.status.phase}' 2>/dev/null || true)
+  phase=$(kn get database "$name" -o jsonpath='{.status.phase}' 2>/dev/null || true)
   [[ "$phase" == Ready ]] && break
   sleep 0.5
 done
 if [[ "$phase" != Ready ]]; then
-  say "Database $name did not reach Ready in 3 minutes:"; "$kubectl_bin" describe database "$name" >&2; exit 1
+  say "Database $name did not reach Ready in 3 minutes:"; kn describe database "$name" >&2
+  if ((real_node)); then
+    say "its pods on the real node:"; kn get pods -o wide >&2 || true
+    kn logs "$name-0" --all-containers --tail 20 >&2 2>/dev/null || true
+  fi
+  exit 1
 fi
-"$kubectl_bin" get database,statefulset,service,job,pvc,secret -l "app.kubernetes.io/instance=$name" 2>/dev/null || true
-"$kubectl_bin" get database "$name"
-say "Database $name is Ready. Try: KUBECONFIG=$KUBECONFIG $kubectl_bin describe database $name"
+kn get database,statefulset,service,job,pvc,secret -l "app.kubernetes.io/instance=$name" 2>/dev/null || true
+kn get database "$name"
+if ((real_node)); then real_query; fi
+say "Database $name is Ready ($((SECONDS - T0)) s). Try: KUBECONFIG=$KUBECONFIG $kubectl_bin -n $namespace describe database $name"
 if ((started_testbed)); then say "dbop keeps running; Ctrl-C stops it and the local control plane."
 else say "dbop keeps running; Ctrl-C stops it."; fi
 wait "$operator_pid"

@@ -104,6 +104,11 @@ node_cgroups() {
     mkdir -p "$h$NODE_CGROUP"
   done
   [[ -f /sys/fs/cgroup/cgroup.controllers ]] && mkdir -p "/sys/fs/cgroup/$NODE_CGROUP"
+  # cgroup v1 cpuset: a new cgroup starts with no CPUs and memory nodes; give it the root's.
+  if [[ -f /sys/fs/cgroup/cpuset/cpuset.cpus ]]; then
+    cat /sys/fs/cgroup/cpuset/cpuset.cpus > "/sys/fs/cgroup/cpuset/$NODE_CGROUP/cpuset.cpus"
+    cat /sys/fs/cgroup/cpuset/cpuset.mems > "/sys/fs/cgroup/cpuset/$NODE_CGROUP/cpuset.mems"
+  fi
   return 0
 }
 
@@ -131,7 +136,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   restrict_oom_score_adj = true
   disable_apparmor = true
   netns_mounts_under_state_dir = true
-  enable_cdi = false
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ["$TESTBED_CNI_BIN_DIR"]
     conf_dir = "$NODE_DIR/cni/net.d"
