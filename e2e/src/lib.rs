@@ -18,6 +18,8 @@ use kube::{Api, Client};
 use rand::Rng;
 use serde_json::Value;
 
+pub mod node;
+
 /// The user agent of the test's own requests (the operator's start with `dbop/`).
 pub const TEST_USER_AGENT: &str = "e2e-tests/1";
 

@@ -23,11 +23,12 @@ state() {
   awk -v d="$DIR" 'index($5, d) == 1 {print "mount " $5}' /proc/self/mountinfo
   awk '$5 ~ "^/run/netns/|^/var/run/netns/" {print "mount " $5}' /proc/self/mountinfo
   ip -o link show | awk -F': ' '{sub(/@.*/, "", $2); print "link " $2}'
-  if command -v iptables-save >/dev/null; then
+  for ipt in iptables ip6tables; do
+    command -v "$ipt-save" >/dev/null || continue
     for t in filter nat mangle; do
-      iptables-save -t "$t" 2>/dev/null | grep -E '^(-A|:)' | grep -E 'KUBE-|DBOP-|CNI-' | sed "s/^/iptables $t /" || true
+      "$ipt-save" -t "$t" 2>/dev/null | grep -E '^(-A|:)' | grep -E 'KUBE-|DBOP-|CNI-' | sed "s/^/$ipt $t /" || true
     done
-  fi
+  done
   for s in /sys/fs/cgroup/*/dbop-testbed /sys/fs/cgroup/dbop-testbed; do [[ -e "$s" ]] && echo "cgroup $s"; done
   for s in vm.overcommit_memory kernel.panic kernel.panic_on_oops net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables \
     net.bridge.bridge-nf-call-ip6tables net.ipv4.conf.all.route_localnet net.netfilter.nf_conntrack_max; do

@@ -82,9 +82,24 @@ unmount_all() {
 for _ in 1 2 3; do unmount_all; done
 # 7. Network: pod veths die with their netns; the bridge and our chain go here.
 if ip link show "$NODE_BRIDGE" >/dev/null 2>&1; then ip link del "$NODE_BRIDGE" || log "cannot delete $NODE_BRIDGE"; fi
-while iptables -w -D FORWARD -j DBOP-TESTBED-NODE 2>/dev/null; do :; done
-iptables -w -F DBOP-TESTBED-NODE 2>/dev/null || true
-iptables -w -X DBOP-TESTBED-NODE 2>/dev/null || true
+# kube-proxy --cleanup leaves the kubelet's chains (KUBE-FIREWALL, KUBE-KUBELET-CANARY, ...): remove
+# every KUBE-* chain and the rules that jump to them, in IPv4 and IPv6, plus our own chain.
+remove_chains() { # iptables|ip6tables
+  local ipt="$1" table chain rule
+  command -v "$ipt" >/dev/null || return 0
+  for table in filter nat mangle; do
+    mapfile -t rules < <("$ipt-save" -t "$table" 2>/dev/null | grep -E '^-A [A-Z]+ .*-j (KUBE-|DBOP-TESTBED-)' | grep -vE '^-A (KUBE-|DBOP-)' || true)
+    for rule in "${rules[@]}"; do
+      # shellcheck disable=SC2086 # (the rule's words are its arguments)
+      "$ipt" -w -t "$table" -D ${rule#-A } 2>/dev/null || true
+    done
+    mapfile -t chains < <("$ipt-save" -t "$table" 2>/dev/null | sed -n 's/^:\(KUBE-[^ ]*\|DBOP-TESTBED-[^ ]*\) .*/\1/p')
+    for chain in "${chains[@]}"; do "$ipt" -w -t "$table" -F "$chain" 2>/dev/null || true; done
+    for chain in "${chains[@]}"; do "$ipt" -w -t "$table" -X "$chain" 2>/dev/null || log "cannot delete the $ipt chain $table/$chain"; done
+  done
+}
+remove_chains iptables
+remove_chains ip6tables
 # 8. cgroups (kubelet's kubepods tree under /dbop-testbed in every hierarchy), deepest first.
 for h in /sys/fs/cgroup/*/"$NODE_CGROUP" /sys/fs/cgroup/"$NODE_CGROUP"; do
   [[ -d "$h" ]] || continue

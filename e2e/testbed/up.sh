@@ -11,12 +11,12 @@
 #      DBOP_TESTBED_REAL_NODE_PVS (default 40), DBOP_TESTBED_NODE_BIN_DIR.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-. "$TESTBED_SRC/node-up.sh"
 
 T0=$(date +%s.%N)
 DIR="${DBOP_TESTBED_DIR:-$REPO_ROOT/.testbed}"
 mkdir -p "$DIR"
 DIR="$(cd "$DIR" && pwd)"
+. "$TESTBED_SRC/node-up.sh" # (uses $DIR)
 BIN="$(testbed_bin_dir)"
 PVS="${DBOP_TESTBED_PVS:-200}"
 PV_SIZE="${DBOP_TESTBED_PV_SIZE:-100Gi}"
