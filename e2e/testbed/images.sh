@@ -55,6 +55,8 @@ oci_image() {
   echo '{"imageLayoutVersion":"1.0.0"}' > "$d/oci-layout"
   tar -C "$d" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf "$out.tmp" oci-layout index.json blobs
   mv -f "$out.tmp" "$out"
+  # Older builds of the same image (other inputs) are of no use any more.
+  find "$IMAGES" -maxdepth 1 -type f -name "$(sed 's/-[0-9a-f]\{12\}\.tar$/-*.tar/' <<<"${out##*/}")" ! -name "${out##*/}" -delete
   log "image $ref: $(du -h "$out" | cut -f1) in $(elapsed "$t0")s"
 }
 
@@ -87,21 +89,26 @@ PG_EXCLUDE=' adduser cdebconf debconf dpkg install-info libdebian-installer4 lib
   locales locales-all perl perl-base perl-modules-5.36 libperl5.36 libjson-perl libgdbm6 libgdbm-compat4 libdb5.3
   postgresql-common postgresql-client-common ssl-cert sysvinit-utils ucf lsb-base passwd libsemanage-common
   libsemanage2 libsepol2 libelogind0 '
+PG_CLOSURE=()
 pg_packages() { # debian-version -> "name=version" lines (pinned server, client and libpq)
   local v="$1" p
-  apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks --no-replaces \
-      --no-enhances --no-pre-depends postgresql-15 bash dash coreutils libc-bin grep sed findutils procps 2>/dev/null |
-    grep -v '^[ <]' | sort -u | while read -r p; do
-      [[ "$PG_EXCLUDE" == *" $p "* ]] && continue
-      case "$p" in
-        postgresql-15 | postgresql-client-15 | libpq5) echo "$p=$v" ;;
-        *) echo "$p" ;;
-      esac
-    done
+  if ((${#PG_CLOSURE[@]} == 0)); then # (the names are the same for every version: resolve once)
+    mapfile -t PG_CLOSURE < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
+        --no-breaks --no-replaces --no-enhances --no-pre-depends \
+        postgresql-15 bash dash coreutils libc-bin grep sed findutils procps 2>/dev/null | grep -v '^[ <]' | sort -u)
+  fi
+  for p in "${PG_CLOSURE[@]}"; do
+    [[ "$PG_EXCLUDE" == *" $p "* ]] && continue
+    case "$p" in
+      postgresql-15 | postgresql-client-15 | libpq5) echo "$p=$v" ;;
+      *) echo "$p" ;;
+    esac
+  done
 }
 build_postgres() { # debian-version
   local v="$1" minor ref out key uris root dl
   minor="${v%%-*}"; ref="dbop.local/postgres:$minor"
+  pg_packages "$v" >/dev/null # (fills PG_CLOSURE in this shell, not in a subshell)
   mapfile -t pkgs < <(pg_packages "$v")
   uris="$(cd "$WORK" && apt-get download --print-uris "${pkgs[@]}" 2>&1)" ||
     die "apt-get download --print-uris failed for PostgreSQL $v (run apt-get update; is bookworm-security in the sources?): $(tail -n 3 <<<"$uris")"
