@@ -92,9 +92,9 @@ target/debug/dbop run >"$log_file" 2>&1 &
 operator_pid=$!
 
 if ((real_node)); then
-  say "applying $example in namespace $namespace at version 15.20"
+  say "applying $example in namespace $namespace at version 15.20, on a real-node volume"
   k create --dry-run=client -o json -f "$example" |
-    jq --arg ns "$namespace" '.metadata.namespace = $ns | .spec.version = "15.20"' | k apply -f -
+    jq --arg ns "$namespace" '.metadata.namespace = $ns | .spec.version = "15.20" | .spec.storage.storageClassName = "real-node"' | k apply -f -
 else
   say "applying $example"
   k apply -f "$example"
