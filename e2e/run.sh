@@ -127,7 +127,8 @@ while ((SECONDS < deadline)); do
   if ! kill -0 "$operator_pid" 2>/dev/null; then
     say "dbop exited; last log lines:"; tail -n 20 "$log_file" >&2; exit 1
   fi
-  line=$(kn get database "$name" --no-headers 2>/dev/null || true)
+  # (phase and conditions only: the AGE column would change the line every second)
+  line=$(kn get database "$name" -o jsonpath='{.metadata.name}  {.status.phase}  {range .status.conditions[*]}{.type}={.status} ({.reason}) {end}' 2>/dev/null || true)
   if [[ -n "$line" && "$line" != "$last" ]]; then
     printf '  %s\n' "$line"; last=$line
   fi
