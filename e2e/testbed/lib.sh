@@ -78,7 +78,7 @@ elapsed() { awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $1}"; }
 TESTBED_CNI_BIN_DIR="${DBOP_TESTBED_CNI_BIN_DIR:-/usr/lib/cni}"
 real_node_unavailable() {
   case "${DBOP_TESTBED_REAL_NODE:-auto}" in
-    0) echo "turned off (DBOP_TESTBED_REAL_NODE=0)"; return 0 ;;
+    0) echo "turned off by DBOP_TESTBED_REAL_NODE=0"; return 0 ;;
     1) return 1 ;;
   esac
   if [[ $(id -u) -ne 0 ]]; then echo "not root (kubelet and containerd need root)"; return 0; fi
