@@ -330,3 +330,36 @@ fn base64_decode(text: &str) -> Vec<u8> {
     }
     out
 }
+
+/// Regression guard (issue 14): the API requests one reconcile of a Ready Database makes, in
+/// order. Today every one is a GET or LIST against the API server (none served from the watch
+/// caches), and none is a write. A change that adds a request fails here; a change that serves
+/// some of them from the caches updates this list (and the count) on purpose.
+#[tokio::test]
+async fn a_reconcile_of_a_ready_database_makes_exactly_these_requests() {
+    let world = ready_world(&database());
+    let db = with_settled_status(database(), &world);
+    let sent = reconcile_against(&db, world).await;
+    let requests: Vec<String> = sent
+        .iter()
+        .map(|s| format!("{} {}", s.method, s.path))
+        .collect();
+    // 7 requests: 6 GETs of single objects and 1 LIST of every DatabaseBackup in the namespace
+    // (filtered client-side), 0 writes. A Database with `spec.backup` adds a GET of the S3
+    // Secret, one with an init ConfigMap a GET of it, each further replica a GET of its claim.
+    let ns = "namespaces/shop";
+    let expected = [
+        format!("GET /api/v1/{ns}/persistentvolumeclaims/data-orders-0"),
+        format!("GET /apis/dbop.dev/v1alpha1/{ns}/databasebackups"),
+        format!("GET /api/v1/{ns}/secrets/orders-credentials"),
+        format!("GET /api/v1/{ns}/services/orders-hl"),
+        format!("GET /api/v1/{ns}/services/orders-rw"),
+        format!("GET /apis/apps/v1/{ns}/statefulsets/orders"),
+        format!("GET /apis/batch/v1/{ns}/jobs/orders-init"),
+    ];
+    assert_eq!(
+        requests, expected,
+        "the requests of one reconcile of a Ready Database"
+    );
+    assert_eq!(sent.iter().filter(|s| s.is_write()).count(), 0);
+}

@@ -26,6 +26,9 @@ pub const TEST_USER_AGENT: &str = "e2e-tests/1";
 /// How long the usual waits may take on a busy 2-core machine.
 pub const WAIT: Duration = Duration::from_secs(90);
 
+pub mod reconciles;
+pub mod watch;
+
 /// A connection to the test bed.
 pub struct TestBed {
     pub client: Client,
@@ -67,12 +70,16 @@ pub async fn testbed() -> TestBed {
 }
 
 fn init_logging() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+    use tracing_subscriber::prelude::*;
+    let env = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_test_writer()
+                .with_filter(env),
         )
-        .with_test_writer()
+        .with(reconciles::Recorder::layer())
         .try_init();
 }
 

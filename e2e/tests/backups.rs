@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use chrono::{DateTime, Timelike, Utc};
+use chrono::{DateTime, DurationRound, TimeDelta, Timelike, Utc};
 use dbop::api::{BackupPhase, DatabaseBackup, Phase};
 use dbop_e2e::{TestBed, WAIT, condition, database_manifest, testbed, wait_until};
 use k8s_openapi::ByteString;
@@ -277,6 +277,31 @@ async fn a_failing_backup_job_turns_backup_healthy_false() {
     );
 }
 
+/// The annotation that records the due time a scheduled backup was made for (part of the API:
+/// `kubectl get databasebackup -o yaml` shows it to users).
+const SCHEDULED_AT: &str = "dbop.dev/scheduled-at";
+
+/// The due time a scheduled backup was made for.
+fn scheduled_at(b: &DatabaseBackup) -> Option<DateTime<Utc>> {
+    let text = b.metadata.annotations.as_ref()?.get(SCHEDULED_AT)?;
+    DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+fn minute_of(t: DateTime<Utc>) -> DateTime<Utc> {
+    t.duration_trunc(TimeDelta::minutes(1)).unwrap()
+}
+
+/// The backups made for one of these due times.
+async fn backups_due_at(bed: &TestBed, ns: &str, due: &[DateTime<Utc>]) -> Vec<DatabaseBackup> {
+    backups(bed, ns)
+        .await
+        .into_iter()
+        .filter(|b| scheduled_at(b).is_some_and(|t| due.contains(&t)))
+        .collect()
+}
+
 #[tokio::test]
 async fn an_operator_stopped_across_three_due_times_runs_one_catch_up() {
     let bed = testbed().await;
@@ -294,47 +319,64 @@ async fn an_operator_stopped_across_three_due_times_runs_one_catch_up() {
     assert!(operator.is_running(), "{}", operator.log_tail());
     operator.kill9();
     let stopped_at = Utc::now();
-    let before: Vec<String> = backups(&bed, &ns)
-        .await
-        .into_iter()
-        .filter_map(|b| b.metadata.name)
-        .collect();
 
-    // Three due times pass while nothing runs.
-    tokio::time::sleep(Duration::from_secs(185)).await;
-    let missed = (Utc::now() - stopped_at).num_minutes();
-    assert!(missed >= 3, "only {missed} minutes passed");
+    // Three due times pass while nothing runs. The restart comes early in the minute of the
+    // third, so the operator's first look precedes the next regular run: a catch-up is then a
+    // backup scheduled at a missed due time, never to be confused with the next regular run.
+    let first_missed = minute_of(stopped_at) + TimeDelta::minutes(1);
+    let missed: Vec<DateTime<Utc>> = (0..3)
+        .map(|i| first_missed + TimeDelta::minutes(i))
+        .collect();
+    let next_regular = missed[2] + TimeDelta::minutes(1);
+    let restart_at = missed[2] + TimeDelta::seconds(5);
+    // Waiting for the clock itself: no condition to observe while the operator is down.
+    tokio::time::sleep((restart_at - Utc::now()).to_std().unwrap_or_default()).await;
     let restarted_at = Utc::now();
-    let _operator = bed.operator_binary(&ns);
+    assert!(
+        restarted_at < next_regular - TimeDelta::seconds(30),
+        "restarted at {restarted_at}, too close to the next due time {next_regular}"
+    );
+    let operator = bed.operator_binary(&ns);
+
     let name_of = |t: DateTime<Utc>| format!("orders-{}", t.format("%Y%m%d%H%M"));
-    // Wait for the catch-up, and let it finish.
-    let catch_up = wait_until("the catch-up run", WAIT, || async {
-        backups(&bed, &ns)
-            .await
-            .into_iter()
-            .find(|b| !before.contains(b.metadata.name.as_ref().unwrap()))
-    })
+    let catch_up = wait_until(
+        "a catch-up run scheduled at a due time missed during the outage",
+        WAIT,
+        || async { backups_due_at(&bed, &ns, &missed).await.into_iter().next() },
+    )
     .await;
     let catch_up = catch_up.metadata.name.clone().unwrap();
+    assert_eq!(
+        catch_up,
+        name_of(missed[2]),
+        "the catch-up is the latest missed run"
+    );
     wait_backup_phase(&bed, &ns, &catch_up, BackupPhase::Succeeded).await;
-    // Runs due during the outage: exactly one was made, the latest (or, if a minute boundary
-    // passed while the operator started, the one due then); never a burst.
-    let outage = (name_of(stopped_at), name_of(restarted_at));
-    let during: Vec<String> = backups(&bed, &ns)
+
+    // The next regular run comes on time: the operator has looked at the schedule again since
+    // the catch-up, and still made no other run for the outage.
+    let regular = wait_until("the next regular run", NEXT_MINUTE, || async {
+        backups_due_at(&bed, &ns, &[next_regular])
+            .await
+            .into_iter()
+            .next()
+    })
+    .await;
+    assert_eq!(regular.metadata.name, Some(name_of(next_regular)));
+    let during: Vec<String> = backups_due_at(&bed, &ns, &missed)
         .await
         .into_iter()
         .filter_map(|b| b.metadata.name)
-        .filter(|n| !before.contains(n) && *n > outage.0 && *n <= outage.1)
         .collect();
-    assert!(
-        during.len() <= 1,
-        "a burst of catch-up runs after the outage: {during:?}"
+    assert_eq!(
+        during,
+        vec![catch_up.clone()],
+        "exactly one run for the due times missed during the outage ({missed:?}); log:\n{}",
+        operator.log_tail()
     );
-    let latest_missed = name_of(restarted_at.with_second(0).unwrap());
-    let next = name_of(restarted_at.with_second(0).unwrap() + chrono::TimeDelta::minutes(1));
-    assert!(
-        catch_up == latest_missed || catch_up == next,
-        "the catch-up {catch_up} is not the latest missed run {latest_missed}"
+    println!(
+        "e2e: one catch-up run ({catch_up}) for {} missed due times, then the regular run {}",
+        missed.len(),
+        name_of(next_regular)
     );
-    println!("e2e: one catch-up run ({catch_up}) after {missed} missed minutes");
 }

@@ -1,8 +1,6 @@
 //! Crash: the real binary is killed with SIGKILL at several points of provisioning and
 //! restarted; the Database converges with no duplicate object and no regenerated password.
 
-use std::time::Duration;
-
 use dbop::api::Phase;
 use dbop_e2e::{WAIT, database_manifest, testbed, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -100,6 +98,4 @@ async fn kill_9_during_provisioning_converges_without_duplicates() {
         Some(1),
         "the init SQL ran once"
     );
-    // Let the operator settle before it is killed by Drop.
-    tokio::time::sleep(Duration::from_millis(500)).await;
 }

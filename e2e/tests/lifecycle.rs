@@ -155,13 +155,14 @@ async fn a_larger_storage_size_expands_the_claim() {
             .0,
         "1Gi"
     );
-    let db = bed.databases(&ns).get("grow").await.unwrap();
-    wait_until("observedGeneration to catch up", WAIT, || async {
+    // The status of the new generation, read after the wait (not the object from before it).
+    let status = wait_until("observedGeneration to catch up", WAIT, || async {
         let db = bed.databases(&ns).get("grow").await.ok()?;
-        (db.status?.observed_generation == db.metadata.generation).then_some(())
+        let status = db.status?;
+        (status.observed_generation == db.metadata.generation).then_some(status)
     })
     .await;
-    assert_eq!(db.status.unwrap().phase, Some(Phase::Ready));
+    assert_eq!(status.phase, Some(Phase::Ready), "{status:#?}");
 }
 
 #[tokio::test]
