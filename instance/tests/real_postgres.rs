@@ -146,7 +146,7 @@ impl Instance {
         cmd
     }
 
-    fn start(&self) -> Child {
+    fn start(&self) -> Running {
         let mut child = self
             .command("run", self.major)
             .stderr(Stdio::piped())
@@ -160,7 +160,7 @@ impl Instance {
             assert!(start.elapsed() < DEADLINE, "not ready within {DEADLINE:?}");
             std::thread::sleep(Duration::from_millis(100));
         }
-        child
+        Running(Some(child))
     }
 
     fn probe(&self) -> bool {
@@ -183,7 +183,7 @@ impl Instance {
                 "SELECT current_database()",
             ])
             .arg(format!(
-                "host=127.0.0.1 port={} user=app dbname=app connect_timeout=5",
+                "host=127.0.0.1 port={} user=app dbname=app connect_timeout=10",
                 self.port
             ))
             .env("PGPASSWORD", password)
@@ -226,7 +226,22 @@ fn stderr(child: Child) -> String {
     String::from_utf8_lossy(&child.wait_with_output().unwrap().stderr).into_owned()
 }
 
-fn terminate(child: Child) -> (std::process::ExitStatus, String) {
+/// A running manager, stopped (immediate shutdown, forwarded to its server) if a test fails
+/// before it stops it: no server outlives its test.
+struct Running(Option<Child>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            // SAFETY: kill has no memory effects.
+            unsafe { libc::kill(child.id() as i32, libc::SIGQUIT) };
+            let _ = child.wait();
+        }
+    }
+}
+
+fn terminate(mut running: Running) -> (std::process::ExitStatus, String) {
+    let child = running.0.take().unwrap();
     // SAFETY: kill has no memory effects.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let out = child.wait_with_output().unwrap();
