@@ -1,31 +1,32 @@
 # syntax=docker/dockerfile:1.7
 #
-# One image, two binaries:
-#   /usr/local/bin/dbop         the operator (the entrypoint: `dbop run`, `dbop crd`)
-#   /usr/local/bin/dbop-backup  the backup agent. Backup Jobs copy it out of this image with an
-#                               init container (`cp /usr/local/bin/dbop-backup /agent/…`, run as
-#                               uid 999) and run it inside the official PostgreSQL image of the
-#                               Database's version. The path is a contract (src/backup/job.rs).
+# One image, three static binaries (musl: they run in any operand image, Debian or Alpine,
+# old or new glibc):
+#   /usr/local/bin/dbop           the operator (the entrypoint: `dbop run`, `dbop crd`)
+#   /usr/local/bin/dbop-instance  the instance manager: database pods copy it with an init
+#                                 container (`cp /usr/local/bin/dbop-instance /dbop/…`, uid 999)
+#                                 and run it as the database container's entrypoint
+#   /usr/local/bin/dbop-backup    the backup agent, copied into backup Jobs the same way
+# The paths are a contract (src/resources/pod.rs). See docs/operand-images.md.
 #
 # Build: docker build -t dbop:0.1.0 .
-# The operator must be told its own image for backup Jobs (DBOP_AGENT_IMAGE); the Helm chart
-# sets it to the image it deploys.
+# The operator must be told its own image (DBOP_AGENT_IMAGE); the Helm chart sets it to the
+# image it deploys.
 
 ARG RUST_IMAGE=rust:1-bookworm
-ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
+ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot
 
 # ---------------------------------------------------------------------------------------------
-# Build stage: Debian bookworm (glibc 2.36).
-# Both binaries link glibc dynamically. The agent runs inside the Debian-based official postgres
-# images (bookworm: glibc 2.36, trixie: 2.41), so it must be built against a glibc no newer than
-# theirs: keep this stage on bookworm. The Alpine (musl) postgres images cannot run the agent.
+# Build stage: the same static build as `make static` (x86_64-unknown-linux-musl; musl-gcc
+# compiles the C parts: ring, zstd).
 FROM ${RUST_IMAGE} AS build
 
 # busybox-static: a statically linked `cp` for the runtime image, which has no coreutils (the
-# backup Job's init container runs `cp`).
+# init containers that copy dbop's binaries into pods run `cp`).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends busybox-static \
- && rm -rf /var/lib/apt/lists/*
+ && apt-get install -y --no-install-recommends busybox-static file make musl-tools \
+ && rm -rf /var/lib/apt/lists/* \
+ && rustup target add x86_64-unknown-linux-musl
 
 WORKDIR /src
 # The whole workspace (every member manifest is needed for --locked, even e2e's);
@@ -37,27 +38,30 @@ COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,target=/usr/local/cargo/git,sharing=locked \
     --mount=type=cache,target=/src/target,sharing=locked \
-    cargo build --release --locked --bin dbop --bin dbop-backup \
+    make static CARGO=cargo \
  && mkdir -p /out \
- && cp target/release/dbop target/release/dbop-backup /out/ \
+ && cp target/x86_64-unknown-linux-musl/release/dbop \
+       target/x86_64-unknown-linux-musl/release/dbop-backup \
+       target/x86_64-unknown-linux-musl/release/dbop-instance /out/ \
  && cp /bin/busybox /out/cp
 
 # ---------------------------------------------------------------------------------------------
-# Runtime stage: distroless with glibc, libgcc and CA certificates; no shell, no package manager.
+# Runtime stage: distroless static (CA certificates, no libc, no shell, no package manager).
 FROM ${RUNTIME_IMAGE}
 
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 LABEL org.opencontainers.image.title="dbop" \
-      org.opencontainers.image.description="A Kubernetes operator that runs PostgreSQL with its whole lifecycle, and its backup agent" \
+      org.opencontainers.image.description="A Kubernetes operator that runs PostgreSQL with its whole lifecycle, its instance manager and its backup agent" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.base.name="gcr.io/distroless/cc-debian12:nonroot"
+      org.opencontainers.image.base.name="gcr.io/distroless/static-debian12:nonroot"
 
-# Owned by root, world-readable and executable: the operator runs as 65532, the backup Job's
-# init container as 999, and neither may modify the binaries.
+# Owned by root, world-readable and executable: the operator runs as 65532, the init
+# containers that copy the binaries as 999, and neither may modify them.
 COPY --from=build --chown=0:0 --chmod=0755 /out/dbop /usr/local/bin/dbop
+COPY --from=build --chown=0:0 --chmod=0755 /out/dbop-instance /usr/local/bin/dbop-instance
 COPY --from=build --chown=0:0 --chmod=0755 /out/dbop-backup /usr/local/bin/dbop-backup
 # busybox runs the applet named by argv[0]: installed as `cp`, it is `cp`.
 COPY --from=build --chown=0:0 --chmod=0755 /out/cp /usr/bin/cp

@@ -6,7 +6,10 @@ CARGO ?= cargo
 TESTBED_DIR ?= $(CURDIR)/.testbed
 export DBOP_TESTBED_DIR := $(TESTBED_DIR)
 
-.PHONY: help build test test-unit test-e2e lint fmt crds testbed-build testbed-up testbed-down images run bench-backup
+MUSL_TARGET := x86_64-unknown-linux-musl
+STATIC_BINS := dbop dbop-backup dbop-instance
+
+.PHONY: help build static test test-unit test-e2e lint fmt crds testbed-build testbed-up testbed-down images run bench-backup
 
 run: ## the operator on a control plane (the local one when none is configured) and the example Database reaching Ready
 	e2e/run.sh
@@ -14,8 +17,16 @@ run: ## the operator on a control plane (the local one when none is configured) 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
 
-build: ## build both binaries (release)
+build: ## build the binaries (release)
 	$(CARGO) build --release --bins
+
+static: ## build dbop, dbop-backup and dbop-instance static (musl, release) into target/x86_64-unknown-linux-musl/release
+	CC_x86_64_unknown_linux_musl=musl-gcc $(CARGO) build --release --locked --target $(MUSL_TARGET) -p dbop -p dbop-backup -p dbop-instance --bins
+	@for b in $(STATIC_BINS); do \
+	  f=target/$(MUSL_TARGET)/release/$$b; \
+	  file -L $$f | grep -Eq 'statically linked|static-pie linked' || { echo "$$f is not static: $$(file -L $$f)"; exit 1; }; \
+	  echo "$$f: static"; \
+	done
 
 fmt: ## format the code
 	$(CARGO) fmt --all

@@ -22,17 +22,27 @@ enum Command {
         /// Watch only this namespace (default: all namespaces).
         #[arg(long, env = "DBOP_NAMESPACE")]
         namespace: Option<String>,
-        /// Where PostgreSQL images come from; the tag is the Database's version.
+        /// The PostgreSQL image of a version: `{version}` becomes the Database's `MAJOR.MINOR`
+        /// (a value without `{version}` is a repository, tagged with the version). A Database's
+        /// `spec.image` overrides it.
         #[arg(
             long,
-            env = "DBOP_IMAGE_REPOSITORY",
-            default_value = "docker.io/library/postgres"
+            env = "DBOP_POSTGRES_IMAGE_TEMPLATE",
+            default_value = dbop::resources::DEFAULT_POSTGRES_IMAGE_TEMPLATE
         )]
-        image_repository: String,
-        /// The image backup Jobs copy the backup agent (`/usr/local/bin/dbop-backup`) from;
-        /// normally the operator's own image.
+        postgres_image_template: String,
+        /// dbop's own image, holding the static `dbop-instance` and `dbop-backup` at
+        /// `/usr/local/bin`: database and backup pods copy them from it with an init container.
         #[arg(long, env = "DBOP_AGENT_IMAGE", default_value = dbop::resources::DEFAULT_AGENT_IMAGE)]
         agent_image: String,
+        /// Pull secrets (comma-separated names, in each Database's namespace) for the pods dbop
+        /// creates.
+        #[arg(long, env = "DBOP_IMAGE_PULL_SECRETS", value_delimiter = ',')]
+        image_pull_secrets: Vec<String>,
+        /// Resources of the init and backup Jobs' containers, as JSON
+        /// (`{"requests":{"cpu":"100m","memory":"128Mi"},"limits":{"memory":"512Mi"}}`).
+        #[arg(long, env = "DBOP_JOB_RESOURCES")]
+        job_resources: Option<String>,
         /// Log format.
         #[arg(long, env = "DBOP_LOG_FORMAT", value_enum, default_value = "text")]
         log_format: LogFormat,
@@ -57,11 +67,21 @@ async fn main() -> std::process::ExitCode {
         },
         Command::Run {
             namespace,
-            image_repository,
+            postgres_image_template,
             agent_image,
+            image_pull_secrets,
+            job_resources,
             log_format,
         } => {
             telemetry::init(log_format);
+            let job_resources = match job_resources.as_deref().map(serde_json::from_str) {
+                None => dbop::resources::pod::default_job_resources(),
+                Some(Ok(resources)) => resources,
+                Some(Err(error)) => {
+                    tracing::error!(%error, "--job-resources (DBOP_JOB_RESOURCES) is not a resources object such as {{\"requests\":{{\"memory\":\"128Mi\"}}}}");
+                    return std::process::ExitCode::FAILURE;
+                }
+            };
             let client = match dbop::client().await {
                 Ok(client) => client,
                 Err(error) => {
@@ -70,8 +90,13 @@ async fn main() -> std::process::ExitCode {
                 }
             };
             let settings = Settings {
-                image_repository,
+                postgres_image_template,
                 agent_image,
+                image_pull_secrets: image_pull_secrets
+                    .into_iter()
+                    .filter(|s| !s.is_empty())
+                    .collect(),
+                job_resources,
             };
             dbop::controller::run(client, settings, namespace).await;
             std::process::ExitCode::SUCCESS

@@ -160,22 +160,25 @@ fn start_postgres(dir: &Path) -> (Guard, u16) {
     let mut child = cmd.spawn().expect("postgres");
     wait_for_port(port, &mut child, "postgres");
     let guard = Guard(child);
-    // Accepting connections (not only listening): a table with rows to dump.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let out = Command::new(bin.join("psql"))
-            .args(["-X", "-w", "-q", "-v", "ON_ERROR_STOP=1", "-c"])
-            .arg("CREATE TABLE IF NOT EXISTS orders (id int primary key, item text); INSERT INTO orders SELECT g, 'item ' || g FROM generate_series(1, 1000) g ON CONFLICT DO NOTHING")
+    // Accepting connections (not only listening); then the application database (named after
+    // the user, as dbop-instance makes it) with a table of rows to dump.
+    let psql = |database: &str, sql: &str| {
+        Command::new(bin.join("psql"))
+            .args(["-X", "-w", "-q", "-v", "ON_ERROR_STOP=1", "-c", sql])
             .env_clear()
             .envs([
                 ("PGHOST", "127.0.0.1".to_string()),
                 ("PGPORT", port.to_string()),
                 ("PGUSER", PG_USER.into()),
                 ("PGPASSWORD", PG_PASSWORD.into()),
-                ("PGDATABASE", "postgres".into()),
+                ("PGDATABASE", database.into()),
             ])
             .output()
-            .expect("psql");
+            .expect("psql")
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = psql("postgres", "SELECT 1");
         if out.status.success() {
             break;
         }
@@ -185,6 +188,13 @@ fn start_postgres(dir: &Path) -> (Guard, u16) {
             String::from_utf8_lossy(&out.stderr)
         );
         std::thread::sleep(Duration::from_millis(100));
+    }
+    for (database, sql) in [
+        ("postgres", format!("CREATE DATABASE {PG_USER}")),
+        (PG_USER, "CREATE TABLE orders (id int primary key, item text); INSERT INTO orders SELECT g, 'item ' || g FROM generate_series(1, 1000) g".to_string()),
+    ] {
+        let out = psql(database, &sql);
+        assert!(out.status.success(), "{sql}: {}", String::from_utf8_lossy(&out.stderr));
     }
     (guard, port)
 }
@@ -413,7 +423,10 @@ fn the_backup_job_runs_the_agent_for_real() {
     assert_eq!(result.outcome.as_deref(), Some("Succeeded"));
     let key = result.key.clone().expect("a key");
     assert!(
-        key.starts_with("contract/shop/orders/postgres/20250501T020003Z-orders-202505010200/"),
+        // The application database (named after the user) is the one dumped.
+        key.starts_with(&format!(
+            "contract/shop/orders/{PG_USER}/20250501T020003Z-orders-202505010200/"
+        )),
         "{key}"
     );
     assert!(
@@ -446,8 +459,12 @@ fn the_backup_job_runs_the_agent_for_real() {
     assert_eq!(again.outcome.as_deref(), Some("Succeeded"));
     assert_eq!(again.key.as_deref(), Some(key.as_str()));
     assert_eq!(again.sha256, result.sha256);
-    let backups = std::fs::read_dir(s3_root.join(BUCKET).join("contract/shop/orders/postgres"))
-        .unwrap()
-        .count();
+    let backups = std::fs::read_dir(
+        s3_root
+            .join(BUCKET)
+            .join(format!("contract/shop/orders/{PG_USER}")),
+    )
+    .unwrap()
+    .count();
     assert_eq!(backups, 1, "one backup id, one backup");
 }

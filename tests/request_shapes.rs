@@ -238,6 +238,28 @@ async fn a_new_database_gets_its_objects_by_server_side_apply() {
         assert!(apply.body["apiVersion"].is_string() && apply.body["kind"].is_string());
     }
 
+    // The database pod: the instance manager as entrypoint, the credentials as a mounted Secret
+    // (never an environment variable), no ServiceAccount token.
+    let sts = writes
+        .iter()
+        .find(|s| s.path == "/apis/apps/v1/namespaces/shop/statefulsets/orders")
+        .unwrap();
+    let pod = &sts.body["spec"]["template"]["spec"];
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    assert_eq!(pod["containers"][0]["command"][0], "/dbop/dbop-instance");
+    assert!(
+        !pod["containers"][0].to_string().contains("secretKeyRef"),
+        "{}",
+        pod["containers"][0]
+    );
+    assert!(
+        pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["secret"]["secretName"] == "orders-credentials")
+    );
+
     // No init SQL: no Job. Status goes to Provisioning in one write.
     assert!(
         !writes.iter().any(|s| s.path.contains("/jobs")),
@@ -262,6 +284,44 @@ async fn a_new_database_gets_its_objects_by_server_side_apply() {
             write.path
         );
     }
+}
+
+#[tokio::test]
+async fn inline_init_sql_becomes_a_config_map_created_before_its_job() {
+    let mut db = database();
+    db.spec.init =
+        Some(serde_json::from_value(json!({"sql": "CREATE TABLE t (id int);"})).unwrap());
+    let world = ready_world(&db);
+    let db = with_settled_status(db, &world);
+    let sent = reconcile_against(&db, world).await;
+    let posts: Vec<&Sent> = sent.iter().filter(|s| s.method == "POST").collect();
+    let paths: Vec<&str> = posts.iter().map(|s| s.path.as_str()).collect();
+    let at = |path: &str| {
+        paths
+            .iter()
+            .position(|p| *p == path)
+            .unwrap_or_else(|| panic!("no POST {path}: {paths:?}"))
+    };
+    let config_map = at("/api/v1/namespaces/shop/configmaps");
+    let job = at("/apis/batch/v1/namespaces/shop/jobs");
+    assert!(
+        config_map < job,
+        "the Job would wait for its ConfigMap: {paths:?}"
+    );
+    assert_eq!(
+        posts[config_map].body["data"]["init.sql"],
+        "CREATE TABLE t (id int);"
+    );
+    assert_eq!(
+        posts[config_map].body["metadata"]["name"],
+        "orders-init-sql"
+    );
+    let job_body = posts[job].body.to_string();
+    assert!(
+        !job_body.contains("CREATE TABLE"),
+        "the SQL is inline in the Job"
+    );
+    assert!(job_body.contains("orders-init-sql"));
 }
 
 #[tokio::test]

@@ -98,15 +98,47 @@ pub fn s3_config(sdk: &aws_config::SdkConfig, settings: &S3Settings) -> aws_sdk_
         .build()
 }
 
+/// The roots S3 connections trust: the public roots built into the binary (Mozilla's set, from
+/// `webpki-root-certs`), so HTTPS to AWS S3 or a publicly certified MinIO works from an image
+/// with no CA bundle (the Debian postgres images have none), plus the `s3.ca` certificate(s).
+/// The image's own store is not read: what is trusted does not depend on the image.
+pub fn trust_store(ca_pem: Option<Vec<u8>>) -> TrustStore {
+    let mut trust = TrustStore::empty();
+    for root in public_roots_pem() {
+        trust.add_pem_certificate(root);
+    }
+    if let Some(pem) = ca_pem {
+        trust.add_pem_certificate(pem);
+    }
+    trust
+}
+
+/// The built-in public roots, one PEM document each.
+fn public_roots_pem() -> impl Iterator<Item = Vec<u8>> {
+    use base64::Engine as _;
+    webpki_root_certs::TLS_SERVER_ROOT_CERTS.iter().map(|der| {
+        let body = base64::engine::general_purpose::STANDARD.encode(der.as_ref());
+        let mut pem = String::from("-----BEGIN CERTIFICATE-----\n");
+        for line in body.as_bytes().chunks(64) {
+            pem.push_str(std::str::from_utf8(line).unwrap_or_default());
+            pem.push('\n');
+        }
+        pem.push_str("-----END CERTIFICATE-----\n");
+        pem.into_bytes()
+    })
+}
+
 impl Store {
     /// Builds the client from the environment and the settings; makes no request.
     pub async fn connect(settings: &S3Settings) -> Result<Store> {
-        let mut trust = TrustStore::default();
-        if let Some(path) = &settings.ca_file {
-            let pem = std::fs::read(path)
-                .map_err(|e| Error::io(format!("cannot read CA file {}", path.display()), e))?;
-            trust = trust.with_pem_certificate(pem);
-        }
+        let ca = match &settings.ca_file {
+            Some(path) => Some(
+                std::fs::read(path)
+                    .map_err(|e| Error::io(format!("cannot read CA file {}", path.display()), e))?,
+            ),
+            None => None,
+        };
+        let trust = trust_store(ca);
         let tls_context = TlsContext::builder()
             .with_trust_store(trust)
             .build()
@@ -498,6 +530,36 @@ mod tests {
     use super::*;
     use aws_sdk_s3::config::Credentials;
     use aws_smithy_http_client::test_util::capture_request;
+
+    #[test]
+    fn public_roots_are_trusted_without_a_ca_file() {
+        // The roots behind AWS S3 (Amazon Root CA 1) and Let's Encrypt (ISRG Root X1).
+        let roots: Vec<Vec<u8>> = public_roots_pem().collect();
+        assert!(roots.len() > 100, "only {} roots", roots.len());
+        let decoded: Vec<Vec<u8>> = webpki_root_certs::TLS_SERVER_ROOT_CERTS
+            .iter()
+            .map(|c| c.as_ref().to_vec())
+            .collect();
+        for name in [&b"Amazon Root CA 1"[..], b"ISRG Root X1"] {
+            assert!(
+                decoded
+                    .iter()
+                    .any(|der| der.windows(name.len()).any(|w| w == name)),
+                "{} is not built in",
+                String::from_utf8_lossy(name)
+            );
+        }
+        // The store builds (every PEM parses), with and without an extra CA.
+        TlsContext::builder()
+            .with_trust_store(trust_store(None))
+            .build()
+            .expect("the built-in roots make a TLS context");
+        let extra = roots[0].clone();
+        TlsContext::builder()
+            .with_trust_store(trust_store(Some(extra)))
+            .build()
+            .expect("built-in roots plus s3.ca");
+    }
 
     #[test]
     fn redacts_user_info() {

@@ -84,6 +84,16 @@ async fn invalid_databases_are_refused_with_a_message() {
             database_manifest(&long_name, json!({})),
             "metadata.name must be at most 40 characters",
         ),
+        (
+            "name with a dot (not a Service name)",
+            database_manifest("orders.v2", json!({})),
+            "metadata.name must be a DNS-1035 label",
+        ),
+        (
+            "name with a leading digit (not a Service name)",
+            database_manifest("2orders", json!({})),
+            "metadata.name must be a DNS-1035 label",
+        ),
     ];
     for (case, manifest, expected) in table {
         match apply(&bed, &ns, manifest).await {

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
     derive = "PartialEq",
     doc = "A PostgreSQL database run by dbop with its whole lifecycle.",
     validation = Rule::new("self.metadata.name.size() <= 40").message("metadata.name must be at most 40 characters: dbop derives the names of Services, Pods and Jobs from it"),
+    validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name must be a DNS-1035 label (lower-case letters, digits and '-', starting with a letter, no dots): it names the Database's Services"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase", description = "Where the database is in its lifecycle"),
     printcolumn(name = "Version", type_ = "string", json_path = ".status.currentVersion", description = "The version the running server is on"),
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status", description = "Whether the database accepts connections"),
@@ -34,7 +35,7 @@ use serde::{Deserialize, Serialize};
 #[schemars(extend("x-kubernetes-validations" = [
     {
         "rule": "has(self.credentials) == has(oldSelf.credentials) && (!has(self.credentials) || self.credentials == oldSelf.credentials)",
-        "message": "credentials cannot change after creation: the superuser password is set when the data directory is initialised"
+        "message": "credentials cannot change after creation: the superuser's name is set when the data directory is initialised (rotate the password by editing the Secret's password key)"
     }
 ]))]
 pub struct DatabaseSpec {
@@ -72,7 +73,10 @@ pub struct DatabaseSpec {
     pub storage: StorageSpec,
 
     /// Where the superuser credentials live. When absent, dbop generates a Secret named
-    /// `<name>-credentials` with a random password. Immutable.
+    /// `<name>-credentials` with a random password. Immutable; the password in the Secret is
+    /// not: the server follows it (edit the Secret's `password` key to rotate it). The
+    /// application database is named after the superuser (`postgres` by default): clients get
+    /// it by default, init SQL runs in it, backups dump it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials: Option<CredentialsSpec>,
 
@@ -140,7 +144,8 @@ pub struct StorageSpec {
 #[serde(rename_all = "camelCase")]
 pub struct CredentialsSpec {
     /// The name of a Secret in the Database's namespace with the keys `username` (optional,
-    /// default `postgres`) and `password`.
+    /// default `postgres`; also the application database's name) and `password` (ASCII; the
+    /// server takes a changed password within about a minute).
     #[schemars(length(min = 1, max = 253))]
     pub secret_name: String,
 }

@@ -517,7 +517,10 @@ pub async fn observe(
                     let secret = Api::<Secret>::namespaced(client.clone(), &ns)
                         .get_opt(&spec.s3.credentials.secret_name)
                         .await?;
-                    s3_secret_problem(&spec.s3.credentials, secret.as_ref())
+                    match s3_secret_problem(&spec.s3.credentials, secret.as_ref()) {
+                        Some(problem) => Some(problem),
+                        None => crate::backup::ca::read_problem(client, &ns, spec).await?,
+                    }
                 }
                 None => None,
             };

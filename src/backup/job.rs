@@ -11,8 +11,8 @@
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, KeyToPath, PodSpec,
-    PodTemplateSpec, SecretVolumeSource, Volume, VolumeMount,
+    ConfigMapVolumeSource, Container, KeyToPath, PodSpec, PodTemplateSpec, SecretVolumeSource,
+    Volume,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
@@ -20,19 +20,18 @@ use kube::Resource;
 use super::schedule::{DEFAULT_KEEP_LAST, DEFAULT_TIMEOUT, format_duration, parse_duration};
 use crate::api::{BackupSpec, Database, DatabaseBackup};
 use crate::resources::credentials::{PASSWORD_KEY, USERNAME_KEY, secret_name};
-use crate::resources::statefulset::{container_security_context, pod_security_context, secret_env};
-use crate::resources::{Names, POSTGRES_PORT, Settings, labels, pod_annotations, pod_labels};
+use crate::resources::pod::{
+    DBOP_BIN_DIR, DBOP_BIN_VOLUME, container_security_context, copy_binary, env as plain, mount,
+    pod_security_context, pull_secrets, scratch, secret_env,
+};
+use crate::resources::{Names, POSTGRES_PORT, Settings, job_pod_labels, labels, pod_annotations};
 
 /// Where the init container puts the agent, and where the backup container runs it from.
-pub const AGENT_PATH: &str = "/agent/dbop-backup";
-/// Where the agent sits in the operator's image.
-pub const AGENT_SOURCE_PATH: &str = "/usr/local/bin/dbop-backup";
+pub const AGENT_PATH: &str = "/dbop/dbop-backup";
 /// The file Kubernetes turns into the container's termination message.
 pub const TERMINATION_LOG: &str = "/dev/termination-log";
 /// A retry covers a pod lost with its node; a dump that fails twice fails for a reason.
 pub const BACKOFF_LIMIT: i32 = 1;
-/// The database the dump is taken of.
-pub const DUMPED_DATABASE: &str = "postgres";
 /// The name of the backup container (the one whose termination message holds the result).
 pub const BACKUP_CONTAINER: &str = "backup";
 const CA_DIR: &str = "/etc/dbop/s3-ca";
@@ -85,7 +84,7 @@ pub fn running_image(db: &Database, settings: &Settings) -> Option<String> {
     let current = db.status.as_ref()?.current_version.clone()?;
     Some(match &db.spec.image {
         Some(image) if current == db.spec.version => image.clone(),
-        _ => format!("{}:{current}", settings.image_repository),
+        _ => settings.postgres_image(&current),
     })
 }
 
@@ -134,7 +133,6 @@ pub fn backup_job(
     let mut env = vec![
         plain("PGHOST", &names.endpoint(&db.namespace_or_default())),
         plain("PGPORT", &POSTGRES_PORT.to_string()),
-        plain("PGDATABASE", DUMPED_DATABASE),
         plain("PGCONNECT_TIMEOUT", "10"),
         plain("PGAPPNAME", "dbop-backup"),
         secret_env("PGUSER", &credentials, USERNAME_KEY, true),
@@ -162,8 +160,11 @@ pub fn backup_job(
         env.push(plain("AWS_ENDPOINT_URL", endpoint));
     }
 
-    let mut volumes = vec![scratch("agent"), scratch("tmp")];
-    let mut mounts = vec![mount("agent", "/agent", true), mount("tmp", "/tmp", false)];
+    let mut volumes = vec![scratch(DBOP_BIN_VOLUME), scratch("tmp")];
+    let mut mounts = vec![
+        mount(DBOP_BIN_VOLUME, DBOP_BIN_DIR, true),
+        mount("tmp", "/tmp", false),
+    ];
     if let Some(ca) = &s3.ca {
         let items = |key: &str| {
             Some(vec![KeyToPath {
@@ -197,24 +198,15 @@ pub fn backup_job(
         mounts.push(mount("s3-ca", CA_DIR, true));
     }
 
-    let copy_agent = Container {
-        name: "agent".into(),
-        image: Some(settings.agent_image.clone()),
-        command: Some(vec![
-            "cp".into(),
-            AGENT_SOURCE_PATH.into(),
-            AGENT_PATH.into(),
-        ]),
-        security_context: Some(container_security_context()),
-        volume_mounts: Some(vec![mount("agent", "/agent", false)]),
-        ..Container::default()
-    };
+    let (copy_agent, agent) = copy_binary(settings, "dbop-backup");
+    debug_assert_eq!(agent, AGENT_PATH);
     let container = Container {
         name: BACKUP_CONTAINER.into(),
         image: Some(image),
         command: Some(vec![AGENT_PATH.into()]),
         args: Some(args),
         env: Some(env),
+        resources: Some(settings.job_resources.clone()),
         security_context: Some(container_security_context()),
         termination_message_path: Some(TERMINATION_LOG.into()),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
@@ -228,7 +220,7 @@ pub fn backup_job(
         .unwrap_or(DEFAULT_TIMEOUT);
 
     let mut job_labels = labels(&db.name(), "backup");
-    let mut template_labels = pod_labels(db, "backup");
+    let mut template_labels = job_pod_labels(db, "backup");
     if backup_name.len() <= MAX_JOB_NAME {
         job_labels.insert(BACKUP_LABEL.into(), backup_name.clone());
         template_labels.insert(BACKUP_LABEL.into(), backup_name.clone());
@@ -259,6 +251,7 @@ pub fn backup_job(
                     security_context: Some(pod_security_context()),
                     enable_service_links: Some(false),
                     automount_service_account_token: Some(false),
+                    image_pull_secrets: pull_secrets(settings),
                     volumes: Some(volumes),
                     ..PodSpec::default()
                 }),
@@ -271,31 +264,6 @@ pub fn backup_job(
 
 /// The label naming the `DatabaseBackup` a Job or pod belongs to.
 pub const BACKUP_LABEL: &str = "dbop.dev/backup";
-
-fn plain(name: &str, value: &str) -> EnvVar {
-    EnvVar {
-        name: name.into(),
-        value: Some(value.into()),
-        ..EnvVar::default()
-    }
-}
-
-fn scratch(name: &str) -> Volume {
-    Volume {
-        name: name.into(),
-        empty_dir: Some(EmptyDirVolumeSource::default()),
-        ..Volume::default()
-    }
-}
-
-fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
-    VolumeMount {
-        name: name.into(),
-        mount_path: path.into(),
-        read_only: read_only.then_some(true),
-        ..VolumeMount::default()
-    }
-}
 
 /// `text` if it fits in `max` characters, else its head, a dash and a hash of the whole.
 fn shorten(text: &str, max: usize) -> String {
@@ -412,11 +380,38 @@ pub(crate) mod tests {
             init.command.as_ref().unwrap(),
             &vec![
                 "cp".to_string(),
-                AGENT_SOURCE_PATH.into(),
+                "/usr/local/bin/dbop-backup".into(),
                 AGENT_PATH.into()
             ]
         );
+        assert!(
+            init.resources.is_some(),
+            "a ResourceQuota refuses a pod without"
+        );
+        assert_eq!(pod.automount_service_account_token, Some(false));
         let c = container(&job);
+        let resources = c.resources.clone().unwrap();
+        assert!(resources.requests.unwrap().contains_key("memory"));
+        assert!(resources.limits.unwrap().contains_key("memory"));
+        // The application database is libpq's default (the user's name), not a fixed one.
+        assert!(
+            c.env
+                .as_ref()
+                .unwrap()
+                .iter()
+                .all(|e| e.name != "PGDATABASE")
+        );
+        let labels = job
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .metadata
+            .clone()
+            .unwrap()
+            .labels
+            .unwrap();
+        assert_eq!(labels[crate::resources::LABEL_NAME], "dbop-backup");
         assert_eq!(c.image.as_deref(), Some("docker.io/library/postgres:16.4"));
         assert_eq!(c.command.as_ref().unwrap(), &vec![AGENT_PATH.to_string()]);
         assert_eq!(

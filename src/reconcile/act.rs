@@ -6,7 +6,7 @@
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::Event;
 use kube::{Api, Resource};
@@ -28,7 +28,7 @@ use crate::backup::plan::health_events;
 use crate::controller::Context;
 use crate::error::{Error, Result};
 use crate::resources::credentials::{generated_secret, secret_name};
-use crate::resources::init_job::init_job;
+use crate::resources::init_job::{init_job, init_sql_config_map};
 use crate::resources::services::{headless, read_write};
 use crate::resources::statefulset::statefulset;
 use crate::resources::{Names, owned_meta, owner_reference};
@@ -57,10 +57,11 @@ pub async fn apply_steps(
             .as_ref()
             .is_some_and(|s| s.current_version.is_some())
         {
-            // The server's password was set when its data directory was initialised.
+            // The instance manager sets the server's password from the mounted Secret when the
+            // kubelet updates the volume; clients holding the old password fail until they reread it.
             let note = format!(
                 "the credentials Secret {} was deleted and has been generated again with a new password; \
-                 the running server keeps its old one: set it with ALTER ROLE from inside the pod (see docs/runbooks.md)",
+                 the server takes the new password within about a minute: clients must read it again (see docs/runbooks.md)",
                 secret_name(db)
             );
             publish(
@@ -142,6 +143,10 @@ pub async fn apply_steps(
     if steps.create_init_job
         && let Some(job) = init_job(db, &ctx.settings)
     {
+        if let Some(sql) = init_sql_config_map(db) {
+            let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+            create_once(&config_maps, &sql).await?;
+        }
         let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
         create_once(&jobs, &job).await?;
     }

@@ -34,6 +34,8 @@ pub struct Snapshot {
     pub backups: Vec<DatabaseBackup>,
     /// The Secret named by `spec.backup.s3.credentials` (only its keys are ever looked at).
     pub s3_secret: Option<Secret>,
+    /// What is wrong with the `spec.backup.s3.ca` source, if anything (read before any Job).
+    pub s3_ca_problem: Option<String>,
     /// When the snapshot was read: the `now` of every time-based decision of this pass.
     pub observed_at: DateTime<Utc>,
 }
@@ -78,9 +80,14 @@ pub async fn snapshot(client: &Client, db: &Database) -> Result<Snapshot, Error>
         Some(spec) => secrets.get_opt(&spec.s3.credentials.secret_name).await?,
         None => None,
     };
+    let s3_ca_problem = match &db.spec.backup {
+        Some(spec) => crate::backup::ca::read_problem(client, &ns, spec).await?,
+        None => None,
+    };
     Ok(Snapshot {
         backups,
         s3_secret,
+        s3_ca_problem,
         observed_at: Utc::now(),
         credentials_secret: secrets.get_opt(&credentials::secret_name(db)).await?,
         init_config_map,
@@ -205,7 +212,8 @@ fn backups_fact(db: &Database, snap: &Snapshot) -> BackupsFact {
             .spec
             .backup
             .as_ref()
-            .and_then(|spec| s3_secret_problem(&spec.s3.credentials, snap.s3_secret.as_ref())),
+            .and_then(|spec| s3_secret_problem(&spec.s3.credentials, snap.s3_secret.as_ref()))
+            .or_else(|| snap.s3_ca_problem.clone()),
     }
 }
 

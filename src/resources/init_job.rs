@@ -1,57 +1,102 @@
 //! The init Job: runs the Database's init SQL once, with psql from the database image, against
 //! the `-rw` Service, in one transaction that stops at the first error.
 //!
-//! The SQL reaches the container as an environment variable (inline, or straight from the
-//! user's ConfigMap key), so neither the SQL nor the password appears on a command line.
+//! The SQL reaches the container as a file (`psql --file`): the user's ConfigMap key, or a
+//! ConfigMap dbop makes from inline SQL, mounted as a volume. No size limit but the
+//! ConfigMap's (1 MiB); an environment variable would stop at 128 KiB.
+
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMapKeySelector, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodSpec,
-    PodTemplateSpec, Volume, VolumeMount,
+    ConfigMap, ConfigMapVolumeSource, Container, KeyToPath, PodSpec, PodTemplateSpec, Volume,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::credentials::{PASSWORD_KEY, USERNAME_KEY, secret_name};
-use super::statefulset::{container_security_context, pod_security_context, secret_env};
-use super::{Names, POSTGRES_PORT, Settings, image, owned_meta, pod_annotations, pod_labels};
-use crate::api::{Database, InitSpec};
+use super::pod::{
+    container_security_context, env, mount, pod_security_context, pull_secrets, scratch, secret_env,
+};
+use super::{Names, POSTGRES_PORT, Settings, image, job_pod_labels, owned_meta, pod_annotations};
+use crate::api::Database;
 
 /// How often a failing init is retried before the Database is marked Failed.
 pub const BACKOFF_LIMIT: i32 = 3;
 /// A hung init (a lock, a typo'd infinite loop) fails instead of running forever.
 pub const ACTIVE_DEADLINE_SECONDS: i64 = 1800;
+/// The key of the SQL in the ConfigMap dbop makes from inline SQL.
+pub const SQL_KEY: &str = "init.sql";
+const SQL_DIR: &str = "/etc/dbop/init";
 
+/// libpq connects as the Secret's user (default `postgres`) to the database of the same name:
+/// the application database.
 const SCRIPT: &str = r#"set -eu
 export PGUSER="${PGUSER:-postgres}"
-printf '%s\n' "$DBOP_INIT_SQL" | psql --no-psqlrc --set=ON_ERROR_STOP=1 --single-transaction --file=-"#;
+exec psql --no-psqlrc --set=ON_ERROR_STOP=1 --single-transaction --file=/etc/dbop/init/init.sql"#;
+
+/// The ConfigMap holding inline init SQL (None when there is none, or it comes from the
+/// user's ConfigMap). Created once with the Job; owned by the Database.
+pub fn init_sql_config_map(db: &Database) -> Option<ConfigMap> {
+    let init = db.spec.init.as_ref()?;
+    if init.config_map_ref.is_some() {
+        return None;
+    }
+    let sql = init.sql.clone()?;
+    let names = Names::of(db);
+    Some(ConfigMap {
+        metadata: owned_meta(db, names.init_sql_config_map(), "init"),
+        data: Some(BTreeMap::from([(SQL_KEY.to_string(), sql)])),
+        ..ConfigMap::default()
+    })
+}
+
+/// The volume that puts the SQL at `/etc/dbop/init/init.sql`.
+fn sql_volume(db: &Database) -> Option<Volume> {
+    let init = db.spec.init.as_ref()?;
+    let (name, key) = match &init.config_map_ref {
+        Some(r) => (r.name.clone(), r.key.clone()),
+        None => (Names::of(db).init_sql_config_map(), SQL_KEY.to_string()),
+    };
+    Some(Volume {
+        name: "sql".into(),
+        config_map: Some(ConfigMapVolumeSource {
+            name,
+            items: Some(vec![KeyToPath {
+                key,
+                path: SQL_KEY.into(),
+                ..KeyToPath::default()
+            }]),
+            ..ConfigMapVolumeSource::default()
+        }),
+        ..Volume::default()
+    })
+}
 
 /// The init Job, or None when the Database has no init SQL.
 pub fn init_job(db: &Database, settings: &Settings) -> Option<Job> {
-    let init = db.spec.init.as_ref()?;
+    let sql = sql_volume(db)?;
     let names = Names::of(db);
     let namespace = db.namespace_or_default();
     let secret = secret_name(db);
     let env = vec![
-        plain("PGHOST", &names.endpoint(&namespace)),
-        plain("PGPORT", &POSTGRES_PORT.to_string()),
-        plain("PGDATABASE", "postgres"),
-        plain("PGCONNECT_TIMEOUT", "10"),
+        env("PGHOST", &names.endpoint(&namespace)),
+        env("PGPORT", &POSTGRES_PORT.to_string()),
+        env("PGCONNECT_TIMEOUT", "10"),
         // Optional: a user's Secret may carry only a password (the script defaults the user).
         secret_env("PGUSER", &secret, USERNAME_KEY, true),
         secret_env("PGPASSWORD", &secret, PASSWORD_KEY, false),
-        sql_env(init),
     ];
     let container = Container {
         name: "init".into(),
         image: Some(image(db, settings)),
         command: Some(vec!["/bin/sh".into(), "-c".into(), SCRIPT.into()]),
         env: Some(env),
+        resources: Some(settings.job_resources.clone()),
         security_context: Some(container_security_context()),
-        volume_mounts: Some(vec![VolumeMount {
-            name: "tmp".into(),
-            mount_path: "/tmp".into(),
-            ..VolumeMount::default()
-        }]),
+        volume_mounts: Some(vec![
+            mount("tmp", "/tmp", false),
+            mount("sql", SQL_DIR, true),
+        ]),
         ..Container::default()
     };
     Some(Job {
@@ -61,7 +106,7 @@ pub fn init_job(db: &Database, settings: &Settings) -> Option<Job> {
             active_deadline_seconds: Some(ACTIVE_DEADLINE_SECONDS),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
-                    labels: Some(pod_labels(db, "init")),
+                    labels: Some(job_pod_labels(db, "init")),
                     annotations: pod_annotations(db),
                     ..ObjectMeta::default()
                 }),
@@ -70,11 +115,9 @@ pub fn init_job(db: &Database, settings: &Settings) -> Option<Job> {
                     containers: vec![container],
                     security_context: Some(pod_security_context()),
                     enable_service_links: Some(false),
-                    volumes: Some(vec![Volume {
-                        name: "tmp".into(),
-                        empty_dir: Some(EmptyDirVolumeSource::default()),
-                        ..Volume::default()
-                    }]),
+                    automount_service_account_token: Some(false),
+                    image_pull_secrets: pull_secrets(settings),
+                    volumes: Some(vec![scratch("tmp"), sql]),
                     ..PodSpec::default()
                 }),
             },
@@ -84,122 +127,107 @@ pub fn init_job(db: &Database, settings: &Settings) -> Option<Job> {
     })
 }
 
-fn plain(name: &str, value: &str) -> EnvVar {
-    EnvVar {
-        name: name.into(),
-        value: Some(value.into()),
-        ..EnvVar::default()
-    }
-}
-
-fn sql_env(init: &InitSpec) -> EnvVar {
-    match (&init.sql, &init.config_map_ref) {
-        (_, Some(r)) => EnvVar {
-            name: "DBOP_INIT_SQL".into(),
-            value_from: Some(EnvVarSource {
-                config_map_key_ref: Some(ConfigMapKeySelector {
-                    name: r.name.clone(),
-                    key: r.key.clone(),
-                    optional: None,
-                }),
-                ..EnvVarSource::default()
-            }),
-            ..EnvVar::default()
-        },
-        (sql, None) => plain("DBOP_INIT_SQL", sql.as_deref().unwrap_or_default()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::resources::testing;
 
-    fn env_of(job: &Job) -> Vec<EnvVar> {
-        job.spec
-            .as_ref()
+    fn pod(job: &Job) -> PodSpec {
+        job.spec.clone().unwrap().template.spec.unwrap()
+    }
+
+    fn sql_source(job: &Job) -> (String, String) {
+        let pod = pod(job);
+        let volume = pod
+            .volumes
             .unwrap()
-            .template
-            .spec
-            .as_ref()
-            .unwrap()
-            .containers[0]
-            .env
-            .clone()
-            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "sql")
+            .unwrap();
+        let cm = volume.config_map.unwrap();
+        let item = &cm.items.unwrap()[0];
+        assert_eq!(item.path, SQL_KEY);
+        (cm.name, item.key.clone())
     }
 
     #[test]
     fn no_init_no_job() {
         assert!(init_job(&testing::minimal(), &Settings::default()).is_none());
+        assert!(init_sql_config_map(&testing::minimal()).is_none());
     }
 
     #[test]
-    fn inline_sql_goes_in_the_environment_not_the_command() {
+    fn inline_sql_goes_in_a_config_map_mounted_as_a_file() {
+        let big = format!("CREATE TABLE t (id int);\n-- {}\n", "x".repeat(200 * 1024));
         let db = testing::database(serde_json::json!({
             "version": "16.4", "storage": {"size": "1Gi"},
-            "init": {"sql": "CREATE TABLE t (id int);"}
+            "init": {"sql": big}
         }));
+        let cm = init_sql_config_map(&db).unwrap();
+        assert_eq!(cm.metadata.name.as_deref(), Some("orders-init-sql"));
+        assert_eq!(cm.data.unwrap()[SQL_KEY], big);
+        assert!(cm.metadata.owner_references.is_some());
         let job = init_job(&db, &Settings::default()).unwrap();
         assert_eq!(job.metadata.name.as_deref(), Some("orders-init"));
-        let spec = job.spec.as_ref().unwrap();
-        assert_eq!(spec.backoff_limit, Some(BACKOFF_LIMIT));
-        let c = &spec.template.spec.as_ref().unwrap().containers[0];
-        assert!(
-            !c.command
-                .as_ref()
-                .unwrap()
-                .join(" ")
-                .contains("CREATE TABLE")
+        assert_eq!(
+            sql_source(&job),
+            ("orders-init-sql".to_string(), SQL_KEY.to_string())
         );
-        let env = env_of(&job);
-        let sql = env.iter().find(|e| e.name == "DBOP_INIT_SQL").unwrap();
-        assert_eq!(sql.value.as_deref(), Some("CREATE TABLE t (id int);"));
+        let c = &pod(&job).containers[0];
+        let text = format!("{:?}{:?}", c.command, c.env);
+        assert!(!text.contains("CREATE TABLE"), "the SQL is inline: {text}");
+        assert!(text.contains("--file=/etc/dbop/init/init.sql"));
+        let env = c.env.as_ref().unwrap();
         let host = env.iter().find(|e| e.name == "PGHOST").unwrap();
         assert_eq!(host.value.as_deref(), Some("orders-rw.shop.svc"));
+        // The application database is libpq's default: the user's name.
+        assert!(env.iter().all(|e| e.name != "PGDATABASE"));
         let pw = env.iter().find(|e| e.name == "PGPASSWORD").unwrap();
         assert!(pw.value.is_none() && pw.value_from.is_some());
     }
 
     #[test]
-    fn config_map_sql_is_read_from_the_key() {
+    fn config_map_sql_is_mounted_from_the_users_key() {
         let db = testing::database(serde_json::json!({
             "version": "16.4", "storage": {"size": "1Gi"},
             "credentials": {"secretName": "admin"},
             "init": {"configMapRef": {"name": "schema", "key": "init.sql"}}
         }));
+        assert!(init_sql_config_map(&db).is_none());
         let job = init_job(&db, &Settings::default()).unwrap();
-        let env = env_of(&job);
-        let sql = env.iter().find(|e| e.name == "DBOP_INIT_SQL").unwrap();
-        let r = sql
+        assert_eq!(
+            sql_source(&job),
+            ("schema".to_string(), "init.sql".to_string())
+        );
+        let env = pod(&job).containers[0].env.clone().unwrap();
+        let pw = env.iter().find(|e| e.name == "PGPASSWORD").unwrap();
+        let key = pw
             .value_from
             .as_ref()
             .unwrap()
-            .config_map_key_ref
+            .secret_key_ref
             .as_ref()
             .unwrap();
-        assert_eq!((r.name.as_str(), r.key.as_str()), ("schema", "init.sql"));
-        let user = env.iter().find(|e| e.name == "PGUSER").unwrap();
-        assert_eq!(
-            user.value_from
-                .as_ref()
-                .unwrap()
-                .secret_key_ref
-                .as_ref()
-                .unwrap()
-                .optional,
-            Some(true)
-        );
-        let pw = env.iter().find(|e| e.name == "PGPASSWORD").unwrap();
-        assert_eq!(
-            pw.value_from
-                .as_ref()
-                .unwrap()
-                .secret_key_ref
-                .as_ref()
-                .unwrap()
-                .name,
-            "admin"
-        );
+        assert_eq!(key.name, "admin");
+    }
+
+    #[test]
+    fn the_pod_is_quota_ready_tokenless_and_outside_the_selectors() {
+        let db = testing::database(serde_json::json!({
+            "version": "16.4", "storage": {"size": "1Gi"}, "init": {"sql": "SELECT 1"}
+        }));
+        let settings = Settings {
+            image_pull_secrets: vec!["regcred".into()],
+            ..Settings::default()
+        };
+        let job = init_job(&db, &settings).unwrap();
+        let pod = pod(&job);
+        assert_eq!(pod.automount_service_account_token, Some(false));
+        assert_eq!(pod.image_pull_secrets.unwrap()[0].name, "regcred");
+        let r = pod.containers[0].resources.clone().unwrap();
+        assert!(r.requests.unwrap().contains_key("memory"));
+        assert!(r.limits.unwrap().contains_key("memory"));
+        let labels = job.spec.unwrap().template.metadata.unwrap().labels.unwrap();
+        assert_eq!(labels[crate::resources::LABEL_NAME], "dbop-init");
     }
 }

@@ -6,11 +6,13 @@
 
 pub mod credentials;
 pub mod init_job;
+pub mod pod;
 pub mod services;
 pub mod statefulset;
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
 
@@ -33,23 +35,44 @@ pub const MANAGED_BY: &str = "dbop";
 pub const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=dbop";
 
 /// Operator-wide settings the builders need.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
-    /// Where PostgreSQL images come from; the tag is the Database's version.
-    pub image_repository: String,
-    /// The image holding the backup agent at `/usr/local/bin/dbop-backup` (the operator's own
-    /// image); backup Jobs copy the agent from it with an init container.
+    /// The PostgreSQL image of a version: `{version}` is replaced by the Database's
+    /// `MAJOR.MINOR` (e.g. `docker.io/library/postgres:{version}`). A template without
+    /// `{version}` is a repository, tagged with the version.
+    pub postgres_image_template: String,
+    /// dbop's own image: it holds the static `dbop-backup` and `dbop-instance` at
+    /// `/usr/local/bin`, which init containers copy into the database and backup pods.
     pub agent_image: String,
+    /// Pull secrets (in the Database's namespace) for the pods dbop creates.
+    pub image_pull_secrets: Vec<String>,
+    /// Resources of the init and backup Jobs' containers.
+    pub job_resources: ResourceRequirements,
 }
 
 /// The default agent image: the operator's image of this version.
 pub const DEFAULT_AGENT_IMAGE: &str = concat!("dbop:", env!("CARGO_PKG_VERSION"));
+/// The default PostgreSQL image template: the official images.
+pub const DEFAULT_POSTGRES_IMAGE_TEMPLATE: &str = "docker.io/library/postgres:{version}";
 
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            image_repository: "docker.io/library/postgres".into(),
+            postgres_image_template: DEFAULT_POSTGRES_IMAGE_TEMPLATE.into(),
             agent_image: DEFAULT_AGENT_IMAGE.into(),
+            image_pull_secrets: Vec::new(),
+            job_resources: pod::default_job_resources(),
+        }
+    }
+}
+
+impl Settings {
+    /// The image of a PostgreSQL version from the template.
+    pub fn postgres_image(&self, version: &str) -> String {
+        if self.postgres_image_template.contains("{version}") {
+            self.postgres_image_template.replace("{version}", version)
+        } else {
+            format!("{}:{version}", self.postgres_image_template)
         }
     }
 }
@@ -89,6 +112,10 @@ impl Names {
     }
     pub fn init_job(&self) -> String {
         format!("{}-init", self.database)
+    }
+    /// The ConfigMap holding inline init SQL.
+    pub fn init_sql_config_map(&self) -> String {
+        format!("{}-init-sql", self.database)
     }
     pub fn pod(&self, ordinal: i32) -> String {
         format!("{}-{ordinal}", self.database)
@@ -148,6 +175,14 @@ pub fn pod_labels(db: &Database, component: &str) -> BTreeMap<String, String> {
     out
 }
 
+/// Labels of a Job's pods: like [`pod_labels`] but with another `app.kubernetes.io/name`, so
+/// that neither the StatefulSet's nor the Services' selectors ever match a Job pod.
+pub fn job_pod_labels(db: &Database, component: &str) -> BTreeMap<String, String> {
+    let mut out = pod_labels(db, component);
+    out.insert(LABEL_NAME.to_string(), format!("dbop-{component}"));
+    out
+}
+
 /// Pod annotations from `podMetadata.annotations` (None when there are none).
 pub fn pod_annotations(db: &Database) -> Option<BTreeMap<String, String>> {
     db.spec
@@ -195,7 +230,7 @@ pub fn check_version(text: &str) -> Result<Version, VersionProblem> {
 pub fn image(db: &Database, settings: &Settings) -> String {
     match &db.spec.image {
         Some(image) => image.clone(),
-        None => format!("{}:{}", settings.image_repository, db.spec.version),
+        None => settings.postgres_image(&db.spec.version),
     }
 }
 
@@ -232,6 +267,7 @@ mod tests {
             n.rw_service(),
             n.generated_secret(),
             n.init_job(),
+            n.init_sql_config_map(),
             n.data_pvc(0),
         ];
         let mut sorted = all.to_vec();
@@ -276,6 +312,33 @@ mod tests {
             image(&db, &Settings::default()),
             "registry.local/pg:16.4-postgis"
         );
+    }
+
+    #[test]
+    fn image_template() {
+        let mut s = Settings {
+            postgres_image_template: "dbop.local/postgres:{version}".into(),
+            ..Settings::default()
+        };
+        assert_eq!(s.postgres_image("15.20"), "dbop.local/postgres:15.20");
+        s.postgres_image_template = "mirror.local/pg".into();
+        assert_eq!(s.postgres_image("15.20"), "mirror.local/pg:15.20");
+        s.postgres_image_template = "mirror.local/pg:{version}-postgis".into();
+        assert_eq!(s.postgres_image("16.4"), "mirror.local/pg:16.4-postgis");
+    }
+
+    #[test]
+    fn job_pods_are_not_selected_by_the_statefulset_or_the_services() {
+        let db = testing::minimal();
+        let selector = selector_labels("orders");
+        for component in ["init", "backup"] {
+            let labels = job_pod_labels(&db, component);
+            let matched = selector.iter().all(|(k, v)| labels.get(k) == Some(v));
+            assert!(!matched, "{component} pods match the selector: {labels:?}");
+            assert_eq!(labels[LABEL_INSTANCE], "orders");
+        }
+        let db_pod = pod_labels(&db, "database");
+        assert!(selector.iter().all(|(k, v)| db_pod.get(k) == Some(v)));
     }
 
     #[test]

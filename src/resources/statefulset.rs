@@ -1,5 +1,6 @@
-//! The StatefulSet that runs PostgreSQL: one pod per instance, a data volume each, probes,
-//! a locked-down security context.
+//! The StatefulSet that runs PostgreSQL: one pod per instance, a data volume each, dbop's
+//! instance manager as the entrypoint (copied in by an init container), the credentials Secret
+//! mounted as files, probes, a locked-down security context.
 
 use std::collections::BTreeMap;
 
@@ -8,26 +9,33 @@ use k8s_openapi::api::apps::v1::{
     StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, ExecAction,
-    PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSecurityContext, PodSpec, PodTemplateSpec,
-    Probe, SeccompProfile, SecretKeySelector, SecurityContext, Volume, VolumeMount,
-    VolumeResourceRequirements,
+    Container, ContainerPort, ExecAction, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PodSpec, PodTemplateSpec, Probe, SecretVolumeSource, Volume, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
-use super::credentials::{PASSWORD_KEY, USERNAME_KEY, secret_name};
+use super::credentials::secret_name;
+use super::pod::{
+    DBOP_BIN_DIR, DBOP_BIN_VOLUME, container_security_context, copy_binary, env, mount,
+    pod_security_context, pull_secrets, scratch, shared_memory,
+};
 use super::{
-    LABEL_VERSION, Names, POSTGRES_PORT, Settings, image, labels, owned_meta, pod_annotations,
-    pod_labels, selector_labels,
+    LABEL_VERSION, Names, POSTGRES_PORT, Settings, Version, image, labels, owned_meta,
+    pod_annotations, pod_labels, selector_labels,
 };
 use crate::api::{Database, DeletionPolicy};
 
-/// The uid and gid of the `postgres` user in the official images.
-pub const POSTGRES_UID: i64 = 999;
 const DATA_MOUNT: &str = "/var/lib/postgresql/data";
 /// PGDATA is a subdirectory: the volume's root may hold `lost+found`, which initdb refuses.
 pub const PGDATA: &str = "/var/lib/postgresql/data/pgdata";
+/// The server's Unix socket directory (Debian's default, so `psql` in the pod finds it).
+pub const SOCKET_DIR: &str = "/var/run/postgresql";
+/// Where the credentials Secret is mounted (files `password`, `username`).
+pub const CREDENTIALS_DIR: &str = "/etc/dbop/credentials";
+const TERMINATION_GRACE_SECONDS: i64 = 60;
+const SMART_SHUTDOWN_SECONDS: i64 = 30;
+const FAST_SHUTDOWN_SECONDS: i64 = 20;
 
 /// The desired StatefulSet.
 ///
@@ -100,39 +108,28 @@ fn data_claim_template(db: &Database) -> PersistentVolumeClaim {
     }
 }
 
-/// An environment variable read from a key of the credentials Secret.
-pub fn secret_env(name: &str, secret: &str, key: &str, optional: bool) -> EnvVar {
-    EnvVar {
-        name: name.into(),
-        value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector {
-                name: secret.into(),
-                key: key.into(),
-                optional: optional.then_some(true),
-            }),
-            ..EnvVarSource::default()
-        }),
-        ..EnvVar::default()
-    }
+/// The instance manager's arguments shared by `run` and `probe`.
+fn manager_args(db: &Database) -> Vec<String> {
+    let major = Version::parse(&db.spec.version).map_or(0, |v| v.major);
+    vec![
+        format!("--pgdata={PGDATA}"),
+        format!("--major={major}"),
+        format!("--port={POSTGRES_PORT}"),
+        format!("--socket-dir={SOCKET_DIR}"),
+        format!("--credentials-dir={CREDENTIALS_DIR}"),
+        format!("--smart-shutdown-seconds={SMART_SHUTDOWN_SECONDS}"),
+        format!("--fast-shutdown-seconds={FAST_SHUTDOWN_SECONDS}"),
+    ]
 }
 
-fn env(name: &str, value: &str) -> EnvVar {
-    EnvVar {
-        name: name.into(),
-        value: Some(value.into()),
-        ..EnvVar::default()
-    }
-}
-
-fn probe(period: i32, failure_threshold: i32) -> Probe {
+/// The probe: the instance manager's own check (it connects as the Database's superuser to
+/// the application database over the local socket, so a custom superuser logs no failures).
+fn probe(manager: &str, db: &Database, period: i32, failure_threshold: i32) -> Probe {
+    let mut command = vec![manager.to_string(), "probe".into()];
+    command.extend(manager_args(db));
     Probe {
         exec: Some(ExecAction {
-            command: Some(vec![
-                "pg_isready".into(),
-                "--host=127.0.0.1".into(),
-                format!("--port={POSTGRES_PORT}"),
-                "--timeout=5".into(),
-            ]),
+            command: Some(command),
         }),
         period_seconds: Some(period),
         timeout_seconds: Some(6),
@@ -141,78 +138,50 @@ fn probe(period: i32, failure_threshold: i32) -> Probe {
     }
 }
 
-/// The security context every dbop container runs with.
-pub fn container_security_context() -> SecurityContext {
-    SecurityContext {
-        allow_privilege_escalation: Some(false),
-        read_only_root_filesystem: Some(true),
-        run_as_non_root: Some(true),
-        capabilities: Some(Capabilities {
-            drop: Some(vec!["ALL".into()]),
-            ..Capabilities::default()
-        }),
-        ..SecurityContext::default()
-    }
-}
-
-/// The pod security context every dbop pod runs with.
-pub fn pod_security_context() -> PodSecurityContext {
-    PodSecurityContext {
-        run_as_user: Some(POSTGRES_UID),
-        run_as_group: Some(POSTGRES_UID),
-        fs_group: Some(POSTGRES_UID),
-        run_as_non_root: Some(true),
-        seccomp_profile: Some(SeccompProfile {
-            type_: "RuntimeDefault".into(),
-            ..SeccompProfile::default()
-        }),
-        ..PodSecurityContext::default()
-    }
-}
-
-fn scratch(name: &str) -> Volume {
+fn credentials_volume(db: &Database) -> Volume {
     Volume {
-        name: name.into(),
-        empty_dir: Some(EmptyDirVolumeSource::default()),
+        name: "credentials".into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret_name(db)),
+            // Readable by the pod's group (fsGroup) only.
+            default_mode: Some(0o440),
+            ..SecretVolumeSource::default()
+        }),
         ..Volume::default()
     }
 }
 
-fn mount(name: &str, path: &str) -> VolumeMount {
-    VolumeMount {
-        name: name.into(),
-        mount_path: path.into(),
-        ..VolumeMount::default()
-    }
-}
-
 fn pod_template(db: &Database, settings: &Settings) -> PodTemplateSpec {
-    let secret = secret_name(db);
+    let (copy, manager) = copy_binary(settings, "dbop-instance");
+    let mut command = vec![manager.clone(), "run".into()];
+    command.extend(manager_args(db));
     let container = Container {
         name: "postgres".into(),
         image: Some(image(db, settings)),
+        command: Some(command),
         ports: Some(vec![ContainerPort {
             name: Some("postgresql".into()),
             container_port: POSTGRES_PORT,
             protocol: Some("TCP".into()),
             ..ContainerPort::default()
         }]),
-        env: Some(vec![
-            secret_env("POSTGRES_USER", &secret, USERNAME_KEY, true),
-            secret_env("POSTGRES_PASSWORD", &secret, PASSWORD_KEY, false),
-            env("PGDATA", PGDATA),
-        ]),
+        // Not a secret: lets `kubectl exec … -- psql` find the data and the socket.
+        env: Some(vec![env("PGDATA", PGDATA)]),
         resources: db.spec.resources.clone(),
         // Crash recovery of a large database can take a while: the startup probe allows ten
         // minutes before liveness takes over.
-        startup_probe: Some(probe(10, 60)),
-        readiness_probe: Some(probe(10, 3)),
-        liveness_probe: Some(probe(10, 6)),
+        startup_probe: Some(probe(&manager, db, 10, 60)),
+        readiness_probe: Some(probe(&manager, db, 10, 3)),
+        liveness_probe: Some(probe(&manager, db, 10, 6)),
         security_context: Some(container_security_context()),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
         volume_mounts: Some(vec![
-            mount("data", DATA_MOUNT),
-            mount("run", "/var/run/postgresql"),
-            mount("tmp", "/tmp"),
+            mount("data", DATA_MOUNT, false),
+            mount("run", SOCKET_DIR, false),
+            mount("tmp", "/tmp", false),
+            mount("shm", "/dev/shm", false),
+            mount(DBOP_BIN_VOLUME, DBOP_BIN_DIR, true),
+            mount("credentials", CREDENTIALS_DIR, true),
         ]),
         ..Container::default()
     };
@@ -223,12 +192,22 @@ fn pod_template(db: &Database, settings: &Settings) -> PodTemplateSpec {
             ..ObjectMeta::default()
         }),
         spec: Some(PodSpec {
+            init_containers: Some(vec![copy]),
             containers: vec![container],
             security_context: Some(pod_security_context()),
-            // A clean shutdown (checkpoint) beats a fast one.
-            termination_grace_period_seconds: Some(60),
+            // The manager asks a smart shutdown, then a fast one, then an immediate one, all
+            // before the kubelet's SIGKILL.
+            termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
             enable_service_links: Some(false),
-            volumes: Some(vec![scratch("run"), scratch("tmp")]),
+            automount_service_account_token: Some(false),
+            image_pull_secrets: pull_secrets(settings),
+            volumes: Some(vec![
+                scratch("run"),
+                scratch("tmp"),
+                shared_memory(),
+                scratch(DBOP_BIN_VOLUME),
+                credentials_volume(db),
+            ]),
             ..PodSpec::default()
         }),
     }
@@ -275,41 +254,70 @@ mod tests {
         let sc = c.security_context.as_ref().unwrap();
         assert_eq!(sc.allow_privilege_escalation, Some(false));
         assert_eq!(sc.read_only_root_filesystem, Some(true));
-        assert!(
-            c.readiness_probe
+    }
+
+    #[test]
+    fn the_instance_manager_is_the_entrypoint_and_reads_the_password_from_a_file() {
+        let sts = build();
+        let pod = sts.spec.template.spec.unwrap();
+        let copy = &pod.init_containers.as_ref().unwrap()[0];
+        assert_eq!(
+            copy.image.as_deref(),
+            Some(crate::resources::DEFAULT_AGENT_IMAGE)
+        );
+        let c = &pod.containers[0];
+        let command = c.command.as_ref().unwrap();
+        assert_eq!(command[..2], ["/dbop/dbop-instance", "run"]);
+        assert!(command.contains(&"--major=16".to_string()));
+        assert!(command.contains(&format!("--credentials-dir={CREDENTIALS_DIR}")));
+        // No secret in the environment: only PGDATA.
+        let env = c.env.as_ref().unwrap();
+        assert!(env.iter().all(|e| e.value_from.is_none()), "{env:?}");
+        assert!(!format!("{c:?}").contains("POSTGRES_PASSWORD"));
+        let volumes = pod.volumes.as_ref().unwrap();
+        let creds = volumes.iter().find(|v| v.name == "credentials").unwrap();
+        assert_eq!(
+            creds.secret.as_ref().unwrap().secret_name.as_deref(),
+            Some("orders-credentials")
+        );
+        let shm = volumes.iter().find(|v| v.name == "shm").unwrap();
+        assert_eq!(
+            shm.empty_dir.as_ref().unwrap().medium.as_deref(),
+            Some("Memory")
+        );
+        let mounts = c.volume_mounts.as_ref().unwrap();
+        assert!(mounts.iter().any(|m| m.mount_path == "/dev/shm"));
+        assert_eq!(pod.automount_service_account_token, Some(false));
+        assert_eq!(
+            pod.security_context
+                .unwrap()
+                .fs_group_change_policy
+                .as_deref(),
+            Some("OnRootMismatch")
+        );
+    }
+
+    #[test]
+    fn probes_are_the_instance_managers_not_pg_isready_as_postgres() {
+        let sts = build();
+        let c = &sts.spec.template.spec.unwrap().containers[0];
+        for probe in [&c.startup_probe, &c.readiness_probe, &c.liveness_probe] {
+            let command = probe
                 .as_ref()
                 .unwrap()
                 .exec
                 .as_ref()
                 .unwrap()
                 .command
-                .as_ref()
-                .unwrap()[0]
-                == "pg_isready"
-        );
-    }
-
-    #[test]
-    fn password_comes_from_the_secret_never_inline() {
-        let sts = build();
-        let c = &sts.spec.template.spec.unwrap().containers[0];
-        let pw = c
-            .env
-            .as_ref()
-            .unwrap()
-            .iter()
-            .find(|e| e.name == "POSTGRES_PASSWORD")
-            .unwrap();
-        assert!(pw.value.is_none());
-        let key = pw
-            .value_from
-            .as_ref()
-            .unwrap()
-            .secret_key_ref
-            .as_ref()
-            .unwrap();
-        assert_eq!(key.name, "orders-credentials");
-        assert_eq!(key.key, "password");
+                .clone();
+            let command = command.unwrap();
+            assert_eq!(command[..2], ["/dbop/dbop-instance", "probe"]);
+            assert!(
+                !command
+                    .iter()
+                    .any(|a| a.contains("postgres") && a.starts_with("--user"))
+            );
+        }
     }
 
     #[test]

@@ -63,10 +63,13 @@ watchNamespace mode). Keep in step with the code: src/controller.rs and src/back
 (watches), src/reconcile/{observe,act,cleanup}.rs (reads and writes).
 */}}
 {{- define "dbop.rules" -}}
-# The API: Databases and DatabaseBackups (the schedule creates and prunes backups), their status,
-# and the dbop.dev/cleanup finalizer.
+# The API: Databases (read, finalizer patch) and DatabaseBackups (the schedule creates and
+# prunes backups), their status, and the dbop.dev/cleanup finalizer.
 - apiGroups: ["dbop.dev"]
-  resources: ["databases", "databasebackups"]
+  resources: ["databases"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["dbop.dev"]
+  resources: ["databasebackups"]
   verbs: ["get", "list", "watch", "patch", "update", "create", "delete"]
 - apiGroups: ["dbop.dev"]
   resources: ["databases/status", "databasebackups/status"]
@@ -77,23 +80,27 @@ watchNamespace mode). Keep in step with the code: src/controller.rs and src/back
 # Owned objects: the credentials Secret (also reads users' credentials and S3 Secrets, keys only),
 # the Services, the data claims (expansion; deleted by deletionPolicy Delete).
 - apiGroups: [""]
-  resources: ["secrets", "services", "persistentvolumeclaims"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+  resources: ["secrets", "services"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["get", "list", "watch", "patch", "delete"]
 - apiGroups: ["apps"]
   resources: ["statefulsets"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 # The init Job and the backup Jobs.
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create"]
 # Backup Job pods: the agent's result is in their termination message.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch"]
-# ConfigMaps referenced by spec.init.configMapRef.
+  verbs: ["list"]
+# ConfigMaps: read those referenced by spec.init.configMapRef and s3.ca; create the one holding
+# inline init SQL (mounted into the init Job as a file).
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["get", "create"]
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]

@@ -1,0 +1,172 @@
+//! The configuration dbop manages: the authentication files and the server's command line.
+//!
+//! Pure: text and argument lists from the settings. The server reads the command line last,
+//! so these settings win over `postgresql.conf` and `ALTER SYSTEM`.
+
+use std::path::{Path, PathBuf};
+
+/// Settings of the server dbop manages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Managed {
+    pub pgdata: PathBuf,
+    pub listen_addresses: String,
+    pub port: u16,
+    pub socket_dir: PathBuf,
+    pub superuser: String,
+}
+
+/// The name of the pg_ident map that lets the pod's own OS user in as the superuser.
+pub const IDENT_MAP: &str = "dbop";
+
+/// `pg_hba.conf`: peer on the local socket (mapped to the superuser), SCRAM for the network.
+pub fn pg_hba() -> String {
+    format!(
+        "# Written by dbop-instance at every start: edits here are lost.\n\
+         # The local socket is inside the pod only: peer authentication, mapped to the superuser.\n\
+         local all all peer map={IDENT_MAP}\n\
+         # Network clients: SCRAM only.\n\
+         host all all 0.0.0.0/0 scram-sha-256\n\
+         host all all ::/0 scram-sha-256\n"
+    )
+}
+
+/// `pg_ident.conf`: any OS user of the pod may connect over the local socket as the superuser
+/// (the socket directory is private to the pod).
+pub fn pg_ident(superuser: &str) -> String {
+    format!(
+        "# Written by dbop-instance at every start: edits here are lost.\n\
+         {IDENT_MAP} /^.*$ \"{superuser}\"\n"
+    )
+}
+
+/// Why a superuser name cannot be used.
+pub fn check_role_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 63 {
+        return Err(format!(
+            "the username must have 1 to 63 bytes, it has {}",
+            name.len()
+        ));
+    }
+    if name.chars().any(|c| c == '"' || c.is_control()) {
+        return Err("the username must not contain a double quote or a control character".into());
+    }
+    Ok(())
+}
+
+/// The server's arguments (after the `postgres` executable).
+pub fn server_args(m: &Managed) -> Vec<String> {
+    let file = |name: &str| m.pgdata.join(name).display().to_string();
+    let mut args = vec!["-D".to_string(), m.pgdata.display().to_string()];
+    let settings = [
+        ("listen_addresses", m.listen_addresses.clone()),
+        ("port", m.port.to_string()),
+        (
+            "unix_socket_directories",
+            m.socket_dir.display().to_string(),
+        ),
+        ("hba_file", file("pg_hba.conf")),
+        ("ident_file", file("pg_ident.conf")),
+        ("password_encryption", "scram-sha-256".to_string()),
+    ];
+    for (key, value) in settings {
+        args.push("-c".into());
+        args.push(format!("{key}={value}"));
+    }
+    args
+}
+
+/// The `initdb` arguments; the password is read by initdb from `password_file`.
+pub fn initdb_args(
+    target: &Path,
+    superuser: &str,
+    password_file: &Path,
+    major: u32,
+) -> Vec<String> {
+    let mut args = vec![
+        format!("--pgdata={}", target.display()),
+        format!("--username={superuser}"),
+        format!("--pwfile={}", password_file.display()),
+        "--auth-local=peer".into(),
+        "--auth-host=scram-sha-256".into(),
+        "--encoding=UTF8".into(),
+        "--locale=C.UTF-8".into(),
+        "--data-checksums".into(),
+    ];
+    if major >= 14 {
+        // Its "start the server with pg_ctl …" hint names the scratch directory: misleading.
+        args.push("--no-instructions".into());
+    }
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn managed() -> Managed {
+        Managed {
+            pgdata: "/var/lib/postgresql/data/pgdata".into(),
+            listen_addresses: "*".into(),
+            port: 5432,
+            socket_dir: "/var/run/postgresql".into(),
+            superuser: "app".into(),
+        }
+    }
+
+    #[test]
+    fn hba_is_scram_for_the_network_and_peer_locally() {
+        let hba = pg_hba();
+        let rules: Vec<&str> = hba.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            rules,
+            [
+                "local all all peer map=dbop",
+                "host all all 0.0.0.0/0 scram-sha-256",
+                "host all all ::/0 scram-sha-256"
+            ]
+        );
+        assert!(!hba.contains("trust") && !hba.contains("md5"));
+        assert!(pg_ident("app").ends_with("dbop /^.*$ \"app\"\n"));
+    }
+
+    #[test]
+    fn server_args_override_listen_port_socket_and_auth_files() {
+        let args = server_args(&managed()).join(" ");
+        for want in [
+            "-D /var/lib/postgresql/data/pgdata",
+            "-c listen_addresses=*",
+            "-c port=5432",
+            "-c unix_socket_directories=/var/run/postgresql",
+            "-c hba_file=/var/lib/postgresql/data/pgdata/pg_hba.conf",
+            "-c ident_file=/var/lib/postgresql/data/pgdata/pg_ident.conf",
+            "-c password_encryption=scram-sha-256",
+        ] {
+            assert!(args.contains(want), "{want} missing from {args}");
+        }
+    }
+
+    #[test]
+    fn initdb_uses_checksums_utf8_scram_and_a_password_file() {
+        let args = initdb_args(Path::new("/d/new"), "app", Path::new("/creds/password"), 15);
+        for want in [
+            "--pgdata=/d/new",
+            "--username=app",
+            "--pwfile=/creds/password",
+            "--auth-host=scram-sha-256",
+            "--encoding=UTF8",
+            "--data-checksums",
+        ] {
+            assert!(args.iter().any(|a| a == want), "{want} missing: {args:?}");
+        }
+    }
+
+    #[test]
+    fn role_names() {
+        assert!(check_role_name("app").is_ok());
+        assert!(check_role_name("App User").is_ok());
+        assert!(check_role_name("").is_err());
+        assert!(check_role_name("a\"b").is_err());
+        assert!(check_role_name("a\nb").is_err());
+        assert!(check_role_name(&"x".repeat(64)).is_err());
+    }
+}

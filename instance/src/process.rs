@@ -1,0 +1,100 @@
+//! The process-level I/O: signal handlers that only record what arrived, sending signals to
+//! the server, and reaping every child (the manager is PID 1 of its container).
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::shutdown::Signal;
+
+static PENDING: AtomicU32 = AtomicU32::new(0);
+
+const HANDLED: [(libc::c_int, Signal); 4] = [
+    (libc::SIGTERM, Signal::Term),
+    (libc::SIGINT, Signal::Int),
+    (libc::SIGQUIT, Signal::Quit),
+    (libc::SIGHUP, Signal::Hup),
+];
+
+extern "C" fn record(signal: libc::c_int) {
+    // Async-signal-safe: one atomic OR.
+    if (0..32).contains(&signal) {
+        PENDING.fetch_or(1 << signal, Ordering::SeqCst);
+    }
+}
+
+/// Installs the handlers for SIGTERM, SIGINT, SIGQUIT and SIGHUP.
+pub fn install_handlers() -> std::io::Result<()> {
+    for (number, _) in HANDLED {
+        // SAFETY: a zeroed sigaction with a handler that only touches an atomic; SA_RESTART so
+        // blocking calls resume.
+        let result = unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = record as *const () as libc::sighandler_t;
+            action.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(number, &action, std::ptr::null_mut())
+        };
+        if result != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The signals received since the last call.
+pub fn take_signals() -> Vec<Signal> {
+    let bits = PENDING.swap(0, Ordering::SeqCst);
+    HANDLED
+        .iter()
+        .filter(|(n, _)| bits & (1 << n) != 0)
+        .map(|(_, s)| *s)
+        .collect()
+}
+
+/// Sends `signal` to the process `pid`.
+pub fn send(pid: u32, signal: Signal) {
+    let number = HANDLED
+        .iter()
+        .find(|(_, s)| *s == signal)
+        .map(|(n, _)| *n)
+        .unwrap_or(libc::SIGTERM);
+    // SAFETY: kill has no memory effects.
+    unsafe { libc::kill(pid as libc::pid_t, number) };
+}
+
+/// Reaps every exited child; returns their pids and exit codes (128 + signal when killed).
+pub fn reap() -> Vec<(u32, i32)> {
+    let mut out = Vec::new();
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: status is a valid pointer.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid <= 0 {
+            return out;
+        }
+        let code = if libc::WIFEXITED(status) {
+            libc::WEXITSTATUS(status)
+        } else {
+            128 + libc::WTERMSIG(status)
+        };
+        out.push((pid as u32, code));
+    }
+}
+
+/// `n` random bytes from the kernel.
+pub fn random_bytes(n: usize) -> std::io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; n];
+    let mut filled = 0;
+    while filled < n {
+        // SAFETY: the pointer and length describe the unfilled tail of `buf`.
+        let got = unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), n - filled, 0) };
+        if got < 0 {
+            let error = std::io::Error::last_os_error();
+            if error.kind() != std::io::ErrorKind::Interrupted {
+                return Err(error);
+            }
+        } else {
+            filled += got as usize;
+        }
+    }
+    Ok(buf)
+}

@@ -1,0 +1,360 @@
+//! The manager's I/O: reads the data directory and the credentials files, runs `initdb`,
+//! writes the managed configuration, supervises `postgres` and keeps its password in step.
+//! Every decision is delegated to the pure modules.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::binaries;
+use crate::config::{self, Managed};
+use crate::datadir::{self, Observed, Start};
+use crate::password::{self, Fingerprint, Read, Sync};
+use crate::process;
+use crate::shutdown::{self, Event, State, Timeouts};
+
+/// The superuser when the credentials have no `username` file.
+pub const DEFAULT_SUPERUSER: &str = "postgres";
+/// The file, in the socket directory, that says the server took the password and has the
+/// application database (the probes read it; removed at every start).
+pub const READY_MARKER: &str = "dbop-instance.ready";
+
+/// Everything the manager is told on its command line.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub pgdata: PathBuf,
+    pub major: u32,
+    pub listen_addresses: String,
+    pub port: u16,
+    pub socket_dir: PathBuf,
+    /// A directory with the files `password` and (optionally) `username`: the mounted Secret.
+    pub credentials_dir: PathBuf,
+    pub termination_log: PathBuf,
+    pub timeouts: Timeouts,
+    pub poll: Duration,
+}
+
+/// A reason to stop before the server runs; logged and written to the termination log.
+#[derive(Debug)]
+pub struct Fatal(pub String);
+
+fn log(message: &str) {
+    eprintln!("dbop-instance: {message}");
+}
+
+/// Writes `message` where Kubernetes reads the container's termination message.
+pub fn report(termination_log: &Path, message: &str) {
+    log(message);
+    if let Err(e) = std::fs::write(termination_log, message) {
+        log(&format!("cannot write {}: {e}", termination_log.display()));
+    }
+}
+
+/// Runs the instance to its end; returns the container's exit code.
+pub fn run(o: &Options) -> i32 {
+    match prepare(o).and_then(|(bin, user)| supervise(o, &bin, &user)) {
+        Ok(code) => code,
+        Err(Fatal(message)) => {
+            report(&o.termination_log, &message);
+            1
+        }
+    }
+}
+
+/// The superuser name from the credentials directory.
+pub fn superuser(credentials_dir: &Path) -> Result<String, Fatal> {
+    let name = match std::fs::read_to_string(credentials_dir.join("username")) {
+        Ok(text) => text.lines().next().unwrap_or_default().to_string(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => DEFAULT_SUPERUSER.to_string(),
+        Err(e) => return Err(Fatal(format!("cannot read the username file: {e}"))),
+    };
+    config::check_role_name(&name).map_err(Fatal)?;
+    Ok(name)
+}
+
+/// The directory holding the binaries of `major`.
+pub fn bin_dir(major: u32) -> Result<PathBuf, Fatal> {
+    let path = std::env::var("PATH").unwrap_or_default();
+    let candidates = binaries::candidates(major, &path);
+    binaries::choose(&candidates, |d| d.join("postgres").is_file()).ok_or_else(|| {
+        Fatal(format!(
+            "no PostgreSQL {major} server binaries in /usr/lib/postgresql/{major}/bin or on \
+             PATH: the image does not meet dbop's operand image contract (docs/operand-images.md)"
+        ))
+    })
+}
+
+fn prepare(o: &Options) -> Result<(PathBuf, String), Fatal> {
+    let bin = bin_dir(o.major)?;
+    let user = superuser(&o.credentials_dir)?;
+    let _ = std::fs::remove_file(o.socket_dir.join(READY_MARKER));
+    match datadir::decide(&observe(&o.pgdata)?, o.major) {
+        Start::InitDb => initdb(o, &bin, &user)?,
+        Start::Run => log("the data directory is initialised: starting the server on it"),
+        Start::Refuse(message) => return Err(Fatal(message)),
+    }
+    write_config(o, &user)?;
+    Ok((bin, user))
+}
+
+fn observe(pgdata: &Path) -> Result<Observed, Fatal> {
+    let mut entries = match std::fs::read_dir(pgdata) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Observed::Missing),
+        Err(e) => return Err(Fatal(format!("cannot read {}: {e}", pgdata.display()))),
+    };
+    if entries.next().is_none() {
+        return Ok(Observed::Empty);
+    }
+    let pg_version = std::fs::read_to_string(pgdata.join("PG_VERSION")).ok();
+    Ok(Observed::Populated { pg_version })
+}
+
+/// initdb into a scratch directory beside PGDATA, renamed into place when complete: an
+/// interrupted initdb leaves nothing that looks like a data directory.
+fn initdb(o: &Options, bin: &Path, user: &str) -> Result<(), Fatal> {
+    let scratch = o.pgdata.with_extension("initdb");
+    let _ = std::fs::remove_dir_all(&scratch);
+    let password_file = o.credentials_dir.join("password");
+    if password::decide(None, &read_password(&password_file)) != Sync::Apply {
+        return Err(Fatal(
+            "cannot initialise: the credentials have no usable password".into(),
+        ));
+    }
+    log(&format!(
+        "initialising a new data directory for superuser {user}"
+    ));
+    let status = Command::new(bin.join("initdb"))
+        .args(config::initdb_args(&scratch, user, &password_file, o.major))
+        .stdout(Stdio::inherit())
+        .status()
+        .map_err(|e| Fatal(format!("cannot run initdb: {e}")))?;
+    if !status.success() {
+        return Err(Fatal(format!(
+            "initdb failed ({status}); see the log above"
+        )));
+    }
+    std::fs::rename(&scratch, &o.pgdata).map_err(|e| {
+        Fatal(format!(
+            "cannot move the new data directory into place: {e}"
+        ))
+    })
+}
+
+fn write_config(o: &Options, user: &str) -> Result<(), Fatal> {
+    let write = |name: &str, text: String| {
+        std::fs::write(o.pgdata.join(name), text)
+            .map_err(|e| Fatal(format!("cannot write {name}: {e}")))
+    };
+    write("pg_hba.conf", config::pg_hba())?;
+    write("pg_ident.conf", config::pg_ident(user))
+}
+
+fn managed(o: &Options, user: &str) -> Managed {
+    Managed {
+        pgdata: o.pgdata.clone(),
+        listen_addresses: o.listen_addresses.clone(),
+        port: o.port,
+        socket_dir: o.socket_dir.clone(),
+        superuser: user.to_string(),
+    }
+}
+
+fn supervise(o: &Options, bin: &Path, user: &str) -> Result<i32, Fatal> {
+    process::install_handlers().map_err(|e| Fatal(format!("cannot handle signals: {e}")))?;
+    let child = Command::new(bin.join("postgres"))
+        .args(config::server_args(&managed(o, user)))
+        .spawn()
+        .map_err(|e| Fatal(format!("cannot start postgres: {e}")))?;
+    let pid = child.id();
+    log(&format!("postgres started (pid {pid})"));
+    let mut state = State::Running;
+    let mut sync = Syncer::new(o, bin, user);
+    loop {
+        let now = Instant::now();
+        let events = process::take_signals().into_iter().map(Event::Received);
+        for event in events.chain([Event::Tick]) {
+            let (next, signal) = shutdown::step(state, event, now, o.timeouts);
+            if let Some(signal) = signal {
+                log(&format!("sending {signal:?} to postgres"));
+                process::send(pid, signal);
+            }
+            state = next;
+        }
+        if let Some(code) = server_exit(pid) {
+            return Ok(finish(o, state, code));
+        }
+        if state == State::Running {
+            sync.tick();
+        }
+        std::thread::sleep(o.poll);
+    }
+}
+
+fn server_exit(pid: u32) -> Option<i32> {
+    process::reap()
+        .into_iter()
+        .find(|(p, _)| *p == pid)
+        .map(|(_, code)| code)
+}
+
+fn finish(o: &Options, state: State, code: i32) -> i32 {
+    let _ = std::fs::remove_file(o.socket_dir.join(READY_MARKER));
+    match (state, code) {
+        (State::Stopping { mode, .. }, 0) => log(&format!("postgres stopped ({mode:?} shutdown)")),
+        (_, code) => report(
+            &o.termination_log,
+            &format!("postgres exited with status {code}"),
+        ),
+    }
+    code
+}
+
+fn read_password(file: &Path) -> Read {
+    match std::fs::read(file) {
+        Ok(bytes) => match password::from_file(&bytes) {
+            Ok(p) => Read::Present(p),
+            Err(_) => Read::Present(String::from("\u{fffd}")),
+        },
+        Err(_) => Read::Missing,
+    }
+}
+
+/// Keeps the server's password equal to the file's and makes the application database.
+struct Syncer<'a> {
+    o: &'a Options,
+    bin: &'a Path,
+    user: &'a str,
+    applied: Option<Fingerprint>,
+    database_made: bool,
+    last_problem: Option<String>,
+}
+
+impl<'a> Syncer<'a> {
+    fn new(o: &'a Options, bin: &'a Path, user: &'a str) -> Self {
+        Self {
+            o,
+            bin,
+            user,
+            applied: None,
+            database_made: false,
+            last_problem: None,
+        }
+    }
+
+    fn tick(&mut self) {
+        let read = read_password(&self.o.credentials_dir.join("password"));
+        match password::decide(self.applied.as_ref(), &read) {
+            Sync::Nothing if self.database_made => {}
+            Sync::Nothing | Sync::Apply => {
+                if let Read::Present(p) = read {
+                    self.apply(&p);
+                }
+            }
+            Sync::Problem(message) => self.problem(message),
+        }
+    }
+
+    fn problem(&mut self, message: String) {
+        if self.last_problem.as_ref() != Some(&message) {
+            log(&format!("the password is not applied: {message}"));
+            self.last_problem = Some(message);
+        }
+    }
+
+    fn apply(&mut self, password: &str) {
+        if !self.accepting() {
+            return;
+        }
+        let salt = match process::random_bytes(16) {
+            Ok(salt) => salt,
+            Err(e) => return self.problem(format!("no random salt: {e}")),
+        };
+        let verifier = password::scram_verifier(password, &salt, password::SCRAM_ITERATIONS);
+        let mut sql = password::alter_role_sql(self.user, &verifier);
+        sql.push_str(&password::ensure_database_sql(self.user, self.user));
+        match self.psql(&sql) {
+            Ok(()) => {
+                log(
+                    "the server's password is the mounted Secret's; the application database exists",
+                );
+                self.applied = Some(password::fingerprint(password));
+                self.database_made = true;
+                self.last_problem = None;
+                let _ = std::fs::write(self.o.socket_dir.join(READY_MARKER), b"");
+            }
+            Err(message) => self.problem(message),
+        }
+    }
+
+    fn accepting(&self) -> bool {
+        Command::new(self.bin.join("pg_isready"))
+            .args(connection_args(self.o, self.user, "postgres"))
+            .arg("--quiet")
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    fn psql(&self, sql: &str) -> Result<(), String> {
+        let mut child = Command::new(self.bin.join("psql"))
+            .args(connection_args(self.o, self.user, "postgres"))
+            .args([
+                "--no-psqlrc",
+                "--quiet",
+                "--set=ON_ERROR_STOP=1",
+                "--file=-",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot run psql: {e}"))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin
+                .write_all(sql.as_bytes())
+                .map_err(|e| format!("cannot write to psql: {e}"))?;
+        }
+        let out = child.wait_with_output().map_err(|e| format!("psql: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "psql: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+}
+
+/// libpq arguments for the local socket.
+pub fn connection_args(o_socket: &Options, user: &str, database: &str) -> Vec<String> {
+    vec![
+        format!("--host={}", o_socket.socket_dir.display()),
+        format!("--port={}", o_socket.port),
+        format!("--username={user}"),
+        format!("--dbname={database}"),
+    ]
+}
+
+/// The probe: the manager finished start-up and the server accepts connections to the
+/// application database as the superuser (so a custom superuser name logs no failures).
+pub fn probe(o: &Options) -> i32 {
+    if !o.socket_dir.join(READY_MARKER).exists() {
+        log("not ready: the instance manager has not applied the password yet");
+        return 1;
+    }
+    let (bin, user) = match bin_dir(o.major).and_then(|b| Ok((b, superuser(&o.credentials_dir)?))) {
+        Ok(found) => found,
+        Err(Fatal(message)) => {
+            log(&message);
+            return 1;
+        }
+    };
+    Command::new(bin.join("pg_isready"))
+        .args(connection_args(o, &user, &user))
+        .arg("--timeout=5")
+        .status()
+        .map(|s| s.code().unwrap_or(1))
+        .unwrap_or(1)
+}

@@ -1,0 +1,306 @@
+//! dbop-instance run for real against Debian's PostgreSQL in a temporary directory, as the
+//! `postgres` user when the tests run as root (PostgreSQL refuses to run as root).
+//! Requires the PostgreSQL server packages (backups/install-test-deps.sh installs them).
+
+use std::os::unix::fs::symlink;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// The newest PostgreSQL under /usr/lib/postgresql: (major, bin dir).
+fn server() -> (u32, PathBuf) {
+    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .expect("PostgreSQL server packages (run backups/install-test-deps.sh)")
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let major = e.file_name().to_str()?.parse().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("postgres").is_file().then_some((major, bin))
+        })
+        .collect();
+    found.sort();
+    found
+        .pop()
+        .expect("a PostgreSQL server under /usr/lib/postgresql")
+}
+
+/// The uid and gid to run as: `postgres` when root, else ourselves.
+fn ids() -> Option<(u32, u32)> {
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        return None;
+    }
+    let id = |flag: &str| -> u32 {
+        let out = Command::new("id")
+            .args([flag, "postgres"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "the postgres system user is missing");
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    Some((id("-u"), id("-g")))
+}
+
+fn chown(path: &Path, ids: Option<(u32, u32)>) {
+    if let Some((uid, gid)) = ids {
+        std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Instance {
+    dir: tempfile::TempDir,
+    ids: Option<(u32, u32)>,
+    major: u32,
+    bin: PathBuf,
+    port: u16,
+    generation: u32,
+}
+
+impl Instance {
+    fn new() -> Instance {
+        let (major, bin) = server();
+        let ids = ids();
+        let dir = tempfile::Builder::new()
+            .prefix("dbop-instance-")
+            .tempdir()
+            .unwrap();
+        for sub in ["", "data", "run", "creds"] {
+            let p = dir.path().join(sub);
+            std::fs::create_dir_all(&p).unwrap();
+            chown(&p, ids);
+        }
+        let exe = dir.path().join("dbop-instance");
+        std::fs::copy(env!("CARGO_BIN_EXE_dbop-instance"), &exe).unwrap();
+        chown(&exe, ids);
+        let mut i = Instance {
+            dir,
+            ids,
+            major,
+            bin,
+            port: free_port(),
+            generation: 0,
+        };
+        i.set_credentials("app", "first-password");
+        i
+    }
+
+    fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+
+    /// Writes the credentials the way the kubelet updates a Secret volume: a new timestamped
+    /// directory, then an atomic swap of the `..data` symlink the key files point through.
+    fn set_credentials(&mut self, user: &str, password: &str) {
+        self.generation += 1;
+        let creds = self.path("creds");
+        let version = format!("..v{}", self.generation);
+        std::fs::create_dir(creds.join(&version)).unwrap();
+        std::fs::write(creds.join(&version).join("username"), user).unwrap();
+        std::fs::write(creds.join(&version).join("password"), password).unwrap();
+        symlink(&version, creds.join("..data_tmp")).unwrap();
+        std::fs::rename(creds.join("..data_tmp"), creds.join("..data")).unwrap();
+        for key in ["username", "password"] {
+            if !creds.join(key).exists() {
+                symlink(format!("..data/{key}"), creds.join(key)).unwrap();
+            }
+        }
+    }
+
+    fn command(&self, sub: &str, major: u32) -> Command {
+        let mut cmd = Command::new(self.path("dbop-instance"));
+        cmd.arg(sub)
+            .arg(format!("--pgdata={}", self.path("data/pgdata").display()))
+            .arg(format!("--major={major}"))
+            .arg("--listen-addresses=127.0.0.1")
+            .arg(format!("--port={}", self.port))
+            .arg(format!("--socket-dir={}", self.path("run").display()))
+            .arg(format!(
+                "--credentials-dir={}",
+                self.path("creds").display()
+            ))
+            .arg(format!(
+                "--termination-log={}",
+                self.path("termination-log").display()
+            ))
+            .arg("--poll-millis=100")
+            .env_remove("PGPASSWORD")
+            .current_dir(self.dir.path());
+        if let Some((uid, gid)) = self.ids {
+            cmd.uid(uid).gid(gid);
+        }
+        cmd
+    }
+
+    fn start(&self) -> Running {
+        let mut child = self
+            .command("run", self.major)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while !self.probe() {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("dbop-instance exited early ({status}): {}", stderr(child));
+            }
+            assert!(start.elapsed() < DEADLINE, "not ready within {DEADLINE:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Running(Some(child))
+    }
+
+    fn probe(&self) -> bool {
+        self.command("probe", self.major)
+            .stderr(Stdio::null())
+            .stdout(Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    }
+
+    /// A network login (SCRAM over TCP) as `app` to the application database `app`.
+    fn login(&self, password: &str) -> Output {
+        Command::new(self.bin.join("psql"))
+            .args([
+                "--no-psqlrc",
+                "--tuples-only",
+                "--no-align",
+                "-c",
+                "SELECT current_database()",
+            ])
+            .arg(format!(
+                "host=127.0.0.1 port={} user=app dbname=app connect_timeout=10",
+                self.port
+            ))
+            .env("PGPASSWORD", password)
+            .output()
+            .unwrap()
+    }
+
+    fn wait_login(&self, password: &str) {
+        let start = Instant::now();
+        loop {
+            let out = self.login(password);
+            if out.status.success() {
+                assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "app");
+                return;
+            }
+            assert!(
+                start.elapsed() < DEADLINE,
+                "login never worked: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn cluster_state(&self) -> String {
+        let out = Command::new(self.bin.join("pg_controldata"))
+            .arg(self.path("data/pgdata"))
+            .env("LC_ALL", "C")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find(|l| l.starts_with("Database cluster state:"))
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+fn stderr(child: Child) -> String {
+    String::from_utf8_lossy(&child.wait_with_output().unwrap().stderr).into_owned()
+}
+
+/// A running manager, stopped (immediate shutdown, forwarded to its server) if a test fails
+/// before it stops it: no server outlives its test.
+struct Running(Option<Child>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            // SAFETY: kill has no memory effects.
+            unsafe { libc::kill(child.id() as i32, libc::SIGQUIT) };
+            let _ = child.wait();
+        }
+    }
+}
+
+fn terminate(mut running: Running) -> (std::process::ExitStatus, String) {
+    let child = running.0.take().unwrap();
+    // SAFETY: kill has no memory effects.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn initialises_follows_the_password_file_stops_cleanly_and_restarts_on_its_data() {
+    let mut i = Instance::new();
+    let child = i.start();
+    i.wait_login("first-password");
+    assert!(!i.login("wrong").status.success());
+
+    i.set_credentials("app", "second-password");
+    i.wait_login("second-password");
+    assert!(
+        !i.login("first-password").status.success(),
+        "the old password still works"
+    );
+
+    let (status, log) = terminate(child);
+    assert!(status.success(), "exit {status}: {log}");
+    assert!(log.contains("initialising a new data directory"), "{log}");
+    assert!(
+        i.cluster_state().ends_with("shut down"),
+        "{}",
+        i.cluster_state()
+    );
+    assert!(!log.contains("second-password") && !log.contains("first-password"));
+
+    let child = i.start();
+    i.wait_login("second-password");
+    let (status, log) = terminate(child);
+    assert!(status.success(), "exit {status}: {log}");
+    assert!(!log.contains("initialising"), "re-initialised: {log}");
+    assert!(log.contains("the data directory is initialised"), "{log}");
+}
+
+#[test]
+fn refuses_a_data_directory_of_another_major() {
+    let i = Instance::new();
+    let pgdata = i.path("data/pgdata");
+    std::fs::create_dir(&pgdata).unwrap();
+    std::fs::write(pgdata.join("PG_VERSION"), format!("{}\n", i.major - 1)).unwrap();
+    chown(&pgdata, i.ids);
+    let out = i.command("run", i.major).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let message = std::fs::read_to_string(i.path("termination-log")).unwrap();
+    assert!(
+        message.contains(&format!("belongs to PostgreSQL {}", i.major - 1)),
+        "{message}"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&message));
+    assert_eq!(
+        std::fs::read_dir(&pgdata).unwrap().count(),
+        1,
+        "the data directory was touched"
+    );
+}
