@@ -82,7 +82,7 @@ metadata:
     scheduler.alpha.kubernetes.io/node-selector: testbed.dbop.dev/real-node=true
     scheduler.alpha.kubernetes.io/defaultTolerations: '[{"key":"testbed.dbop.dev/real-node","operator":"Exists","effect":"NoSchedule"}]'
 NS
-  export DBOP_IMAGE_REPOSITORY=dbop.local/postgres DBOP_AGENT_IMAGE=dbop.local/dbop:dev
+  export DBOP_POSTGRES_IMAGE_TEMPLATE='dbop.local/postgres:{version}' DBOP_AGENT_IMAGE=dbop.local/dbop:dev
 fi
 
 log_file=${DBOP_TESTBED_DIR:-$root/.testbed}/logs/dbop-run.log
@@ -103,17 +103,17 @@ name=$(k get -f "$example" -o jsonpath='{.metadata.name}' -n "$namespace" 2>/dev
 kn() { k -n "$namespace" "$@"; }
 
 # The server's version through the -rw Service, from a pod on the real node, with the credentials
-# from the Database's Secret (as environment from the Secret: never on a command line).
+# from the Database's Secret (as environment from the Secret: never on a command line). The
+# username is optional in a user's Secret (default postgres), so the psql pod falls back to it.
 real_query() {
-  local secret user_key pass_key overrides
-  secret=$(kn get statefulset "$name" -o jsonpath='{.spec.template.spec.containers[0].env[?(@.name=="POSTGRES_PASSWORD")].valueFrom.secretKeyRef.name}')
-  user_key=$(kn get statefulset "$name" -o jsonpath='{.spec.template.spec.containers[0].env[?(@.name=="POSTGRES_USER")].valueFrom.secretKeyRef.key}')
-  pass_key=$(kn get statefulset "$name" -o jsonpath='{.spec.template.spec.containers[0].env[?(@.name=="POSTGRES_PASSWORD")].valueFrom.secretKeyRef.key}')
-  overrides=$(jq -cn --arg s "$secret" --arg u "${user_key:-username}" --arg p "${pass_key:-password}" --arg host "$name-rw" '{
+  local secret overrides
+  secret=$(kn get database "$name" -o jsonpath='{.spec.credentials.secretName}')
+  secret=${secret:-$name-credentials}
+  overrides=$(jq -cn --arg s "$secret" --arg host "$name-rw" '{
     spec: {terminationGracePeriodSeconds: 1, containers: [{name: "psql", image: "dbop.local/postgres:15.20",
-      command: ["psql", "-h", $host, "-d", "postgres", "-Atc", "select version()"],
-      env: [{name: "PGUSER", valueFrom: {secretKeyRef: {name: $s, key: $u}}},
-            {name: "PGPASSWORD", valueFrom: {secretKeyRef: {name: $s, key: $p}}}]}]}}')
+      command: ["sh", "-c", "PGUSER=${DB_USER:-postgres} PGDATABASE=${DB_USER:-postgres} exec psql -h \"$0\" -Atc \"select version()\"", $host],
+      env: [{name: "DB_USER", valueFrom: {secretKeyRef: {name: $s, key: "username", optional: true}}},
+            {name: "PGPASSWORD", valueFrom: {secretKeyRef: {name: $s, key: "password"}}}]}]}}')
   say "querying the server through the Service $name-rw from a pod:"
   kn run "psql-$RANDOM" --rm -i --restart=Never --quiet --image dbop.local/postgres:15.20 \
     --overrides "$overrides" --pod-running-timeout=2m
