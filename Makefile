@@ -50,4 +50,4 @@ test-e2e: ## end-to-end suites against the local control plane (brings it up and
 test: lint test-unit test-e2e ## every test: lint, unit and agent tests, then end-to-end on the local control plane
 
 bench-backup: ## benchmark dbop-backup dump against pg_dump | zstd | rclone rcat (writes docs/benchmarks.md figures)
-	backups/bench/run.sh
+	agent/bench/run.sh

@@ -33,7 +33,7 @@ const S3_SECRET_KEY: &str = "s3-Contract-never-printed";
 const BUCKET: &str = "backups";
 
 fn hint(what: &str) -> String {
-    format!("{what} not found: run `sudo backups/install-test-deps.sh` (this test never skips)")
+    format!("{what} not found: run `sudo agent/install-test-deps.sh` (this test never skips)")
 }
 
 fn free_port() -> u16 {

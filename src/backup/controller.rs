@@ -42,7 +42,7 @@ pub const REQUEUE_RUNNING: Duration = Duration::from_secs(60);
 const MAX_MESSAGE: usize = 1024;
 
 /// What the agent reports in the termination message (the fields dbop uses; see
-/// `backups/src/result.rs`, whose field names are the contract).
+/// `agent/src/result.rs`, whose field names are the contract).
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentResult {

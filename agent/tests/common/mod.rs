@@ -1,7 +1,7 @@
 //! Test harness: real PostgreSQL (initdb in a temp dir, run as the `postgres` user when the
 //! tests run as root), real S3-compatible servers on loopback (s3s-fs, moto_server), and the
 //! agent binary run as a child process. A missing dependency fails the test with a message
-//! naming `backups/install-test-deps.sh`; nothing is skipped.
+//! naming `agent/install-test-deps.sh`; nothing is skipped.
 #![allow(dead_code)]
 
 use std::io::Read;
@@ -20,7 +20,7 @@ pub const S3_SECRET_KEY: &str = "s3-Secr3t-never-printed";
 pub const BUCKET: &str = "backups";
 
 fn install_hint(what: &str) -> String {
-    format!("{what} not found: run `sudo backups/install-test-deps.sh` (tests never skip)")
+    format!("{what} not found: run `sudo agent/install-test-deps.sh` (tests never skip)")
 }
 
 pub fn free_port() -> u16 {
