@@ -20,9 +20,10 @@ build: ## build both binaries (release)
 fmt: ## format the code
 	$(CARGO) fmt --all
 
-lint: ## formatting and clippy, warnings are errors
+lint: ## formatting, clippy (warnings are errors) and no import circles
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) test -q -p dbop --test import_graph
 
 crds: ## regenerate crds/ (and the chart's copy) from the API types
 	$(CARGO) run -q --bin dbop -- crd > crds/dbop.dev.yaml
