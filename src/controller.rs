@@ -4,7 +4,6 @@
 //! `DatabaseBackup` controller beside it. The shared `Context` and backoff live in `context`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -12,7 +11,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Secret, Service};
 use kube::api::{Patch, PatchParams};
 use kube::core::DeserializeGuard;
-use kube::runtime::controller::{Action, Config as ControllerConfig};
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef;
@@ -62,8 +61,8 @@ pub async fn run(client: Client, settings: Settings, namespace: Option<String>) 
     );
     // Both controllers stop on SIGTERM/SIGINT (each has `shutdown_on_signal`).
     let backups = crate::backup::controller::run(ctx.clone(), namespace.clone());
+    // No debounce: a deleted or edited child is repaired from its watch event at once.
     let database_controller = Controller::new(databases, watcher::Config::default().any_semantic())
-        .with_config(ControllerConfig::default().debounce(Duration::from_millis(500)))
         .owns(owned::<StatefulSet>(&client, &namespace), managed.clone())
         .owns(owned::<Service>(&client, &namespace), managed.clone())
         .owns(owned::<Secret>(&client, &namespace), managed.clone())
