@@ -31,9 +31,10 @@ static: ## build dbop, dbop-backup and dbop-instance static (musl, release) into
 fmt: ## format the code
 	$(CARGO) fmt --all
 
-lint: ## formatting and clippy, warnings are errors
+lint: ## formatting, clippy (warnings are errors) and no import circles
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) test -q -p dbop --test import_graph
 
 crds: ## regenerate crds/ (and the chart's copy) from the API types
 	$(CARGO) run -q --bin dbop -- crd > crds/dbop.dev.yaml
@@ -67,4 +68,4 @@ test-e2e: ## end-to-end suites against the local control plane (brings it up and
 test: lint test-unit test-e2e ## every test: lint, unit and agent tests, then end-to-end on the local control plane
 
 bench-backup: ## benchmark dbop-backup dump against pg_dump | zstd | rclone rcat (writes docs/benchmarks.md figures)
-	backups/bench/run.sh
+	agent/bench/run.sh

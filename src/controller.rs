@@ -1,20 +1,18 @@
-//! The controller runtime around the reconcile: watches (Databases and everything they own,
-//! so a deleted or edited child is repaired from its watch event), the finalizer, per-object
-//! retry backoff, and Events for errors.
+//! The runtime of both controllers: the Database controller's watches (Databases and everything
+//! they own, so a deleted or edited child is repaired from its watch event; `DatabaseBackup`s,
+//! which wake their Database), its finalizer and its Events for errors, and the start of the
+//! `DatabaseBackup` controller beside it. The shared `Context` and backoff live in `context`.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
-use chrono::Utc;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Secret, Service};
 use kube::api::{Patch, PatchParams};
 use kube::core::DeserializeGuard;
-use kube::runtime::controller::{Action, Config as ControllerConfig};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
@@ -24,55 +22,13 @@ use tracing::{info, instrument, warn};
 
 use crate::FINALIZER;
 use crate::api::{Database, DatabaseBackup};
+use crate::context::{Context, FailureKey};
 use crate::error::{Error, Result};
-use crate::reconcile::{act, cleanup, decide, observe};
+use crate::kube_io::EventSpec;
+use crate::reconcile::{act, cleanup, reconcile_database};
 use crate::resources::{LABEL_INSTANCE, MANAGED_SELECTOR, Settings};
 
-/// What every reconcile shares.
-pub struct Context {
-    pub client: Client,
-    pub settings: Settings,
-    pub recorder: Recorder,
-    /// Consecutive failures per Database, for exponential backoff; reset on success.
-    failures: Mutex<HashMap<(String, String), u32>>,
-}
-
-impl Context {
-    pub fn new(client: Client, settings: Settings) -> Self {
-        let reporter = Reporter {
-            controller: "dbop".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
-        Self {
-            recorder: Recorder::new(client.clone(), reporter),
-            client,
-            settings,
-            failures: Mutex::new(HashMap::new()),
-        }
-    }
-
-    pub(crate) fn record_failure(&self, key: (String, String)) -> u32 {
-        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        let n = failures.entry(key).or_insert(0);
-        *n = n.saturating_add(1);
-        *n
-    }
-
-    pub(crate) fn reset_failures(&self, key: &(String, String)) {
-        self.failures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(key);
-    }
-}
-
-/// The retry delay after `failures` consecutive failures: 5 s doubling, at most 5 minutes.
-pub fn backoff(failures: u32) -> Duration {
-    let exponent = failures.saturating_sub(1).min(6);
-    Duration::from_secs((5u64 << exponent).min(300))
-}
-
-fn key_of(guard: &DeserializeGuard<Database>) -> (String, String) {
+fn key_of(guard: &DeserializeGuard<Database>) -> FailureKey {
     let meta = guard.meta();
     (
         meta.namespace.clone().unwrap_or_default(),
@@ -105,8 +61,8 @@ pub async fn run(client: Client, settings: Settings, namespace: Option<String>) 
     );
     // Both controllers stop on SIGTERM/SIGINT (each has `shutdown_on_signal`).
     let backups = crate::backup::controller::run(ctx.clone(), namespace.clone());
+    // No debounce: a deleted or edited child is repaired from its watch event at once.
     let database_controller = Controller::new(databases, watcher::Config::default().any_semantic())
-        .with_config(ControllerConfig::default().debounce(Duration::from_millis(500)))
         .owns(owned::<StatefulSet>(&client, &namespace), managed.clone())
         .owns(owned::<Service>(&client, &namespace), managed.clone())
         .owns(owned::<Secret>(&client, &namespace), managed.clone())
@@ -160,7 +116,7 @@ async fn reconcile(guard: Arc<DeserializeGuard<Database>>, ctx: Arc<Context>) ->
     match &result {
         Ok(_) => ctx.reset_failures(&key_of(&guard)),
         Err(error) => {
-            let event = crate::reconcile::events::EventSpec {
+            let event = EventSpec {
                 warning: true,
                 reason: error.label().into(),
                 note: error.to_string(),
@@ -169,19 +125,6 @@ async fn reconcile(guard: Arc<DeserializeGuard<Database>>, ctx: Arc<Context>) ->
         }
     }
     result
-}
-
-/// observe → decide → act for a Database that is not being deleted.
-pub async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> {
-    let snapshot = observe::snapshot(&ctx.client, db).await?;
-    let facts = observe::Facts::from_snapshot(db, &snapshot);
-    let mut decision = decide::decide(db, &facts, &ctx.settings);
-    for condition in act::apply_steps(ctx, db, &snapshot, &decision).await? {
-        decision.override_condition(condition);
-    }
-    act::apply_backups(ctx, db, &decision).await?;
-    act::update_status(ctx, db, act::next_status(db, &decision, Utc::now())).await?;
-    Ok(Action::requeue(decision.requeue_after))
 }
 
 /// A Database this version of dbop cannot read (an edit the schema let through, a newer CRD):
@@ -236,23 +179,5 @@ fn error_policy(
     error: &Error,
     ctx: Arc<Context>,
 ) -> Action {
-    let failures = ctx.record_failure(key_of(&guard));
-    let delay = backoff(failures);
-    warn!(%error, label = error.label(), failures, retry_in = ?delay, "reconcile failed");
-    Action::requeue(delay)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::backoff;
-    use std::time::Duration;
-
-    #[test]
-    fn backoff_doubles_up_to_five_minutes() {
-        let delays: Vec<_> = (1..=9).map(backoff).collect();
-        let secs: Vec<u64> = delays.iter().map(Duration::as_secs).collect();
-        assert_eq!(secs, vec![5, 10, 20, 40, 80, 160, 300, 300, 300]);
-        assert_eq!(backoff(0).as_secs(), 5);
-        assert_eq!(backoff(u32::MAX).as_secs(), 300);
-    }
+    ctx.retry_after_failure(key_of(&guard), error, "Database")
 }

@@ -17,9 +17,6 @@ pub enum Error {
 
     #[error("finalizer {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
-
-    #[error("{0}")]
-    InvalidObject(String),
 }
 
 impl Error {
@@ -29,7 +26,6 @@ impl Error {
             Error::Kube(_) => "KubeApiError",
             Error::Serialize { .. } => "SerializationError",
             Error::Finalizer(_) => "FinalizerError",
-            Error::InvalidObject(_) => "InvalidObject",
         }
     }
 }

@@ -1,13 +1,25 @@
 //! dbop: a Kubernetes operator that runs PostgreSQL with its whole lifecycle.
 //!
-//! The layout follows the reconcile: `api` (the CRD types), `resources` (pure builders of every
-//! owned object), `reconcile` (observe → decide → act) and `controller` (the watches and the
-//! runtime around it).
+//! The layout, from the bottom up (a module imports only from those before it; the
+//! `import_graph` test checks there is no circle):
+//! - `api`: the CRD types; `error`: the operator's errors;
+//! - `resources`: pure builders of every owned object;
+//! - `context` (what every reconcile shares, the retry backoff) and `kube_io` (the one place
+//!   that writes: apply what drifted, create once, patch status, Events, a Job's state);
+//! - `backup`: the schedule, the backup Job and the `DatabaseBackup` controller
+//!   (observe → decide → act);
+//! - `reconcile`: the Database controller's observe → decide → act, and its finalizer's cleanup;
+//! - `controller`: the watches and the runtime that run both controllers.
+//!
+//! The backup agent is a separate crate (`agent/`, `dbop-backup`); what the two agree on is in
+//! `dbop-contract` (`contract/`).
 
 pub mod api;
 pub mod backup;
+pub mod context;
 pub mod controller;
 pub mod error;
+pub mod kube_io;
 pub mod reconcile;
 pub mod resources;
 pub mod telemetry;

@@ -2,7 +2,8 @@
 //! builder, its container command, arguments and environment are taken from it as they are,
 //! secret references are resolved with known values (as the kubelet would), and the real
 //! `dbop-backup` binary runs with exactly that against a local PostgreSQL and an S3 server
-//! (s3s-fs). The result it writes where the termination message goes is then read back by the
+//! (s3s-fs; both from `dbop_contract::test_support`, which the agent's tests use too). The
+//! result it writes where the termination message goes is then read back by the
 //! `DatabaseBackup` controller's own decision.
 //!
 //! Only what a cluster provides is substituted: the Service DNS name and port (PGHOST/PGPORT →
@@ -10,223 +11,24 @@
 //! `/dev/termination-log` (→ a file). A missing dependency fails the test; nothing is skipped.
 
 use std::collections::BTreeMap;
-use std::net::{TcpListener, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
 use chrono::{TimeZone, Utc};
 use dbop::api::{
     BackupPhase, BackupReason, Database, DatabaseBackup, DatabaseBackupSpec, DatabaseSpec,
     DatabaseStatus,
 };
-use dbop::backup::controller::{BackupFacts, JobFacts, JobState, decide, parse_agent_result};
+use dbop::backup::decide::decide;
 use dbop::backup::job::{AGENT_PATH, TERMINATION_LOG, backup_job};
+use dbop::backup::observe::{BackupFacts, JobFacts};
+use dbop::kube_io::JobState;
 use dbop::resources::Settings;
+use dbop_contract::test_support::{
+    BUCKET, PG_PASSWORD, PG_USER, Pg, S3_ACCESS_KEY, S3_SECRET_KEY, S3sFs, pg_bin_dir,
+};
+use dbop_contract::{Outcome, parse_termination_message};
 use k8s_openapi::api::core::v1::Container;
-
-const PG_USER: &str = "dbop";
-const PG_PASSWORD: &str = "pw-Contract-never-printed";
-const S3_ACCESS_KEY: &str = "dbop-contract-access";
-const S3_SECRET_KEY: &str = "s3-Contract-never-printed";
-const BUCKET: &str = "backups";
-
-fn hint(what: &str) -> String {
-    format!("{what} not found: run `sudo backups/install-test-deps.sh` (this test never skips)")
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-fn wait_for_port(port: u16, child: &mut Child, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return;
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("{what} exited during start-up: {status}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("{what} did not listen on port {port} within 60 s");
-}
-
-/// A child process killed when the test ends, however it ends.
-struct Guard(Child);
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn pg_bin_dir() -> PathBuf {
-    if let Ok(dir) = std::env::var("DBOP_TEST_PG_BIN_DIR") {
-        return dir.into();
-    }
-    let mut dirs: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .filter_map(|e| {
-                    let major = e.file_name().to_str()?.parse().ok()?;
-                    let bin = e.path().join("bin");
-                    bin.join("initdb").is_file().then_some((major, bin))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    dirs.sort();
-    dirs.pop()
-        .map(|(_, d)| d)
-        .unwrap_or_else(|| panic!("{}", hint("PostgreSQL (initdb under /usr/lib/postgresql)")))
-}
-
-/// The `postgres` user's ids when running as root (initdb refuses root).
-fn postgres_ids() -> Option<(u32, u32)> {
-    let uid = Command::new("id").arg("-u").output().ok()?;
-    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-        return None;
-    }
-    let id = |flag: &str| -> u32 {
-        let out = Command::new("id")
-            .args([flag, "postgres"])
-            .output()
-            .expect("id");
-        assert!(out.status.success(), "{}", hint("the postgres system user"));
-        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
-    };
-    Some((id("-u"), id("-g")))
-}
-
-fn start_postgres(dir: &Path) -> (Guard, u16) {
-    let bin = pg_bin_dir();
-    let ids = postgres_ids();
-    let pwfile = dir.join("pw");
-    std::fs::write(&pwfile, PG_PASSWORD).unwrap();
-    if let Some((uid, gid)) = ids {
-        for p in [dir, pwfile.as_path()] {
-            std::os::unix::fs::chown(p, Some(uid), Some(gid)).unwrap();
-        }
-    }
-    let as_owner = |cmd: &mut Command| {
-        if let Some((uid, gid)) = ids {
-            cmd.uid(uid).gid(gid);
-        }
-    };
-    let data = dir.join("data");
-    let mut initdb = Command::new(bin.join("initdb"));
-    initdb
-        .args([
-            "-U",
-            PG_USER,
-            "--auth=scram-sha-256",
-            "-E",
-            "UTF8",
-            "--locale=C",
-            "--no-sync",
-        ])
-        .arg("--pwfile")
-        .arg(&pwfile)
-        .arg("-D")
-        .arg(&data)
-        .current_dir(dir);
-    as_owner(&mut initdb);
-    let out = initdb
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e}", hint("initdb")));
-    assert!(
-        out.status.success(),
-        "initdb: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let port = free_port();
-    let mut cmd = Command::new(bin.join("postgres"));
-    cmd.arg("-D")
-        .arg(&data)
-        .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1"])
-        .arg("-c")
-        .arg(format!("unix_socket_directories={}", dir.display()))
-        .args(["-c", "fsync=off"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .current_dir(dir);
-    as_owner(&mut cmd);
-    let mut child = cmd.spawn().expect("postgres");
-    wait_for_port(port, &mut child, "postgres");
-    let guard = Guard(child);
-    // Accepting connections (not only listening); then the application database (named after
-    // the user, as dbop-instance makes it) with a table of rows to dump.
-    let psql = |database: &str, sql: &str| {
-        Command::new(bin.join("psql"))
-            .args(["-X", "-w", "-q", "-v", "ON_ERROR_STOP=1", "-c", sql])
-            .env_clear()
-            .envs([
-                ("PGHOST", "127.0.0.1".to_string()),
-                ("PGPORT", port.to_string()),
-                ("PGUSER", PG_USER.into()),
-                ("PGPASSWORD", PG_PASSWORD.into()),
-                ("PGDATABASE", database.into()),
-            ])
-            .output()
-            .expect("psql")
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let out = psql("postgres", "SELECT 1");
-        if out.status.success() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "postgres did not accept connections: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    for (database, sql) in [
-        ("postgres", format!("CREATE DATABASE {PG_USER}")),
-        (PG_USER, "CREATE TABLE orders (id int primary key, item text); INSERT INTO orders SELECT g, 'item ' || g FROM generate_series(1, 1000) g".to_string()),
-    ] {
-        let out = psql(database, &sql);
-        assert!(out.status.success(), "{sql}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    (guard, port)
-}
-
-fn start_s3s(root: &Path) -> (Guard, u16) {
-    std::fs::create_dir_all(root.join(BUCKET)).unwrap();
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let bin = std::env::split_paths(&path)
-        .chain([home.join(".cargo/bin")])
-        .map(|d| d.join("s3s-fs"))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "{}",
-                hint("s3s-fs (cargo install s3s-fs --version 0.14.1 --features binary)")
-            )
-        });
-    let port = free_port();
-    let mut child = Command::new(bin)
-        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-        .args(["--access-key", S3_ACCESS_KEY, "--secret-key", S3_SECRET_KEY])
-        .arg(root)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("s3s-fs");
-    wait_for_port(port, &mut child, "s3s-fs");
-    (Guard(child), port)
-}
 
 /// The agent binary as `cargo test --workspace` builds it (beside this test's directory), or
 /// `DBOP_BACKUP_BIN`.
@@ -326,11 +128,18 @@ fn the_backup_job_runs_the_agent_for_real() {
         .prefix("dbop-contract-")
         .tempdir()
         .unwrap();
-    let pg_dir = dir.path().join("pg");
-    std::fs::create_dir(&pg_dir).unwrap();
-    let (_pg, pg_port) = start_postgres(&pg_dir);
-    let s3_root = dir.path().join("s3");
-    let (_s3, s3_port) = start_s3s(&s3_root);
+    let pg = Pg::start();
+    // The application database (named after the user, as dbop-instance makes it) is the one
+    // backups dump: a table of rows in it.
+    pg.psql("postgres", &format!("CREATE DATABASE {PG_USER}"));
+    pg.psql(
+        PG_USER,
+        "CREATE TABLE orders (id int primary key, item text); \
+         INSERT INTO orders SELECT g, 'item ' || g FROM generate_series(1, 1000) g",
+    );
+    let pg_port = pg.port;
+    let s3 = S3sFs::start();
+    let (s3_root, s3_port) = (s3.root.clone(), s3.port);
 
     let db = database(s3_port);
     let created = Utc.with_ymd_and_hms(2025, 5, 1, 2, 0, 3).unwrap();
@@ -419,11 +228,11 @@ fn the_backup_job_runs_the_agent_for_real() {
         message.len() <= 4096,
         "a termination message is at most 4 KiB"
     );
-    let result = parse_agent_result(&message).expect("the operator reads the agent's result");
-    assert_eq!(result.outcome.as_deref(), Some("Succeeded"));
+    let result =
+        parse_termination_message(&message).expect("the operator reads the agent's result");
+    assert_eq!(result.outcome, Outcome::Succeeded);
     let key = result.key.clone().expect("a key");
     assert!(
-        // The application database (named after the user) is the one dumped.
         key.starts_with(&format!(
             "contract/shop/orders/{PG_USER}/20250501T020003Z-orders-202505010200/"
         )),
@@ -455,8 +264,8 @@ fn the_backup_job_runs_the_agent_for_real() {
     assert!(status.engine_version.is_some());
 
     // A retried Job (same DatabaseBackup, same backup id) makes no second backup.
-    let again = parse_agent_result(&run()).unwrap();
-    assert_eq!(again.outcome.as_deref(), Some("Succeeded"));
+    let again = parse_termination_message(&run()).unwrap();
+    assert_eq!(again.outcome, Outcome::Succeeded);
     assert_eq!(again.key.as_deref(), Some(key.as_str()));
     assert_eq!(again.sha256, result.sha256);
     let backups = std::fs::read_dir(

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use chrono::{TimeZone, Utc};
 use dbop::api::{Database, DatabaseSpec};
-use dbop::controller::{Context, reconcile_database};
+use dbop::context::Context;
+use dbop::reconcile::reconcile_database;
 use dbop::reconcile::{act, decide, observe};
 use dbop::resources::{Settings, credentials, services, statefulset};
 use http::{Request, Response, StatusCode};

@@ -8,26 +8,27 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use super::s3_secret::S3SecretProblem;
 use super::schedule::{
     BackupRecord, BackupSchedule, DEFAULT_KEEP_FAILED, DEFAULT_KEEP_LAST,
-    DEFAULT_STARTING_DEADLINE, HealthFacts, HistoryPolicy, Hold, Run, ScheduleFacts, backup_health,
-    backups_to_prune, parse_duration, plan_schedule,
+    DEFAULT_STARTING_DEADLINE, HealthFacts, HistoryPolicy, Hold, Run, ScheduleFacts, SchedulePlan,
+    backup_health, backups_to_prune, parse_duration, plan_schedule,
 };
 use crate::api::conditions::{ConditionStatus, ConditionType};
 use crate::api::{BackupPhase, BackupSpec, BackupStatus, Database, Phase};
-use crate::reconcile::events::EventSpec;
+use crate::kube_io::EventSpec;
 
 /// What the Database's reconcile observed about its backups.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BackupsFact {
+pub struct BackupHistoryFact {
     pub now: DateTime<Utc>,
     /// This Database's `DatabaseBackup` objects.
     pub records: Vec<BackupRecord>,
-    /// What is wrong with the S3 credentials Secret, in words that say what to fix.
-    pub s3_problem: Option<String>,
+    /// What is wrong with the S3 credentials Secret.
+    pub s3_problem: Option<S3SecretProblem>,
 }
 
-impl Default for BackupsFact {
+impl Default for BackupHistoryFact {
     fn default() -> Self {
         Self {
             now: DateTime::UNIX_EPOCH,
@@ -57,8 +58,7 @@ pub struct BackupPlan {
 }
 
 /// Decides the backup plan. `phase` is the phase decided for this pass.
-pub fn plan_backups(db: &Database, fact: &BackupsFact, phase: Phase) -> BackupPlan {
-    use ConditionType::BackupHealthy;
+pub fn plan_backups(db: &Database, fact: &BackupHistoryFact, phase: Phase) -> BackupPlan {
     let previous = db
         .status
         .as_ref()
@@ -66,152 +66,33 @@ pub fn plan_backups(db: &Database, fact: &BackupsFact, phase: Phase) -> BackupPl
         .unwrap_or_default();
     let outcomes = outcomes(&previous, &fact.records);
     let Some(spec) = &db.spec.backup else {
-        let status = BackupStatus {
-            last_schedule_time: None,
-            next_schedule_time: None,
-            ..outcomes
-        };
-        return BackupPlan {
-            condition: ConditionStatus::new(
-                BackupHealthy,
-                false,
-                "BackupNotConfigured",
-                "spec.backup is not set: no scheduled backups are made",
-            ),
-            status: (status != BackupStatus::default()).then_some(status),
-            create: None,
-            prune: vec![],
-            events: vec![],
-            requeue_after: None,
-        };
+        return not_configured(outcomes);
     };
-    let settings = match Settings::parse(spec) {
+    let settings = match BackupSettings::parse(spec) {
         Ok(s) => s,
-        Err(message) => {
-            return BackupPlan {
-                condition: ConditionStatus::new(BackupHealthy, false, "InvalidBackupSpec", message),
-                status: Some(BackupStatus {
-                    next_schedule_time: None,
-                    last_schedule_time: previous.last_schedule_time,
-                    ..outcomes
-                }),
-                create: None,
-                prune: vec![],
-                events: vec![],
-                requeue_after: None,
-            };
-        }
+        Err(message) => return invalid_spec(message, &previous, outcomes),
     };
-
-    let has_run = db
-        .status
-        .as_ref()
-        .is_some_and(|s| s.current_version.is_some());
-    let hold = if fact.s3_problem.is_some() {
-        Some(Hold::Misconfigured)
-    } else if phase == Phase::Upgrading {
-        Some(Hold::Upgrading)
-    } else if !has_run {
-        Some(Hold::DatabaseNotReady)
-    } else {
-        None
-    };
-    let mut unfinished: Vec<&BackupRecord> =
-        fact.records.iter().filter(|r| !r.is_finished()).collect();
-    unfinished.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)));
-    let schedule_facts = ScheduleFacts {
-        database: db.name(),
-        now: fact.now,
-        last_schedule_time: previous.last_schedule_time,
-        next_schedule_time: previous.next_schedule_time,
-        suspended: spec.suspend,
-        starting_deadline: settings.starting_deadline,
-        hold,
-        active_backup: unfinished.first().map(|r| r.name.clone()),
-        existing: fact.records.iter().map(|r| r.name.clone()).collect(),
-    };
-    let schedule = plan_schedule(&settings.schedule, &schedule_facts);
-
-    let mut events = vec![];
-    if let Run::Skipped { latest_missed } = &schedule.run
-        && previous.next_schedule_time != schedule.next_schedule_time
-    {
-        events.push(EventSpec {
-            warning: true,
-            reason: "ScheduledBackupSkipped".into(),
-            note: format!(
-                "the backup scheduled at {} was missed by more than the starting deadline; the \
-                 next one is at {}",
-                rfc3339(*latest_missed),
-                schedule
-                    .next_schedule_time
-                    .map(rfc3339)
-                    .unwrap_or_else(|| "never".into())
-            ),
-        });
-    }
-    let create = match &schedule.run {
-        Run::Start { at, name } => Some(NewBackup {
-            name: name.clone(),
-            scheduled_at: *at,
-        }),
-        _ => None,
-    };
-
-    let (condition, health_requeue) = match &fact.s3_problem {
-        Some(problem) => (
-            ConditionStatus::new(
-                BackupHealthy,
-                false,
-                if problem.contains("does not exist") {
-                    "S3CredentialsSecretNotFound"
-                } else {
-                    "S3CredentialsSecretInvalid"
-                },
-                problem.clone(),
-            ),
-            None,
-        ),
-        None => {
-            let mut finished: Vec<&BackupRecord> =
-                fact.records.iter().filter(|r| r.is_finished()).collect();
-            finished.sort_by_key(|r| (r.completed.unwrap_or(r.created), r.name.clone()));
-            let last_success = outcomes
-                .last_successful
-                .clone()
-                .zip(outcomes.last_successful_time);
-            let rpo = settings.rpo.unwrap_or_else(|| {
-                let from = last_success.as_ref().map(|s| s.1).unwrap_or(fact.now);
-                settings
-                    .schedule
-                    .longest_interval(from)
-                    .map(|i| i * 2)
-                    .unwrap_or(Duration::from_secs(2 * 86_400))
-            });
-            backup_health(&HealthFacts {
-                now: fact.now,
-                last_success,
-                latest_finished: finished.last().map(|r| (*r).clone()),
-                a_run_was_due: schedule.last_schedule_time.is_some()
-                    || matches!(schedule.run, Run::Skipped { .. } | Run::Wait { .. })
-                    || !finished.is_empty(),
-                first_due: schedule.next_schedule_time,
-                rpo,
-            })
-        }
-    };
-
-    let prune = backups_to_prune(&fact.records, &settings.history, fact.now);
+    let schedule = plan_schedule(
+        &settings.schedule,
+        &schedule_facts(db, fact, phase, &settings, &previous),
+    );
+    let (condition, health_requeue) = health(fact, &settings, &outcomes, &schedule);
     BackupPlan {
         condition,
+        events: skipped_event(&schedule, &previous).into_iter().collect(),
+        create: match &schedule.run {
+            Run::Start { at, name } => Some(NewBackup {
+                name: name.clone(),
+                scheduled_at: *at,
+            }),
+            _ => None,
+        },
+        prune: backups_to_prune(&fact.records, &settings.history, fact.now),
         status: Some(BackupStatus {
             last_schedule_time: schedule.last_schedule_time,
             next_schedule_time: schedule.next_schedule_time,
             ..outcomes
         }),
-        create,
-        prune,
-        events,
         requeue_after: [schedule.requeue_after, health_requeue]
             .into_iter()
             .flatten()
@@ -219,16 +100,167 @@ pub fn plan_backups(db: &Database, fact: &BackupsFact, phase: Phase) -> BackupPl
     }
 }
 
+/// No `spec.backup`: only the outcomes of earlier backups are kept in the status.
+fn not_configured(outcomes: BackupStatus) -> BackupPlan {
+    let status = BackupStatus {
+        last_schedule_time: None,
+        next_schedule_time: None,
+        ..outcomes
+    };
+    BackupPlan {
+        condition: ConditionStatus::new(
+            ConditionType::BackupHealthy,
+            false,
+            "BackupNotConfigured",
+            "spec.backup is not set: no scheduled backups are made",
+        ),
+        status: (status != BackupStatus::default()).then_some(status),
+        create: None,
+        prune: vec![],
+        events: vec![],
+        requeue_after: None,
+    }
+}
+
+/// A `spec.backup` that cannot be read: nothing is scheduled until it is fixed.
+fn invalid_spec(message: String, previous: &BackupStatus, outcomes: BackupStatus) -> BackupPlan {
+    BackupPlan {
+        condition: ConditionStatus::new(
+            ConditionType::BackupHealthy,
+            false,
+            "InvalidBackupSpec",
+            message,
+        ),
+        status: Some(BackupStatus {
+            next_schedule_time: None,
+            last_schedule_time: previous.last_schedule_time,
+            ..outcomes
+        }),
+        create: None,
+        prune: vec![],
+        events: vec![],
+        requeue_after: None,
+    }
+}
+
+/// Why a due run must wait, if it must: unusable S3 credentials, an upgrade rollout, or a
+/// Database that never ran.
+fn hold(db: &Database, fact: &BackupHistoryFact, phase: Phase) -> Option<Hold> {
+    let has_run = db
+        .status
+        .as_ref()
+        .is_some_and(|s| s.current_version.is_some());
+    if fact.s3_problem.is_some() {
+        Some(Hold::Misconfigured)
+    } else if phase == Phase::Upgrading {
+        Some(Hold::Upgrading)
+    } else if !has_run {
+        Some(Hold::DatabaseNotReady)
+    } else {
+        None
+    }
+}
+
+fn schedule_facts(
+    db: &Database,
+    fact: &BackupHistoryFact,
+    phase: Phase,
+    settings: &BackupSettings,
+    previous: &BackupStatus,
+) -> ScheduleFacts {
+    let mut unfinished: Vec<&BackupRecord> =
+        fact.records.iter().filter(|r| !r.is_finished()).collect();
+    unfinished.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)));
+    ScheduleFacts {
+        database: db.name(),
+        now: fact.now,
+        last_schedule_time: previous.last_schedule_time,
+        next_schedule_time: previous.next_schedule_time,
+        suspended: db.spec.backup.as_ref().is_some_and(|b| b.suspend),
+        starting_deadline: settings.starting_deadline,
+        hold: hold(db, fact, phase),
+        active_backup: unfinished.first().map(|r| r.name.clone()),
+        existing: fact.records.iter().map(|r| r.name.clone()).collect(),
+    }
+}
+
+/// A Warning when a run was missed by more than the starting deadline (once per miss).
+fn skipped_event(schedule: &SchedulePlan, previous: &BackupStatus) -> Option<EventSpec> {
+    let Run::Skipped { latest_missed } = &schedule.run else {
+        return None;
+    };
+    if previous.next_schedule_time == schedule.next_schedule_time {
+        return None;
+    }
+    Some(EventSpec {
+        warning: true,
+        reason: "ScheduledBackupSkipped".into(),
+        note: format!(
+            "the backup scheduled at {} was missed by more than the starting deadline; the \
+             next one is at {}",
+            rfc3339(*latest_missed),
+            schedule
+                .next_schedule_time
+                .map(rfc3339)
+                .unwrap_or_else(|| "never".into())
+        ),
+    })
+}
+
+/// `BackupHealthy`: False while the S3 credentials are unusable, else from the outcomes, the
+/// recovery point objective and the schedule.
+fn health(
+    fact: &BackupHistoryFact,
+    settings: &BackupSettings,
+    outcomes: &BackupStatus,
+    schedule: &SchedulePlan,
+) -> (ConditionStatus, Option<Duration>) {
+    if let Some(problem) = &fact.s3_problem {
+        let condition = ConditionStatus::new(
+            ConditionType::BackupHealthy,
+            false,
+            problem.reason(),
+            problem.to_string(),
+        );
+        return (condition, None);
+    }
+    let mut finished: Vec<&BackupRecord> =
+        fact.records.iter().filter(|r| r.is_finished()).collect();
+    finished.sort_by_key(|r| (r.completed.unwrap_or(r.created), r.name.clone()));
+    let last_success = outcomes
+        .last_successful
+        .clone()
+        .zip(outcomes.last_successful_time);
+    let rpo = settings.rpo.unwrap_or_else(|| {
+        let from = last_success.as_ref().map(|s| s.1).unwrap_or(fact.now);
+        settings
+            .schedule
+            .longest_interval(from)
+            .map(|i| i * 2)
+            .unwrap_or(Duration::from_secs(2 * 86_400))
+    });
+    backup_health(&HealthFacts {
+        now: fact.now,
+        last_success,
+        latest_finished: finished.last().map(|r| (*r).clone()),
+        a_run_was_due: schedule.last_schedule_time.is_some()
+            || matches!(schedule.run, Run::Skipped { .. } | Run::Wait { .. })
+            || !finished.is_empty(),
+        first_due: schedule.next_schedule_time,
+        rpo,
+    })
+}
+
 /// The backup settings, parsed; the error says what to fix.
-struct Settings {
+struct BackupSettings {
     schedule: BackupSchedule,
     starting_deadline: Duration,
     rpo: Option<Duration>,
     history: HistoryPolicy,
 }
 
-impl Settings {
-    fn parse(spec: &BackupSpec) -> Result<Settings, String> {
+impl BackupSettings {
+    fn parse(spec: &BackupSpec) -> Result<BackupSettings, String> {
         let schedule = BackupSchedule::parse(&spec.schedule, spec.time_zone.as_deref())?;
         let duration = |field: &str, value: &Option<String>| -> Result<Option<Duration>, String> {
             match value {
@@ -250,7 +282,7 @@ impl Settings {
             keep_failed: None,
         });
         duration("timeout", &spec.timeout)?;
-        Ok(Settings {
+        Ok(BackupSettings {
             schedule,
             starting_deadline: duration("startingDeadline", &spec.starting_deadline)?
                 .unwrap_or(DEFAULT_STARTING_DEADLINE),
@@ -346,8 +378,8 @@ mod tests {
         Utc.with_ymd_and_hms(2025, 5, 1, 2, 0, 30).unwrap()
     }
 
-    fn fact() -> BackupsFact {
-        BackupsFact {
+    fn fact() -> BackupHistoryFact {
+        BackupHistoryFact {
             now: now(),
             records: vec![],
             s3_problem: None,
@@ -394,11 +426,12 @@ mod tests {
             None,
             Some(Utc.with_ymd_and_hms(2025, 5, 1, 2, 0, 0).unwrap()),
         );
-        let f = BackupsFact {
-            s3_problem: Some(
-                "Secret s3-creds (spec.backup.s3.credentials.secretName) does not exist: create it"
-                    .into(),
-            ),
+        let f = BackupHistoryFact {
+            s3_problem: Some(S3SecretProblem::NotFound {
+                secret: "s3-creds".into(),
+                access_key_id_key: "AWS_ACCESS_KEY_ID".into(),
+                secret_access_key_key: "AWS_SECRET_ACCESS_KEY".into(),
+            }),
             ..fact()
         };
         let plan = plan_backups(&db, &f, Phase::Ready);
@@ -464,7 +497,7 @@ mod tests {
             completed: Some(at(h)),
             message: None,
         };
-        let f = BackupsFact {
+        let f = BackupHistoryFact {
             records: vec![
                 record("a", BackupPhase::Succeeded, 0),
                 record("b", BackupPhase::Succeeded, 1),

@@ -204,46 +204,12 @@ fn convert_day_of_week(field: &str) -> Result<String, String> {
 /// Parses a duration such as `30d`, `12h` or `1h30m` (units s, m, h, d, w), as the backup
 /// agent does.
 pub fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    if text.is_empty() {
-        return None;
-    }
-    let mut total: u64 = 0;
-    let mut number = String::new();
-    for c in text.chars() {
-        if c.is_ascii_digit() {
-            number.push(c);
-            continue;
-        }
-        let n: u64 = number.parse().ok()?;
-        number.clear();
-        let unit: u64 = match c {
-            's' => 1,
-            'm' => 60,
-            'h' => 3600,
-            'd' => 86_400,
-            'w' => 7 * 86_400,
-            _ => return None,
-        };
-        total = total.checked_add(n.checked_mul(unit)?)?;
-    }
-    if !number.is_empty() {
-        return None;
-    }
-    Some(Duration::from_secs(total))
+    dbop_contract::units::parse_duration(text).ok()
 }
 
-/// A duration as people write it: `2d`, `26h`, `90m`, `45s`.
-pub fn format_duration(d: Duration) -> String {
-    let s = d.as_secs();
-    match s {
-        0 => "0s".into(),
-        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
-        s if s % 3600 == 0 => format!("{}h", s / 3600),
-        s if s % 60 == 0 => format!("{}m", s / 60),
-        s => format!("{s}s"),
-    }
-}
+/// A duration as people write it: `2d`, `26h`, `90m`, `45s` (the agent parses what the
+/// operator formats: both use `dbop_contract::units`).
+pub use dbop_contract::units::format_duration;
 
 /// The name of the `DatabaseBackup` of the run scheduled at `at`: `<database>-<yyyymmddhhmm>`
 /// in UTC. The same run always has the same name, so a restarted operator never makes it twice.

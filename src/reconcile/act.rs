@@ -7,26 +7,22 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::Event;
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Resource};
 use rand::Rng;
 use rand::distr::Alphanumeric;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::json;
 use tracing::info;
 
-use super::decide::Decision;
-use super::drift::needs_apply;
-use super::events::{EventSpec, transition_events};
+use super::decide::{Decision, Steps};
+use super::events::transition_events;
 use super::observe::Snapshot;
-use crate::FIELD_MANAGER;
 use crate::api::conditions::{ConditionStatus, ConditionType, find, merge};
 use crate::api::{BackupReason, Database, DatabaseBackup, DatabaseBackupSpec, DatabaseStatus};
 use crate::backup::plan::health_events;
-use crate::controller::Context;
-use crate::error::{Error, Result};
+use crate::context::Context;
+use crate::error::Result;
+use crate::kube_io::{self, EventSpec, apply_if_drifted, create_once, patch_status};
 use crate::resources::credentials::{generated_secret, secret_name};
 use crate::resources::init_job::{init_job, init_sql_config_map};
 use crate::resources::services::{headless, read_write};
@@ -38,119 +34,148 @@ const PASSWORD_LENGTH: usize = 32;
 
 /// Carries out the decision's steps against the cluster. Returns the conditions that what
 /// happened overrides (e.g. a volume expansion the StorageClass refused).
+///
+/// `Steps` is destructured without `..`: a new step does not compile until it is carried out.
 pub async fn apply_steps(
     ctx: &Context,
     db: &Database,
     snap: &Snapshot,
     decision: &Decision,
 ) -> Result<Vec<ConditionStatus>> {
+    let Steps {
+        create_secret,
+        adopt_secret,
+        apply_services,
+        apply_statefulset,
+        expand_volumes,
+        create_init_job,
+    } = &decision.steps;
     let ns = db.namespace_or_default();
     let client = &ctx.client;
-    let steps = &decision.steps;
-    let mut overrides = Vec::new();
-
-    if steps.create_secret {
-        let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-        create_once(&secrets, &generated_secret(db, &new_password())).await?;
-        if db
-            .status
-            .as_ref()
-            .is_some_and(|s| s.current_version.is_some())
-        {
-            // The instance manager sets the server's password from the mounted Secret when the
-            // kubelet updates the volume; clients holding the old password fail until they reread it.
-            let note = format!(
-                "the credentials Secret {} was deleted and has been generated again with a new password; \
-                 the server takes the new password within about a minute: clients must read it again (see docs/runbooks.md)",
-                secret_name(db)
-            );
-            publish(
-                ctx,
-                db,
-                &EventSpec {
-                    warning: true,
-                    reason: "CredentialsRegenerated".into(),
-                    note,
-                },
-            )
-            .await;
-        }
+    if *create_secret {
+        create_generated_secret(ctx, db).await?;
     }
-    if steps.adopt_secret {
-        let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-        let owner = owner_reference(db);
-        let patch = json!({"metadata": {"ownerReferences": owner.map(|o| vec![o])}});
-        secrets
-            .patch(
-                &secret_name(db),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await?;
-        info!(secret = %secret_name(db), "adopted the retained credentials Secret");
+    if *adopt_secret {
+        adopt_retained_secret(ctx, db).await?;
     }
-    if steps.apply_services {
+    if *apply_services {
         let services: Api<Service> = Api::namespaced(client.clone(), &ns);
         apply_if_drifted(&services, &headless(db), snap.headless_service.as_ref()).await?;
         apply_if_drifted(&services, &read_write(db), snap.rw_service.as_ref()).await?;
     }
-    if steps.apply_statefulset {
-        let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
-        let existing_claims = snap
-            .statefulset
-            .as_ref()
-            .and_then(|s| s.spec.volume_claim_templates.clone());
-        let desired = statefulset(db, &ctx.settings, existing_claims);
-        apply_if_drifted(&statefulsets, &desired, snap.statefulset.as_ref()).await?;
+    if *apply_statefulset {
+        apply_statefulset_of(ctx, db, snap.statefulset.as_ref()).await?;
     }
-    if let Some(size) = &steps.expand_volumes {
-        let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-        let patch = json!({"spec": {"resources": {"requests": {"storage": size}}}});
-        for claim in &snap.data_claims {
-            let name = claim.metadata.name.clone().unwrap_or_default();
-            match claims
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => info!(claim = %name, %size, "requested volume expansion"),
-                // The StorageClass does not allow expansion: a condition to read, not an error loop.
-                Err(kube::Error::Api(status)) if matches!(status.code, 403 | 422) => {
-                    let message = format!(
-                        "PersistentVolumeClaim {name} cannot grow to {size}: {}; use a StorageClass with allowVolumeExpansion: true. The volume keeps its current size",
-                        status.message
-                    );
-                    publish(
-                        ctx,
-                        db,
-                        &EventSpec {
-                            warning: true,
-                            reason: "ExpansionRefused".into(),
-                            note: message.clone(),
-                        },
-                    )
-                    .await;
-                    overrides.push(ConditionStatus::new(
-                        ConditionType::StorageReady,
-                        false,
-                        "ExpansionRefused",
-                        message,
-                    ));
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+    let mut overrides = Vec::new();
+    if let Some(size) = expand_volumes {
+        overrides.extend(expand_claims(ctx, db, &snap.data_claims, size).await?);
     }
-    if steps.create_init_job
-        && let Some(job) = init_job(db, &ctx.settings)
-    {
+    if *create_init_job && let Some(job) = init_job(db, &ctx.settings) {
+        // The SQL is mounted into the Job's pod as a file: its ConfigMap goes first.
         if let Some(sql) = init_sql_config_map(db) {
-            let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-            create_once(&config_maps, &sql).await?;
+            create_once(&Api::<ConfigMap>::namespaced(client.clone(), &ns), &sql).await?;
         }
-        let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
-        create_once(&jobs, &job).await?;
+        create_once(&Api::<Job>::namespaced(client.clone(), &ns), &job).await?;
     }
     Ok(overrides)
+}
+
+/// Applies the StatefulSet, keeping the claim templates it has (they are immutable).
+async fn apply_statefulset_of(
+    ctx: &Context,
+    db: &Database,
+    observed: Option<&StatefulSet>,
+) -> Result<()> {
+    let statefulsets: Api<StatefulSet> =
+        Api::namespaced(ctx.client.clone(), &db.namespace_or_default());
+    let existing_claims = observed.and_then(|s| s.spec.volume_claim_templates.clone());
+    let desired = statefulset(db, &ctx.settings, existing_claims);
+    apply_if_drifted(&statefulsets, &desired, observed).await
+}
+
+/// Creates the generated credentials Secret; says so when a server that ran lost it.
+async fn create_generated_secret(ctx: &Context, db: &Database) -> Result<()> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &db.namespace_or_default());
+    create_once(&secrets, &generated_secret(db, &new_password())).await?;
+    if db
+        .status
+        .as_ref()
+        .is_some_and(|s| s.current_version.is_some())
+    {
+        // The instance manager sets the server's password from the mounted Secret when the
+        // kubelet updates the volume; clients holding the old password fail until they reread it.
+        let note = format!(
+            "the credentials Secret {} was deleted and has been generated again with a new password; \
+             the server takes the new password within about a minute: clients must read it again (see docs/runbooks.md)",
+            secret_name(db)
+        );
+        let event = EventSpec {
+            warning: true,
+            reason: "CredentialsRegenerated".into(),
+            note,
+        };
+        publish(ctx, db, &event).await;
+    }
+    Ok(())
+}
+
+/// Puts our owner reference on a generated Secret kept by an earlier Database (Retain).
+async fn adopt_retained_secret(ctx: &Context, db: &Database) -> Result<()> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &db.namespace_or_default());
+    let owner = owner_reference(db);
+    let patch = json!({"metadata": {"ownerReferences": owner.map(|o| vec![o])}});
+    secrets
+        .patch(
+            &secret_name(db),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    info!(secret = %secret_name(db), "adopted the retained credentials Secret");
+    Ok(())
+}
+
+/// Asks every data claim to grow to `size`. A StorageClass that refuses is a condition to
+/// read (returned) and an Event, not an error loop.
+async fn expand_claims(
+    ctx: &Context,
+    db: &Database,
+    data_claims: &[PersistentVolumeClaim],
+    size: &str,
+) -> Result<Option<ConditionStatus>> {
+    let claims: Api<PersistentVolumeClaim> =
+        Api::namespaced(ctx.client.clone(), &db.namespace_or_default());
+    let patch = json!({"spec": {"resources": {"requests": {"storage": size}}}});
+    let mut refused = None;
+    for claim in data_claims {
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        match claims
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => info!(claim = %name, %size, "requested volume expansion"),
+            Err(kube::Error::Api(status)) if matches!(status.code, 403 | 422) => {
+                let message = format!(
+                    "PersistentVolumeClaim {name} cannot grow to {size}: {}; use a StorageClass with allowVolumeExpansion: true. The volume keeps its current size",
+                    status.message
+                );
+                let event = EventSpec {
+                    warning: true,
+                    reason: "ExpansionRefused".into(),
+                    note: message.clone(),
+                };
+                publish(ctx, db, &event).await;
+                refused = Some(ConditionStatus::new(
+                    ConditionType::StorageReady,
+                    false,
+                    "ExpansionRefused",
+                    message,
+                ));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(refused)
 }
 
 /// The status a decision leads to, from the previous one.
@@ -221,17 +246,7 @@ pub async fn update_status(ctx: &Context, db: &Database, status: DatabaseStatus)
         return Ok(());
     }
     let api: Api<Database> = Api::namespaced(ctx.client.clone(), &db.namespace_or_default());
-    let body = json!({
-        "apiVersion": Database::api_version(&()),
-        "kind": Database::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        &db.name(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await?;
+    patch_status(&api, &db.name(), &status).await?;
     for event in transition_events(&previous, &status) {
         publish(ctx, db, &event).await;
     }
@@ -251,81 +266,9 @@ pub async fn update_status(ctx: &Context, db: &Database, status: DatabaseStatus)
     Ok(())
 }
 
-/// Publishes an Event about the Database. A failed publish is logged, never fatal: Events are
-/// for people, and the status already says the same.
+/// Publishes an Event about the Database.
 pub async fn publish(ctx: &Context, db: &Database, event: &EventSpec) {
-    let reference = db.object_ref(&());
-    let result = ctx
-        .recorder
-        .publish(
-            &Event {
-                type_: event.event_type(),
-                reason: event.reason.clone(),
-                note: Some(truncate(&event.note, 1024)),
-                action: "Reconcile".into(),
-                secondary: None,
-            },
-            &reference,
-        )
-        .await;
-    if let Err(error) = result {
-        tracing::warn!(%error, reason = %event.reason, "could not publish an Event");
-    }
-}
-
-fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_string()
-}
-
-/// Server-side applies `desired` unless `observed` already has every field it sets.
-async fn apply_if_drifted<K>(api: &Api<K>, desired: &K, observed: Option<&K>) -> Result<()>
-where
-    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
-    K::DynamicType: Default,
-{
-    let to_value =
-        |k: &K, what| serde_json::to_value(k).map_err(|source| Error::Serialize { what, source });
-    let desired_value = to_value(desired, "desired object")?;
-    let observed_value = observed
-        .map(|o| to_value(o, "observed object"))
-        .transpose()?;
-    if !needs_apply(&desired_value, observed_value.as_ref()) {
-        return Ok(());
-    }
-    let name = desired.meta().name.clone().unwrap_or_default();
-    api.patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&desired_value),
-    )
-    .await?;
-    info!(kind = %K::kind(&K::DynamicType::default()), %name, created = observed.is_none(), "applied");
-    Ok(())
-}
-
-/// Creates an object that must never be replaced once it exists; "already exists" is success
-/// (a restarted operator, or a cache that had not seen it yet).
-async fn create_once<K>(api: &Api<K>, object: &K) -> Result<()>
-where
-    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
-    K::DynamicType: Default,
-{
-    let name = object.meta().name.clone().unwrap_or_default();
-    match api.create(&PostParams::default(), object).await {
-        Ok(_) => {
-            info!(kind = %K::kind(&K::DynamicType::default()), %name, "created");
-            Ok(())
-        }
-        Err(kube::Error::Api(status)) if status.is_already_exists() => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    kube_io::publish(ctx, &[db.object_ref(&())], "Reconcile", event).await;
 }
 
 fn new_password() -> String {
@@ -346,11 +289,5 @@ mod tests {
         assert_eq!(a.len(), PASSWORD_LENGTH);
         assert!(a.chars().all(|c| c.is_ascii_alphanumeric()));
         assert_ne!(a, new_password());
-    }
-
-    #[test]
-    fn truncate_respects_char_boundaries() {
-        assert_eq!(truncate("héllo", 2), "h");
-        assert_eq!(truncate("abc", 10), "abc");
     }
 }

@@ -17,11 +17,11 @@ use tracing::info;
 use chrono::{DateTime, Utc};
 
 use super::act::{publish, update_status};
-use super::events::EventSpec;
 use crate::api::conditions::{ConditionStatus, ConditionType, merge};
 use crate::api::{Database, DatabaseStatus, DeletionPolicy, Phase};
-use crate::controller::Context;
+use crate::context::Context;
 use crate::error::Result;
+use crate::kube_io::EventSpec;
 use crate::resources::Names;
 use crate::resources::credentials::is_generated;
 use crate::resources::{LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY};

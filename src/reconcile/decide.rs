@@ -1,7 +1,11 @@
 //! Decide: from the Database and the observed facts, the next phase, the conditions and the
 //! steps to take. This is where every phase transition is decided.
 //!
-//! Pure: no client, no clock (time is not needed yet; scheduled work will take `now`), no I/O.
+//! Pure: no client, no I/O, no clock of its own (time comes in the facts: the backups' `now`).
+//!
+//! The steps, in order: the version and the credentials (`credential_steps`, or a `Blocker`),
+//! where the rollout stands (`Rollout`), the init SQL (`decide_init`), the phase (`Stage`,
+//! worded by `stage_outcome`), storage, and the backups (`plan_backups`).
 
 use std::time::Duration;
 
@@ -12,8 +16,9 @@ use crate::resources::credentials::{SecretProblem, secret_name};
 use crate::resources::{Names, SUPPORTED_MAJORS, Settings, VersionProblem, check_version, image};
 
 use crate::backup::plan::{BackupPlan, plan_backups};
+use crate::kube_io::JobState;
 
-use super::observe::{CredentialsFact, Facts, InitSourceFact, JobFact, StatefulSetFact};
+use super::observe::{CredentialsFact, Facts, InitSourceFact, StatefulSetFact};
 use super::quantity;
 
 /// What to do to the world. Every step is idempotent; `act` skips writes that change nothing.
@@ -69,177 +74,79 @@ pub const REQUEUE_FAILED: Duration = Duration::from_secs(3600);
 
 use ConditionType::{Initialized, Ready, StorageReady, Upgrading};
 
-/// Decides the next step of a Database that is not being deleted.
-pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
-    let names = Names::of(db);
-    let previous = db.status.clone().unwrap_or_default();
-    let current_version = previous.current_version.clone();
-    let was_ready_once = current_version.is_some();
+/// Why a Database cannot proceed at all: nothing is written until the user fixes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Blocker {
+    /// A version dbop cannot run.
+    Version(VersionProblem),
+    /// The user's credentials Secret is missing or has no password.
+    Credentials(SecretProblem),
+}
 
-    // A version dbop cannot run: stop before touching anything that runs.
-    if let Err(problem) = check_version(&db.spec.version) {
-        let message = match problem {
-            VersionProblem::Malformed => format!(
+impl Blocker {
+    fn phase(&self) -> Phase {
+        match self {
+            Blocker::Version(_) => Phase::Failed,
+            Blocker::Credentials(_) => Phase::Pending,
+        }
+    }
+
+    fn reason(&self) -> &'static str {
+        match self {
+            Blocker::Version(_) => "UnsupportedVersion",
+            Blocker::Credentials(SecretProblem::NotFound) => "CredentialsSecretNotFound",
+            Blocker::Credentials(SecretProblem::MissingPassword) => "CredentialsSecretInvalid",
+        }
+    }
+
+    fn message(&self, db: &Database) -> String {
+        let secret = secret_name(db);
+        match self {
+            Blocker::Version(VersionProblem::Malformed) => format!(
                 "version {:?} is not of the form MAJOR.MINOR",
                 db.spec.version
             ),
-            VersionProblem::UnsupportedMajor(major) => format!(
+            Blocker::Version(VersionProblem::UnsupportedMajor(major)) => format!(
                 "PostgreSQL {major} is not supported: use a version with a major of {} to {}",
                 SUPPORTED_MAJORS.start(),
                 SUPPORTED_MAJORS.end()
             ),
-        };
-        return blocked(
-            Phase::Failed,
-            "UnsupportedVersion",
-            message,
-            current_version,
-            REQUEUE_FAILED,
-        );
-    }
-
-    // Credentials: the server cannot start without them.
-    let mut steps = Steps::default();
-    match &facts.credentials {
-        CredentialsFact::Usable => {}
-        CredentialsFact::GeneratedMissing => steps.create_secret = true,
-        CredentialsFact::GeneratedOrphaned => steps.adopt_secret = true,
-        CredentialsFact::UserSecretProblem(problem) => {
-            let secret = secret_name(db);
-            let (reason, message) = match problem {
-                SecretProblem::NotFound => (
-                    "CredentialsSecretNotFound",
-                    format!(
-                        "Secret {secret} (spec.credentials.secretName) does not exist: create it with a \
-                         `password` key (and optionally `username`)"
-                    ),
-                ),
-                SecretProblem::MissingPassword => (
-                    "CredentialsSecretInvalid",
-                    format!("Secret {secret} has no non-empty `password` key: add one"),
-                ),
-            };
-            return blocked(
-                Phase::Pending,
-                reason,
-                message,
-                current_version,
-                REQUEUE_WAITING_ON_USER,
-            );
+            Blocker::Credentials(SecretProblem::NotFound) => format!(
+                "Secret {secret} (spec.credentials.secretName) does not exist: create it with a \
+                 `password` key (and optionally `username`)"
+            ),
+            Blocker::Credentials(SecretProblem::MissingPassword) => {
+                format!("Secret {secret} has no non-empty `password` key: add one")
+            }
         }
     }
+
+    fn requeue_after(&self) -> Duration {
+        match self {
+            // Only a spec change helps.
+            Blocker::Version(_) => REQUEUE_FAILED,
+            // A user's Secret is not watched.
+            Blocker::Credentials(_) => REQUEUE_WAITING_ON_USER,
+        }
+    }
+}
+
+/// Decides the next step of a Database that is not being deleted.
+pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
+    let current_version = db.status.as_ref().and_then(|s| s.current_version.clone());
+    let mut steps = match credential_steps(db, &facts.credentials) {
+        Ok(steps) => steps,
+        Err(blocker) => return blocked(db, &blocker, current_version),
+    };
     steps.apply_services = true;
     steps.apply_statefulset = true;
+    steps.expand_volumes = volume_to_expand(db, facts);
 
-    let storage = storage_condition(db, facts);
-    if let Some(size) = volume_to_expand(db, facts) {
-        steps.expand_volumes = Some(size);
-    }
-
-    let desired_image = image(db, settings);
-    let sts = facts.statefulset.as_ref();
-    let serving = sts.is_some_and(|s| s.ready_replicas >= db.spec.replicas);
-    let rolled_out = sts.is_some_and(|s| is_rolled_out(s, &desired_image));
-    let settled = serving && rolled_out;
-    let new_version = settled
-        .then(|| db.spec.version.clone())
-        .or(current_version.clone());
-    let version_changed =
-        was_ready_once && current_version.as_deref() != Some(db.spec.version.as_str());
-    // Once it has served, any rollout (a new version, new resources, a hand edit being undone)
-    // is an upgrade of the running database, not a first provisioning.
-    let upgrading = version_changed || (was_ready_once && sts.is_some() && !rolled_out);
-
-    // Init runs once, after the first time the server is serving on the desired spec.
-    let already_initialized = db
-        .status
-        .as_ref()
-        .is_some_and(|s| conditions::is_true(&s.conditions, Initialized));
-    let init = decide_init(
-        db,
-        facts,
-        settled || already_initialized || was_ready_once,
-        &names,
-    );
+    let rollout = Rollout::of(db, facts, settings);
+    let init = decide_init(db, facts, rollout.server_has_run());
     steps.create_init_job = init.create_job;
-
-    let rollout_message = if version_changed {
-        format!(
-            "rolling out version {} (from {})",
-            db.spec.version,
-            current_version.as_deref().unwrap_or("?")
-        )
-    } else {
-        "rolling out a change of the pod template".to_string()
-    };
-    let upgrading_condition = if upgrading && !settled {
-        ConditionStatus::new(Upgrading, true, "RollingOut", rollout_message.clone())
-    } else {
-        ConditionStatus::new(
-            Upgrading,
-            false,
-            "NoUpgrade",
-            "running the requested version",
-        )
-    };
-
-    let endpoint = format!(
-        "{}:{}",
-        names.endpoint(&db.namespace_or_default()),
-        crate::resources::POSTGRES_PORT
-    );
-    let (phase, ready, requeue_after) = match (&init.outcome, serving, settled) {
-        (InitOutcome::Blocked { reason, message }, _, _) => (
-            Phase::Pending,
-            ConditionStatus::new(Ready, false, reason, message.clone()),
-            REQUEUE_WAITING_ON_USER,
-        ),
-        (InitOutcome::Failed { message }, _, _) => (
-            Phase::Failed,
-            ConditionStatus::new(Ready, false, "InitFailed", message.clone()),
-            REQUEUE_FAILED,
-        ),
-        (_, _, false) if upgrading => (
-            Phase::Upgrading,
-            ConditionStatus::new(Ready, false, "RollingOut", rollout_message.clone()),
-            REQUEUE_IN_PROGRESS,
-        ),
-        (_, false, _) if was_ready_once => (
-            Phase::Degraded,
-            ConditionStatus::new(Ready, false, "NotServing", degraded_message(db, sts)),
-            REQUEUE_IN_PROGRESS,
-        ),
-        (_, false, _) | (_, true, false) => (
-            Phase::Provisioning,
-            ConditionStatus::new(
-                Ready,
-                false,
-                "Provisioning",
-                provisioning_message(&names, sts),
-            ),
-            REQUEUE_IN_PROGRESS,
-        ),
-        (InitOutcome::Pending, true, true) => (
-            Phase::Initializing,
-            ConditionStatus::new(
-                Ready,
-                false,
-                "Initializing",
-                format!("init Job {} is running the init SQL", names.init_job()),
-            ),
-            REQUEUE_IN_PROGRESS,
-        ),
-        (InitOutcome::Done, true, true) => (
-            Phase::Ready,
-            ConditionStatus::new(
-                Ready,
-                true,
-                "DatabaseReady",
-                format!("accepting connections at {endpoint}"),
-            ),
-            REQUEUE_STEADY,
-        ),
-    };
+    let stage = Stage::of(&init.outcome, &rollout);
+    let (phase, ready, requeue_after) = stage_outcome(db, &stage, &rollout, facts);
 
     // Backups: the due run, the history and BackupHealthy; a run waits while the phase says
     // the database is being rolled out.
@@ -251,34 +158,232 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
         phase,
         conditions: vec![
             ready,
-            storage,
+            storage_condition(db, facts),
             init.condition,
-            upgrading_condition,
+            rollout.condition(db),
             backup.condition.clone(),
         ],
         steps,
-        current_version: new_version,
+        current_version: rollout.new_version(db),
         requeue_after,
         backup: Some(backup),
     }
 }
 
+/// The version check, then the credentials: the steps they need, or what blocks the Database.
+fn credential_steps(db: &Database, credentials: &CredentialsFact) -> Result<Steps, Blocker> {
+    // A version dbop cannot run: stop before touching anything that runs.
+    check_version(&db.spec.version).map_err(Blocker::Version)?;
+    let mut steps = Steps::default();
+    match credentials {
+        CredentialsFact::Usable => {}
+        CredentialsFact::GeneratedMissing => steps.create_secret = true,
+        CredentialsFact::GeneratedOrphaned => steps.adopt_secret = true,
+        CredentialsFact::UserSecretProblem(problem) => {
+            return Err(Blocker::Credentials(problem.clone()));
+        }
+    }
+    Ok(steps)
+}
+
 /// A Database that cannot proceed: only the Ready condition speaks, nothing is written.
-fn blocked(
-    phase: Phase,
-    reason: &str,
-    message: String,
-    current_version: Option<String>,
-    requeue_after: Duration,
-) -> Decision {
+fn blocked(db: &Database, blocker: &Blocker, current_version: Option<String>) -> Decision {
     Decision {
-        phase,
-        conditions: vec![ConditionStatus::new(Ready, false, reason, message)],
+        phase: blocker.phase(),
+        conditions: vec![ConditionStatus::new(
+            Ready,
+            false,
+            blocker.reason(),
+            blocker.message(db),
+        )],
         steps: Steps::default(),
         current_version,
-        requeue_after,
+        requeue_after: blocker.requeue_after(),
         backup: None,
     }
+}
+
+/// Where the StatefulSet stands against the spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Rollout {
+    /// The version every instance ran when the last rollout settled.
+    current_version: Option<String>,
+    /// Enough instances are ready.
+    serving: bool,
+    /// Serving, and every pod runs the desired template.
+    settled: bool,
+    /// The spec's version differs from the one that ran.
+    version_changed: bool,
+    /// A rollout of a Database that has served once (new version, resources, undone hand edit).
+    upgrading: bool,
+    /// `Initialized` was True before this pass.
+    already_initialized: bool,
+}
+
+impl Rollout {
+    fn of(db: &Database, facts: &Facts, settings: &Settings) -> Rollout {
+        let status = db.status.clone().unwrap_or_default();
+        let current_version = status.current_version;
+        let was_ready_once = current_version.is_some();
+        let desired_image = image(db, settings);
+        let sts = facts.statefulset.as_ref();
+        let serving = sts.is_some_and(|s| s.ready_replicas >= db.spec.replicas);
+        let rolled_out = sts.is_some_and(|s| is_rolled_out(s, &desired_image));
+        let version_changed =
+            was_ready_once && current_version.as_deref() != Some(db.spec.version.as_str());
+        Rollout {
+            serving,
+            settled: serving && rolled_out,
+            version_changed,
+            upgrading: version_changed || (was_ready_once && sts.is_some() && !rolled_out),
+            already_initialized: conditions::is_true(&status.conditions, Initialized),
+            current_version,
+        }
+    }
+
+    fn was_ready_once(&self) -> bool {
+        self.current_version.is_some()
+    }
+
+    /// Init runs once, after the first time the server is serving on the desired spec.
+    fn server_has_run(&self) -> bool {
+        self.settled || self.already_initialized || self.was_ready_once()
+    }
+
+    /// The version to record: the spec's once settled on it, else the one that ran.
+    fn new_version(&self, db: &Database) -> Option<String> {
+        if self.settled {
+            Some(db.spec.version.clone())
+        } else {
+            self.current_version.clone()
+        }
+    }
+
+    fn message(&self, db: &Database) -> String {
+        if self.version_changed {
+            format!(
+                "rolling out version {} (from {})",
+                db.spec.version,
+                self.current_version.as_deref().unwrap_or("?")
+            )
+        } else {
+            "rolling out a change of the pod template".to_string()
+        }
+    }
+
+    /// The `Upgrading` condition.
+    fn condition(&self, db: &Database) -> ConditionStatus {
+        if self.upgrading && !self.settled {
+            ConditionStatus::new(Upgrading, true, "RollingOut", self.message(db))
+        } else {
+            ConditionStatus::new(
+                Upgrading,
+                false,
+                "NoUpgrade",
+                "running the requested version",
+            )
+        }
+    }
+}
+
+/// The phase a Database is in, before it is worded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Stage {
+    /// The init SQL's source is missing: the user must act.
+    InitBlocked {
+        reason: &'static str,
+        message: String,
+    },
+    InitFailed {
+        message: String,
+    },
+    Upgrading,
+    Degraded,
+    Provisioning,
+    Initializing,
+    Ready,
+}
+
+impl Stage {
+    fn of(init: &InitOutcome, rollout: &Rollout) -> Stage {
+        match (init, rollout.serving, rollout.settled) {
+            (InitOutcome::Blocked { reason, message }, _, _) => Stage::InitBlocked {
+                reason,
+                message: message.clone(),
+            },
+            (InitOutcome::Failed { message }, _, _) => Stage::InitFailed {
+                message: message.clone(),
+            },
+            (_, _, false) if rollout.upgrading => Stage::Upgrading,
+            (_, false, _) if rollout.was_ready_once() => Stage::Degraded,
+            (_, false, _) | (_, true, false) => Stage::Provisioning,
+            (InitOutcome::Pending, true, true) => Stage::Initializing,
+            (InitOutcome::Done, true, true) => Stage::Ready,
+        }
+    }
+}
+
+/// The phase, the `Ready` condition and when to look again, for a stage.
+fn stage_outcome(
+    db: &Database,
+    stage: &Stage,
+    rollout: &Rollout,
+    facts: &Facts,
+) -> (Phase, ConditionStatus, Duration) {
+    let names = Names::of(db);
+    let sts = facts.statefulset.as_ref();
+    let not_ready =
+        |reason: &str, message: String| ConditionStatus::new(Ready, false, reason, message);
+    match stage {
+        Stage::InitBlocked { reason, message } => (
+            Phase::Pending,
+            not_ready(reason, message.clone()),
+            REQUEUE_WAITING_ON_USER,
+        ),
+        Stage::InitFailed { message } => (
+            Phase::Failed,
+            not_ready("InitFailed", message.clone()),
+            REQUEUE_FAILED,
+        ),
+        Stage::Upgrading => (
+            Phase::Upgrading,
+            not_ready("RollingOut", rollout.message(db)),
+            REQUEUE_IN_PROGRESS,
+        ),
+        Stage::Degraded => (
+            Phase::Degraded,
+            not_ready("NotServing", degraded_message(db, sts)),
+            REQUEUE_IN_PROGRESS,
+        ),
+        Stage::Provisioning => (
+            Phase::Provisioning,
+            not_ready("Provisioning", provisioning_message(&names, sts)),
+            REQUEUE_IN_PROGRESS,
+        ),
+        Stage::Initializing => (
+            Phase::Initializing,
+            not_ready(
+                "Initializing",
+                format!("init Job {} is running the init SQL", names.init_job()),
+            ),
+            REQUEUE_IN_PROGRESS,
+        ),
+        Stage::Ready => (Phase::Ready, ready_condition(db, &names), REQUEUE_STEADY),
+    }
+}
+
+fn ready_condition(db: &Database, names: &Names) -> ConditionStatus {
+    let endpoint = format!(
+        "{}:{}",
+        names.endpoint(&db.namespace_or_default()),
+        crate::resources::POSTGRES_PORT
+    );
+    ConditionStatus::new(
+        Ready,
+        true,
+        "DatabaseReady",
+        format!("accepting connections at {endpoint}"),
+    )
 }
 
 fn is_rolled_out(sts: &StatefulSetFact, desired_image: &str) -> bool {
@@ -308,6 +413,7 @@ fn degraded_message(db: &Database, sts: Option<&StatefulSetFact>) -> String {
     }
 }
 
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum InitOutcome {
     /// Nothing left to run (ran, or no init SQL).
     Done,
@@ -322,68 +428,95 @@ enum InitOutcome {
     Failed { message: String },
 }
 
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct InitDecision {
     outcome: InitOutcome,
     condition: ConditionStatus,
     create_job: bool,
 }
 
-fn decide_init(db: &Database, facts: &Facts, server_up: bool, names: &Names) -> InitDecision {
-    let already = db
+impl InitDecision {
+    fn done(reason: &str, message: impl Into<String>) -> InitDecision {
+        InitDecision {
+            outcome: InitOutcome::Done,
+            condition: ConditionStatus::new(Initialized, true, reason, message),
+            create_job: false,
+        }
+    }
+
+    fn pending(reason: &str, message: String, create_job: bool) -> InitDecision {
+        InitDecision {
+            outcome: InitOutcome::Pending,
+            condition: ConditionStatus::new(Initialized, false, reason, message),
+            create_job,
+        }
+    }
+
+    fn waiting_for_server() -> InitDecision {
+        Self::pending(
+            "WaitingForServer",
+            "waiting for the server to start".into(),
+            false,
+        )
+    }
+
+    fn blocked(reason: &'static str, message: String) -> InitDecision {
+        InitDecision {
+            outcome: InitOutcome::Blocked {
+                reason,
+                message: message.clone(),
+            },
+            condition: ConditionStatus::new(Initialized, false, reason, message),
+            create_job: false,
+        }
+    }
+}
+
+/// The init SQL: whether it ran, runs, must wait, or cannot run.
+fn decide_init(db: &Database, facts: &Facts, server_up: bool) -> InitDecision {
+    let previous = db
         .status
         .as_ref()
-        .is_some_and(|s| conditions::is_true(&s.conditions, Initialized));
-    let done = |reason: &str, message: &str| InitDecision {
-        outcome: InitOutcome::Done,
-        condition: ConditionStatus::new(Initialized, true, reason, message),
-        create_job: false,
-    };
-    let pending = |reason: &str, message: String, create_job: bool| InitDecision {
-        outcome: InitOutcome::Pending,
-        condition: ConditionStatus::new(Initialized, false, reason, message),
-        create_job,
-    };
-    if already {
-        let previous = db
-            .status
-            .as_ref()
-            .and_then(|s| conditions::find(&s.conditions, Initialized))
-            .map(|c| (c.reason.clone(), c.message.clone()))
-            .unwrap_or_default();
-        return InitDecision {
-            outcome: InitOutcome::Done,
-            condition: ConditionStatus::new(Initialized, true, &previous.0, previous.1),
-            create_job: false,
-        };
+        .and_then(|s| conditions::find(&s.conditions, Initialized))
+        .filter(|c| c.status == "True");
+    if let Some(c) = previous {
+        return InitDecision::done(&c.reason, c.message.clone());
     }
     if db.spec.init.is_none() {
         return if server_up {
-            done("NoInitSql", "no init SQL to run")
+            InitDecision::done("NoInitSql", "no init SQL to run")
         } else {
-            pending(
-                "WaitingForServer",
-                "waiting for the server to start".into(),
-                false,
-            )
+            InitDecision::waiting_for_server()
         };
     }
     if facts.volume.as_ref().is_some_and(|v| v.predates_database) && facts.init_job.is_none() {
-        return done(
+        return InitDecision::done(
             "ExistingData",
             "the data volume predates this Database (kept by an earlier one with deletionPolicy Retain): the init SQL is not run on existing data",
         );
     }
+    let names = Names::of(db);
     match &facts.init_job {
-        Some(JobFact::Succeeded) => done("Completed", "the init SQL ran successfully"),
-        Some(JobFact::Running) => pending(
+        Some(job) => init_from_job(job, &names),
+        None if !server_up => InitDecision::waiting_for_server(),
+        None => init_from_source(&facts.init_source, &names),
+    }
+}
+
+/// The init Job exists: its state is the init's.
+fn init_from_job(job: &JobState, names: &Names) -> InitDecision {
+    match job {
+        JobState::Succeeded => InitDecision::done("Completed", "the init SQL ran successfully"),
+        JobState::Running => InitDecision::pending(
             "Running",
             format!("init Job {} is running the init SQL", names.init_job()),
             false,
         ),
-        Some(JobFact::Failed { message }) => {
+        JobState::Failed { reason, detail } => {
             let message = format!(
-                "init Job {} failed ({message}): check its pod's logs, fix the SQL, then delete the Job to run it again",
-                names.init_job()
+                "init Job {} failed ({}): check its pod's logs, fix the SQL, then delete the Job to run it again",
+                names.init_job(),
+                JobState::failure_text(reason, detail)
             );
             InitDecision {
                 outcome: InitOutcome::Failed {
@@ -393,54 +526,27 @@ fn decide_init(db: &Database, facts: &Facts, server_up: bool, names: &Names) -> 
                 create_job: false,
             }
         }
-        None if !server_up => pending(
-            "WaitingForServer",
-            "waiting for the server to start".into(),
-            false,
+    }
+}
+
+/// No Job yet and the server is up: start it, unless its SQL's source is missing.
+fn init_from_source(source: &InitSourceFact, names: &Names) -> InitDecision {
+    match source {
+        InitSourceFact::Available => InitDecision::pending(
+            "Running",
+            format!("starting init Job {}", names.init_job()),
+            true,
         ),
-        None => match &facts.init_source {
-            InitSourceFact::Available => pending(
-                "Running",
-                format!("starting init Job {}", names.init_job()),
-                true,
+        InitSourceFact::ConfigMapNotFound { name } => InitDecision::blocked(
+            "InitConfigMapNotFound",
+            format!(
+                "ConfigMap {name} (spec.init.configMapRef) does not exist: create it with the init SQL"
             ),
-            InitSourceFact::ConfigMapNotFound { name } => {
-                let message = format!(
-                    "ConfigMap {name} (spec.init.configMapRef) does not exist: create it with the init SQL"
-                );
-                InitDecision {
-                    outcome: InitOutcome::Blocked {
-                        reason: "InitConfigMapNotFound",
-                        message: message.clone(),
-                    },
-                    condition: ConditionStatus::new(
-                        Initialized,
-                        false,
-                        "InitConfigMapNotFound",
-                        message,
-                    ),
-                    create_job: false,
-                }
-            }
-            InitSourceFact::KeyNotFound { name, key } => {
-                let message = format!(
-                    "ConfigMap {name} has no key {key:?} (spec.init.configMapRef.key): add it"
-                );
-                InitDecision {
-                    outcome: InitOutcome::Blocked {
-                        reason: "InitConfigMapKeyNotFound",
-                        message: message.clone(),
-                    },
-                    condition: ConditionStatus::new(
-                        Initialized,
-                        false,
-                        "InitConfigMapKeyNotFound",
-                        message,
-                    ),
-                    create_job: false,
-                }
-            }
-        },
+        ),
+        InitSourceFact::KeyNotFound { name, key } => InitDecision::blocked(
+            "InitConfigMapKeyNotFound",
+            format!("ConfigMap {name} has no key {key:?} (spec.init.configMapRef.key): add it"),
+        ),
     }
 }
 
@@ -641,7 +747,7 @@ mod tests {
                 "init running",
                 &init,
                 Facts {
-                    init_job: Some(JobFact::Running),
+                    init_job: Some(JobState::Running),
                     ..serving.clone()
                 },
                 Phase::Initializing,
@@ -651,7 +757,7 @@ mod tests {
                 "init done",
                 &init,
                 Facts {
-                    init_job: Some(JobFact::Succeeded),
+                    init_job: Some(JobState::Succeeded),
                     ..serving.clone()
                 },
                 Phase::Ready,
@@ -661,8 +767,9 @@ mod tests {
                 "init failed",
                 &init,
                 Facts {
-                    init_job: Some(JobFact::Failed {
-                        message: "BackoffLimitExceeded".into(),
+                    init_job: Some(JobState::Failed {
+                        reason: "BackoffLimitExceeded".into(),
+                        detail: String::new(),
                     }),
                     ..serving.clone()
                 },
@@ -841,7 +948,7 @@ mod tests {
                 .create_init_job
         );
         let running = Facts {
-            init_job: Some(JobFact::Running),
+            init_job: Some(JobState::Running),
             ..serving.clone()
         };
         assert!(
@@ -1000,6 +1107,178 @@ mod tests {
         assert_eq!(
             decide(&db, &f, &Settings::default()),
             decide(&db, &f, &Settings::default())
+        );
+    }
+
+    #[test]
+    fn blockers_carry_their_reason() {
+        let db = testing::minimal();
+        let table = [
+            (
+                Blocker::Version(VersionProblem::Malformed),
+                Phase::Failed,
+                "UnsupportedVersion",
+                "MAJOR.MINOR",
+            ),
+            (
+                Blocker::Version(VersionProblem::UnsupportedMajor(9)),
+                Phase::Failed,
+                "UnsupportedVersion",
+                "PostgreSQL 9 is not supported",
+            ),
+            (
+                Blocker::Credentials(SecretProblem::NotFound),
+                Phase::Pending,
+                "CredentialsSecretNotFound",
+                "does not exist",
+            ),
+            (
+                Blocker::Credentials(SecretProblem::MissingPassword),
+                Phase::Pending,
+                "CredentialsSecretInvalid",
+                "no non-empty `password` key",
+            ),
+        ];
+        for (blocker, phase, reason, words) in table {
+            let d = blocked(&db, &blocker, Some("16.4".into()));
+            assert_eq!((d.phase, d.conditions[0].reason.as_str()), (phase, reason));
+            assert!(d.conditions[0].message.contains(words), "{blocker:?}");
+            assert_eq!(d.steps, Steps::default(), "{blocker:?} writes nothing");
+            assert_eq!(d.current_version.as_deref(), Some("16.4"));
+        }
+    }
+
+    #[test]
+    fn stage_table() {
+        let rollout = |serving, settled, upgrading, ran: bool| Rollout {
+            current_version: ran.then(|| "16.4".to_string()),
+            serving,
+            settled,
+            version_changed: false,
+            upgrading,
+            already_initialized: false,
+        };
+        let blocked = InitOutcome::Blocked {
+            reason: "InitConfigMapNotFound",
+            message: "m".into(),
+        };
+        let failed = InitOutcome::Failed {
+            message: "m".into(),
+        };
+        let table = [
+            (
+                "init blocked wins",
+                &blocked,
+                rollout(true, true, false, true),
+                "InitBlocked",
+            ),
+            (
+                "init failed",
+                &failed,
+                rollout(false, false, true, true),
+                "InitFailed",
+            ),
+            (
+                "upgrading",
+                &InitOutcome::Done,
+                rollout(true, false, true, true),
+                "Upgrading",
+            ),
+            (
+                "degraded",
+                &InitOutcome::Done,
+                rollout(false, false, false, true),
+                "Degraded",
+            ),
+            (
+                "first start",
+                &InitOutcome::Pending,
+                rollout(false, false, false, false),
+                "Provisioning",
+            ),
+            (
+                "serving, rolling out",
+                &InitOutcome::Done,
+                rollout(true, false, false, false),
+                "Provisioning",
+            ),
+            (
+                "init running",
+                &InitOutcome::Pending,
+                rollout(true, true, false, false),
+                "Initializing",
+            ),
+            (
+                "ready",
+                &InitOutcome::Done,
+                rollout(true, true, false, true),
+                "Ready",
+            ),
+        ];
+        for (name, init, rollout, want) in table {
+            let stage = format!("{:?}", Stage::of(init, &rollout));
+            assert!(stage.starts_with(want), "{name}: {stage}");
+        }
+    }
+
+    #[test]
+    fn init_steps_table() {
+        let names = Names::new("orders");
+        let source = [
+            (InitSourceFact::Available, "Running", true),
+            (
+                InitSourceFact::ConfigMapNotFound { name: "s".into() },
+                "InitConfigMapNotFound",
+                false,
+            ),
+            (
+                InitSourceFact::KeyNotFound {
+                    name: "s".into(),
+                    key: "k".into(),
+                },
+                "InitConfigMapKeyNotFound",
+                false,
+            ),
+        ];
+        for (fact, reason, create) in source {
+            let d = init_from_source(&fact, &names);
+            assert_eq!(
+                (d.condition.reason.as_str(), d.create_job),
+                (reason, create)
+            );
+            let blocked = matches!(d.outcome, InitOutcome::Blocked { .. });
+            assert_eq!(blocked, !create, "{fact:?}");
+        }
+        let failed = JobState::Failed {
+            reason: "BackoffLimitExceeded".into(),
+            detail: "limit".into(),
+        };
+        let job = [
+            (JobState::Succeeded, "Completed", true),
+            (JobState::Running, "Running", false),
+            (failed, "Failed", false),
+        ];
+        for (state, reason, status) in job {
+            let d = init_from_job(&state, &names);
+            assert_eq!(
+                (d.condition.reason.as_str(), d.condition.status),
+                (reason, status)
+            );
+            assert!(!d.create_job);
+        }
+        let d = init_from_job(
+            &JobState::Failed {
+                reason: "BackoffLimitExceeded".into(),
+                detail: "limit".into(),
+            },
+            &names,
+        );
+        assert!(
+            d.condition
+                .message
+                .contains("(BackoffLimitExceeded: limit)"),
+            "{}",
+            d.condition.message
         );
     }
 }

@@ -1,28 +1,9 @@
 //! Which Events a status change deserves: one on every phase transition (Warning when the new
 //! phase needs attention), and one when the reason a Database is blocked changes. Pure.
 
-use kube::runtime::events::EventType;
-
 use crate::api::conditions::{ConditionType, find};
 use crate::api::{DatabaseStatus, Phase};
-
-/// An Event to publish about a Database.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EventSpec {
-    pub warning: bool,
-    pub reason: String,
-    pub note: String,
-}
-
-impl EventSpec {
-    pub fn event_type(&self) -> EventType {
-        if self.warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        }
-    }
-}
+use crate::kube_io::EventSpec;
 
 /// The Events that describe the move from `old` to `new`.
 pub fn transition_events(old: &DatabaseStatus, new: &DatabaseStatus) -> Vec<EventSpec> {

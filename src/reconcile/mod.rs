@@ -6,11 +6,33 @@
 //! - `act` builds the desired objects, writes only what drifted, patches status only when it
 //!   changed, and emits Events on transitions;
 //! - `cleanup` is the finalizer's deletion policy.
+//!
+//! Writes go through `kube_io`; `backup::plan` decides the backup part. Must not import
+//! `controller` (it runs this, not the other way round).
 
 pub mod act;
 pub mod cleanup;
 pub mod decide;
-pub mod drift;
 pub mod events;
 pub mod observe;
 pub mod quantity;
+
+use chrono::Utc;
+use kube::runtime::controller::Action;
+
+use crate::api::Database;
+use crate::context::Context;
+use crate::error::Result;
+
+/// observe → decide → act for a Database that is not being deleted.
+pub async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> {
+    let snapshot = observe::snapshot(&ctx.client, db).await?;
+    let facts = observe::Facts::from_snapshot(db, &snapshot);
+    let mut decision = decide::decide(db, &facts, &ctx.settings);
+    for condition in act::apply_steps(ctx, db, &snapshot, &decision).await? {
+        decision.override_condition(condition);
+    }
+    act::apply_backups(ctx, db, &decision).await?;
+    act::update_status(ctx, db, act::next_status(db, &decision, Utc::now())).await?;
+    Ok(Action::requeue(decision.requeue_after))
+}

@@ -11,10 +11,11 @@ use kube::api::ListParams;
 use kube::{Api, Client};
 
 use crate::api::{Database, DatabaseBackup};
-use crate::backup::controller::s3_secret_problem;
-use crate::backup::plan::BackupsFact;
+use crate::backup::plan::BackupHistoryFact;
+use crate::backup::s3_secret::{S3SecretProblem, s3_secret_problem};
 use crate::backup::schedule::BackupRecord;
 use crate::error::Error;
+use crate::kube_io::{JobState, job_state};
 use crate::resources::credentials::{self, SecretProblem};
 use crate::resources::statefulset::template_image;
 use crate::resources::{Names, owner_reference};
@@ -137,14 +138,6 @@ pub struct VolumeFact {
     pub capacity: Option<String>,
 }
 
-/// The init Job's state.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum JobFact {
-    Running,
-    Succeeded,
-    Failed { message: String },
-}
-
 /// Whether the init SQL's source exists.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InitSourceFact {
@@ -166,8 +159,8 @@ pub struct Facts {
     pub init_source: InitSourceFact,
     pub statefulset: Option<StatefulSetFact>,
     pub volume: Option<VolumeFact>,
-    pub init_job: Option<JobFact>,
-    pub backups: BackupsFact,
+    pub init_job: Option<JobState>,
+    pub backups: BackupHistoryFact,
 }
 
 impl Facts {
@@ -177,17 +170,17 @@ impl Facts {
             init_source: init_source_fact(db, snap.init_config_map.as_ref()),
             statefulset: snap.statefulset.as_ref().map(statefulset_fact),
             volume: snap.data_claims.first().map(|pvc| volume_fact(db, pvc)),
-            init_job: snap.init_job.as_ref().map(job_fact),
+            init_job: snap.init_job.as_ref().map(job_state),
             backups: backups_fact(db, snap),
         }
     }
 }
 
-fn backups_fact(db: &Database, snap: &Snapshot) -> BackupsFact {
+fn backups_fact(db: &Database, snap: &Snapshot) -> BackupHistoryFact {
     let to_chrono = |t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time| {
         DateTime::from_timestamp(t.0.as_second(), 0).unwrap_or_default()
     };
-    BackupsFact {
+    BackupHistoryFact {
         now: snap.observed_at,
         records: snap
             .backups
@@ -213,7 +206,7 @@ fn backups_fact(db: &Database, snap: &Snapshot) -> BackupsFact {
             .backup
             .as_ref()
             .and_then(|spec| s3_secret_problem(&spec.s3.credentials, snap.s3_secret.as_ref()))
-            .or_else(|| snap.s3_ca_problem.clone()),
+            .or_else(|| snap.s3_ca_problem.clone().map(S3SecretProblem::CaSource)),
     }
 }
 
@@ -314,35 +307,11 @@ fn volume_fact(db: &Database, pvc: &PersistentVolumeClaim) -> VolumeFact {
     }
 }
 
-fn job_fact(job: &Job) -> JobFact {
-    let status = job.status.clone().unwrap_or_default();
-    let conditions = status.conditions.unwrap_or_default();
-    let holds = |type_: &str| {
-        conditions
-            .iter()
-            .find(|c| c.type_ == type_ && c.status == "True")
-    };
-    if holds("Complete").is_some() || holds("SuccessCriteriaMet").is_some() {
-        JobFact::Succeeded
-    } else if let Some(c) = holds("Failed").or_else(|| holds("FailureTarget")) {
-        let reason = c.reason.clone().unwrap_or_else(|| "Failed".into());
-        let detail = c.message.clone().unwrap_or_default();
-        JobFact::Failed {
-            message: format!("{reason}: {detail}")
-                .trim_end_matches([':', ' '])
-                .to_string(),
-        }
-    } else {
-        JobFact::Running
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::resources::{Settings, testing};
     use k8s_openapi::api::apps::v1::StatefulSetStatus;
-    use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
 
     #[test]
     fn generated_secret_ours_or_orphaned() {
@@ -381,30 +350,6 @@ mod tests {
         assert!(!statefulset_fact(&sts).rolled_out);
         sts.metadata.generation = Some(3);
         assert!(!statefulset_fact(&sts).observed_current);
-    }
-
-    #[test]
-    fn job_outcomes() {
-        let mut job = Job::default();
-        assert_eq!(job_fact(&job), JobFact::Running);
-        job.status = Some(JobStatus {
-            conditions: Some(vec![JobCondition {
-                type_: "Failed".into(),
-                status: "True".into(),
-                reason: Some("BackoffLimitExceeded".into()),
-                message: Some("Job has reached the specified backoff limit".into()),
-                ..JobCondition::default()
-            }]),
-            ..JobStatus::default()
-        });
-        assert_eq!(
-            job_fact(&job),
-            JobFact::Failed {
-                message: "BackoffLimitExceeded: Job has reached the specified backoff limit".into()
-            }
-        );
-        job.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].type_ = "Complete".into();
-        assert_eq!(job_fact(&job), JobFact::Succeeded);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! dbop's backup agent as a library: the data path between PostgreSQL and S3-compatible storage.
 //!
-//! The pure parts (`layout`, `retention`, `result`, `manifest`, `units`) hold every decision and
-//! format and are unit-tested table by table; the I/O parts (`s3`, `pg`, `dump`, `restore`,
+//! The pure parts hold every decision and format and are unit-tested table by table: `manifest`
+//! here, and `layout`, `retention`, `result` and `units` from `dbop_contract`, which the
+//! operator links too; the I/O parts (`s3`, `pg`, `dump`, `restore`,
 //! `catalog`) only move bytes and call those decisions. `result::BackupResult` is the contract
 //! with the operator, which reads it from the Job's termination message.
 
@@ -9,16 +10,16 @@ pub mod catalog;
 pub mod cli;
 pub mod dump;
 pub mod error;
-pub mod layout;
 pub mod manifest;
 pub mod pg;
+pub mod prune;
 pub mod restore;
-pub mod result;
-pub mod retention;
 pub mod run;
 pub mod s3;
 pub mod signals;
-pub mod units;
+
+// The parts the operator shares, from the contract crate under their old names.
+pub use dbop_contract::{layout, result, retention, units};
 
 pub use error::Error;
 pub use manifest::Manifest;

@@ -11,7 +11,15 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::catalog::BackupEntry;
+/// What the rule needs to know about one backup folder (the agent's catalog entry, reduced).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    pub backup_id: String,
+    /// A manifest exists: the only kind of backup that counts.
+    pub complete: bool,
+    /// When the manifest was stored; for an incomplete backup, its newest object.
+    pub completed_at: DateTime<Utc>,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Policy {
@@ -38,14 +46,14 @@ pub struct Decision {
     pub verdict: Verdict,
 }
 
-/// Decides every backup of one database. `entries` may be in any order.
-pub fn decide(
-    entries: &[BackupEntry],
+/// The verdict on every backup of one database. `entries` may be in any order.
+pub fn verdicts(
+    entries: &[Candidate],
     policy: Policy,
     grace: Duration,
     now: DateTime<Utc>,
 ) -> Vec<Decision> {
-    let mut complete: Vec<&BackupEntry> = entries.iter().filter(|e| e.complete).collect();
+    let mut complete: Vec<&Candidate> = entries.iter().filter(|e| e.complete).collect();
     complete.sort_by(|a, b| {
         b.completed_at
             .cmp(&a.completed_at)
@@ -99,19 +107,16 @@ mod tests {
     }
 
     /// A backup completed `days_ago` days before `now()`.
-    fn entry(id: &str, days_ago: i64, complete: bool) -> BackupEntry {
-        BackupEntry {
-            database: "app".into(),
+    fn entry(id: &str, days_ago: i64, complete: bool) -> Candidate {
+        Candidate {
             backup_id: id.into(),
             complete,
-            size_bytes: Some(1),
             completed_at: now() - chrono::Duration::days(days_ago),
-            keys: vec![],
         }
     }
 
-    fn deleted(entries: &[BackupEntry], policy: Policy) -> Vec<String> {
-        let mut d: Vec<String> = decide(entries, policy, Duration::from_secs(DAY), now())
+    fn deleted(entries: &[Candidate], policy: Policy) -> Vec<String> {
+        let mut d: Vec<String> = verdicts(entries, policy, Duration::from_secs(DAY), now())
             .into_iter()
             .filter(|d| matches!(d.verdict, Verdict::Delete(_)))
             .map(|d| d.backup_id)
@@ -141,7 +146,7 @@ mod tests {
             keep_last: Some(k),
             max_age: Some(Duration::from_secs(d * DAY)),
         };
-        let cases: Vec<(&str, Vec<BackupEntry>, Policy, Vec<&str>)> = vec![
+        let cases: Vec<(&str, Vec<Candidate>, Policy, Vec<&str>)> = vec![
             (
                 "no policy deletes nothing complete",
                 five.to_vec(),
@@ -206,7 +211,7 @@ mod tests {
     #[test]
     fn ties_break_by_id() {
         let entries = [entry("b", 5, true), entry("a", 5, true)];
-        let d = decide(
+        let d = verdicts(
             &entries,
             Policy {
                 keep_last: Some(1),

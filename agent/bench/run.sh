@@ -3,10 +3,10 @@
 # `pg_dump -Fc -Z0 > /dev/null`, on the same generated databases and the same S3 server
 # (s3s-fs on loopback). Prints a markdown table; see docs/benchmarks.md.
 #
-#   backups/bench/run.sh                 # sizes 1 and 4 GiB, 3 runs each
-#   SIZES="1" RUNS=2 backups/bench/run.sh
+#   agent/bench/run.sh                 # sizes 1 and 4 GiB, 3 runs each
+#   SIZES="1" RUNS=2 agent/bench/run.sh
 #
-# Needs what backups/install-test-deps.sh installs. Run as root (PostgreSQL runs as `postgres`).
+# Needs what agent/install-test-deps.sh installs. Run as root (PostgreSQL runs as `postgres`).
 set -euo pipefail
 
 SIZES=${SIZES:-"1 4"}

@@ -1,6 +1,6 @@
 //! The result summary: one JSON line on stdout and in `--result-file` (the Job's termination
 //! message), at most 4 KiB. This is the contract with the operator; field names are fixed.
-//! Pure: no I/O.
+//! Pure: no I/O. The operator reads it back with [`parse_termination_message`].
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -41,6 +41,8 @@ impl Operation {
 #[serde(rename_all = "camelCase")]
 pub struct BackupResult {
     pub outcome: Outcome,
+    /// Defaulted when reading, so a minimal `{"outcome":…}` line still counts as a result.
+    #[serde(default)]
     pub operation: Operation,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_id: Option<String>,
@@ -119,12 +121,23 @@ impl BackupResult {
     }
 }
 
+/// The agent's result from a termination message: its last line that is a JSON result. With
+/// `FallbackToLogsOnError` the message may be a log tail instead; then None.
+pub fn parse_termination_message(message: &str) -> Option<BackupResult> {
+    message
+        .lines()
+        .rev()
+        .map(str::trim)
+        .filter(|l| l.starts_with('{'))
+        .find_map(|l| serde_json::from_str::<BackupResult>(l).ok())
+}
+
 /// RFC 3339 with whole seconds and `Z`, e.g. `2025-01-31T02:00:00Z`.
 pub fn format_time(t: &DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
-pub(crate) mod rfc3339_opt {
+pub mod rfc3339_opt {
     use chrono::{DateTime, Utc};
     use serde::{Deserialize, Deserializer, Serializer};
 
@@ -227,6 +240,19 @@ mod tests {
     }
 
     #[test]
+    fn termination_messages_parse_and_garbage_does_not() {
+        let line = full().to_summary_line();
+        assert_eq!(parse_termination_message(&line), Some(full()));
+        let with_logs = format!("log line\n{line}\n");
+        assert_eq!(parse_termination_message(&with_logs), Some(full()));
+        let minimal = parse_termination_message(r#"{"outcome":"Failed","message":"x"}"#).unwrap();
+        assert_eq!(minimal.message.as_deref(), Some("x"));
+        for garbage in ["", "panic", "{not json", "{}", r#"{"sizeBytes": -1}"#] {
+            assert_eq!(parse_termination_message(garbage), None, "{garbage}");
+        }
+    }
+
+    #[test]
     fn round_trips() {
         let r = full();
         let back: BackupResult = serde_json::from_str(&r.to_summary_line()).unwrap();
@@ -234,7 +260,7 @@ mod tests {
     }
 }
 
-pub(crate) mod rfc3339_plain {
+pub mod rfc3339_plain {
     use chrono::{DateTime, Utc};
     use serde::Serializer;
 
@@ -243,7 +269,7 @@ pub(crate) mod rfc3339_plain {
     }
 }
 
-pub(crate) mod rfc3339_req {
+pub mod rfc3339_req {
     use chrono::{DateTime, Utc};
     use serde::{Deserialize, Deserializer, Serializer};
 

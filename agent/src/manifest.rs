@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::result::BackupResult;
+
 pub const FORMAT: &str = "pg_dump-custom";
 pub const COMPRESSION: &str = "zstd";
 /// Manifests larger than this are refused when read.
@@ -41,6 +43,18 @@ pub struct Manifest {
 }
 
 impl Manifest {
+    /// Copies what the manifest knows into the run's result.
+    pub fn fill_result(&self, result: &mut BackupResult) {
+        result.backup_id = Some(self.backup_id.clone());
+        result.database = Some(self.database.clone());
+        result.size_bytes = Some(self.size_bytes);
+        result.raw_bytes = Some(self.raw_bytes);
+        result.sha256 = Some(self.sha256.clone());
+        result.engine_version = Some(self.engine_version.clone());
+        result.started_at = Some(self.started_at);
+        result.completed_at = Some(self.completed_at);
+    }
+
     pub fn parse(bytes: &[u8]) -> Result<Manifest, String> {
         let m: Manifest =
             serde_json::from_slice(bytes).map_err(|e| format!("manifest is not valid: {e}"))?;

@@ -1,5 +1,5 @@
-//! Parsing of human units on the command line: sizes (`8MiB`) and durations (`30d`, `12h`).
-//! Pure.
+//! Human units: sizes (`8MiB`) and durations (`30d`, `12h`). The operator writes durations
+//! into the spec and the agent's arguments, the agent parses them: one grammar for both. Pure.
 
 use std::time::Duration;
 
@@ -62,6 +62,18 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs(total))
 }
 
+/// A duration as people write it: `2d`, `26h`, `90m`, `45s` ([`parse_duration`] reads it back).
+pub fn format_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0 => "0s".into(),
+        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s if s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,5 +121,26 @@ mod tests {
                 "{input:?}"
             );
         }
+    }
+
+    #[test]
+    fn formatted_durations_parse_back() {
+        for secs in [
+            0,
+            1,
+            59,
+            60,
+            90,
+            3600,
+            5400,
+            86_400,
+            93_600,
+            7 * 86_400,
+            30 * 86_400,
+        ] {
+            let d = Duration::from_secs(secs);
+            assert_eq!(parse_duration(&format_duration(d)), Ok(d), "{secs}");
+        }
+        assert_eq!(format_duration(Duration::from_secs(26 * 3600)), "26h");
     }
 }

@@ -6,6 +6,7 @@
 //! Memory: one part being filled, one waiting in a channel of capacity 1, and at most
 //! `concurrency` parts in flight: about (concurrency + 2) × part size, whatever the database.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -99,6 +100,8 @@ pub async fn dump(
     outcome
 }
 
+/// The dump, step by step: name it, open the snapshot, skip it if it exists, stream
+/// pg_dump → zstd → S3, check the stored object, write the manifest, prune.
 async fn dump_inner(
     store: &Store,
     layout: &Layout,
@@ -111,16 +114,92 @@ async fn dump_inner(
     let clock = Instant::now();
     result.started_at = Some(started);
     result.bucket = Some(store.bucket.clone());
-    let backup_id = match &opts.backup_id {
+    let backup_id = choose_backup_id(opts, started)?;
+    result.backup_id = Some(backup_id.clone());
+    let (mut session, server) = open_snapshot(tools).await?;
+    let target = Target::new(layout, &server.database, &backup_id);
+    target.note(&server, result);
+
+    store.check_bucket().await?;
+    if let Some(m) = already_complete(store, &target).await? {
+        let _ = session.finish().await;
+        m.fill_result(result);
+        result.message = Some(format!(
+            "backup {backup_id} of database '{}' was already complete; not dumped again",
+            server.database
+        ));
+        return Ok(());
+    }
+    let (compressed, row_counts) =
+        stream_dump(store, tools, opts, &server, &target, &mut session, pending).await?;
+    session.finish().await?;
+    let m = manifest_of(opts, &server, &target, started, compressed, row_counts);
+    store
+        .put(
+            &target.manifest_key,
+            Bytes::from(m.to_json()),
+            "application/json",
+        )
+        .await?;
+    m.fill_result(result);
+    let mut message = completion_message(&m, clock.elapsed());
+    if let Some(pruned) = prune_after(store, layout, &server.database, opts).await {
+        message.push_str(&format!("; {pruned}"));
+    }
+    result.message = Some(message);
+    Ok(())
+}
+
+/// The id given with `--backup-id` (validated), or the start time's.
+fn choose_backup_id(opts: &DumpOptions, started: chrono::DateTime<Utc>) -> Result<String> {
+    match &opts.backup_id {
         Some(id) => {
             layout::validate_backup_id(id).map_err(Error::Usage)?;
-            id.clone()
+            Ok(id.clone())
         }
-        None => layout::backup_id_at(started),
-    };
-    result.backup_id = Some(backup_id.clone());
+        None => Ok(layout::backup_id_at(started)),
+    }
+}
 
-    // One transaction whose snapshot pg_dump imports and the row counts read.
+/// What the server said in the snapshot's transaction.
+struct ServerFacts {
+    database: String,
+    engine_version: String,
+    server_major: Option<u32>,
+    /// `pg_database_size`, for the part size.
+    db_size: u64,
+    /// The exported snapshot pg_dump imports.
+    snapshot: String,
+}
+
+/// Where one backup's objects go.
+struct Target {
+    backup_id: String,
+    dump_key: String,
+    manifest_key: String,
+}
+
+impl Target {
+    /// Says in the result where the backup goes, before anything can fail.
+    fn note(&self, server: &ServerFacts, result: &mut BackupResult) {
+        result.database = Some(server.database.clone());
+        result.engine_version = Some(server.engine_version.clone());
+        result.key = Some(self.dump_key.clone());
+        result.manifest_key = Some(self.manifest_key.clone());
+    }
+
+    fn new(layout: &Layout, database: &str, backup_id: &str) -> Target {
+        Target {
+            backup_id: backup_id.to_string(),
+            dump_key: layout.dump_key(database, backup_id),
+            manifest_key: layout.manifest_key(database, backup_id),
+        }
+    }
+}
+
+/// One transaction whose snapshot pg_dump imports and the row counts read; kept open until
+/// the dump is stored.
+async fn open_snapshot(tools: &PgTools) -> Result<(PsqlSession, ServerFacts)> {
     let mut session = PsqlSession::start(tools, None).await?;
     let facts = session
         .query(
@@ -140,62 +219,56 @@ async fn dump_inner(
             format!("unexpected session output: {facts:?}"),
         ));
     };
-    let database = database.clone();
-    layout::validate_database_name(&database).map_err(Error::Usage)?;
-    let engine_version = pg::short_version(server_version);
-    let server_major = pg::major_of_version_num(version_num);
-    result.database = Some(database.clone());
-    result.engine_version = Some(engine_version.clone());
-    let dump_key = layout.dump_key(&database, &backup_id);
-    let manifest_key = layout.manifest_key(&database, &backup_id);
-    result.key = Some(dump_key.clone());
-    result.manifest_key = Some(manifest_key.clone());
+    layout::validate_database_name(database).map_err(Error::Usage)?;
+    let server = ServerFacts {
+        database: database.clone(),
+        engine_version: pg::short_version(server_version),
+        server_major: pg::major_of_version_num(version_num),
+        db_size: db_size.trim().parse().unwrap_or(0),
+        snapshot: snapshot.clone(),
+    };
+    Ok((session, server))
+}
 
-    store.check_bucket().await?;
-    if let Some(existing) = store.get_small(&manifest_key, MAX_MANIFEST_BYTES).await? {
-        let m = Manifest::parse(&existing).map_err(|detail| Error::Integrity {
-            key: manifest_key.clone(),
-            detail: format!("a backup with id {backup_id} exists but its {detail}"),
-        })?;
-        let _ = session.finish().await;
-        fill_from_manifest(result, &m);
-        result.message = Some(format!(
-            "backup {backup_id} of database '{database}' was already complete; not dumped again"
-        ));
-        return Ok(());
+/// The manifest of a backup with this id that was already completed (a retried Job).
+async fn already_complete(store: &Store, target: &Target) -> Result<Option<Manifest>> {
+    let Some(existing) = store
+        .get_small(&target.manifest_key, MAX_MANIFEST_BYTES)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let m = Manifest::parse(&existing).map_err(|detail| Error::Integrity {
+        key: target.manifest_key.clone(),
+        detail: format!(
+            "a backup with id {} exists but its {detail}",
+            target.backup_id
+        ),
+    })?;
+    Ok(Some(m))
+}
+
+/// Streams pg_dump through zstd into a multipart upload, completes it and checks the stored
+/// size. Returns what the compressor saw and the row counts read in the same snapshot.
+async fn stream_dump(
+    store: &Store,
+    tools: &PgTools,
+    opts: &DumpOptions,
+    server: &ServerFacts,
+    target: &Target,
+    session: &mut PsqlSession,
+    pending: &PendingUpload,
+) -> Result<(Compressed, BTreeMap<String, u64>)> {
+    if let Some(major) = server.server_major {
+        tools
+            .check_version("pg_dump", major, &server.database)
+            .await?;
     }
-    if let Some(major) = server_major {
-        tools.check_version("pg_dump", major, &database).await?;
-    }
-
-    tracing::info!(database, backup_id, key = dump_key, "dump starting");
-    let upload_id = store.create_upload(&dump_key, "application/zstd").await?;
-    if let Ok(mut p) = pending.lock() {
-        *p = Some((dump_key.clone(), upload_id.clone()));
-    }
-
-    let mut child = tools
-        .command("pg_dump", server_major)
-        .args([
-            "--format=custom",
-            "--compress=0",
-            "--no-password",
-            "--snapshot",
-        ])
-        .arg(snapshot)
-        .env("PGDATABASE", &database)
-        .spawn()
-        .map_err(|e| pg::pg_error("pg_dump", &database, format!("cannot run pg_dump: {e}")))?;
-    let stderr = pg::collect_stderr(&mut child, "pg_dump");
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| pg::pg_error("pg_dump", &database, "no stdout pipe"))
-        .and_then(|s| {
-            pg::stdout_file(s).map_err(|e| pg::pg_error("pg_dump", &database, e.to_string()))
-        })?;
-
-    let part_size = part_size_for(opts.part_size, db_size.trim().parse().unwrap_or(0));
+    let (database, key) = (&server.database, &target.dump_key);
+    tracing::info!(database, backup_id = target.backup_id, key, "dump starting");
+    let upload_id = begin_upload(store, key, pending).await?;
+    let (child, stderr, stdout) = spawn_pg_dump(tools, server)?;
+    let part_size = part_size_for(opts.part_size, server.db_size);
     if part_size != opts.part_size {
         tracing::info!(part_size, "part size raised to stay within 10,000 parts");
     }
@@ -203,51 +276,112 @@ async fn dump_inner(
     let (level, threads) = (opts.compression_level, opts.compression_threads);
     let compressor =
         tokio::task::spawn_blocking(move || compress(stdout, level, threads, part_size, tx));
-    let upload = upload_parts(store, &dump_key, &upload_id, rx, opts.concurrency);
-    let counts = session.row_counts();
-    let (parts, row_counts) = tokio::try_join!(upload, counts)?;
+    let upload = upload_parts(store, key, &upload_id, rx, opts.concurrency);
+    let (parts, row_counts) = tokio::try_join!(upload, session.row_counts())?;
     let compressed = compressor
         .await
         .map_err(|e| Error::io("compressor", std::io::Error::other(e.to_string())))?;
+    wait_pg_dump(child, stderr, database).await?;
+    let compressed = compressed.map_err(|e| Error::io("reading pg_dump output", e))?;
+    store.complete_upload(key, &upload_id, parts).await?;
+    if let Ok(mut p) = pending.lock() {
+        p.take();
+    }
+    check_stored_size(store, key, compressed.size_bytes).await?;
+    Ok((compressed, row_counts))
+}
+
+/// Starts the multipart upload, remembered in `pending` so it is aborted if the dump fails.
+async fn begin_upload(store: &Store, key: &str, pending: &PendingUpload) -> Result<String> {
+    let upload_id = store.create_upload(key, "application/zstd").await?;
+    if let Ok(mut p) = pending.lock() {
+        *p = Some((key.to_string(), upload_id.clone()));
+    }
+    Ok(upload_id)
+}
+
+/// pg_dump's exit: a failure says why in its own words (the tail of its stderr).
+async fn wait_pg_dump(
+    mut child: tokio::process::Child,
+    stderr: tokio::task::JoinHandle<String>,
+    database: &str,
+) -> Result<()> {
     let status = child
         .wait()
         .await
-        .map_err(|e| pg::pg_error("pg_dump", &database, e.to_string()))?;
+        .map_err(|e| pg::pg_error("pg_dump", database, e.to_string()))?;
     let stderr_tail = stderr.await.unwrap_or_default();
     if !status.success() {
         return Err(pg::pg_error(
             "pg_dump",
-            &database,
+            database,
             format!("{status}: {}", pg::tail_text(&stderr_tail)),
         ));
     }
-    let compressed = compressed.map_err(|e| Error::io("reading pg_dump output", e))?;
+    Ok(())
+}
 
-    store.complete_upload(&dump_key, &upload_id, parts).await?;
-    if let Ok(mut p) = pending.lock() {
-        p.take();
-    }
-    let stored = store.head(&dump_key).await?;
-    if stored != Some(compressed.size_bytes) {
+/// pg_dump in the custom format, uncompressed (zstd does that), on the exported snapshot.
+fn spawn_pg_dump(
+    tools: &PgTools,
+    server: &ServerFacts,
+) -> Result<(
+    tokio::process::Child,
+    tokio::task::JoinHandle<String>,
+    std::fs::File,
+)> {
+    let database = &server.database;
+    let mut child = tools
+        .command("pg_dump", server.server_major)
+        .args([
+            "--format=custom",
+            "--compress=0",
+            "--no-password",
+            "--snapshot",
+        ])
+        .arg(&server.snapshot)
+        .env("PGDATABASE", database)
+        .spawn()
+        .map_err(|e| pg::pg_error("pg_dump", database, format!("cannot run pg_dump: {e}")))?;
+    let stderr = pg::collect_stderr(&mut child, "pg_dump");
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| pg::pg_error("pg_dump", database, "no stdout pipe"))
+        .and_then(|s| {
+            pg::stdout_file(s).map_err(|e| pg::pg_error("pg_dump", database, e.to_string()))
+        })?;
+    Ok((child, stderr, stdout))
+}
+
+/// The stored object must have exactly the bytes that were uploaded.
+async fn check_stored_size(store: &Store, key: &str, uploaded: u64) -> Result<()> {
+    let stored = store.head(key).await?;
+    if stored != Some(uploaded) {
         return Err(Error::Integrity {
-            key: dump_key,
-            detail: format!(
-                "stored object has {stored:?} bytes, {} were uploaded",
-                compressed.size_bytes
-            ),
+            key: key.to_string(),
+            detail: format!("stored object has {stored:?} bytes, {uploaded} were uploaded"),
         });
     }
-    session.finish().await?;
+    Ok(())
+}
 
-    let completed = Utc::now();
-    let m = Manifest {
+fn manifest_of(
+    opts: &DumpOptions,
+    server: &ServerFacts,
+    target: &Target,
+    started: chrono::DateTime<Utc>,
+    compressed: Compressed,
+    row_counts: BTreeMap<String, u64>,
+) -> Manifest {
+    Manifest {
         manifest_version: 1,
-        backup_id: backup_id.clone(),
-        database: database.clone(),
+        backup_id: target.backup_id.clone(),
+        database: server.database.clone(),
         engine: "postgresql".into(),
-        engine_version,
+        engine_version: server.engine_version.clone(),
         started_at: started,
-        completed_at: completed,
+        completed_at: Utc::now(),
         raw_bytes: compressed.raw_bytes,
         size_bytes: compressed.size_bytes,
         sha256: compressed.sha256,
@@ -257,59 +391,57 @@ async fn dump_inner(
         agent_version: crate::AGENT_VERSION.into(),
         dump_file: DUMP_FILE.into(),
         row_counts,
-    };
-    store
-        .put(&manifest_key, Bytes::from(m.to_json()), "application/json")
-        .await?;
-    fill_from_manifest(result, &m);
-    let secs = clock.elapsed().as_secs_f64().max(1e-3);
-    let mut message = format!(
-        "backup {backup_id} of database '{database}' complete: {} raw bytes, {} stored, {} tables, {:.1} MB/s",
-        m.raw_bytes,
-        m.size_bytes,
-        m.row_counts.len(),
-        m.raw_bytes as f64 / secs / 1e6
-    );
+    }
+}
+
+fn completion_message(m: &Manifest, elapsed: Duration) -> String {
+    let secs = elapsed.as_secs_f64().max(1e-3);
     tracing::info!(
-        database,
-        backup_id,
+        database = m.database,
+        backup_id = m.backup_id,
         raw_bytes = m.raw_bytes,
         size_bytes = m.size_bytes,
         secs,
         "dump complete"
     );
-
-    if !opts.policy.is_empty() {
-        match crate::run::prune_database(
-            store,
-            layout,
-            &database,
-            opts.policy,
-            opts.incomplete_grace,
-            false,
-        )
-        .await
-        {
-            Ok(report) => message.push_str(&format!("; {report}")),
-            Err(e) => {
-                tracing::error!(error = %e, "pruning after the dump failed");
-                message.push_str(&format!("; pruning failed: {e}"));
-            }
-        }
-    }
-    result.message = Some(message);
-    Ok(())
+    format!(
+        "backup {} of database '{}' complete: {} raw bytes, {} stored, {} tables, {:.1} MB/s",
+        m.backup_id,
+        m.database,
+        m.raw_bytes,
+        m.size_bytes,
+        m.row_counts.len(),
+        m.raw_bytes as f64 / secs / 1e6
+    )
 }
 
-pub fn fill_from_manifest(result: &mut BackupResult, m: &Manifest) {
-    result.backup_id = Some(m.backup_id.clone());
-    result.database = Some(m.database.clone());
-    result.size_bytes = Some(m.size_bytes);
-    result.raw_bytes = Some(m.raw_bytes);
-    result.sha256 = Some(m.sha256.clone());
-    result.engine_version = Some(m.engine_version.clone());
-    result.started_at = Some(m.started_at);
-    result.completed_at = Some(m.completed_at);
+/// Applies `--keep-last`/`--max-age` after a successful dump; a failed prune is reported in
+/// the message, never fails the dump.
+async fn prune_after(
+    store: &Store,
+    layout: &Layout,
+    database: &str,
+    opts: &DumpOptions,
+) -> Option<String> {
+    if opts.policy.is_empty() {
+        return None;
+    }
+    let pruned = crate::prune::prune_database(
+        store,
+        layout,
+        database,
+        opts.policy,
+        opts.incomplete_grace,
+        false,
+    )
+    .await;
+    Some(match pruned {
+        Ok(report) => report.to_string(),
+        Err(e) => {
+            tracing::error!(error = %e, "pruning after the dump failed");
+            format!("pruning failed: {e}")
+        }
+    })
 }
 
 /// Uploads parts as they arrive, at most `concurrency` at once; returns them in order.

@@ -13,7 +13,6 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use crate::catalog;
-use crate::dump::fill_from_manifest;
 use crate::error::{Error, Result};
 use crate::layout::{self, Layout};
 use crate::manifest::{MAX_MANIFEST_BYTES, Manifest, first_difference};
@@ -98,6 +97,8 @@ pub async fn restore(
     }
 }
 
+/// The restore, step by step: find the backup, reach the target, check the object's size,
+/// stream S3 → pg_restore (one transaction) while hashing, then judge how it ended.
 async fn restore_inner(
     store: &Store,
     layout: &Layout,
@@ -107,15 +108,7 @@ async fn restore_inner(
 ) -> Result<Manifest> {
     result.started_at = Some(chrono::Utc::now());
     result.bucket = Some(store.bucket.clone());
-    let target = opts
-        .target_database
-        .clone()
-        .or_else(env_database)
-        .ok_or_else(|| Error::Usage("PGDATABASE must name the target database".into()))?;
-    let source = opts
-        .source_database
-        .clone()
-        .unwrap_or_else(|| target.clone());
+    let (target, source) = databases(opts)?;
     result.database = Some(target.clone());
     let (id, m) = resolve(store, layout, &source, &opts.backup).await?;
     let dump_key = layout.dump_key(&source, &id);
@@ -127,25 +120,71 @@ async fn restore_inner(
     result.raw_bytes = Some(m.raw_bytes);
 
     // Reach the target first: a bad password or missing database fails before any download.
+    let (major, version) = reach_target(tools, &target).await?;
+    result.engine_version = Some(version);
+    let body = open_dump(store, &dump_key, &m).await?;
+    let restore = spawn_pg_restore(tools, major, opts, &target)?;
+    let expected = Expected {
+        sha256: m.sha256.clone(),
+        size_bytes: m.size_bytes,
+        raw_bytes: m.raw_bytes,
+    };
+    let fed = pump(body, restore.stdin, expected, restore.pid).await;
+    let mut child = restore.child;
+    let status = child
+        .wait()
+        .await
+        .map_err(|e| pg::pg_error("pg_restore", &target, e.to_string()))?;
+    let tail = restore.stderr.await.unwrap_or_default();
+    judge(store, &dump_key, &target, fed, status, &tail)?;
+    result.completed_at = Some(chrono::Utc::now());
+    result.message = Some(format!(
+        "backup {id} of database '{source}' restored into '{target}' ({} raw bytes, sha256 checked)",
+        m.raw_bytes
+    ));
+    Ok(m)
+}
+
+/// The target database (`--target-database` or PGDATABASE) and the source whose backups are
+/// read (`--source-database`, else the target's name).
+fn databases(opts: &RestoreOptions) -> Result<(String, String)> {
+    let target = opts
+        .target_database
+        .clone()
+        .or_else(env_database)
+        .ok_or_else(|| Error::Usage("PGDATABASE must name the target database".into()))?;
+    let source = opts
+        .source_database
+        .clone()
+        .unwrap_or_else(|| target.clone());
+    Ok((target, source))
+}
+
+/// The target server's major (with pg_restore checked against it) and its version.
+async fn reach_target(tools: &PgTools, target: &str) -> Result<(Option<u32>, String)> {
     let version_num = tools
-        .query(
-            Some(&target),
-            "SELECT current_setting('server_version_num')",
-        )
+        .query(Some(target), "SELECT current_setting('server_version_num')")
         .await?;
     let major = pg::major_of_version_num(&version_num);
     if let Some(major) = major {
-        tools.check_version("pg_restore", major, &target).await?;
+        tools.check_version("pg_restore", major, target).await?;
     }
     let version = tools
-        .query(Some(&target), "SELECT current_setting('server_version')")
+        .query(Some(target), "SELECT current_setting('server_version')")
         .await?;
-    result.engine_version = Some(pg::short_version(&version));
+    Ok((major, pg::short_version(&version)))
+}
 
-    let (body, announced) = store.get_stream(&dump_key).await?;
+/// The dump object's body, refused when the server announces another size than the manifest.
+async fn open_dump(
+    store: &Store,
+    dump_key: &str,
+    m: &Manifest,
+) -> Result<aws_sdk_s3::primitives::ByteStream> {
+    let (body, announced) = store.get_stream(dump_key).await?;
     if announced.is_some_and(|n| n != m.size_bytes) {
         return Err(Error::Integrity {
-            key: dump_key,
+            key: dump_key.to_string(),
             detail: format!(
                 "object has {} bytes, the manifest says {}",
                 announced.unwrap_or(0),
@@ -153,7 +192,23 @@ async fn restore_inner(
             ),
         });
     }
+    Ok(body)
+}
 
+/// A running pg_restore and its pipes.
+struct PgRestore {
+    child: tokio::process::Child,
+    stderr: tokio::task::JoinHandle<String>,
+    pid: u32,
+    stdin: std::fs::File,
+}
+
+fn spawn_pg_restore(
+    tools: &PgTools,
+    major: Option<u32>,
+    opts: &RestoreOptions,
+    target: &str,
+) -> Result<PgRestore> {
     let mut cmd = tools.command("pg_restore", major);
     cmd.args([
         "--format=custom",
@@ -170,31 +225,39 @@ async fn restore_inner(
     // An empty --dbname makes pg_restore connect (rather than print SQL) with the database
     // from PGDATABASE, so no name is ever parsed as a connection string.
     cmd.args(["--dbname", ""])
-        .env("PGDATABASE", &target)
+        .env("PGDATABASE", target)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null());
     let mut child = cmd
         .spawn()
-        .map_err(|e| pg::pg_error("pg_restore", &target, format!("cannot run pg_restore: {e}")))?;
+        .map_err(|e| pg::pg_error("pg_restore", target, format!("cannot run pg_restore: {e}")))?;
     let stderr = pg::collect_stderr(&mut child, "pg_restore");
     let pid = child.id().unwrap_or(0);
     let stdin = child
         .stdin
         .take()
-        .ok_or_else(|| pg::pg_error("pg_restore", &target, "no stdin pipe"))
+        .ok_or_else(|| pg::pg_error("pg_restore", target, "no stdin pipe"))
         .and_then(|s| {
-            pg::stdin_file(s).map_err(|e| pg::pg_error("pg_restore", &target, e.to_string()))
+            pg::stdin_file(s).map_err(|e| pg::pg_error("pg_restore", target, e.to_string()))
         })?;
+    Ok(PgRestore {
+        child,
+        stderr,
+        pid,
+        stdin,
+    })
+}
 
+/// Downloads the body into the feeder thread, which hashes it and writes it to pg_restore.
+async fn pump(
+    mut body: aws_sdk_s3::primitives::ByteStream,
+    stdin: std::fs::File,
+    expected: Expected,
+    pid: u32,
+) -> std::result::Result<(), FeedError> {
     let (tx, rx) = mpsc::channel::<std::result::Result<Bytes, String>>(16);
-    let expected = Expected {
-        sha256: m.sha256.clone(),
-        size_bytes: m.size_bytes,
-        raw_bytes: m.raw_bytes,
-    };
     let feeder = tokio::task::spawn_blocking(move || feed(rx, stdin, expected, pid));
     let download = async move {
-        let mut body = body;
         loop {
             match body.next().await {
                 Some(Ok(chunk)) => {
@@ -213,53 +276,50 @@ async fn restore_inner(
         }
     };
     let (_, fed) = tokio::join!(download, feeder);
-    let fed = fed.unwrap_or_else(|e| Err(FeedError::Internal(e.to_string())));
-    let status = child
-        .wait()
-        .await
-        .map_err(|e| pg::pg_error("pg_restore", &target, e.to_string()))?;
-    let tail = stderr.await.unwrap_or_default();
+    fed.unwrap_or_else(|e| Err(FeedError::Internal(e.to_string())))
+}
+
+/// How the restore ended: committed, or the error that says why not.
+fn judge(
+    store: &Store,
+    dump_key: &str,
+    target: &str,
+    fed: std::result::Result<(), FeedError>,
+    status: std::process::ExitStatus,
+    tail: &str,
+) -> Result<()> {
     let restore_failed = |what: &str| {
         pg::pg_error(
             "pg_restore",
-            &target,
-            format!("{what}; nothing was committed: {}", pg::tail_text(&tail)),
+            target,
+            format!("{what}; nothing was committed: {}", pg::tail_text(tail)),
         )
     };
+    let stopped = "the restore was stopped before committing";
     match fed {
-        Ok(()) if status.success() => {}
-        Ok(()) => return Err(restore_failed(&status.to_string())),
+        Ok(()) if status.success() => Ok(()),
+        Ok(()) => Err(restore_failed(&status.to_string())),
         Err(FeedError::PgRestoreStopped(_)) if !status.success() => {
-            return Err(restore_failed(&status.to_string()));
+            Err(restore_failed(&status.to_string()))
         }
         Err(FeedError::PgRestoreStopped(e)) => {
-            return Err(restore_failed(&format!("pg_restore stopped reading: {e}")));
+            Err(restore_failed(&format!("pg_restore stopped reading: {e}")))
         }
-        Err(FeedError::Integrity(detail)) => {
-            return Err(Error::Integrity {
-                key: dump_key,
-                detail: format!("{detail}; the restore was stopped before committing"),
-            });
-        }
-        Err(FeedError::Download(detail)) => {
-            return Err(Error::S3 {
-                operation: "GetObject",
-                endpoint: store.endpoint.clone(),
-                bucket: store.bucket.clone(),
-                key: Some(dump_key),
-                detail: format!("{detail}; the restore was stopped before committing"),
-            });
-        }
+        Err(FeedError::Integrity(detail)) => Err(Error::Integrity {
+            key: dump_key.to_string(),
+            detail: format!("{detail}; {stopped}"),
+        }),
+        Err(FeedError::Download(detail)) => Err(Error::S3 {
+            operation: "GetObject",
+            endpoint: store.endpoint.clone(),
+            bucket: store.bucket.clone(),
+            key: Some(dump_key.to_string()),
+            detail: format!("{detail}; {stopped}"),
+        }),
         Err(FeedError::Internal(detail)) => {
-            return Err(Error::io("restore", std::io::Error::other(detail)));
+            Err(Error::io("restore", std::io::Error::other(detail)))
         }
     }
-    result.completed_at = Some(chrono::Utc::now());
-    result.message = Some(format!(
-        "backup {id} of database '{source}' restored into '{target}' ({} raw bytes, sha256 checked)",
-        m.raw_bytes
-    ));
-    Ok(m)
 }
 
 struct Expected {
@@ -504,7 +564,7 @@ pub async fn verify(
         tracing::error!(scratch, error = %e, "could not drop the scratch database");
     }
     let (m, actual) = outcome?;
-    fill_from_manifest(result, &m);
+    m.fill_result(result);
     result.database = Some(source.clone());
     result.completed_at = Some(chrono::Utc::now());
     if let Some(diff) = first_difference(&m.row_counts, &actual) {

@@ -2,20 +2,18 @@
 //! Also `list` and `prune`, which only read and delete objects according to `catalog` and
 //! `retention`.
 
-use std::fmt;
-use std::time::Duration;
-
 use chrono::Utc;
 
 use crate::catalog::{self, BackupEntry};
 use crate::cli::{Command, ListArgs, PruneArgs, StorageArgs};
 use crate::dump::{self, DumpOptions};
 use crate::error::{Error, Result};
-use crate::layout::{Layout, MANIFEST_FILE};
+use crate::layout::Layout;
 use crate::pg::PgTools;
+use crate::prune::prune_database;
 use crate::restore::{self, RestoreOptions, VerifyOptions};
 use crate::result::{BackupResult, Operation, Outcome};
-use crate::retention::{self, Policy, Verdict};
+use crate::retention::Policy;
 use crate::s3::{S3Settings, Store};
 use crate::signals::Interrupt;
 
@@ -228,109 +226,6 @@ async fn prune_command(a: &PruneArgs, result: &mut BackupResult) -> Result<()> {
     .await?;
     result.message = Some(report.to_string());
     Ok(())
-}
-
-/// What a prune did.
-#[derive(Debug, Default)]
-pub struct PruneReport {
-    pub deleted: Vec<String>,
-    pub kept: usize,
-    pub incomplete_removed: Vec<String>,
-    pub uploads_aborted: usize,
-    /// `false` when the server cannot list unfinished uploads.
-    pub uploads_listed: bool,
-    pub dry_run: bool,
-}
-
-impl fmt::Display for PruneReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "prune{}: kept {}, deleted {} [{}], removed {} incomplete, aborted {} unfinished uploads{}",
-            if self.dry_run { " (dry run)" } else { "" },
-            self.kept,
-            self.deleted.len(),
-            self.deleted.join(", "),
-            self.incomplete_removed.len(),
-            self.uploads_aborted,
-            if self.uploads_listed {
-                ""
-            } else {
-                " (the server cannot list uploads)"
-            }
-        )
-    }
-}
-
-/// Applies the policy to one database's backups.
-pub async fn prune_database(
-    store: &Store,
-    layout: &Layout,
-    database: &str,
-    policy: Policy,
-    grace: Duration,
-    dry_run: bool,
-) -> Result<PruneReport> {
-    let now = Utc::now();
-    let prefix = layout.database_prefix(database);
-    let objects = store.list(&prefix).await?;
-    let entries = catalog::group(layout, &objects);
-    let mut report = PruneReport {
-        dry_run,
-        ..Default::default()
-    };
-    for d in retention::decide(&entries, policy, grace, now) {
-        let Some(entry) = entries.iter().find(|e| e.backup_id == d.backup_id) else {
-            continue;
-        };
-        match d.verdict {
-            Verdict::Keep(why) => {
-                tracing::debug!(backup_id = d.backup_id, why, "kept");
-                if entry.complete {
-                    report.kept += 1;
-                }
-            }
-            Verdict::Delete(why) => {
-                tracing::info!(backup_id = d.backup_id, why, dry_run, "deleting");
-                if !dry_run {
-                    // The manifest first: a half-deleted backup must not look complete.
-                    let mut keys = entry.keys.clone();
-                    keys.sort_by_key(|k| !k.ends_with(&format!("/{MANIFEST_FILE}")));
-                    for key in keys {
-                        store.delete(&key).await?;
-                    }
-                }
-                if entry.complete {
-                    report.deleted.push(d.backup_id);
-                } else {
-                    report.incomplete_removed.push(d.backup_id);
-                }
-            }
-        }
-    }
-    match store.list_uploads(&prefix).await? {
-        Some(uploads) => {
-            report.uploads_listed = true;
-            for u in uploads {
-                if retention::upload_abandoned(u.initiated, grace, now) {
-                    tracing::info!(
-                        key = u.key,
-                        dry_run,
-                        "aborting an abandoned multipart upload"
-                    );
-                    if !dry_run {
-                        store.abort_upload(&u.key, &u.upload_id).await?;
-                    }
-                    report.uploads_aborted += 1;
-                }
-            }
-        }
-        None => tracing::warn!(
-            endpoint = store.endpoint,
-            "the server does not implement ListMultipartUploads: unfinished uploads not checked"
-        ),
-    }
-    Ok(report)
 }
 
 #[cfg(test)]

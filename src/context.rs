@@ -1,0 +1,87 @@
+//! What every reconcile of both controllers shares: the client, the settings, the Event
+//! recorder and the per-object failure count behind the exponential retry backoff, with the
+//! `error_policy` that uses it. Depends on nothing above it (no controller, no reconcile).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use kube::Client;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Recorder, Reporter};
+use tracing::warn;
+
+use crate::error::Error;
+use crate::resources::Settings;
+
+/// An object's key for the failure count: (a namespace, optionally prefixed by the kind, and a
+/// name), so two kinds with the same name never share a count.
+pub type FailureKey = (String, String);
+
+/// What every reconcile shares.
+pub struct Context {
+    pub client: Client,
+    pub settings: Settings,
+    pub recorder: Recorder,
+    /// Consecutive failures per object, for exponential backoff; reset on success.
+    failures: Mutex<HashMap<FailureKey, u32>>,
+}
+
+impl Context {
+    pub fn new(client: Client, settings: Settings) -> Self {
+        let reporter = Reporter {
+            controller: "dbop".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            settings,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(crate) fn record_failure(&self, key: FailureKey) -> u32 {
+        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let n = failures.entry(key).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    }
+
+    pub(crate) fn reset_failures(&self, key: &FailureKey) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+    }
+
+    /// The error policy of both controllers: count the failure, log it, retry after the
+    /// backoff for that many failures in a row.
+    pub fn retry_after_failure(&self, key: FailureKey, error: &Error, what: &str) -> Action {
+        let failures = self.record_failure(key);
+        let delay = backoff(failures);
+        warn!(%error, label = error.label(), failures, retry_in = ?delay, "{what} reconcile failed");
+        Action::requeue(delay)
+    }
+}
+
+/// The retry delay after `failures` consecutive failures: 5 s doubling, at most 5 minutes.
+pub fn backoff(failures: u32) -> Duration {
+    let exponent = failures.saturating_sub(1).min(6);
+    Duration::from_secs((5u64 << exponent).min(300))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::backoff;
+    use std::time::Duration;
+
+    #[test]
+    fn backoff_doubles_up_to_five_minutes() {
+        let delays: Vec<_> = (1..=9).map(backoff).collect();
+        let secs: Vec<u64> = delays.iter().map(Duration::as_secs).collect();
+        assert_eq!(secs, vec![5, 10, 20, 40, 80, 160, 300, 300, 300]);
+        assert_eq!(backoff(0).as_secs(), 5);
+        assert_eq!(backoff(u32::MAX).as_secs(), 300);
+    }
+}
