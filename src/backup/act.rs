@@ -33,7 +33,12 @@ pub async fn act(
             .unwrap_or_else(Utc::now);
         let job = match database.map(|db| backup_job(db, backup, created, &ctx.settings)) {
             Some(Ok(job)) => job,
-            Some(Err(JobProblem::NoBackupSpec | JobProblem::NoRunningVersion)) | None => {
+            Some(Err(
+                JobProblem::NoBackupSpec
+                | JobProblem::NoRunningVersion
+                | JobProblem::InvalidSpec(_),
+            ))
+            | None => {
                 // The Database changed between its read and the decision: look again.
                 return Ok(Some(Action::requeue(REQUEUE_QUEUED)));
             }

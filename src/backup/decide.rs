@@ -47,6 +47,8 @@ pub enum Wait {
         running: bool,
     },
     S3Credentials(S3SecretProblem),
+    /// `spec.backup` has a value that does not parse: the backup waits until it is fixed.
+    InvalidSpec(String),
 }
 
 /// Where a backup without a Job stands.
@@ -98,7 +100,9 @@ pub fn start(
     if !db.has_backup_spec {
         return Start::Refused(Refusal::NoBackupSpec);
     }
-    let wait = if !db.has_run {
+    let wait = if let Some(problem) = &db.spec_problem {
+        Some(Wait::InvalidSpec(problem.clone()))
+    } else if !db.has_run {
         Some(Wait::DatabaseNotStarted)
     } else if db.phase == Some(Phase::Upgrading) && backup.spec.reason != BackupReason::PreUpgrade {
         Some(Wait::UpgradeRollout)
@@ -133,6 +137,9 @@ fn wait_message(wait: &Wait, database: &str) -> String {
             format!("queued behind backup {first} ({state}): one backup at a time per Database")
         }
         Wait::S3Credentials(problem) => format!("waiting for the S3 credentials: {problem}"),
+        Wait::InvalidSpec(problem) => {
+            format!("waiting for Database {database}'s spec.backup to be fixed: {problem}")
+        }
     }
 }
 
@@ -313,6 +320,7 @@ mod tests {
         DatabaseFacts {
             phase: Some(Phase::Ready),
             has_backup_spec: true,
+            spec_problem: None,
             has_run: true,
             s3_problem: None,
         }
@@ -587,6 +595,11 @@ mod tests {
             s3_problem: Some(problem.clone()),
             ..ready_db()
         };
+        let bad_spec = DatabaseFacts {
+            spec_problem: Some("spec.backup.timeout \"soon\" is not a positive duration".into()),
+            has_run: false,
+            ..ready_db()
+        };
         let queued = vec![("older".to_string(), false)];
         let table = [
             (
@@ -640,6 +653,15 @@ mod tests {
                 Some(&bad_s3),
                 vec![],
                 Start::Waiting(Wait::S3Credentials(problem)),
+            ),
+            (
+                "invalid spec, before anything else",
+                &manual,
+                Some(&bad_spec),
+                vec![],
+                Start::Waiting(Wait::InvalidSpec(
+                    "spec.backup.timeout \"soon\" is not a positive duration".into(),
+                )),
             ),
             ("ready", &manual, Some(&ready_db()), vec![], Start::Now),
         ];

@@ -8,17 +8,21 @@
 //!
 //! Pure: a function of the Database, the `DatabaseBackup` and the operator's settings.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
+use dbop_contract::layout;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, KeyToPath, PodSpec, PodTemplateSpec, SecretVolumeSource,
-    Volume,
+    ConfigMapVolumeSource, Container, EnvVar, KeyToPath, PodSpec, PodTemplateSpec,
+    SecretVolumeSource, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 
-use super::schedule::{DEFAULT_KEEP_LAST, DEFAULT_TIMEOUT, format_duration, parse_duration};
-use crate::api::{BackupSpec, Database, DatabaseBackup};
+use super::schedule::format_duration;
+use super::settings::BackupSettings;
+use crate::api::{BackupSpec, CaSource, Database, DatabaseBackup, S3Spec};
 use crate::resources::credentials::{PASSWORD_KEY, USERNAME_KEY, secret_name};
 use crate::resources::pod::{
     DBOP_BIN_DIR, DBOP_BIN_VOLUME, container_security_context, copy_binary, env as plain, mount,
@@ -48,6 +52,8 @@ pub enum JobProblem {
     NoBackupSpec,
     /// The Database has never run, so there is no version to dump with.
     NoRunningVersion,
+    /// `spec.backup` holds a value that does not parse (the message says which and what to fix).
+    InvalidSpec(String),
 }
 
 /// The Job's name: the `DatabaseBackup`'s name, shortened with a hash when it is too long.
@@ -55,10 +61,11 @@ pub fn job_name(backup_name: &str) -> String {
     shorten(backup_name, MAX_JOB_NAME)
 }
 
-/// The backup id in object storage: the `DatabaseBackup`'s creation time and name, so ids sort
-/// by time and a retried Job (same `DatabaseBackup`) finds the backup it already made.
+/// The backup id in object storage: the `DatabaseBackup`'s creation time (the agent's own id
+/// format, so ids sort by time) and name, so a retried Job (same `DatabaseBackup`) finds the
+/// backup it already made.
 pub fn backup_id(backup_name: &str, created: DateTime<Utc>) -> String {
-    let stamp = created.format("%Y%m%dT%H%M%SZ").to_string();
+    let stamp = layout::backup_id_at(created);
     shorten(&format!("{stamp}-{backup_name}"), MAX_BACKUP_ID)
 }
 
@@ -96,37 +103,78 @@ pub fn backup_job(
     settings: &Settings,
 ) -> Result<Job, JobProblem> {
     let spec = db.spec.backup.as_ref().ok_or(JobProblem::NoBackupSpec)?;
+    let parsed = BackupSettings::parse(spec).map_err(JobProblem::InvalidSpec)?;
     let image = running_image(db, settings).ok_or(JobProblem::NoRunningVersion)?;
     let backup_name = backup.metadata.name.clone().unwrap_or_default();
-    let s3 = &spec.s3;
+    let (copy_agent, agent) = copy_binary(settings, "dbop-backup");
+    debug_assert_eq!(agent, AGENT_PATH);
+    let args = agent_args(db, spec, &parsed, &backup_id(&backup_name, created));
+    let container = Container {
+        image: Some(image),
+        args: Some(args),
+        env: Some(agent_env(db, &spec.s3)),
+        resources: Some(settings.job_resources.clone()),
+        volume_mounts: Some(agent_mounts(spec.s3.ca.is_some())),
+        ..agent_container()
+    };
+    let mut volumes = vec![scratch(DBOP_BIN_VOLUME), scratch("tmp")];
+    volumes.extend(spec.s3.ca.as_ref().map(ca_volume));
+    let pod = PodSpec {
+        init_containers: Some(vec![copy_agent]),
+        containers: vec![container],
+        image_pull_secrets: pull_secrets(settings),
+        volumes: Some(volumes),
+        ..job_pod_spec()
+    };
+    Ok(Job {
+        metadata: job_meta(db, backup, &backup_name),
+        spec: Some(JobSpec {
+            backoff_limit: Some(BACKOFF_LIMIT),
+            active_deadline_seconds: Some(
+                i64::try_from(parsed.timeout.as_secs().max(60)).unwrap_or(i64::MAX),
+            ),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(with_backup_label(
+                        job_pod_labels(db, "backup"),
+                        &backup_name,
+                    )),
+                    annotations: pod_annotations(db),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(pod),
+            },
+            ..JobSpec::default()
+        }),
+        ..Job::default()
+    })
+}
 
+/// The agent's arguments: where the dump goes, its id, retention. Nothing secret.
+fn agent_args(db: &Database, spec: &BackupSpec, parsed: &BackupSettings, id: &str) -> Vec<String> {
+    let s3 = &spec.s3;
     let mut args: Vec<String> = vec![
         "dump".into(),
         format!("--bucket={}", s3.bucket),
         format!("--prefix={}", storage_prefix(db, spec)),
-        format!("--backup-id={}", backup_id(&backup_name, created)),
+        format!("--backup-id={id}"),
         format!("--result-file={TERMINATION_LOG}"),
+        format!("--keep-last={}", parsed.history.keep_last),
     ];
+    if let Some(max_age) = parsed.history.max_age {
+        args.push(format!("--max-age={}", format_duration(max_age)));
+    }
     if s3.force_path_style {
         args.push("--path-style".into());
     }
     if s3.ca.is_some() {
         args.push(format!("--ca-file={CA_FILE}"));
     }
-    let retention = spec.retention.clone();
-    let keep_last = retention
-        .as_ref()
-        .and_then(|r| r.keep_last)
-        .unwrap_or(DEFAULT_KEEP_LAST);
-    args.push(format!("--keep-last={keep_last}"));
-    if let Some(max_age) = retention
-        .as_ref()
-        .and_then(|r| r.max_age.as_deref())
-        .and_then(parse_duration)
-    {
-        args.push(format!("--max-age={}", format_duration(max_age)));
-    }
+    args
+}
 
+/// The agent's environment: libpq and AWS SDK settings, credentials only as Secret references.
+fn agent_env(db: &Database, s3: &S3Spec) -> Vec<EnvVar> {
     let names = Names::of(db);
     let credentials = secret_name(db);
     let keys = &s3.credentials;
@@ -159,107 +207,95 @@ pub fn backup_job(
     if let Some(endpoint) = &s3.endpoint {
         env.push(plain("AWS_ENDPOINT_URL", endpoint));
     }
+    env
+}
 
-    let mut volumes = vec![scratch(DBOP_BIN_VOLUME), scratch("tmp")];
+/// The backup container without what depends on the Database: the agent as its command, the
+/// result in the termination message.
+fn agent_container() -> Container {
+    Container {
+        name: BACKUP_CONTAINER.into(),
+        command: Some(vec![AGENT_PATH.into()]),
+        security_context: Some(container_security_context()),
+        termination_message_path: Some(TERMINATION_LOG.into()),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        ..Container::default()
+    }
+}
+
+fn agent_mounts(with_ca: bool) -> Vec<VolumeMount> {
     let mut mounts = vec![
         mount(DBOP_BIN_VOLUME, DBOP_BIN_DIR, true),
         mount("tmp", "/tmp", false),
     ];
-    if let Some(ca) = &s3.ca {
-        let items = |key: &str| {
-            Some(vec![KeyToPath {
-                key: key.into(),
-                path: "ca.pem".into(),
-                ..KeyToPath::default()
-            }])
-        };
-        let volume = match (&ca.secret_key_ref, &ca.config_map_key_ref) {
-            (Some(r), _) => Volume {
-                name: "s3-ca".into(),
-                secret: Some(SecretVolumeSource {
-                    secret_name: Some(r.name.clone()),
-                    items: items(&r.key),
-                    ..SecretVolumeSource::default()
-                }),
-                ..Volume::default()
-            },
-            (None, Some(r)) => Volume {
-                name: "s3-ca".into(),
-                config_map: Some(ConfigMapVolumeSource {
-                    name: r.name.clone(),
-                    items: items(&r.key),
-                    ..ConfigMapVolumeSource::default()
-                }),
-                ..Volume::default()
-            },
-            (None, None) => scratch("s3-ca"),
-        };
-        volumes.push(volume);
+    if with_ca {
         mounts.push(mount("s3-ca", CA_DIR, true));
     }
+    mounts
+}
 
-    let (copy_agent, agent) = copy_binary(settings, "dbop-backup");
-    debug_assert_eq!(agent, AGENT_PATH);
-    let container = Container {
-        name: BACKUP_CONTAINER.into(),
-        image: Some(image),
-        command: Some(vec![AGENT_PATH.into()]),
-        args: Some(args),
-        env: Some(env),
-        resources: Some(settings.job_resources.clone()),
-        security_context: Some(container_security_context()),
-        termination_message_path: Some(TERMINATION_LOG.into()),
-        termination_message_policy: Some("FallbackToLogsOnError".into()),
-        volume_mounts: Some(mounts),
-        ..Container::default()
+/// The `s3.ca` source as a volume holding `ca.pem`.
+fn ca_volume(ca: &CaSource) -> Volume {
+    let items = |key: &str| {
+        Some(vec![KeyToPath {
+            key: key.into(),
+            path: "ca.pem".into(),
+            ..KeyToPath::default()
+        }])
     };
-    let timeout = spec
-        .timeout
-        .as_deref()
-        .and_then(parse_duration)
-        .unwrap_or(DEFAULT_TIMEOUT);
-
-    let mut job_labels = labels(&db.name(), "backup");
-    let mut template_labels = job_pod_labels(db, "backup");
-    if backup_name.len() <= MAX_JOB_NAME {
-        job_labels.insert(BACKUP_LABEL.into(), backup_name.clone());
-        template_labels.insert(BACKUP_LABEL.into(), backup_name.clone());
-    }
-    Ok(Job {
-        metadata: ObjectMeta {
-            name: Some(job_name(&backup_name)),
-            namespace: backup.metadata.namespace.clone(),
-            labels: Some(job_labels),
-            owner_references: backup.controller_owner_ref(&()).map(|r| vec![r]),
-            ..ObjectMeta::default()
+    match (&ca.secret_key_ref, &ca.config_map_key_ref) {
+        (Some(r), _) => Volume {
+            name: "s3-ca".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(r.name.clone()),
+                items: items(&r.key),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
         },
-        spec: Some(JobSpec {
-            backoff_limit: Some(BACKOFF_LIMIT),
-            active_deadline_seconds: Some(
-                i64::try_from(timeout.as_secs().max(60)).unwrap_or(i64::MAX),
-            ),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(template_labels),
-                    annotations: pod_annotations(db),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    restart_policy: Some("Never".into()),
-                    init_containers: Some(vec![copy_agent]),
-                    containers: vec![container],
-                    security_context: Some(pod_security_context()),
-                    enable_service_links: Some(false),
-                    automount_service_account_token: Some(false),
-                    image_pull_secrets: pull_secrets(settings),
-                    volumes: Some(volumes),
-                    ..PodSpec::default()
-                }),
-            },
-            ..JobSpec::default()
-        }),
-        ..Job::default()
-    })
+        (None, Some(r)) => Volume {
+            name: "s3-ca".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: r.name.clone(),
+                items: items(&r.key),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        (None, None) => scratch("s3-ca"),
+    }
+}
+
+/// What every backup pod has: no restarts, no ServiceAccount token, no service links.
+fn job_pod_spec() -> PodSpec {
+    PodSpec {
+        restart_policy: Some("Never".into()),
+        security_context: Some(pod_security_context()),
+        enable_service_links: Some(false),
+        automount_service_account_token: Some(false),
+        ..PodSpec::default()
+    }
+}
+
+fn job_meta(db: &Database, backup: &DatabaseBackup, backup_name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(job_name(backup_name)),
+        namespace: backup.metadata.namespace.clone(),
+        labels: Some(with_backup_label(labels(&db.name(), "backup"), backup_name)),
+        owner_references: backup.controller_owner_ref(&()).map(|r| vec![r]),
+        ..ObjectMeta::default()
+    }
+}
+
+/// Adds the label naming the `DatabaseBackup` when the name fits in a label value.
+fn with_backup_label(
+    mut labels: BTreeMap<String, String>,
+    backup_name: &str,
+) -> BTreeMap<String, String> {
+    if backup_name.len() <= MAX_JOB_NAME {
+        labels.insert(BACKUP_LABEL.into(), backup_name.into());
+    }
+    labels
 }
 
 /// The label naming the `DatabaseBackup` a Job or pod belongs to.
@@ -528,6 +564,27 @@ pub(crate) mod tests {
             backup_job(&db, &backup("b"), created(), &Settings::default()),
             Err(JobProblem::NoBackupSpec)
         );
+    }
+
+    #[test]
+    fn a_value_that_does_not_parse_is_a_problem_not_a_default() {
+        // Before the spec was parsed once, a bad timeout silently became the 6 h default here.
+        let db = with_backup(serde_json::json!({"timeout": "soon"}));
+        match backup_job(&db, &backup("b"), created(), &Settings::default()) {
+            Err(JobProblem::InvalidSpec(message)) => {
+                assert!(message.contains("spec.backup.timeout"), "{message}")
+            }
+            other => panic!("expected InvalidSpec, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn backup_ids_are_ids_the_agent_accepts() {
+        for name in ["b", "orders-202505010200", &"x".repeat(300), "a.b_c-d"] {
+            let id = backup_id(name, created());
+            dbop_contract::layout::validate_backup_id(&id)
+                .unwrap_or_else(|e| panic!("{name}: {id}: {e}"));
+        }
     }
 
     #[test]

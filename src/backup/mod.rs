@@ -4,6 +4,7 @@
 //! controller that runs one backup at a time per Database and reports each outcome.
 //!
 //! - `schedule` is pure (time is passed in);
+//! - `settings` parses `spec.backup` once for the plan and the Job (pure);
 //! - `plan` is the pure backup part of a Database's reconcile (the due run, history, health);
 //! - `job` is the pure builder of the backup Job; `ca` reads whether the `s3.ca` source exists;
 //! - `s3_secret` is the pure check of the S3 credentials Secret, read by both controllers;
@@ -21,5 +22,6 @@ pub mod observe;
 pub mod plan;
 pub mod s3_secret;
 pub mod schedule;
+pub mod settings;
 #[cfg(test)]
 pub(crate) mod testing;

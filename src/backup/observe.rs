@@ -10,6 +10,7 @@ use kube::{Api, Client};
 
 use super::job::{BACKUP_CONTAINER, job_name};
 use super::s3_secret::{S3SecretProblem, s3_secret_problem};
+use super::settings::BackupSettings;
 use crate::api::{BackupPhase, BackupReason, Database, DatabaseBackup, Phase};
 use crate::error::Result;
 use crate::kube_io::{JobState, job_state};
@@ -29,6 +30,8 @@ pub struct BackupFacts {
 pub struct DatabaseFacts {
     pub phase: Option<Phase>,
     pub has_backup_spec: bool,
+    /// What does not parse in `spec.backup` (the message names the field).
+    pub spec_problem: Option<String>,
     pub has_run: bool,
     /// What is wrong with the S3 credentials Secret.
     pub s3_problem: Option<S3SecretProblem>,
@@ -155,6 +158,11 @@ fn database_facts(db: &Database, s3_problem: Option<S3SecretProblem>) -> Databas
     DatabaseFacts {
         phase: status.phase,
         has_backup_spec: db.spec.backup.is_some(),
+        spec_problem: db
+            .spec
+            .backup
+            .as_ref()
+            .and_then(|spec| BackupSettings::parse(spec).err()),
         has_run: status.current_version.is_some(),
         s3_problem,
     }

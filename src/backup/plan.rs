@@ -10,12 +10,12 @@ use chrono::{DateTime, Utc};
 
 use super::s3_secret::S3SecretProblem;
 use super::schedule::{
-    BackupRecord, BackupSchedule, DEFAULT_KEEP_FAILED, DEFAULT_KEEP_LAST,
-    DEFAULT_STARTING_DEADLINE, HealthFacts, HistoryPolicy, Hold, Run, ScheduleFacts, SchedulePlan,
-    backup_health, backups_to_prune, parse_duration, plan_schedule,
+    BackupRecord, HealthFacts, Hold, Run, ScheduleFacts, SchedulePlan, backup_health,
+    backups_to_prune, plan_schedule,
 };
+use super::settings::BackupSettings;
 use crate::api::conditions::{ConditionStatus, ConditionType};
-use crate::api::{BackupPhase, BackupSpec, BackupStatus, Database, Phase};
+use crate::api::{BackupPhase, BackupStatus, Database, Phase};
 use crate::kube_io::EventSpec;
 
 /// What the Database's reconcile observed about its backups.
@@ -249,51 +249,6 @@ fn health(
         first_due: schedule.next_schedule_time,
         rpo,
     })
-}
-
-/// The backup settings, parsed; the error says what to fix.
-struct BackupSettings {
-    schedule: BackupSchedule,
-    starting_deadline: Duration,
-    rpo: Option<Duration>,
-    history: HistoryPolicy,
-}
-
-impl BackupSettings {
-    fn parse(spec: &BackupSpec) -> Result<BackupSettings, String> {
-        let schedule = BackupSchedule::parse(&spec.schedule, spec.time_zone.as_deref())?;
-        let duration = |field: &str, value: &Option<String>| -> Result<Option<Duration>, String> {
-            match value {
-                None => Ok(None),
-                Some(text) => parse_duration(text)
-                    .filter(|d| !d.is_zero())
-                    .map(Some)
-                    .ok_or_else(|| {
-                        format!(
-                            "spec.backup.{field} {text:?} is not a positive duration: use a form \
-                             such as 30m, 12h or 7d"
-                        )
-                    }),
-            }
-        };
-        let retention = spec.retention.clone().unwrap_or(crate::api::RetentionSpec {
-            keep_last: None,
-            max_age: None,
-            keep_failed: None,
-        });
-        duration("timeout", &spec.timeout)?;
-        Ok(BackupSettings {
-            schedule,
-            starting_deadline: duration("startingDeadline", &spec.starting_deadline)?
-                .unwrap_or(DEFAULT_STARTING_DEADLINE),
-            rpo: duration("rpo", &spec.rpo)?,
-            history: HistoryPolicy {
-                keep_last: retention.keep_last.unwrap_or(DEFAULT_KEEP_LAST).max(1),
-                max_age: duration("retention.maxAge", &retention.max_age)?,
-                keep_failed: retention.keep_failed.unwrap_or(DEFAULT_KEEP_FAILED),
-            },
-        })
-    }
 }
 
 /// The last successful and failed backups: the newest observed, or the previous status's when
