@@ -12,8 +12,10 @@
 #                              no entrypoint script (dbop's dbop-instance is the entrypoint).
 #   dbop.local/s3s-fs:<v>      the S3 server s3s-fs (from PATH or ~/.cargo/bin) and its shared libraries
 #   dbop.local/pause:testbed   the sandbox image (a static Go program: images/pause)
-#   dbop.local/dbop:dev        dbop, dbop-backup and (when built) dbop-instance in /usr/local/bin,
-#                              taken from DBOP_IMAGE_BIN_DIR (default <repo>/target/release)
+#   dbop.local/dbop:dev        dbop, dbop-backup and dbop-instance in /usr/local/bin, each from the
+#                              first directory of DBOP_IMAGE_BIN_DIR (':'-separated, default
+#                              <repo>/target/release) that has it, with their shared libraries, and
+#                              `cp` (the init containers copy the binaries into pods with it)
 #
 # Usage: images.sh [postgres] [s3s-fs] [pause] [dbop]   (default: all; dbop only when its binaries exist)
 # Needs root (files owned by uid 999 in the postgres image), apt-get (Debian), jq, ldd, ldconfig.
@@ -170,18 +172,30 @@ build_pause() {
 }
 
 # --- dbop ---------------------------------------------------------------------------------------
+# DBOP_IMAGE_BIN_DIR is a list of directories separated by ':'; each binary is taken from the first
+# that has it (e.g. a static musl dbop-instance first, then the workspace's target/debug).
+dbop_bin() { # name -> path of the first DBOP_IMAGE_BIN_DIR entry holding it
+  local d dirs
+  IFS=: read -ra dirs <<<"${DBOP_IMAGE_BIN_DIR:-$REPO_ROOT/target/release}"
+  for d in "${dirs[@]}"; do [[ -x "$d/$1" ]] && { printf '%s' "$d/$1"; return 0; }; done
+  return 1
+}
 build_dbop() {
-  local dir="${DBOP_IMAGE_BIN_DIR:-$REPO_ROOT/target/release}" ref="dbop.local/dbop:dev" bins=() key out root b
-  for b in dbop dbop-backup dbop-instance; do [[ -x "$dir/$b" ]] && bins+=("$dir/$b"); done
-  if [[ ! -x "$dir/dbop" || ! -x "$dir/dbop-backup" ]]; then
-    log "no dbop image: $dir lacks dbop or dbop-backup (cargo build --release --bins, or set DBOP_IMAGE_BIN_DIR)"
-    return 0
-  fi
-  key="$( { echo "$SELF_HASH"; sha256sum "${bins[@]}" | cut -c1-64; } | sha256sum | cut -c1-12)"
+  local ref="dbop.local/dbop:dev" bins=() key out root b p cp_bin
+  for b in dbop dbop-backup dbop-instance; do
+    if p="$(dbop_bin "$b")"; then bins+=("$p"); else
+      log "no dbop image: no $b in ${DBOP_IMAGE_BIN_DIR:-$REPO_ROOT/target/release} (cargo build --bins, or set DBOP_IMAGE_BIN_DIR)"
+      return 0
+    fi
+  done
+  # The init containers of database and backup pods run `cp` from this image.
+  cp_bin="$(command -v cp)"
+  key="$( { echo "$SELF_HASH"; sha256sum "${bins[@]}" "$cp_bin" | cut -c1-64; } | sha256sum | cut -c1-12)"
   out="$IMAGES/dbop-dev-$key.tar"
   if [[ ! -f "$out" ]]; then
     root="$WORK/rootfs-dbop"; base_files "$root"
     copy_with_libs "$root" /usr/local/bin "${bins[@]}"
+    copy_with_libs "$root" /usr/bin "$cp_bin"
     if [[ -f /etc/ssl/certs/ca-certificates.crt ]]; then
       mkdir -p "$root/etc/ssl/certs"; cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
     fi
