@@ -41,6 +41,14 @@ pub fn small_resources() -> Value {
     json!({"requests": {"cpu": "20m", "memory": "32Mi"}, "limits": {"cpu": "500m", "memory": "256Mi"}})
 }
 
+/// Whether the pod's Ready condition is True.
+pub fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 /// A server certificate of a private CA, as PEM (made with the `openssl` command).
 pub struct PrivateCa {
     pub ca_pem: String,
@@ -239,14 +247,7 @@ impl TestBed {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         let found = crate::wait_until_or_none(POD_WAIT, || async {
             let pod = pods.get_opt(name).await.ok().flatten()?;
-            let ready = pod
-                .status
-                .as_ref()?
-                .conditions
-                .as_ref()?
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True");
-            ready.then_some(pod)
+            pod_ready(&pod).then_some(pod)
         })
         .await;
         found.unwrap_or_else(|| {

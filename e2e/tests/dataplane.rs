@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use dbop::api::{BackupPhase, DatabaseBackup, Phase};
 use dbop_e2e::node::{
-    DBOP_IMAGE, POD_WAIT, POSTGRES_15_20, PrivateCa, REAL_NODE, REAL_NODE_STORAGE_CLASS,
+    DBOP_IMAGE, POD_WAIT, POSTGRES_15_20, PrivateCa, REAL_NODE, REAL_NODE_STORAGE_CLASS, pod_ready,
     small_resources,
 };
 use dbop_e2e::{TestBed, testbed, wait_until, wait_until_or_none};
@@ -190,14 +190,7 @@ async fn a_database_runs_for_real_keeps_its_data_and_takes_a_new_password() {
     let old_uid = pod_uid(&pod);
     wait_until("a new pod shop-0, Ready", POD_WAIT, || async {
         let p = pods.get_opt("shop-0").await.ok().flatten()?;
-        let ready = p
-            .status
-            .as_ref()?
-            .conditions
-            .as_ref()?
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True");
-        (pod_uid(&p) != old_uid && ready).then_some(())
+        (pod_uid(&p) != old_uid && pod_ready(&p)).then_some(())
     })
     .await;
     assert_eq!(
