@@ -15,6 +15,7 @@ use dbop_e2e::node::{
 };
 use dbop_e2e::{TestBed, testbed, wait_until, wait_until_or_none};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ResourceQuota, Secret};
+use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
@@ -213,6 +214,25 @@ async fn a_database_runs_for_real_keeps_its_data_and_takes_a_new_password() {
     .await;
     let password = |s: &Secret| s.data.as_ref().and_then(|d| d.get("password")).cloned();
     assert_ne!(password(&new), password(&old), "a new password");
+    let events: Api<Event> = Api::namespaced(bed.client.clone(), &ns);
+    wait_until(
+        "a CredentialsRegenerated Warning Event",
+        POD_WAIT,
+        || async {
+            let list = events
+                .list(&ListParams::default().fields("regarding.name=shop"))
+                .await
+                .ok()?;
+            list.items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("CredentialsRegenerated")
+                        && e.type_.as_deref() == Some("Warning")
+                })
+                .map(|_| ())
+        },
+    )
+    .await;
     bed.psql_client(&ns, "client2", "shop", "shop-credentials")
         .await;
     let started = std::time::Instant::now();
