@@ -55,12 +55,19 @@ testbed-up: testbed-build ## start etcd, kube-apiserver, controller-manager, sch
 testbed-down: ## stop the local control plane and the real node, leaving nothing behind
 	e2e/testbed/down.sh
 
+# dbop.local/dbop:dev for the real node: the fresh debug binaries, with a static dbop-instance
+# first when the musl target is installed (e2e/testbed/dbop-image.sh loads it after up.sh).
+MUSL_INSTALLED := $(shell rustup target list --installed 2>/dev/null | grep -qx $(MUSL_TARGET) && echo yes)
+E2E_IMAGE_BIN_DIR := $(if $(MUSL_INSTALLED),$(CURDIR)/target/$(MUSL_TARGET)/debug:)$(CURDIR)/target/debug
+
 test-e2e: ## end-to-end suites against the local control plane (brings it up and down; checks that down leaves nothing behind)
 	$(CARGO) build --bins
+	$(if $(MUSL_INSTALLED),$(CARGO) build --target $(MUSL_TARGET) -p dbop-instance)
 	@set -o pipefail; status=0; hoststate=; \
 	  if [ -f $(TESTBED_DIR)/ready ]; then echo "test bed already up: no before/after host-state check this time"; \
 	  else hoststate=$$(mktemp); e2e/testbed/check-clean.sh snapshot $$hoststate; fi; \
 	  $(MAKE) --no-print-directory testbed-up || status=$$?; \
+	  if [ $$status = 0 ]; then DBOP_IMAGE_BIN_DIR=$(E2E_IMAGE_BIN_DIR) e2e/testbed/dbop-image.sh || status=$$?; fi; \
 	  if [ $$status = 0 ]; then KUBECONFIG=$(TESTBED_DIR)/kubeconfig $(CARGO) test -p dbop-e2e -- --test-threads=4 --nocapture || status=$$?; fi; \
 	  $(MAKE) --no-print-directory testbed-down || status=$$?; \
 	  if [ -n "$$hoststate" ]; then e2e/testbed/check-clean.sh verify $$hoststate || status=$$?; rm -f $$hoststate; fi; exit $$status

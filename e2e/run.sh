@@ -42,9 +42,15 @@ cluster_reachable() {
   timeout 10 "$kubectl_bin" version --request-timeout=5s >/dev/null 2>&1
 }
 
-# dbop first: on the real node its image (dbop.local/dbop:dev) is built from these binaries.
+# dbop first: on the real node its image (dbop.local/dbop:dev) is built from these binaries, with a
+# static (musl) dbop-instance when the musl target is installed (the debug binaries are linked
+# against this host's glibc, which is also the locally built operand images').
 step "building dbop (cargo)" cargo build --bins
 export DBOP_IMAGE_BIN_DIR=$root/target/debug
+if rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl; then
+  step "building a static dbop-instance (musl)" cargo build --target x86_64-unknown-linux-musl -p dbop-instance
+  DBOP_IMAGE_BIN_DIR=$root/target/x86_64-unknown-linux-musl/debug:$DBOP_IMAGE_BIN_DIR
+fi
 real_node=0
 if cluster_reachable; then
   say "using the cluster of the current kubeconfig ($("$kubectl_bin" config current-context 2>/dev/null || echo '?'))"
@@ -59,6 +65,7 @@ else
     say "no real node ($why): the example runs on kwok's simulated nodes (no container runs)"
   else
     real_node=1
+    step "loading dbop's image from these binaries" e2e/testbed/dbop-image.sh
     say "using the real node dbop-real-node: PostgreSQL runs for real (image dbop.local/postgres:15.20)"
   fi
 fi

@@ -173,6 +173,15 @@ impl TestBed {
 
     /// Starts the real `dbop run` binary, watching one namespace. Killed (SIGKILL) when dropped.
     pub fn operator_binary(&self, namespace: &str) -> OperatorProcess {
+        self.operator_binary_with_env(namespace, &[])
+    }
+
+    /// Like [`TestBed::operator_binary`], with extra environment (the operator's settings).
+    pub fn operator_binary_with_env(
+        &self,
+        namespace: &str,
+        env: &[(&str, &str)],
+    ) -> OperatorProcess {
         let binary = operator_binary_path();
         let log_path = self.dir.join("logs").join(format!("dbop-{namespace}.log"));
         let _ = std::fs::create_dir_all(log_path.parent().unwrap());
@@ -185,6 +194,7 @@ impl TestBed {
             .args(["run", "--namespace", namespace])
             .env("KUBECONFIG", &self.kubeconfig)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log handle"))
             .stderr(log)

@@ -7,13 +7,13 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret, Service, ServiceAccount};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use rand::Rng;
 use serde_json::{Value, json};
 
-use crate::{TestBed, wait_until};
+use crate::{OperatorProcess, TestBed, wait_until};
 
 /// The real node's name.
 pub const REAL_NODE: &str = "dbop-real-node";
@@ -26,6 +26,124 @@ pub const POSTGRES_15_18: &str = "dbop.local/postgres:15.18";
 pub const POSTGRES_15_20: &str = "dbop.local/postgres:15.20";
 /// How long a real pod may take to start on a busy 2-core machine.
 pub const POD_WAIT: Duration = Duration::from_secs(120);
+/// dbop's image built from the code under test (e2e/testbed/dbop-image.sh).
+pub const DBOP_IMAGE: &str = "dbop.local/dbop:dev";
+/// The S3 server's access keys (a test server on the pod network).
+pub const S3_ACCESS_KEY: &str = "e2e-access";
+pub const S3_SECRET_KEY: &str = "e2e-secret-key";
+/// The port s3s-fs listens on inside its pod, and the TLS front's.
+const S3_PORT: i32 = 9000;
+const S3_TLS_PORT: i32 = 9443;
+
+/// Resources for test pods: a namespace with a ResourceQuota on cpu and memory admits only
+/// containers that set requests and limits.
+pub fn small_resources() -> Value {
+    json!({"requests": {"cpu": "20m", "memory": "32Mi"}, "limits": {"cpu": "500m", "memory": "256Mi"}})
+}
+
+/// Whether the pod's Ready condition is True.
+pub fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// A server certificate of a private CA, as PEM (made with the `openssl` command).
+pub struct PrivateCa {
+    pub ca_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl PrivateCa {
+    /// A fresh CA and a certificate for `dns_name` signed by it (ECDSA P-256, one day).
+    pub fn issue(dns_name: &str) -> PrivateCa {
+        let dir = std::env::temp_dir().join(format!("dbop-e2e-ca-{}", rand::random::<u64>()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(&dir)
+                .output()
+                .expect("running openssl (e2e/testbed/install-deps.sh installs it)");
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        openssl(
+            &[
+                &["req", "-x509"][..],
+                &ec,
+                &[
+                    "-keyout",
+                    "ca.key",
+                    "-out",
+                    "ca.pem",
+                    "-days",
+                    "1",
+                    "-subj",
+                    "/CN=dbop e2e private CA",
+                ],
+            ]
+            .concat(),
+        );
+        openssl(
+            &[
+                &["req"][..],
+                &ec,
+                &[
+                    "-keyout",
+                    "tls.key",
+                    "-out",
+                    "tls.csr",
+                    "-subj",
+                    &format!("/CN={dns_name}"),
+                ],
+            ]
+            .concat(),
+        );
+        std::fs::write(
+            dir.join("ext.cnf"),
+            format!("subjectAltName=DNS:{dns_name}\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n"),
+        )
+        .expect("extensions file");
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "tls.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "tls.crt",
+            "-days",
+            "1",
+            "-extfile",
+            "ext.cnf",
+        ]);
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).expect("PEM file");
+        let ca = PrivateCa {
+            ca_pem: read("ca.pem"),
+            cert_pem: read("tls.crt"),
+            key_pem: read("tls.key"),
+        };
+        let _ = std::fs::remove_dir_all(&dir);
+        ca
+    }
+}
 
 impl TestBed {
     /// Panics with a clear message unless the real node is registered and Ready.
@@ -129,14 +247,7 @@ impl TestBed {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         let found = crate::wait_until_or_none(POD_WAIT, || async {
             let pod = pods.get_opt(name).await.ok().flatten()?;
-            let ready = pod
-                .status
-                .as_ref()?
-                .conditions
-                .as_ref()?
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True");
-            ready.then_some(pod)
+            pod_ready(&pod).then_some(pod)
         })
         .await;
         found.unwrap_or_else(|| {
@@ -212,6 +323,197 @@ impl TestBed {
         let (ok, out, err) = self.kubectl(&["-n", ns, "logs", pod]);
         assert!(ok, "kubectl logs {ns}/{pod} failed: {err}");
         out
+    }
+
+    /// The operator binary for the real node: the locally built PostgreSQL images and dbop's
+    /// image from the code under test.
+    pub fn operator_for_real_node(&self, namespace: &str) -> OperatorProcess {
+        self.operator_binary_with_env(
+            namespace,
+            &[
+                (
+                    "DBOP_POSTGRES_IMAGE_TEMPLATE",
+                    "dbop.local/postgres:{version}",
+                ),
+                ("DBOP_AGENT_IMAGE", DBOP_IMAGE),
+            ],
+        )
+    }
+
+    /// Creates a Secret from string data.
+    pub async fn create_secret(&self, ns: &str, name: &str, data: Value) -> Secret {
+        let secret: Secret =
+            serde_json::from_value(json!({"metadata": {"name": name}, "stringData": data}))
+                .expect("secret");
+        Api::<Secret>::namespaced(self.client.clone(), ns)
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap_or_else(|e| panic!("creating Secret {ns}/{name}: {e}"))
+    }
+
+    /// An S3 server on the real node, as most clusters run MinIO: s3s-fs in a pod (the bucket
+    /// made by an init container) behind the Service `s3`. With `tls`, s3s-fs listens on the
+    /// pod's loopback only and a socat sidecar terminates TLS with the given certificate on
+    /// port 443 of the Service. Also creates the Secret `s3-creds` with the access keys.
+    /// Returns the endpoint URL once the server is Ready.
+    pub async fn s3_server(&self, ns: &str, bucket: &str, tls: Option<&PrivateCa>) -> String {
+        self.create_secret(
+            ns,
+            "s3-creds",
+            json!({
+                "AWS_ACCESS_KEY_ID": S3_ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET_KEY,
+            }),
+        )
+        .await;
+        let host = if tls.is_some() {
+            "127.0.0.1"
+        } else {
+            "0.0.0.0"
+        };
+        let mut containers = vec![json!({
+            "name": "s3s-fs", "image": self.real_node_image("dbop.local/s3s-fs:"),
+            "args": ["--host", host, "--port", S3_PORT.to_string(), "--access-key", S3_ACCESS_KEY,
+                     "--secret-key", S3_SECRET_KEY, "/data"],
+            "resources": small_resources(),
+            "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+        })];
+        let mut volumes = vec![json!({"name": "data", "emptyDir": {}})];
+        let (port, service_port, scheme) = match tls {
+            None => (S3_PORT, 80, "http"),
+            Some(ca) => {
+                self.create_secret(
+                    ns,
+                    "s3-tls",
+                    json!({"tls.crt": ca.cert_pem, "tls.key": ca.key_pem}),
+                )
+                .await;
+                containers.push(json!({
+                    "name": "tls", "image": self.real_node_image("dbop.local/socat:"),
+                    "args": [format!("openssl-listen:{S3_TLS_PORT},reuseaddr,fork,cert=/tls/tls.crt,key=/tls/tls.key,verify=0"),
+                             format!("tcp:127.0.0.1:{S3_PORT}")],
+                    "resources": small_resources(),
+                    "volumeMounts": [{"name": "tls", "mountPath": "/tls", "readOnly": true}],
+                }));
+                volumes.push(json!({"name": "tls", "secret": {"secretName": "s3-tls"}}));
+                (S3_TLS_PORT, 443, "https")
+            }
+        };
+        // Ready when the port the Service targets accepts connections (s3s-fs, or the front).
+        let last = containers.len() - 1;
+        containers[last]["readinessProbe"] =
+            json!({"tcpSocket": {"port": port}, "periodSeconds": 1});
+        self.create_pod(
+            ns,
+            "s3",
+            json!({"app": "s3"}),
+            json!({
+                "initContainers": [{"name": "bucket", "image": POSTGRES_15_20,
+                                    "command": ["mkdir", "-p", format!("/data/{bucket}")],
+                                    "resources": small_resources(),
+                                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                "containers": containers, "volumes": volumes,
+            }),
+        )
+        .await;
+        let svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": "s3"},
+            "spec": {"selector": {"app": "s3"}, "ports": [{"port": service_port, "targetPort": port}]},
+        }))
+        .expect("service");
+        Api::<Service>::namespaced(self.client.clone(), ns)
+            .create(&PostParams::default(), &svc)
+            .await
+            .expect("the S3 Service");
+        self.wait_pod_ready(ns, "s3").await;
+        format!("{scheme}://s3.{ns}.svc:{service_port}")
+    }
+
+    /// A pod with `psql` whose libpq environment points at the Database's `-rw` Service with
+    /// the credentials of `secret` (as environment from the Secret: read at the pod's start).
+    pub async fn psql_client(&self, ns: &str, name: &str, database: &str, secret: &str) {
+        self.create_pod(ns, name, json!({}), json!({
+            "containers": [{
+                "name": "psql", "image": POSTGRES_15_20, "command": ["sleep", "3600"],
+                "resources": small_resources(),
+                "env": [
+                    {"name": "PGHOST", "value": format!("{database}-rw")},
+                    {"name": "PGCONNECT_TIMEOUT", "value": "5"},
+                    {"name": "PGUSER", "valueFrom": {"secretKeyRef": {"name": secret, "key": "username", "optional": true}}},
+                    {"name": "PGPASSWORD", "valueFrom": {"secretKeyRef": {"name": secret, "key": "password"}}},
+                ],
+            }],
+        }))
+        .await;
+        self.wait_pod_phase(ns, name, &["Running"]).await;
+    }
+
+    /// Runs `sql` with psql in a [`TestBed::psql_client`] pod against `dbname` (unaligned,
+    /// tuples only); (success, output, errors).
+    pub fn psql(&self, ns: &str, pod: &str, dbname: &str, sql: &str) -> (bool, String, String) {
+        self.exec(
+            ns,
+            pod,
+            &[
+                "sh",
+                "-c",
+                "PGUSER=${PGUSER:-postgres} exec psql -X -v ON_ERROR_STOP=1 -d \"$0\" -Atc \"$1\"",
+                dbname,
+                sql,
+            ],
+        )
+    }
+
+    /// Like [`TestBed::psql`], retried until it succeeds (the Service's rules, DNS), within `timeout`.
+    pub async fn psql_until_ok(
+        &self,
+        ns: &str,
+        pod: &str,
+        dbname: &str,
+        sql: &str,
+        timeout: Duration,
+    ) -> String {
+        let mut last = String::new();
+        let found = crate::wait_until_or_none(timeout, || {
+            let (ok, out, err) = self.psql(ns, pod, dbname, sql);
+            if !ok {
+                last = err;
+            }
+            async move { ok.then_some(out) }
+        })
+        .await;
+        found.unwrap_or_else(|| panic!("psql in {ns}/{pod} on {dbname} kept failing for {timeout:?}: {last}\nSQL: {sql}"))
+            .trim()
+            .to_string()
+    }
+
+    /// A fingerprint of every table of the public schema of `dbname`: per table its name, row
+    /// count and the md5 of its rows in order, through the `-rw` Service.
+    pub async fn fingerprint(&self, ns: &str, pod: &str, dbname: &str) -> String {
+        let tables = self
+            .psql_until_ok(
+                ns,
+                pod,
+                dbname,
+                "select tablename from pg_tables where schemaname = 'public' order by 1",
+                POD_WAIT,
+            )
+            .await;
+        assert!(!tables.is_empty(), "no tables in {dbname}");
+        let query = tables
+            .lines()
+            .map(|t| format!(
+                "select '{t}' || ':' || count(*) || ':' || md5(coalesce(string_agg(r::text, '|' order by r::text), '')) from public.\"{t}\" r"
+            ))
+            .collect::<Vec<_>>()
+            .join(" union all ");
+        self.psql_until_ok(
+            ns,
+            pod,
+            dbname,
+            &format!("select string_agg(f, ' ' order by f) from ({query}) x(f)"),
+            POD_WAIT,
+        )
+        .await
     }
 
     fn describe_pod(&self, ns: &str, name: &str) -> String {

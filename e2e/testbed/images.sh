@@ -11,11 +11,15 @@
 #                              on PATH, user postgres uid/gid 999, PGDATA /var/lib/postgresql/data;
 #                              no entrypoint script (dbop's dbop-instance is the entrypoint).
 #   dbop.local/s3s-fs:<v>      the S3 server s3s-fs (from PATH or ~/.cargo/bin) and its shared libraries
+#   dbop.local/socat:<v>       socat (Debian's, from the host) and its shared libraries: a TLS front
+#                              for s3s-fs in the data-plane suite
 #   dbop.local/pause:testbed   the sandbox image (a static Go program: images/pause)
-#   dbop.local/dbop:dev        dbop, dbop-backup and (when built) dbop-instance in /usr/local/bin,
-#                              taken from DBOP_IMAGE_BIN_DIR (default <repo>/target/release)
+#   dbop.local/dbop:dev        dbop, dbop-backup and dbop-instance in /usr/local/bin, each from the
+#                              first directory of DBOP_IMAGE_BIN_DIR (':'-separated, default
+#                              <repo>/target/release) that has it, with their shared libraries, and
+#                              `cp` (the init containers copy the binaries into pods with it)
 #
-# Usage: images.sh [postgres] [s3s-fs] [pause] [dbop]   (default: all; dbop only when its binaries exist)
+# Usage: images.sh [postgres] [s3s-fs] [socat] [pause] [dbop]   (default: all; dbop only when its binaries exist)
 # Needs root (files owned by uid 999 in the postgres image), apt-get (Debian), jq, ldd, ldconfig.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -155,6 +159,24 @@ build_s3s() {
   echo "$ref $out"
 }
 
+# --- socat: a TLS front ------------------------------------------------------------------------
+# s3s-fs serves plain HTTP only; the data-plane suite puts socat in front of it (a sidecar that
+# terminates TLS with a certificate of a private CA) to test HTTPS with `s3.ca`.
+build_socat() {
+  local bin ver ref key out root
+  bin="$(command -v socat)" || die "socat not found (e2e/testbed/install-deps.sh installs it)"
+  ver="$(socat -V 2>/dev/null | sed -n 's/^socat version \([^ ]*\).*/\1/p')"; ver="${ver:-unknown}"
+  ref="dbop.local/socat:$ver"
+  key="$( { echo "$SELF_HASH"; sha256sum < "$bin"; } | sha256sum | cut -c1-12)"
+  out="$IMAGES/socat-$ver-$key.tar"
+  if [[ ! -f "$out" ]]; then
+    root="$WORK/rootfs-socat"; base_files "$root"
+    copy_with_libs "$root" /usr/bin "$bin"
+    oci_image "$ref" "$root" "$out" '{"Env":["PATH=/usr/bin:/bin"],"Entrypoint":["/usr/bin/socat"],"WorkingDir":"/"}'
+  fi
+  echo "$ref $out"
+}
+
 # --- pause ------------------------------------------------------------------------------------
 build_pause() {
   local ref="dbop.local/pause:testbed" key out root
@@ -170,18 +192,30 @@ build_pause() {
 }
 
 # --- dbop ---------------------------------------------------------------------------------------
+# DBOP_IMAGE_BIN_DIR is a list of directories separated by ':'; each binary is taken from the first
+# that has it (e.g. a static musl dbop-instance first, then the workspace's target/debug).
+dbop_bin() { # name -> path of the first DBOP_IMAGE_BIN_DIR entry holding it
+  local d dirs
+  IFS=: read -ra dirs <<<"${DBOP_IMAGE_BIN_DIR:-$REPO_ROOT/target/release}"
+  for d in "${dirs[@]}"; do [[ -x "$d/$1" ]] && { printf '%s' "$d/$1"; return 0; }; done
+  return 1
+}
 build_dbop() {
-  local dir="${DBOP_IMAGE_BIN_DIR:-$REPO_ROOT/target/release}" ref="dbop.local/dbop:dev" bins=() key out root b
-  for b in dbop dbop-backup dbop-instance; do [[ -x "$dir/$b" ]] && bins+=("$dir/$b"); done
-  if [[ ! -x "$dir/dbop" || ! -x "$dir/dbop-backup" ]]; then
-    log "no dbop image: $dir lacks dbop or dbop-backup (cargo build --release --bins, or set DBOP_IMAGE_BIN_DIR)"
-    return 0
-  fi
-  key="$( { echo "$SELF_HASH"; sha256sum "${bins[@]}" | cut -c1-64; } | sha256sum | cut -c1-12)"
+  local ref="dbop.local/dbop:dev" bins=() key out root b p cp_bin
+  for b in dbop dbop-backup dbop-instance; do
+    if p="$(dbop_bin "$b")"; then bins+=("$p"); else
+      log "no dbop image: no $b in ${DBOP_IMAGE_BIN_DIR:-$REPO_ROOT/target/release} (cargo build --bins, or set DBOP_IMAGE_BIN_DIR)"
+      return 0
+    fi
+  done
+  # The init containers of database and backup pods run `cp` from this image.
+  cp_bin="$(command -v cp)"
+  key="$( { echo "$SELF_HASH"; sha256sum "${bins[@]}" "$cp_bin" | cut -c1-64; } | sha256sum | cut -c1-12)"
   out="$IMAGES/dbop-dev-$key.tar"
   if [[ ! -f "$out" ]]; then
     root="$WORK/rootfs-dbop"; base_files "$root"
     copy_with_libs "$root" /usr/local/bin "${bins[@]}"
+    copy_with_libs "$root" /usr/bin "$cp_bin"
     if [[ -f /etc/ssl/certs/ca-certificates.crt ]]; then
       mkdir -p "$root/etc/ssl/certs"; cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
     fi
@@ -191,15 +225,16 @@ build_dbop() {
 }
 
 which=("$@")
-((${#which[@]})) || which=(pause postgres s3s-fs dbop)
+((${#which[@]})) || which=(pause postgres s3s-fs socat dbop)
 [[ $(id -u) -eq 0 ]] || die "images.sh needs root (the postgres image holds files owned by uid 999)"
 for t in jq apt-get dpkg-deb ldconfig ldd; do command -v "$t" >/dev/null || die "missing $t (e2e/testbed/install-deps.sh)"; done
 for w in "${which[@]}"; do
   case "$w" in
     postgres) for v in $POSTGRES_DEBIAN_VERSIONS; do build_postgres "$v"; done ;;
     s3s-fs) build_s3s ;;
+    socat) build_socat ;;
     pause) build_pause ;;
     dbop) build_dbop ;;
-    *) die "unknown image $w (postgres, s3s-fs, pause, dbop)" ;;
+    *) die "unknown image $w (postgres, s3s-fs, socat, pause, dbop)" ;;
   esac
 done

@@ -18,8 +18,9 @@ command -v iptables >/dev/null || need+=(iptables)
 command -v conntrack >/dev/null || need+=(conntrack)
 command -v modprobe >/dev/null || need+=(kmod)
 command -v jq >/dev/null || need+=(jq)
+command -v socat >/dev/null || need+=(socat) # the TLS front image of the data-plane suite
 if ((${#need[@]} == 0)); then
-  echo "[testbed] install-deps: everything present (openssl, curl, ss, flock, setsid, git, runc, CNI plugins, iptables, conntrack, jq)"
+  echo "[testbed] install-deps: everything present (openssl, curl, ss, flock, setsid, git, runc, CNI plugins, iptables, conntrack, jq, socat)"
   exit 0
 fi
 if [[ $(id -u) -ne 0 ]]; then
