@@ -9,7 +9,7 @@ export DBOP_TESTBED_DIR := $(TESTBED_DIR)
 MUSL_TARGET := x86_64-unknown-linux-musl
 STATIC_BINS := dbop dbop-backup dbop-instance
 
-.PHONY: help build static test test-unit test-e2e lint fmt crds testbed-build testbed-up testbed-down images run bench-backup
+.PHONY: help build static test test-unit test-e2e lint fmt crds testbed-build testbed-up testbed-down images run bench-backup fuzz
 
 run: ## the operator on a control plane (the local one when none is configured) and the example Database reaching Ready
 	e2e/run.sh
@@ -73,6 +73,9 @@ test-e2e: ## end-to-end suites against the local control plane (brings it up and
 	  if [ -n "$$hoststate" ]; then e2e/testbed/check-clean.sh verify $$hoststate || status=$$?; rm -f $$hoststate; fi; exit $$status
 
 test: lint test-unit test-e2e ## every test: lint, unit and agent tests, then end-to-end on the local control plane
+
+fuzz: ## fuzz the manifest, termination-message and duration/size parsers (nightly + cargo-fuzz; FUZZ_SECONDS per target, default 60; not part of `make test`)
+	fuzz/run.sh
 
 bench-backup: ## benchmark dbop-backup dump against pg_dump | zstd | rclone rcat (writes docs/benchmarks.md figures)
 	agent/bench/run.sh

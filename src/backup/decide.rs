@@ -208,6 +208,10 @@ fn succeeded(
 ) -> BackupDecision {
     let r = result.unwrap_or_default();
     let completed = r.completed_at.or(job.completion_time).unwrap_or(now);
+    let message = truncate(
+        agent_message(&r).unwrap_or("the backup succeeded"),
+        MAX_MESSAGE,
+    );
     BackupDecision {
         status: DatabaseBackupStatus {
             phase: Some(BackupPhase::Succeeded),
@@ -219,10 +223,7 @@ fn succeeded(
             size_bytes: r.size_bytes.and_then(|s| i64::try_from(s).ok()),
             sha256: r.sha256,
             engine_version: r.engine_version,
-            message: Some(truncate(
-                r.message.as_deref().unwrap_or("the backup succeeded"),
-                MAX_MESSAGE,
-            )),
+            message: Some(message),
         },
         create_job: false,
         requeue_after: None,
@@ -236,15 +237,19 @@ fn failure_message(
     job_reason: String,
 ) -> String {
     match (result, termination_message) {
-        (Some(r), _) => r
-            .message
-            .clone()
-            .unwrap_or_else(|| "the agent reported a failure".into()),
+        (Some(r), _) => agent_message(r)
+            .unwrap_or("the agent reported a failure")
+            .to_string(),
         (None, Some(text)) if !text.trim().is_empty() => {
             format!("{job_reason}; last output: {}", last_line(text))
         }
         _ => job_reason,
     }
+}
+
+/// The agent's message, unless it is blank (a status message must say something).
+fn agent_message(result: &BackupResult) -> Option<&str> {
+    result.message.as_deref().filter(|m| !m.trim().is_empty())
 }
 
 fn failed(

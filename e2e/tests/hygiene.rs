@@ -1,0 +1,270 @@
+//! Secret hygiene across a full scenario on the kwok test bed: a Database with generated
+//! credentials and scheduled backups to S3 (its Secret holds a known secret key) is driven to
+//! Ready and through one scheduled backup (kwok completes the backup pod with a termination
+//! message the test supplies). Then everything an operator of the cluster can read — the
+//! operator's own log (the real binary at debug level), every Event, every object in the
+//! namespace but the two Secrets (Database and DatabaseBackup with their status, Jobs, pods,
+//! StatefulSets, Services, ConfigMaps, PVCs) — is searched for the generated password and the
+//! S3 secret key. Neither may appear; the password may only be in its own Secret.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use dbop::api::{BackupPhase, DatabaseBackup, Phase};
+use dbop_e2e::{TestBed, WAIT, database_manifest, operator_binary_path, testbed, wait_until};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::discovery::{ApiResource, Discovery, Scope};
+use kube::{Api, Client};
+use serde_json::json;
+
+/// Long enough for a minute boundary to pass and the operator to act on it.
+const NEXT_MINUTE: Duration = Duration::from_secs(150);
+
+/// The S3 secret key the test plants; random so no other text matches it by chance.
+fn s3_secret_key() -> String {
+    format!("s3-secret-{:016x}", rand::random::<u64>())
+}
+
+/// The real operator binary at debug level, its stdout and stderr in `log`. Killed on drop.
+struct Operator(Child);
+
+impl Operator {
+    fn start(bed: &TestBed, namespace: &str, log: &Path) -> Operator {
+        let file = std::fs::File::create(log).expect("operator log file");
+        let child = std::process::Command::new(operator_binary_path())
+            .args(["run", "--namespace", namespace])
+            .env("KUBECONFIG", &bed.kubeconfig)
+            .env("RUST_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().expect("log handle"))
+            .stderr(file)
+            .spawn()
+            .expect("the dbop binary (run `cargo build --bins` first)");
+        Operator(child)
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn create_s3_secret(bed: &TestBed, ns: &str, secret_key: &str) {
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("s3-creds".into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([
+            (
+                "AWS_ACCESS_KEY_ID".into(),
+                ByteString(b"e2e-access".to_vec()),
+            ),
+            (
+                "AWS_SECRET_ACCESS_KEY".into(),
+                ByteString(secret_key.as_bytes().to_vec()),
+            ),
+        ])),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(bed.client.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("S3 Secret");
+}
+
+fn backup_spec() -> serde_json::Value {
+    json!({
+        "backup": {
+            "schedule": "* * * * *",
+            "s3": {
+                "endpoint": "http://minio.storage.svc:9000",
+                "bucket": "backups",
+                "forcePathStyle": true,
+                "credentials": {"secretName": "s3-creds"}
+            }
+        },
+        // The backup pod stays Running until the test gives it an outcome.
+        "podMetadata": {"labels": {"testbed.dbop.dev/hold": "true"}}
+    })
+}
+
+/// The generated password, read from the Secret dbop made.
+async fn generated_password(bed: &TestBed, ns: &str) -> String {
+    let secrets: Api<Secret> = Api::namespaced(bed.client.clone(), ns);
+    wait_until("the generated credentials Secret", WAIT, || async {
+        let secret = secrets.get_opt("orders-credentials").await.ok()??;
+        let ByteString(bytes) = secret.data?.get("password")?.clone();
+        String::from_utf8(bytes).ok()
+    })
+    .await
+}
+
+/// Drives the first scheduled backup to Succeeded: kwok ends its pod with the agent's result.
+async fn run_one_backup(bed: &TestBed, ns: &str) -> String {
+    let backups: Api<DatabaseBackup> = Api::namespaced(bed.client.clone(), ns);
+    let name = wait_until("a scheduled DatabaseBackup", NEXT_MINUTE, || async {
+        backups
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .first()?
+            .metadata
+            .name
+            .clone()
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), ns);
+    let selector = format!("dbop.dev/backup={name}");
+    let pod = wait_until("the backup pod running", WAIT, || async {
+        pods.list(&ListParams::default().labels(&selector))
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+    })
+    .await;
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let result = json!({
+        "outcome": "Succeeded", "operation": "dump", "backupId": "20250501T020003Z-x",
+        "database": "postgres", "bucket": "backups", "sizeBytes": 4242,
+        "sha256": "ab".repeat(32), "engineVersion": "16.4",
+        "startedAt": now, "completedAt": now, "message": "dumped 10000 bytes"
+    });
+    let patch = json!({"metadata": {"annotations": {
+        "testbed.dbop.dev/outcome": "Succeeded",
+        "testbed.dbop.dev/termination-message": result.to_string(),
+    }}});
+    pods.patch(
+        pod.metadata.name.as_deref().unwrap(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .expect("annotate the backup pod");
+    wait_until(&format!("backup {name} Succeeded"), WAIT, || async {
+        let b = backups.get(&name).await.ok()?;
+        (b.status?.phase == Some(BackupPhase::Succeeded)).then_some(())
+    })
+    .await;
+    name
+}
+
+/// Every namespaced object in `ns` the API server lists (Events included), as JSON text, by
+/// `kind/name` — except Secrets, which are where the credentials belong.
+async fn everything_but_secrets(client: &Client, ns: &str) -> Vec<(String, String)> {
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .expect("API discovery");
+    let mut found = vec![];
+    for group in discovery.groups() {
+        for (resource, caps) in group.recommended_resources() {
+            let listable = caps.supports_operation(kube::discovery::verbs::LIST);
+            if caps.scope != Scope::Namespaced || !listable || resource.kind == "Secret" {
+                continue;
+            }
+            found.extend(list_as_text(client, ns, &resource).await);
+        }
+    }
+    found
+}
+
+async fn list_as_text(client: &Client, ns: &str, resource: &ApiResource) -> Vec<(String, String)> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, resource);
+    let Ok(list) = api.list(&ListParams::default()).await else {
+        return vec![];
+    };
+    list.items
+        .into_iter()
+        .map(|o| {
+            let name = format!(
+                "{}/{}",
+                resource.kind,
+                o.metadata.name.clone().unwrap_or_default()
+            );
+            (name, serde_json::to_string(&o).expect("JSON"))
+        })
+        .collect()
+}
+
+/// Where `needle` (or its base64 form, as Secret-like data would hold it) occurs.
+fn leaks<'a>(haystacks: &'a [(String, String)], needle: &str) -> Vec<&'a str> {
+    // A ByteString serialises as base64, as a Secret's or ConfigMap's data holds it.
+    let b64 = serde_json::to_value(ByteString(needle.as_bytes().to_vec())).expect("base64");
+    let b64 = b64.as_str().expect("a string");
+    haystacks
+        .iter()
+        .filter(|(_, text)| text.contains(needle) || text.contains(b64))
+        .map(|(name, _)| name.as_str())
+        .collect()
+}
+
+#[tokio::test]
+async fn no_password_or_s3_secret_key_outside_their_secrets() {
+    let bed = testbed().await;
+    let ns = bed.namespace("hygiene").await;
+    let secret_key = s3_secret_key();
+    create_s3_secret(&bed, &ns, &secret_key).await;
+    let log = bed.dir.join("logs").join(format!("dbop-{ns}-debug.log"));
+    std::fs::create_dir_all(log.parent().unwrap()).expect("log directory");
+    let operator = Operator::start(&bed, &ns, &log);
+    bed.apply_database(&ns, database_manifest("orders", backup_spec()))
+        .await;
+    bed.wait_for_phase(&ns, "orders", Phase::Ready, WAIT).await;
+    let password = generated_password(&bed, &ns).await;
+    let backup = run_one_backup(&bed, &ns).await;
+    drop(operator);
+
+    let mut searched = everything_but_secrets(&bed.client, &ns).await;
+    let log_text = std::fs::read_to_string(&log).expect("operator log");
+    let kinds: std::collections::BTreeSet<&str> = searched
+        .iter()
+        .filter_map(|(n, _)| n.split('/').next())
+        .collect();
+    println!(
+        "hygiene: searched {} objects ({kinds:?}) and {} log lines; backup {backup}",
+        searched.len(),
+        log_text.lines().count()
+    );
+    for kind in [
+        "Database",
+        "DatabaseBackup",
+        "Event",
+        "Job",
+        "Pod",
+        "StatefulSet",
+    ] {
+        assert!(
+            kinds.contains(kind),
+            "no {kind} was collected: the search would prove little"
+        );
+    }
+    assert!(
+        log_text.lines().count() > 20,
+        "the operator logged almost nothing"
+    );
+    searched.push(("the operator's log".into(), log_text));
+    for (what, secret) in [
+        ("the generated password", &password),
+        ("the S3 secret key", &secret_key),
+    ] {
+        let found = leaks(&searched, secret);
+        assert!(found.is_empty(), "{what} appears in {found:?}");
+    }
+    // And the search can find them where they are.
+    let in_secrets = list_as_text(&bed.client, &ns, &ApiResource::erase::<Secret>(&())).await;
+    assert_eq!(
+        leaks(&in_secrets, &password),
+        vec!["Secret/orders-credentials"]
+    );
+    assert_eq!(leaks(&in_secrets, &secret_key), vec!["Secret/s3-creds"]);
+}
