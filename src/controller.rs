@@ -1,9 +1,11 @@
 //! The runtime of both controllers: the Database controller's watches (Databases and everything
 //! they own, so a deleted or edited child is repaired from its watch event; `DatabaseBackup`s,
 //! which wake their Database), its finalizer and its Events for errors, and the start of the
-//! `DatabaseBackup` controller beside it. The shared `Context` and backoff live in `context`.
+//! `DatabaseBackup` controller beside it, the readiness once both watches have synced and a
+//! metric per reconcile. The shared `Context` and backoff live in `context`.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -25,6 +27,8 @@ use crate::api::{Database, DatabaseBackup};
 use crate::context::{Context, FailureKey};
 use crate::error::{Error, Result};
 use crate::kube_io::EventSpec;
+use crate::ops::metrics::{DATABASE_CONTROLLER, Metrics};
+use crate::ops::server::Readiness;
 use crate::reconcile::{act, cleanup, reconcile_database};
 use crate::resources::{LABEL_INSTANCE, MANAGED_SELECTOR, Settings};
 
@@ -38,6 +42,19 @@ fn key_of(guard: &DeserializeGuard<Database>) -> FailureKey {
 
 /// Runs the controller until SIGTERM/SIGINT. `namespace` limits it to one namespace.
 pub async fn run(client: Client, settings: Settings, namespace: Option<String>) {
+    let (metrics, ready) = (Arc::new(Metrics::new()), Arc::new(Readiness::default()));
+    run_observed(client, settings, namespace, metrics, ready).await;
+}
+
+/// `run`, recording into `metrics`; `ready` turns true once the watches of both controllers
+/// have synced.
+pub async fn run_observed(
+    client: Client,
+    settings: Settings,
+    namespace: Option<String>,
+    metrics: Arc<Metrics>,
+    ready: Arc<Readiness>,
+) {
     let databases: Api<DeserializeGuard<Database>> = match &namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
@@ -54,13 +71,14 @@ pub async fn run(client: Client, settings: Settings, namespace: Option<String>) 
     let managed = watcher::Config::default()
         .labels(MANAGED_SELECTOR)
         .any_semantic();
-    let ctx = Arc::new(Context::new(client.clone(), settings));
+    let ctx = Arc::new(Context::new(client.clone(), settings).with_metrics(metrics));
     info!(
         namespace = namespace.as_deref().unwrap_or("<all>"),
         "dbop controller starting"
     );
     // Both controllers stop on SIGTERM/SIGINT (each has `shutdown_on_signal`).
-    let backups = crate::backup::controller::run(ctx.clone(), namespace.clone());
+    let (backups_synced, backups_ready) = tokio::sync::oneshot::channel();
+    let backups = crate::backup::controller::run(ctx.clone(), namespace.clone(), backups_synced);
     // No debounce: a deleted or edited child is repaired from its watch event at once.
     let database_controller = Controller::new(databases, watcher::Config::default().any_semantic())
         .owns(owned::<StatefulSet>(&client, &namespace), managed.clone())
@@ -86,7 +104,15 @@ pub async fn run(client: Client, settings: Settings, namespace: Option<String>) 
                 let ns = backup.metadata.namespace.clone()?;
                 Some(ObjectRef::new(&backup.spec.database).within(&ns))
             },
-        )
+        );
+    let databases_store = database_controller.store();
+    tokio::spawn(async move {
+        if databases_store.wait_until_ready().await.is_ok() && backups_ready.await.is_ok() {
+            info!("watches synced: ready");
+            ready.set(true);
+        }
+    });
+    let database_controller = database_controller
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -100,28 +126,43 @@ pub async fn run(client: Client, settings: Settings, namespace: Option<String>) 
 
 #[instrument(skip_all, fields(namespace = %key_of(&guard).0, database = %key_of(&guard).1))]
 async fn reconcile(guard: Arc<DeserializeGuard<Database>>, ctx: Arc<Context>) -> Result<Action> {
+    let started = Instant::now();
+    let result = reconcile_guarded(&guard, &ctx).await;
+    let error = result.as_ref().err().map(Error::label);
+    ctx.metrics
+        .reconciled(DATABASE_CONTROLLER, started.elapsed(), error);
+    result
+}
+
+async fn reconcile_guarded(guard: &DeserializeGuard<Database>, ctx: &Context) -> Result<Action> {
     let db = match &guard.0 {
         Ok(db) => Arc::new(db.clone()),
-        Err(invalid) => return handle_invalid(&ctx, &guard, &invalid.error).await,
+        Err(invalid) => return handle_invalid(ctx, guard, &invalid.error).await,
     };
     let api: Api<Database> = Api::namespaced(ctx.client.clone(), &db.namespace_or_default());
     let result = finalizer(&api, FINALIZER, db.clone(), |event| async {
         match event {
-            FinalizerEvent::Apply(db) => reconcile_database(&ctx, &db).await,
-            FinalizerEvent::Cleanup(db) => cleanup::cleanup(&ctx, &db).await,
+            FinalizerEvent::Apply(db) => reconcile_database(ctx, &db).await,
+            FinalizerEvent::Cleanup(db) => {
+                let done = cleanup::cleanup(ctx, &db).await;
+                if done.is_ok() {
+                    ctx.metrics.database_phase(key_of(guard), None);
+                }
+                done
+            }
         }
     })
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)));
     match &result {
-        Ok(_) => ctx.reset_failures(&key_of(&guard)),
+        Ok(_) => ctx.reset_failures(&key_of(guard)),
         Err(error) => {
             let event = EventSpec {
                 warning: true,
                 reason: error.label().into(),
                 note: error.to_string(),
             };
-            act::publish(&ctx, &db, &event).await;
+            act::publish(ctx, &db, &event).await;
         }
     }
     result

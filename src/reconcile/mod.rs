@@ -18,6 +18,7 @@ pub mod observe;
 pub mod quantity;
 
 use chrono::Utc;
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
 use crate::api::Database;
@@ -33,6 +34,9 @@ pub async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> 
         decision.override_condition(condition);
     }
     act::apply_backups(ctx, db, &decision).await?;
-    act::update_status(ctx, db, act::next_status(db, &decision, Utc::now())).await?;
+    let status = act::next_status(db, &decision, Utc::now());
+    let key = (db.namespace_or_default(), db.name_any());
+    act::update_status(ctx, db, status.clone()).await?;
+    ctx.metrics.database_phase(key, status.phase);
     Ok(Action::requeue(decision.requeue_after))
 }
