@@ -1,7 +1,7 @@
 //! The runtime of both controllers: the Database controller's watches (Databases and everything
 //! they own, so a deleted or edited child is repaired from its watch event; `DatabaseBackup`s,
 //! which wake their Database), its finalizer and its Events for errors, and the start of the
-//! `DatabaseBackup` controller beside it, the readiness once both watches have synced and a
+//! `DatabaseBackup` controller beside it, the readiness once both kinds can be listed and a
 //! metric per reconcile. The shared `Context` and backoff live in `context`.
 
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Secret, Service};
-use kube::api::{Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
@@ -40,14 +40,24 @@ fn key_of(guard: &DeserializeGuard<Database>) -> FailureKey {
     )
 }
 
+/// `K`s in the watched namespace, or in all.
+fn owned<K>(client: &Client, namespace: &Option<String>) -> Api<K>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
 /// Runs the controller until SIGTERM/SIGINT. `namespace` limits it to one namespace.
 pub async fn run(client: Client, settings: Settings, namespace: Option<String>) {
     let (metrics, ready) = (Arc::new(Metrics::new()), Arc::new(Readiness::default()));
     run_observed(client, settings, namespace, metrics, ready).await;
 }
 
-/// `run`, recording into `metrics`; `ready` turns true once the watches of both controllers
-/// have synced.
+/// `run`, recording into `metrics`; `ready` turns true once both watched kinds can be listed.
 pub async fn run_observed(
     client: Client,
     settings: Settings,
@@ -59,15 +69,6 @@ pub async fn run_observed(
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    fn owned<K>(client: &Client, namespace: &Option<String>) -> Api<K>
-    where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
-    {
-        match namespace {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        }
-    }
     let managed = watcher::Config::default()
         .labels(MANAGED_SELECTOR)
         .any_semantic();
@@ -77,8 +78,7 @@ pub async fn run_observed(
         "dbop controller starting"
     );
     // Both controllers stop on SIGTERM/SIGINT (each has `shutdown_on_signal`).
-    let (backups_synced, backups_ready) = tokio::sync::oneshot::channel();
-    let backups = crate::backup::controller::run(ctx.clone(), namespace.clone(), backups_synced);
+    let backups = crate::backup::controller::run(ctx.clone(), namespace.clone());
     // No debounce: a deleted or edited child is repaired from its watch event at once.
     let database_controller = Controller::new(databases, watcher::Config::default().any_semantic())
         .owns(owned::<StatefulSet>(&client, &namespace), managed.clone())
@@ -105,13 +105,11 @@ pub async fn run_observed(
                 Some(ObjectRef::new(&backup.spec.database).within(&ns))
             },
         );
-    let databases_store = database_controller.store();
-    tokio::spawn(async move {
-        if databases_store.wait_until_ready().await.is_ok() && backups_ready.await.is_ok() {
-            info!("watches synced: ready");
-            ready.set(true);
-        }
-    });
+    tokio::spawn(mark_ready_once_listed(
+        client.clone(),
+        namespace.clone(),
+        ready,
+    ));
     let database_controller = database_controller
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
@@ -122,6 +120,34 @@ pub async fn run_observed(
         });
     futures::join!(database_controller, backups);
     info!("dbop controller stopped");
+}
+
+/// Ready once both kinds the controllers watch can be listed (the API server answers, RBAC
+/// allows it). Not the stores' own readiness: kube-runtime's `Store::wait_until_ready` wakes
+/// one waiter only, and the controller's runner is already waiting on it.
+async fn mark_ready_once_listed(client: Client, namespace: Option<String>, ready: Arc<Readiness>) {
+    let one = ListParams::default().limit(1);
+    let mut failures = 0;
+    loop {
+        let databases = owned::<Database>(&client, &namespace)
+            .list_metadata(&one)
+            .await;
+        let backups = owned::<DatabaseBackup>(&client, &namespace)
+            .list_metadata(&one)
+            .await;
+        match databases.and(backups) {
+            Ok(_) => {
+                info!("Databases and DatabaseBackups listed: ready");
+                ready.set(true);
+                return;
+            }
+            Err(error) => {
+                failures += 1;
+                warn!(%error, "cannot list Databases or DatabaseBackups yet: not ready");
+                tokio::time::sleep(crate::context::backoff(failures)).await;
+            }
+        }
+    }
 }
 
 #[instrument(skip_all, fields(namespace = %key_of(&guard).0, database = %key_of(&guard).1))]

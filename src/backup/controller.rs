@@ -26,13 +26,8 @@ use crate::error::{Error, Result};
 use crate::ops::metrics::BACKUP_CONTROLLER;
 use crate::resources::MANAGED_SELECTOR;
 
-/// Runs the `DatabaseBackup` controller until SIGTERM/SIGINT; `synced` fires once its watches
-/// have listed everything.
-pub async fn run(
-    ctx: Arc<Context>,
-    namespace: Option<String>,
-    synced: tokio::sync::oneshot::Sender<()>,
-) {
+/// Runs the `DatabaseBackup` controller until SIGTERM/SIGINT.
+pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
     let client = ctx.client.clone();
     let (backups, jobs): (Api<DatabaseBackup>, Api<Job>) = match &namespace {
         Some(ns) => (
@@ -46,16 +41,9 @@ pub async fn run(
             "{MANAGED_SELECTOR},app.kubernetes.io/component=backup"
         ))
         .any_semantic();
-    let controller = Controller::new(backups, watcher::Config::default().any_semantic())
+    Controller::new(backups, watcher::Config::default().any_semantic())
         .with_config(ControllerConfig::default().debounce(Duration::from_millis(200)))
-        .owns(jobs, owned_jobs);
-    let store = controller.store();
-    tokio::spawn(async move {
-        if store.wait_until_ready().await.is_ok() {
-            let _ = synced.send(());
-        }
-    });
-    controller
+        .owns(jobs, owned_jobs)
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {

@@ -1,5 +1,5 @@
 //! The operator's HTTP endpoints: `/metrics` (Prometheus text), `/healthz` (the process
-//! serves requests) and `/readyz` (the leader's watches have synced, or a standby is waiting
+//! serves requests) and `/readyz` (the controllers can list what they watch, or a standby waits
 //! for the lease). A plain HTTP/1 server on hyper, which kube already brings in.
 
 use std::convert::Infallible;
