@@ -7,7 +7,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::Utc;
 use dbop::api::Phase;
+use dbop::api::conditions::{ConditionStatus, ConditionType, merge};
 use dbop::ops::metrics::{BACKUP_CONTROLLER, DATABASE_CONTROLLER, Metrics};
 use dbop::ops::server::{Readiness, serve};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -64,7 +66,17 @@ async fn metrics_serve_what_the_controllers_recorded() {
     metrics.database_phase(key("carts"), Some(Phase::Ready));
     metrics.database_phase(key("gone"), Some(Phase::Failed));
     metrics.database_phase(key("gone"), None);
+    metrics.backup_succeeded(key("orders"), 1_700_000_100.0, None);
     metrics.backup_succeeded(key("orders"), 1_700_000_100.0, Some(4096));
+    let decided = [ConditionStatus::new(
+        ConditionType::BackupHealthy,
+        false,
+        "BackupFailed",
+        "the last backup failed",
+    )];
+    let backup_unhealthy = merge(&[], &decided, Some(1), Utc::now());
+    metrics.database_conditions(key("orders"), &backup_unhealthy, true);
+    metrics.database_conditions(key("carts"), &[], false);
     // An older backup reconciled later does not move the metric back.
     metrics.backup_succeeded(key("orders"), 1_700_000_000.0, Some(10));
 
@@ -84,6 +96,9 @@ async fn metrics_serve_what_the_controllers_recorded() {
         r#"dbop_databases{phase="Failed"} 0"#,
         r#"dbop_backup_last_success_timestamp_seconds{namespace="shop",database="orders"} 1700000100.0"#,
         r#"dbop_backup_last_success_size_bytes{namespace="shop",database="orders"} 4096"#,
+        r#"dbop_database_condition{namespace="shop",database="orders",condition="BackupHealthy"} 0"#,
+        r#"dbop_database_backup_scheduled{namespace="shop",database="orders"} 1"#,
+        r#"dbop_database_backup_scheduled{namespace="shop",database="carts"} 0"#,
         "# TYPE dbop_reconcile_duration_seconds histogram",
         "# EOF",
     ] {
@@ -92,6 +107,9 @@ async fn metrics_serve_what_the_controllers_recorded() {
             "missing {line:?} in\n{response}"
         );
     }
+    // No condition of a Database without any, and nothing left of a deleted one.
+    assert!(!response.contains(r#"database="carts",condition"#));
+    assert!(!response.contains(r#"database="gone""#));
 }
 
 #[tokio::test]

@@ -1,5 +1,5 @@
 //! The operator's Prometheus metrics: what the controllers record (reconciles, errors and their
-//! duration per controller; each Database's phase; each Database's last successful backup) and
+//! duration per controller; each Database's phase, conditions and last successful backup) and
 //! their encoding in the text exposition format. No I/O: the HTTP server (`ops::server`) serves
 //! `encode()`.
 
@@ -15,7 +15,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
 use crate::api::Phase;
+use crate::api::conditions::ConditionType;
 
 /// The controllers, as the `controller` label names them.
 pub const DATABASE_CONTROLLER: &str = "database";
@@ -43,6 +46,13 @@ struct DatabaseLabels {
     database: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConditionLabels {
+    namespace: String,
+    database: String,
+    condition: String,
+}
+
 /// A Database's key: (namespace, name).
 pub type DatabaseKey = (String, String);
 
@@ -55,6 +65,8 @@ pub struct Metrics {
     databases: Family<PhaseLabels, Gauge>,
     backup_time: Family<DatabaseLabels, Gauge<f64, AtomicU64>>,
     backup_size: Family<DatabaseLabels, Gauge>,
+    backup_scheduled: Family<DatabaseLabels, Gauge>,
+    conditions: Family<ConditionLabels, Gauge>,
     /// The last phase seen per Database, from which `databases` is counted.
     phases: Mutex<HashMap<DatabaseKey, Phase>>,
 }
@@ -76,6 +88,18 @@ impl Metrics {
         let databases = Family::<PhaseLabels, Gauge>::default();
         let backup_time = Family::<DatabaseLabels, Gauge<f64, AtomicU64>>::default();
         let backup_size = Family::<DatabaseLabels, Gauge>::default();
+        let backup_scheduled = Family::<DatabaseLabels, Gauge>::default();
+        let conditions = Family::<ConditionLabels, Gauge>::default();
+        registry.register(
+            "database_condition",
+            "A Database's condition: 1 True, 0 False (absent: not set)",
+            conditions.clone(),
+        );
+        registry.register(
+            "database_backup_scheduled",
+            "1 when a Database has a backup schedule that is not suspended",
+            backup_scheduled.clone(),
+        );
         registry.register(
             "reconciles",
             "Reconciles run, by controller",
@@ -113,6 +137,8 @@ impl Metrics {
             databases,
             backup_time,
             backup_size,
+            backup_scheduled,
+            conditions,
             phases: Mutex::new(HashMap::new()),
         };
         metrics.count_phases(&HashMap::new());
@@ -146,12 +172,34 @@ impl Metrics {
         };
         self.count_phases(&phases);
         if phase.is_none() {
-            let labels = DatabaseLabels {
-                namespace: key.0,
-                database: key.1,
-            };
+            let labels = database_labels(key);
             self.backup_time.remove(&labels);
             self.backup_size.remove(&labels);
+            self.backup_scheduled.remove(&labels);
+            for type_ in ConditionType::ALL {
+                self.conditions
+                    .remove(&condition_labels(&labels, type_.label()));
+            }
+        }
+    }
+
+    /// A Database's conditions as written to its status, and whether backups are scheduled.
+    pub fn database_conditions(&self, key: DatabaseKey, conditions: &[Condition], scheduled: bool) {
+        let labels = database_labels(key);
+        self.backup_scheduled
+            .get_or_create(&labels)
+            .set(i64::from(scheduled));
+        for type_ in ConditionType::ALL {
+            let condition = condition_labels(&labels, type_.label());
+            match conditions.iter().find(|c| c.type_ == type_.label()) {
+                Some(c) => {
+                    let value = i64::from(c.status == "True");
+                    self.conditions.get_or_create(&condition).set(value);
+                }
+                None => {
+                    self.conditions.remove(&condition);
+                }
+            }
         }
     }
 
@@ -169,13 +217,11 @@ impl Metrics {
 
     /// A backup of a Database succeeded at `completed` (Unix seconds), `size_bytes` long.
     pub fn backup_succeeded(&self, key: DatabaseKey, completed: f64, size_bytes: Option<i64>) {
-        let labels = DatabaseLabels {
-            namespace: key.0,
-            database: key.1,
-        };
+        let labels = database_labels(key);
         let time = self.backup_time.get_or_create(&labels);
-        // Backups are reconciled in any order: keep the newest.
-        if completed > time.get() {
+        // Backups are reconciled in any order: keep the newest. The same time again may bring
+        // the size (the Database's status has the time only).
+        if completed >= time.get() {
             time.set(completed);
             if let Some(size) = size_bytes {
                 self.backup_size.get_or_create(&labels).set(size);
@@ -194,3 +240,18 @@ impl Metrics {
 
 /// The content type of `Metrics::encode`.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+fn database_labels((namespace, database): DatabaseKey) -> DatabaseLabels {
+    DatabaseLabels {
+        namespace,
+        database,
+    }
+}
+
+fn condition_labels(database: &DatabaseLabels, condition: &str) -> ConditionLabels {
+    ConditionLabels {
+        namespace: database.namespace.clone(),
+        database: database.database.clone(),
+        condition: condition.into(),
+    }
+}
