@@ -32,6 +32,7 @@ pub enum Stopped {
     Endpoints,
 }
 
+/// Runs until SIGTERM/SIGINT or, with election, until the Lease is lost.
 pub async fn run(client: Client, settings: Settings, process: ProcessSettings) -> Stopped {
     let metrics = Arc::new(Metrics::new());
     let ready = Arc::new(Readiness::default());
@@ -46,11 +47,23 @@ pub async fn run(client: Client, settings: Settings, process: ProcessSettings) -
         metrics,
         ready.clone(),
     );
-    let Some(lease) = process.lease else {
-        controllers.await;
-        return Stopped::Signal;
-    };
-    let mut election = match leader::start(client, &lease).await {
+    match process.lease {
+        None => {
+            controllers.await;
+            Stopped::Signal
+        }
+        Some(lease) => lead(client, &lease, controllers, &ready).await,
+    }
+}
+
+/// Waits for the Lease as a ready standby, then runs `controllers` while holding it.
+async fn lead(
+    client: Client,
+    lease: &LeaseSettings,
+    controllers: impl Future<Output = ()>,
+    ready: &Readiness,
+) -> Stopped {
+    let mut election = match leader::start(client, lease).await {
         Ok(election) => election,
         Err(error) => {
             error!(%error, "cannot take part in leader election (RBAC for leases?)");
