@@ -12,6 +12,8 @@
 //! - `controller`: the watches and the runtime that run both controllers;
 //! - `operator`: the process — endpoints, leader election, then the controllers.
 //!
+//! `plugin` (the `kubectl dbop` commands) depends only on `api` and `resources`.
+//!
 //! `ops` (metrics, the HTTP endpoints, the leader lease) depends only on `api` and sits beside
 //! `context`, which records into its metrics.
 //!
@@ -26,6 +28,7 @@ pub mod error;
 pub mod kube_io;
 pub mod operator;
 pub mod ops;
+pub mod plugin;
 pub mod reconcile;
 pub mod resources;
 pub mod telemetry;

@@ -1,0 +1,153 @@
+//! `kubectl-dbop`, the kubectl plugin (`kubectl dbop status|backup|psql NAME`): flags, the
+//! client and the exit code; the work is in `dbop::plugin`.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use dbop::plugin::{psql, read, render};
+
+#[derive(Parser)]
+#[command(
+    name = "kubectl-dbop",
+    bin_name = "kubectl dbop",
+    version,
+    about = "Inspect and operate dbop Databases"
+)]
+struct Cli {
+    /// The namespace (default: the current context's, as kubectl; KUBECONFIG is honoured).
+    #[arg(short = 'n', long, global = true)]
+    namespace: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Phase, version, endpoint, conditions, backups and recent Events of a Database.
+    Status { name: String },
+    /// Create an on-demand DatabaseBackup (reason Manual), optionally waiting for it.
+    Backup {
+        name: String,
+        /// Follow the backup until it succeeded (exit 0) or failed (exit 1).
+        #[arg(long)]
+        wait: bool,
+        /// How long --wait waits (`30s`, `10m`, `1h`).
+        #[arg(long, default_value = "10m", value_parser = parse_timeout)]
+        timeout: Duration,
+    },
+    /// Run psql in the Database's pod as its superuser (peer authentication on the local
+    /// socket; no password is used). Arguments after `--` go to psql.
+    Psql {
+        name: String,
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+}
+
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    dbop_contract::units::parse_duration(text)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let (client, namespace) = match connect(cli.namespace).await {
+        Ok(found) => found,
+        Err(message) => return fail(&message),
+    };
+    let result = match cli.command {
+        Command::Status { name } => status(&client, &namespace, &name).await,
+        Command::Backup {
+            name,
+            wait,
+            timeout,
+        } => backup(&client, &namespace, &name, wait.then_some(timeout)).await,
+        Command::Psql { name, args } => psql(&client, &namespace, &name, &args).await,
+    };
+    result.unwrap_or_else(|message| fail(&message))
+}
+
+fn fail(message: &str) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::FAILURE
+}
+
+/// A client from the kubeconfig (as kubectl finds it) and the namespace to use.
+async fn connect(namespace: Option<String>) -> Result<(kube::Client, String), String> {
+    let mut config = kube::Config::infer()
+        .await
+        .map_err(|e| format!("cannot load a kubeconfig (set KUBECONFIG): {e}"))?;
+    config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(concat!("kubectl-dbop/", env!("CARGO_PKG_VERSION"))),
+    ));
+    let namespace = namespace.unwrap_or_else(|| config.default_namespace.clone());
+    let client =
+        kube::Client::try_from(config).map_err(|e| format!("cannot make a client: {e}"))?;
+    Ok((client, namespace))
+}
+
+async fn status(client: &kube::Client, ns: &str, name: &str) -> Result<ExitCode, String> {
+    let view = read::status_view(client, ns, name)
+        .await
+        .map_err(|e| e.to_string())?;
+    print!("{}", render::status_screen(&view, chrono::Utc::now()));
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn backup(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    wait: Option<Duration>,
+) -> Result<ExitCode, String> {
+    read::database(client, ns, name)
+        .await
+        .map_err(|e| e.to_string())?;
+    let created = read::create_backup(client, ns, name, chrono::Utc::now())
+        .await
+        .map_err(|e| e.to_string())?;
+    let backup = created.metadata.name.unwrap_or_default();
+    println!("databasebackup.dbop.dev/{backup} created");
+    let Some(timeout) = wait else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let done = read::wait_finished(client, ns, &backup, timeout)
+        .await
+        .map_err(|e| e.to_string())?;
+    match render::backup_outcome(&done) {
+        Ok(line) => {
+            println!("{line}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(line) => Err(line),
+    }
+}
+
+async fn psql(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    extra: &[String],
+) -> Result<ExitCode, String> {
+    let db = read::database(client, ns, name)
+        .await
+        .map_err(|e| e.to_string())?;
+    let secret = read::credentials(client, &db)
+        .await
+        .map_err(|e| e.to_string())?;
+    let user = psql::superuser(&secret);
+    let args = psql::exec_args(ns, name, &user, std::io::stdin().is_terminal(), extra);
+    let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into());
+    let status = std::process::Command::new(&kubectl)
+        .args(&args)
+        .status()
+        .map_err(|e| format!("cannot run {kubectl}: {e}"))?;
+    Ok(match status.code() {
+        Some(0) => ExitCode::SUCCESS,
+        Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        None => ExitCode::FAILURE,
+    })
+}

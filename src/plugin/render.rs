@@ -1,0 +1,534 @@
+//! The text of `kubectl dbop status` and `kubectl dbop backup --wait`: pure, from objects and a
+//! clock, so the screen is unit-tested without a cluster.
+
+use std::fmt::Write as _;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::api::{BackupPhase, Database, DatabaseBackup};
+
+/// How many of a Database's DatabaseBackups and Events the status screen shows.
+pub const RECENT: usize = 5;
+
+/// One Event about the Database, reduced to what the screen shows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EventLine {
+    pub at: Option<DateTime<Utc>>,
+    pub type_: String,
+    pub reason: String,
+    pub message: String,
+    pub count: i32,
+}
+
+/// Everything `status` shows: the Database, its DatabaseBackups and Events (any order).
+#[derive(Clone, Debug)]
+pub struct StatusView {
+    pub database: Database,
+    pub backups: Vec<DatabaseBackup>,
+    pub events: Vec<EventLine>,
+}
+
+/// Converts a meta/v1 `Time` (jiff) to chrono.
+pub fn from_meta_time(t: &Time) -> Option<DateTime<Utc>> {
+    DateTime::from_timestamp(t.0.as_second(), 0)
+}
+
+/// An age as kubectl prints it (`45s`, `3m`, `2h`, `4d`); `-` when unknown.
+pub fn age(at: Option<DateTime<Utc>>, now: DateTime<Utc>) -> String {
+    let Some(at) = at else { return "-".into() };
+    let secs = (now - at).num_seconds().max(0);
+    match secs {
+        s if s < 120 => format!("{s}s"),
+        s if s < 2 * 3600 => format!("{}m", s / 60),
+        s if s < 2 * 86400 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86400),
+    }
+}
+
+/// A time with its distance from now: `2026-11-30T09:00:00Z (5m ago)` or `(in 5m)`.
+fn when(at: Option<DateTime<Utc>>, now: DateTime<Utc>) -> String {
+    match at {
+        None => "-".into(),
+        Some(t) if t > now => format!(
+            "{} (in {})",
+            t.format("%Y-%m-%dT%H:%M:%SZ"),
+            age(Some(now), t)
+        ),
+        Some(t) => format!(
+            "{} ({} ago)",
+            t.format("%Y-%m-%dT%H:%M:%SZ"),
+            age(Some(t), now)
+        ),
+    }
+}
+
+/// A byte count in binary units (`4.1 KiB`).
+pub fn size(bytes: Option<i64>) -> String {
+    let Some(bytes) = bytes else {
+        return "-".into();
+    };
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < units.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", units[unit])
+    }
+}
+
+/// Rows padded into columns, each line indented by two spaces; the last column is not padded.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let last = cells.len().saturating_sub(1);
+        let mut out = String::from(" ");
+        for (i, cell) in cells.into_iter().enumerate() {
+            if i == last {
+                let _ = write!(out, " {cell}");
+            } else {
+                let _ = write!(out, " {cell:<w$}", w = widths[i]);
+            }
+        }
+        out.trim_end().to_string() + "\n"
+    };
+    let mut out = line(headers.to_vec());
+    for row in rows {
+        out += &line(row.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+/// The whole `status` screen.
+pub fn status_screen(view: &StatusView, now: DateTime<Utc>) -> String {
+    let mut out = summary(&view.database);
+    out += &conditions(&view.database, now);
+    out += &upgrade(&view.database);
+    out += &backup_status(&view.database, now);
+    out += &recent_backups(&view.backups, now);
+    out += &events(&view.events, now);
+    out
+}
+
+fn summary(db: &Database) -> String {
+    let status = db.status.clone().unwrap_or_default();
+    let phase = status
+        .phase
+        .map_or("Unknown (no status yet)", |p| p.label());
+    format!(
+        "Database:  {}/{}\nPhase:     {phase}\nVersion:   spec {}, current {}\nEndpoint:  {}\n",
+        db.namespace_or_default(),
+        db.name(),
+        db.spec.version,
+        status.current_version.as_deref().unwrap_or("-"),
+        status.endpoint.as_deref().unwrap_or("-"),
+    )
+}
+
+fn conditions(db: &Database, now: DateTime<Utc>) -> String {
+    let conditions = db
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    if conditions.is_empty() {
+        return "\nConditions: none yet\n".into();
+    }
+    let rows: Vec<Vec<String>> = conditions
+        .iter()
+        .map(|c| {
+            vec![
+                c.type_.clone(),
+                c.status.clone(),
+                c.reason.clone(),
+                age(from_meta_time(&c.last_transition_time), now),
+                c.message.clone(),
+            ]
+        })
+        .collect();
+    "\nConditions:\n".to_string() + &table(&["TYPE", "STATUS", "REASON", "AGE", "MESSAGE"], &rows)
+}
+
+/// The upgrade's stage, from the `Upgrading` condition while one is in progress (the status
+/// has no separate stage field).
+fn upgrade(db: &Database) -> String {
+    let Some(status) = &db.status else {
+        return String::new();
+    };
+    let upgrading = status.conditions.iter().find(|c| c.type_ == "Upgrading");
+    match upgrading {
+        Some(c) if c.status == "True" => format!(
+            "\nUpgrade:   to {} — {}: {}\n",
+            status.target_version.as_deref().unwrap_or(&db.spec.version),
+            c.reason,
+            c.message
+        ),
+        _ => String::new(),
+    }
+}
+
+fn backup_status(db: &Database, now: DateTime<Utc>) -> String {
+    if db.spec.backup.is_none() {
+        return "\nBackups:   not configured (spec.backup)\n".into();
+    }
+    let b = db
+        .status
+        .as_ref()
+        .and_then(|s| s.backup.clone())
+        .unwrap_or_default();
+    let named = |name: &Option<String>, at| match name {
+        Some(n) => format!("{n} at {}", when(at, now)),
+        None => "none".into(),
+    };
+    let suspended = db.spec.backup.as_ref().is_some_and(|b| b.suspend);
+    format!(
+        "\nBackups:\n  Last successful:  {}\n  Last failure:     {}\n  Next scheduled:   {}\n",
+        named(&b.last_successful, b.last_successful_time),
+        named(&b.last_failure, b.last_failure_time),
+        if suspended {
+            "suspended".into()
+        } else {
+            when(b.next_schedule_time, now)
+        },
+    )
+}
+
+fn recent_backups(backups: &[DatabaseBackup], now: DateTime<Utc>) -> String {
+    if backups.is_empty() {
+        return "\nDatabaseBackups: none\n".into();
+    }
+    let mut sorted: Vec<&DatabaseBackup> = backups.iter().collect();
+    sorted.sort_by_key(|b| (created(b), b.metadata.name.clone()));
+    let start = sorted.len().saturating_sub(RECENT);
+    let rows: Vec<Vec<String>> = sorted[start..].iter().map(|b| backup_row(b, now)).collect();
+    format!("\nDatabaseBackups (last {}):\n", rows.len())
+        + &table(
+            &["NAME", "REASON", "PHASE", "SIZE", "AGE", "MESSAGE"],
+            &rows,
+        )
+}
+
+fn created(b: &DatabaseBackup) -> Option<DateTime<Utc>> {
+    b.metadata
+        .creation_timestamp
+        .as_ref()
+        .and_then(from_meta_time)
+}
+
+fn backup_row(b: &DatabaseBackup, now: DateTime<Utc>) -> Vec<String> {
+    let status = b.status.clone().unwrap_or_default();
+    vec![
+        b.metadata.name.clone().unwrap_or_default(),
+        format!("{:?}", b.spec.reason),
+        status.phase.map_or("Pending", BackupPhase::label).into(),
+        size(status.size_bytes),
+        age(created(b), now),
+        status.message.unwrap_or_default(),
+    ]
+}
+
+fn events(events: &[EventLine], now: DateTime<Utc>) -> String {
+    if events.is_empty() {
+        return "\nEvents: none\n".into();
+    }
+    let mut sorted = events.to_vec();
+    sorted.sort_by_key(|e| e.at);
+    let start = sorted.len().saturating_sub(RECENT);
+    let rows: Vec<Vec<String>> = sorted[start..]
+        .iter()
+        .map(|e| {
+            let count = if e.count > 1 {
+                format!(" (x{})", e.count)
+            } else {
+                String::new()
+            };
+            vec![
+                age(e.at, now),
+                e.type_.clone(),
+                e.reason.clone(),
+                format!("{}{count}", e.message),
+            ]
+        })
+        .collect();
+    "\nEvents (newest last):\n".to_string() + &table(&["AGE", "TYPE", "REASON", "MESSAGE"], &rows)
+}
+
+/// What `backup --wait` prints when the backup finished; `Ok` when it succeeded.
+pub fn backup_outcome(b: &DatabaseBackup) -> Result<String, String> {
+    let name = b.metadata.name.clone().unwrap_or_default();
+    let status = b.status.clone().unwrap_or_default();
+    match status.phase {
+        Some(BackupPhase::Succeeded) => Ok(format!(
+            "DatabaseBackup {name} succeeded: {} at s3://{}/{}",
+            size(status.size_bytes),
+            status.bucket.as_deref().unwrap_or("-"),
+            status.key.as_deref().unwrap_or("-"),
+        )),
+        _ => Err(format!(
+            "DatabaseBackup {name} failed: {}",
+            status.message.as_deref().unwrap_or("no message")
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn now() -> DateTime<Utc> {
+        "2026-11-30T10:00:00Z".parse().unwrap()
+    }
+
+    fn database(status: serde_json::Value) -> Database {
+        serde_json::from_value(json!({
+            "apiVersion": "dbop.dev/v1alpha1", "kind": "Database",
+            "metadata": {"name": "orders", "namespace": "shop"},
+            "spec": {"version": "16.4", "storage": {"size": "1Gi"}, "backup": {
+                "schedule": "0 2 * * *",
+                "s3": {"bucket": "backups", "credentials": {"secretName": "s3"}}}},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn condition(
+        type_: &str,
+        status: &str,
+        reason: &str,
+        at: &str,
+        message: &str,
+    ) -> serde_json::Value {
+        json!({"type": type_, "status": status, "reason": reason, "lastTransitionTime": at, "message": message})
+    }
+
+    fn backup(name: &str, created: &str, status: serde_json::Value) -> DatabaseBackup {
+        serde_json::from_value(json!({
+            "apiVersion": "dbop.dev/v1alpha1", "kind": "DatabaseBackup",
+            "metadata": {"name": name, "namespace": "shop", "creationTimestamp": created},
+            "spec": {"database": "orders", "reason": "Scheduled"},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn ready_view() -> StatusView {
+        let database = database(json!({
+            "phase": "Ready", "currentVersion": "16.4", "endpoint": "orders.shop.svc:5432",
+            "conditions": [
+                condition("Ready", "True", "Ready", "2026-11-30T09:00:00Z", "accepting connections"),
+                condition("BackupHealthy", "False", "BackupFailed", "2026-11-30T09:58:00Z", "upload refused"),
+            ],
+            "backup": {
+                "lastSuccessful": "orders-202611290200", "lastSuccessfulTime": "2026-11-29T02:03:00Z",
+                "lastFailure": "orders-202611300200", "lastFailureTime": "2026-11-30T09:58:00Z",
+                "nextScheduleTime": "2026-12-01T02:00:00Z"
+            }
+        }));
+        let mut backups: Vec<DatabaseBackup> = (0..6)
+            .map(|i| {
+                backup(
+                    &format!("orders-old-{i}"),
+                    &format!("2026-11-2{i}T02:00:00Z"),
+                    json!({"phase": "Succeeded", "sizeBytes": 4300}),
+                )
+            })
+            .collect();
+        backups.push(backup(
+            "orders-202611300200",
+            "2026-11-30T09:57:00Z",
+            json!({"phase": "Failed", "message": "upload refused"}),
+        ));
+        let event = |at: &str, reason: &str| EventLine {
+            at: Some(at.parse().unwrap()),
+            type_: "Normal".into(),
+            reason: reason.into(),
+            message: format!("{reason} happened"),
+            count: 1,
+        };
+        StatusView {
+            database,
+            backups,
+            events: vec![
+                event("2026-11-30T09:59:00Z", "Newest"),
+                event("2026-11-30T09:00:00Z", "Oldest"),
+            ],
+        }
+    }
+
+    fn line_with<'a>(screen: &'a str, needle: &str) -> &'a str {
+        screen
+            .lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no line with {needle:?} in:\n{screen}"))
+    }
+
+    /// The table row whose first column is `first`.
+    fn row_of<'a>(screen: &'a str, first: &str) -> &'a str {
+        screen
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(first))
+            .unwrap_or_else(|| panic!("no row {first:?} in:\n{screen}"))
+    }
+
+    fn words(line: &str) -> Vec<&str> {
+        line.split_whitespace().collect()
+    }
+
+    #[test]
+    fn the_status_screen_shows_phase_version_endpoint_and_conditions() {
+        let screen = status_screen(&ready_view(), now());
+        assert_eq!(words(line_with(&screen, "Phase:")), ["Phase:", "Ready"]);
+        assert_eq!(
+            line_with(&screen, "Version:"),
+            "Version:   spec 16.4, current 16.4"
+        );
+        assert!(line_with(&screen, "Endpoint:").ends_with("orders.shop.svc:5432"));
+        assert_eq!(
+            words(line_with(&screen, "TYPE")),
+            ["TYPE", "STATUS", "REASON", "AGE", "MESSAGE"]
+        );
+        assert_eq!(
+            words(line_with(&screen, "  Ready ")),
+            ["Ready", "True", "Ready", "60m", "accepting", "connections"]
+        );
+        assert_eq!(
+            words(line_with(&screen, "BackupHealthy")),
+            [
+                "BackupHealthy",
+                "False",
+                "BackupFailed",
+                "2m",
+                "upload",
+                "refused"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_status_screen_shows_backup_outcomes_and_the_last_backups() {
+        let screen = status_screen(&ready_view(), now());
+        assert_eq!(
+            line_with(&screen, "Last successful:").trim(),
+            "Last successful:  orders-202611290200 at 2026-11-29T02:03:00Z (31h ago)"
+        );
+        assert!(line_with(&screen, "Last failure:").contains("orders-202611300200 at"));
+        assert!(line_with(&screen, "Next scheduled:").ends_with("2026-12-01T02:00:00Z (in 16h)"));
+        assert!(screen.contains("DatabaseBackups (last 5):"), "{screen}");
+        assert!(
+            !screen.contains("orders-old-0"),
+            "only the last five:\n{screen}"
+        );
+        assert_eq!(
+            words(line_with(&screen, "orders-old-5")),
+            ["orders-old-5", "Scheduled", "Succeeded", "4.2", "KiB", "5d"]
+        );
+        assert_eq!(
+            words(row_of(&screen, "orders-202611300200")),
+            [
+                "orders-202611300200",
+                "Scheduled",
+                "Failed",
+                "-",
+                "3m",
+                "upload",
+                "refused"
+            ]
+        );
+    }
+
+    #[test]
+    fn events_come_newest_last() {
+        let screen = status_screen(&ready_view(), now());
+        let oldest = screen.find("Oldest happened").expect("oldest event");
+        let newest = screen.find("Newest happened").expect("newest event");
+        assert!(oldest < newest, "{screen}");
+        assert!(screen.contains("Events (newest last):"));
+    }
+
+    #[test]
+    fn an_upgrade_in_progress_shows_its_stage() {
+        let mut view = ready_view();
+        view.database = database(json!({
+            "phase": "Upgrading", "currentVersion": "16.3", "targetVersion": "16.4",
+            "conditions": [condition("Upgrading", "True", "RollingOut", "2026-11-30T09:59:00Z", "1 of 1 pods updated")],
+        }));
+        let screen = status_screen(&view, now());
+        assert_eq!(
+            line_with(&screen, "Upgrade:"),
+            "Upgrade:   to 16.4 — RollingOut: 1 of 1 pods updated"
+        );
+        assert_eq!(
+            line_with(&screen, "Version:"),
+            "Version:   spec 16.4, current 16.3"
+        );
+    }
+
+    #[test]
+    fn a_new_database_without_status_or_backups_reads_clearly() {
+        let mut view = ready_view();
+        view.database = database(serde_json::Value::Null);
+        view.database.spec.backup = None;
+        view.backups.clear();
+        view.events.clear();
+        let screen = status_screen(&view, now());
+        assert!(
+            screen.contains("Phase:     Unknown (no status yet)"),
+            "{screen}"
+        );
+        assert!(screen.contains("Conditions: none yet"));
+        assert!(screen.contains("Backups:   not configured (spec.backup)"));
+        assert!(screen.contains("DatabaseBackups: none"));
+        assert!(screen.contains("Events: none"));
+        assert!(!screen.contains("Upgrade:"));
+    }
+
+    #[test]
+    fn backup_outcomes_name_size_and_key_or_the_failure() {
+        let ok = backup(
+            "b1",
+            "2026-11-30T09:00:00Z",
+            json!({"phase": "Succeeded", "sizeBytes": 4242,
+            "bucket": "backups", "key": "shop/orders/x/dump.pgc.zst"}),
+        );
+        assert_eq!(
+            backup_outcome(&ok),
+            Ok(
+                "DatabaseBackup b1 succeeded: 4.1 KiB at s3://backups/shop/orders/x/dump.pgc.zst"
+                    .into()
+            )
+        );
+        let failed = backup(
+            "b2",
+            "2026-11-30T09:00:00Z",
+            json!({"phase": "Failed", "message": "bucket missing"}),
+        );
+        assert_eq!(
+            backup_outcome(&failed),
+            Err("DatabaseBackup b2 failed: bucket missing".into())
+        );
+    }
+
+    #[test]
+    fn ages_and_sizes_read_like_kubectl() {
+        let t = |s: i64| Some(now() - chrono::TimeDelta::seconds(s));
+        assert_eq!(age(t(5), now()), "5s");
+        assert_eq!(age(t(600), now()), "10m");
+        assert_eq!(age(t(3 * 3600), now()), "3h");
+        assert_eq!(age(t(3 * 86400), now()), "3d");
+        assert_eq!(age(None, now()), "-");
+        assert_eq!(size(Some(512)), "512 B");
+        assert_eq!(size(Some(3 * 1024 * 1024)), "3.0 MiB");
+    }
+}
