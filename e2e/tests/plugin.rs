@@ -1,0 +1,315 @@
+//! `kubectl dbop` against the test bed: the real `kubectl-dbop` binary, with the test bed's
+//! KUBECONFIG and `-n`, and the operator in-process. `status` of a Ready Database and of a
+//! missing one; `backup --wait` following an on-demand backup (its Job's pod completed by kwok
+//! with the result the test supplies) to Succeeded and to Failed.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Output;
+
+use chrono::Utc;
+use dbop::api::{BackupPhase, BackupReason, DatabaseBackup, Phase};
+use dbop_e2e::{TestBed, WAIT, database_manifest, operator_binary_path, testbed, wait_until};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+/// `kubectl-dbop` beside `dbop` in the target directory (built by `cargo build --bins`).
+fn plugin_binary() -> PathBuf {
+    operator_binary_path().with_file_name("kubectl-dbop")
+}
+
+/// Starts `kubectl-dbop ARGS` against the test bed; await it for its output.
+fn plugin(bed: &TestBed, args: &[&str]) -> tokio::process::Child {
+    let binary = plugin_binary();
+    tokio::process::Command::new(&binary)
+        .args(args)
+        .env("KUBECONFIG", &bed.kubeconfig)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot start {}: {e} (run `cargo build --bins` first)",
+                binary.display()
+            )
+        })
+}
+
+async fn finished(child: tokio::process::Child) -> (Output, String, String) {
+    let out = tokio::time::timeout(WAIT, child.wait_with_output())
+        .await
+        .expect("kubectl-dbop finished in time")
+        .expect("kubectl-dbop output");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    println!(
+        "e2e: kubectl-dbop exit {:?}\n{stdout}{stderr}",
+        out.status.code()
+    );
+    (out, stdout, stderr)
+}
+
+async fn s3_secret(bed: &TestBed, ns: &str) {
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("s3-creds".into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([
+            (
+                "AWS_ACCESS_KEY_ID".into(),
+                ByteString(b"e2e-access".to_vec()),
+            ),
+            (
+                "AWS_SECRET_ACCESS_KEY".into(),
+                ByteString(b"e2e-secret".to_vec()),
+            ),
+        ])),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(bed.client.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("S3 Secret");
+}
+
+/// A Database with backups configured (a yearly schedule, so only the test's backups run) whose
+/// Job pods kwok holds Running until the test sets their outcome.
+fn with_held_backups() -> serde_json::Value {
+    json!({
+        "backup": {
+            "schedule": "0 0 1 1 *",
+            "s3": {
+                "endpoint": "http://minio.storage.svc:9000",
+                "bucket": "backups",
+                "forcePathStyle": true,
+                "credentials": {"secretName": "s3-creds"}
+            }
+        },
+        "podMetadata": {"labels": {"testbed.dbop.dev/hold": "true"}}
+    })
+}
+
+/// The running pod of the only on-demand backup, and that backup's name.
+async fn manual_backup_pod(bed: &TestBed, ns: &str) -> (String, Pod) {
+    let backups: Api<DatabaseBackup> = Api::namespaced(bed.client.clone(), ns);
+    let backup = wait_until("the on-demand DatabaseBackup", WAIT, || async {
+        backups
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .next()
+    })
+    .await;
+    let name = backup.metadata.name.clone().unwrap();
+    assert_eq!(backup.spec.reason, BackupReason::Manual);
+    assert_eq!(backup.spec.database, "orders");
+    assert!(name.starts_with("orders-manual-"), "{name}");
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), ns);
+    let selector = format!("dbop.dev/backup={name}");
+    let pod = wait_until("the backup pod running", WAIT, || async {
+        pods.list(&ListParams::default().labels(&selector))
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+    })
+    .await;
+    (name, pod)
+}
+
+async fn finish_pod(bed: &TestBed, ns: &str, pod: &Pod, outcome: &str, message: &str) {
+    let patch = json!({"metadata": {"annotations": {
+        "testbed.dbop.dev/outcome": outcome,
+        "testbed.dbop.dev/termination-message": message,
+    }}});
+    Api::<Pod>::namespaced(bed.client.clone(), ns)
+        .patch(
+            pod.metadata.name.as_deref().unwrap(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .expect("annotate the pod");
+}
+
+/// Fails every pod the backup's Job starts (it retries once) until the backup is Failed.
+async fn fail_every_pod_until_failed(bed: &TestBed, ns: &str, name: &str, result: &str) {
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), ns);
+    let backups: Api<DatabaseBackup> = Api::namespaced(bed.client.clone(), ns);
+    let selector = format!("dbop.dev/backup={name}");
+    wait_until(
+        "every backup pod failed and the backup Failed",
+        WAIT,
+        || async {
+            for pod in pods
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .ok()?
+                .items
+            {
+                let running =
+                    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+                let decided = pod
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key("testbed.dbop.dev/outcome"));
+                if running && !decided {
+                    finish_pod(bed, ns, &pod, "Failed", result).await;
+                }
+            }
+            let b = backups.get(name).await.ok()?;
+            (b.status.as_ref()?.phase == Some(BackupPhase::Failed)).then_some(())
+        },
+    )
+    .await;
+}
+
+fn succeeded_result(ns: &str) -> String {
+    let now = Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    json!({
+        "outcome": "Succeeded", "operation": "dump", "backupId": "20261130T090000Z-m",
+        "database": "postgres", "bucket": "backups",
+        "key": format!("{ns}/orders/postgres/20261130T090000Z-m/dump.pgc.zst"),
+        "sizeBytes": 4242, "sha256": "cd".repeat(32), "engineVersion": "16.4",
+        "startedAt": now, "completedAt": now, "message": "dumped 10000 bytes"
+    })
+    .to_string()
+}
+
+async fn ready_database_with_backups(bed: &TestBed, prefix: &str) -> String {
+    let ns = bed.namespace(prefix).await;
+    s3_secret(bed, &ns).await;
+    bed.apply_database(&ns, database_manifest("orders", with_held_backups()))
+        .await;
+    ns
+}
+
+#[tokio::test]
+async fn status_of_a_ready_database_shows_ready_and_its_conditions() {
+    let bed = testbed().await;
+    let ns = bed.namespace("plugin-status").await;
+    let _operator = bed.operator_in_process(&ns).await;
+    bed.apply_database(&ns, database_manifest("orders", json!({})))
+        .await;
+    bed.wait_for_phase(&ns, "orders", Phase::Ready, WAIT).await;
+
+    let (out, stdout, _) = finished(plugin(&bed, &["status", "orders", "-n", &ns])).await;
+    assert!(out.status.success());
+    let line = |start: &str| {
+        stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(start))
+            .unwrap_or_else(|| panic!("no line starting {start:?} in:\n{stdout}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(line("Database:"), ["Database:", &format!("{ns}/orders")]);
+    assert_eq!(line("Phase:"), ["Phase:", "Ready"]);
+    assert_eq!(
+        line("Version:"),
+        ["Version:", "spec", "16.4,", "current", "16.4"]
+    );
+    assert_eq!(line("Endpoint:")[1], format!("orders-rw.{ns}.svc"));
+    assert_eq!(&line("Ready ")[..2], ["Ready", "True"]);
+    assert_eq!(&line("StorageReady")[..2], ["StorageReady", "True"]);
+    assert!(stdout.contains("Backups:   not configured"), "{stdout}");
+}
+
+#[tokio::test]
+async fn status_of_a_missing_database_fails_clearly() {
+    let bed = testbed().await;
+    let ns = bed.namespace("plugin-missing").await;
+    let (out, stdout, stderr) = finished(plugin(&bed, &["status", "ghost", "-n", &ns])).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr.trim(),
+        format!("error: Database {ns}/ghost not found")
+    );
+    assert!(stdout.is_empty(), "{stdout}");
+}
+
+#[tokio::test]
+async fn backup_wait_follows_an_on_demand_backup_to_succeeded() {
+    let bed = testbed().await;
+    let ns = ready_database_with_backups(&bed, "plugin-backup").await;
+    let _operator = bed.operator_in_process(&ns).await;
+    bed.wait_for_phase(&ns, "orders", Phase::Ready, WAIT).await;
+
+    let child = plugin(
+        &bed,
+        &["backup", "orders", "-n", &ns, "--wait", "--timeout", "2m"],
+    );
+    let (name, pod) = manual_backup_pod(&bed, &ns).await;
+    finish_pod(&bed, &ns, &pod, "Succeeded", &succeeded_result(&ns)).await;
+    let (out, stdout, _) = finished(child).await;
+
+    assert!(out.status.success());
+    assert!(
+        stdout.contains(&format!("databasebackup.dbop.dev/{name} created")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "DatabaseBackup {name} succeeded: 4.1 KiB at s3://backups/{ns}/orders/postgres/20261130T090000Z-m/dump.pgc.zst"
+        )),
+        "{stdout}"
+    );
+    let (_, screen, _) = finished(plugin(&bed, &["status", "orders", "-n", &ns])).await;
+    let row = screen
+        .lines()
+        .find(|l| l.trim_start().starts_with(&name))
+        .unwrap_or_else(|| panic!("no row of {name} in:\n{screen}"));
+    assert_eq!(
+        row.split_whitespace().take(5).collect::<Vec<_>>(),
+        [name.as_str(), "Manual", "Succeeded", "4.1", "KiB"]
+    );
+}
+
+#[tokio::test]
+async fn backup_wait_exits_non_zero_with_the_message_when_the_backup_fails() {
+    let bed = testbed().await;
+    let ns = ready_database_with_backups(&bed, "plugin-backup-fail").await;
+    let _operator = bed.operator_in_process(&ns).await;
+    bed.wait_for_phase(&ns, "orders", Phase::Ready, WAIT).await;
+
+    let child = plugin(&bed, &["backup", "orders", "-n", &ns, "--wait"]);
+    let (name, _) = manual_backup_pod(&bed, &ns).await;
+    let result = json!({"outcome": "Failed", "operation": "dump",
+        "message": "upload refused: bucket backups does not exist"})
+    .to_string();
+    fail_every_pod_until_failed(&bed, &ns, &name, &result).await;
+    let (out, _, stderr) = finished(child).await;
+
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr.contains(&format!("error: DatabaseBackup {name} failed:"))
+            && stderr.contains("bucket backups does not exist"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn backup_of_a_missing_database_creates_nothing() {
+    let bed = testbed().await;
+    let ns = bed.namespace("plugin-backup-missing").await;
+    let (out, _, stderr) = finished(plugin(&bed, &["backup", "ghost", "-n", &ns])).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr.contains("Database") && stderr.contains("ghost not found"),
+        "{stderr}"
+    );
+    let backups = Api::<DatabaseBackup>::namespaced(bed.client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(backups.items.is_empty());
+}
