@@ -9,7 +9,7 @@ export DBOP_TESTBED_DIR := $(TESTBED_DIR)
 MUSL_TARGET := x86_64-unknown-linux-musl
 STATIC_BINS := dbop dbop-backup dbop-instance
 
-.PHONY: help build static test test-unit test-e2e lint fmt crds testbed-build testbed-up testbed-down images run bench-backup fuzz
+.PHONY: plugin help build static test test-unit test-e2e lint fmt crds testbed-build testbed-up testbed-down images run bench-backup fuzz
 
 run: ## the operator on a control plane (the local one when none is configured) and the example Database reaching Ready
 	e2e/run.sh
@@ -27,6 +27,9 @@ static: ## build dbop, dbop-backup and dbop-instance static (musl, release) into
 	  file -L $$f | grep -Eq 'statically linked|static-pie linked' || { echo "$$f is not static: $$(file -L $$f)"; exit 1; }; \
 	  echo "$$f: static"; \
 	done
+
+plugin: ## install the kubectl plugin (`kubectl dbop ...`) as kubectl-dbop into cargo's bin directory (~/.cargo/bin)
+	$(CARGO) install --locked --path . --bin kubectl-dbop
 
 fmt: ## format the code
 	$(CARGO) fmt --all

@@ -1,8 +1,6 @@
 //! The text of `kubectl dbop status` and `kubectl dbop backup --wait`: pure, from objects and a
 //! clock, so the screen is unit-tested without a cluster.
 
-use std::fmt::Write as _;
-
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -82,7 +80,8 @@ pub fn size(bytes: Option<i64>) -> String {
     }
 }
 
-/// Rows padded into columns, each line indented by two spaces; the last column is not padded.
+/// Rows padded into columns three spaces apart, each line indented by two spaces; the last
+/// column is not padded.
 pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
     for row in rows {
@@ -92,15 +91,15 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     }
     let line = |cells: Vec<&str>| {
         let last = cells.len().saturating_sub(1);
-        let mut out = String::from(" ");
-        for (i, cell) in cells.into_iter().enumerate() {
-            if i == last {
-                let _ = write!(out, " {cell}");
-            } else {
-                let _ = write!(out, " {cell:<w$}", w = widths[i]);
-            }
-        }
-        out.trim_end().to_string() + "\n"
+        let padded: Vec<String> = cells
+            .into_iter()
+            .enumerate()
+            .map(|(i, cell)| match i == last {
+                true => cell.to_string(),
+                false => format!("{cell:<w$}", w = widths[i]),
+            })
+            .collect();
+        format!("  {}", padded.join("   ")).trim_end().to_string() + "\n"
     };
     let mut out = line(headers.to_vec());
     for row in rows {
