@@ -313,3 +313,54 @@ async fn backup_of_a_missing_database_creates_nothing() {
         .unwrap();
     assert!(backups.items.is_empty());
 }
+
+/// `psql` reads the user from the Database's own Secret (here `spec.credentials`) and hands
+/// kubectl the exec command line; `KUBECTL=echo` prints that line instead of running it (the
+/// exec itself needs a real pod: the real-node suites' business).
+#[tokio::test]
+async fn psql_execs_as_the_secret_s_user_with_no_password_on_the_command_line() {
+    let bed = testbed().await;
+    let ns = bed.namespace("plugin-psql").await;
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("app-creds".into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([
+            ("username".into(), ByteString(b"shopapp".to_vec())),
+            ("password".into(), ByteString(b"pw-never-on-argv".to_vec())),
+        ])),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(bed.client.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("credentials Secret");
+    bed.apply_database(
+        &ns,
+        database_manifest(
+            "orders",
+            json!({"credentials": {"secretName": "app-creds"}}),
+        ),
+    )
+    .await;
+
+    let binary = plugin_binary();
+    let out = tokio::process::Command::new(&binary)
+        .args(["psql", "orders", "-n", &ns, "--", "-c", "select 1"])
+        .env("KUBECONFIG", &bed.kubeconfig)
+        .env("KUBECTL", "echo")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("kubectl-dbop psql");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        stdout.trim(),
+        format!(
+            "exec -i -n {ns} orders-0 -c postgres -- psql -h /var/run/postgresql -U shopapp -d shopapp -c select 1"
+        )
+    );
+    assert!(!stdout.contains("pw-never-on-argv"));
+}

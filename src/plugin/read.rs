@@ -22,7 +22,7 @@ pub enum PluginError {
         "the API server does not serve Databases: are the dbop CRDs installed? (kubectl apply -f crds/)"
     )]
     NoCrd,
-    #[error("{what}: {source}")]
+    #[error("{what}: {}", brief(source))]
     Api {
         what: String,
         #[source]
@@ -36,6 +36,14 @@ pub enum PluginError {
         "DatabaseBackup {name} did not finish within {timeout:?} (it keeps going; see `kubectl get dbb {name}`)"
     )]
     Timeout { name: String, timeout: Duration },
+}
+
+/// The API server's own sentence when it sent one (`secrets "x" not found`), else the error.
+fn brief(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
+        other => other.to_string(),
+    }
 }
 
 fn api_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> PluginError {
