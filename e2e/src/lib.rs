@@ -18,6 +18,7 @@ use kube::{Api, Client};
 use rand::Rng;
 use serde_json::Value;
 
+pub mod backup_jobs;
 pub mod node;
 
 /// The user agent of the test's own requests (the operator's start with `dbop/`).

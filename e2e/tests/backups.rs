@@ -3,44 +3,19 @@
 //! fills the status, a failing Job turns `BackupHealthy` False, and an operator stopped across
 //! three due times runs exactly one catch-up.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, DurationRound, TimeDelta, Timelike, Utc};
 use dbop::api::{BackupPhase, DatabaseBackup, Phase};
+use dbop_e2e::backup_jobs::{finish_pod, s3_secret};
 use dbop_e2e::{TestBed, WAIT, condition, database_manifest, testbed, wait_until};
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::ListParams;
 use serde_json::json;
 
 /// Long enough for a minute boundary to pass and the operator to act on it.
 const NEXT_MINUTE: Duration = Duration::from_secs(150);
-
-async fn s3_secret(bed: &TestBed, ns: &str) {
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some("s3-creds".into()),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([
-            (
-                "AWS_ACCESS_KEY_ID".into(),
-                ByteString(b"e2e-access".to_vec()),
-            ),
-            (
-                "AWS_SECRET_ACCESS_KEY".into(),
-                ByteString(b"e2e-secret".to_vec()),
-            ),
-        ])),
-        ..Default::default()
-    };
-    Api::<Secret>::namespaced(bed.client.clone(), ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("S3 Secret");
-}
 
 fn with_backups(hold: bool) -> serde_json::Value {
     let mut extra = json!({
@@ -113,21 +88,6 @@ async fn backup_pod(bed: &TestBed, ns: &str, backup: &str) -> Pod {
             .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
     })
     .await
-}
-
-async fn finish_pod(bed: &TestBed, ns: &str, pod: &Pod, outcome: &str, message: &str) {
-    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), ns);
-    let patch = json!({"metadata": {"annotations": {
-        "testbed.dbop.dev/outcome": outcome,
-        "testbed.dbop.dev/termination-message": message,
-    }}});
-    pods.patch(
-        pod.metadata.name.as_deref().unwrap(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .expect("annotate the pod");
 }
 
 async fn wait_backup_phase(

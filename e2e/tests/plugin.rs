@@ -9,11 +9,12 @@ use std::process::Output;
 
 use chrono::Utc;
 use dbop::api::{BackupPhase, BackupReason, DatabaseBackup, Phase};
+use dbop_e2e::backup_jobs::{finish_pod, s3_secret};
 use dbop_e2e::{TestBed, WAIT, database_manifest, operator_binary_path, testbed, wait_until};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Api;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, PostParams};
 use serde_json::json;
 
 /// `kubectl-dbop` beside `dbop` in the target directory (built by `cargo build --bins`).
@@ -51,30 +52,6 @@ async fn finished(child: tokio::process::Child) -> (Output, String, String) {
         out.status.code()
     );
     (out, stdout, stderr)
-}
-
-async fn s3_secret(bed: &TestBed, ns: &str) {
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some("s3-creds".into()),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([
-            (
-                "AWS_ACCESS_KEY_ID".into(),
-                ByteString(b"e2e-access".to_vec()),
-            ),
-            (
-                "AWS_SECRET_ACCESS_KEY".into(),
-                ByteString(b"e2e-secret".to_vec()),
-            ),
-        ])),
-        ..Default::default()
-    };
-    Api::<Secret>::namespaced(bed.client.clone(), ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("S3 Secret");
 }
 
 /// A Database with backups configured (a yearly schedule, so only the test's backups run) whose
@@ -123,21 +100,6 @@ async fn manual_backup_pod(bed: &TestBed, ns: &str) -> (String, Pod) {
     })
     .await;
     (name, pod)
-}
-
-async fn finish_pod(bed: &TestBed, ns: &str, pod: &Pod, outcome: &str, message: &str) {
-    let patch = json!({"metadata": {"annotations": {
-        "testbed.dbop.dev/outcome": outcome,
-        "testbed.dbop.dev/termination-message": message,
-    }}});
-    Api::<Pod>::namespaced(bed.client.clone(), ns)
-        .patch(
-            pod.metadata.name.as_deref().unwrap(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .expect("annotate the pod");
 }
 
 /// Fails every pod the backup's Job starts (it retries once) until the backup is Failed.
