@@ -7,10 +7,12 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use crate::TestBed;
+use dbop::api::{BackupPhase, DatabaseBackup};
+
+use crate::{TestBed, WAIT, wait_until};
 
 /// Creates the Secret `s3-creds` with test S3 keys (nothing reads them on kwok).
 pub async fn s3_secret(bed: &TestBed, ns: &str) {
@@ -52,4 +54,53 @@ pub async fn finish_pod(bed: &TestBed, ns: &str, pod: &Pod, outcome: &str, messa
     )
     .await
     .expect("annotate the pod");
+}
+
+/// The running pod of a DatabaseBackup (held by the test bed).
+pub async fn running_backup_pod(bed: &TestBed, ns: &str, backup: &str) -> Pod {
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), ns);
+    let selector = format!("dbop.dev/backup={backup}");
+    wait_until("the backup pod running", WAIT, || async {
+        pods.list(&ListParams::default().labels(&selector))
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+    })
+    .await
+}
+
+/// Fails every pod the backup's Job starts (it retries once, backoffLimit 1) with `result` as
+/// the termination message, until the DatabaseBackup is Failed.
+pub async fn fail_every_pod_until_failed(bed: &TestBed, ns: &str, backup: &str, result: &str) {
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), ns);
+    let backups: Api<DatabaseBackup> = Api::namespaced(bed.client.clone(), ns);
+    let selector = format!("dbop.dev/backup={backup}");
+    wait_until(
+        "every backup pod failed and the backup Failed",
+        WAIT,
+        || async {
+            for pod in pods
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .ok()?
+                .items
+            {
+                let running =
+                    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+                let decided = pod
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key("testbed.dbop.dev/outcome"));
+                if running && !decided {
+                    finish_pod(bed, ns, &pod, "Failed", result).await;
+                }
+            }
+            let b = backups.get(backup).await.ok()?;
+            (b.status.as_ref()?.phase == Some(BackupPhase::Failed)).then_some(())
+        },
+    )
+    .await;
 }

@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, DurationRound, TimeDelta, Timelike, Utc};
 use dbop::api::{BackupPhase, DatabaseBackup, Phase};
-use dbop_e2e::backup_jobs::{finish_pod, s3_secret};
+use dbop_e2e::backup_jobs::{
+    fail_every_pod_until_failed, finish_pod, running_backup_pod, s3_secret,
+};
 use dbop_e2e::{TestBed, WAIT, condition, database_manifest, testbed, wait_until};
-use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
 use serde_json::json;
@@ -75,21 +76,6 @@ async fn first_scheduled_backup(bed: &TestBed, ns: &str) -> DatabaseBackup {
     b
 }
 
-/// The running backup pod of a DatabaseBackup (held by the test bed).
-async fn backup_pod(bed: &TestBed, ns: &str, backup: &str) -> Pod {
-    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), ns);
-    let selector = format!("dbop.dev/backup={backup}");
-    wait_until("the backup pod running", WAIT, || async {
-        pods.list(&ListParams::default().labels(&selector))
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-    })
-    .await
-}
-
 async fn wait_backup_phase(
     bed: &TestBed,
     ns: &str,
@@ -116,7 +102,7 @@ async fn a_per_minute_schedule_makes_backups_on_time_and_fills_their_status() {
 
     let b = first_scheduled_backup(&bed, &ns).await;
     let name = b.metadata.name.clone().unwrap();
-    let pod = backup_pod(&bed, &ns, &name).await;
+    let pod = running_backup_pod(&bed, &ns, &name).await;
     let result = json!({
         "outcome": "Succeeded", "operation": "dump", "backupId": "20250501T020003Z-x",
         "database": "postgres", "bucket": "backups",
@@ -179,35 +165,7 @@ async fn a_failing_backup_job_turns_backup_healthy_false() {
         "message": "S3 access denied: check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and the bucket policy"})
     .to_string();
     // The Job retries once (backoffLimit 1): every pod it starts fails the same way.
-    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), &ns);
-    let backups_api: Api<DatabaseBackup> = Api::namespaced(bed.client.clone(), &ns);
-    let selector = format!("dbop.dev/backup={name}");
-    wait_until(
-        "every backup pod failed and the backup Failed",
-        WAIT,
-        || async {
-            for pod in pods
-                .list(&ListParams::default().labels(&selector))
-                .await
-                .ok()?
-                .items
-            {
-                let running =
-                    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
-                let decided = pod
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .is_some_and(|a| a.contains_key("testbed.dbop.dev/outcome"));
-                if running && !decided {
-                    finish_pod(&bed, &ns, &pod, "Failed", &result).await;
-                }
-            }
-            let b = backups_api.get(&name).await.ok()?;
-            (b.status.as_ref()?.phase == Some(BackupPhase::Failed)).then_some(())
-        },
-    )
-    .await;
+    fail_every_pod_until_failed(&bed, &ns, &name, &result).await;
     let failed = wait_backup_phase(&bed, &ns, &name, BackupPhase::Failed).await;
     assert!(
         failed

@@ -8,8 +8,10 @@ use std::path::PathBuf;
 use std::process::Output;
 
 use chrono::Utc;
-use dbop::api::{BackupPhase, BackupReason, DatabaseBackup, Phase};
-use dbop_e2e::backup_jobs::{finish_pod, s3_secret};
+use dbop::api::{BackupReason, DatabaseBackup, Phase};
+use dbop_e2e::backup_jobs::{
+    fail_every_pod_until_failed, finish_pod, running_backup_pod, s3_secret,
+};
 use dbop_e2e::{TestBed, WAIT, database_manifest, operator_binary_path, testbed, wait_until};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Pod, Secret};
@@ -88,51 +90,8 @@ async fn manual_backup_pod(bed: &TestBed, ns: &str) -> (String, Pod) {
     assert_eq!(backup.spec.reason, BackupReason::Manual);
     assert_eq!(backup.spec.database, "orders");
     assert!(name.starts_with("orders-manual-"), "{name}");
-    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), ns);
-    let selector = format!("dbop.dev/backup={name}");
-    let pod = wait_until("the backup pod running", WAIT, || async {
-        pods.list(&ListParams::default().labels(&selector))
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-    })
-    .await;
+    let pod = running_backup_pod(bed, ns, &name).await;
     (name, pod)
-}
-
-/// Fails every pod the backup's Job starts (it retries once) until the backup is Failed.
-async fn fail_every_pod_until_failed(bed: &TestBed, ns: &str, name: &str, result: &str) {
-    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), ns);
-    let backups: Api<DatabaseBackup> = Api::namespaced(bed.client.clone(), ns);
-    let selector = format!("dbop.dev/backup={name}");
-    wait_until(
-        "every backup pod failed and the backup Failed",
-        WAIT,
-        || async {
-            for pod in pods
-                .list(&ListParams::default().labels(&selector))
-                .await
-                .ok()?
-                .items
-            {
-                let running =
-                    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
-                let decided = pod
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .is_some_and(|a| a.contains_key("testbed.dbop.dev/outcome"));
-                if running && !decided {
-                    finish_pod(bed, ns, &pod, "Failed", result).await;
-                }
-            }
-            let b = backups.get(name).await.ok()?;
-            (b.status.as_ref()?.phase == Some(BackupPhase::Failed)).then_some(())
-        },
-    )
-    .await;
 }
 
 fn succeeded_result(ns: &str) -> String {
