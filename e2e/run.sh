@@ -95,7 +95,7 @@ fi
 log_file=${DBOP_TESTBED_DIR:-$root/.testbed}/logs/dbop-run.log
 mkdir -p "$(dirname "$log_file")"
 say "starting dbop (logs: $log_file)"
-target/debug/dbop run >"$log_file" 2>&1 &
+target/debug/dbop run --metrics-addr "${DBOP_METRICS_ADDR:-127.0.0.1:0}" >"$log_file" 2>&1 &
 operator_pid=$!
 
 if ((real_node)); then

@@ -1,9 +1,9 @@
 //! What every reconcile of both controllers shares: the client, the settings, the Event
-//! recorder and the per-object failure count behind the exponential retry backoff, with the
+//! recorder, the metrics and the per-object failure count behind the exponential retry backoff, with the
 //! `error_policy` that uses it. Depends on nothing above it (no controller, no reconcile).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::Client;
@@ -12,6 +12,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use tracing::warn;
 
 use crate::error::Error;
+use crate::ops::metrics::Metrics;
 use crate::resources::Settings;
 
 /// An object's key for the failure count: (a namespace, optionally prefixed by the kind, and a
@@ -23,6 +24,7 @@ pub struct Context {
     pub client: Client,
     pub settings: Settings,
     pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
     /// Consecutive failures per object, for exponential backoff; reset on success.
     failures: Mutex<HashMap<FailureKey, u32>>,
 }
@@ -37,8 +39,14 @@ impl Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
             settings,
+            metrics: Arc::new(Metrics::new()),
             failures: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The same context, recording into `metrics` (the ones the endpoint serves).
+    pub fn with_metrics(self, metrics: Arc<Metrics>) -> Self {
+        Self { metrics, ..self }
     }
 
     pub(crate) fn record_failure(&self, key: FailureKey) -> u32 {

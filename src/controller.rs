@@ -1,15 +1,17 @@
 //! The runtime of both controllers: the Database controller's watches (Databases and everything
 //! they own, so a deleted or edited child is repaired from its watch event; `DatabaseBackup`s,
 //! which wake their Database), its finalizer and its Events for errors, and the start of the
-//! `DatabaseBackup` controller beside it. The shared `Context` and backoff live in `context`.
+//! `DatabaseBackup` controller beside it, the readiness once both kinds can be listed and a
+//! metric per reconcile. The shared `Context` and backoff live in `context`.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Secret, Service};
-use kube::api::{Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
@@ -25,6 +27,8 @@ use crate::api::{Database, DatabaseBackup};
 use crate::context::{Context, FailureKey};
 use crate::error::{Error, Result};
 use crate::kube_io::EventSpec;
+use crate::ops::metrics::{DATABASE_CONTROLLER, Metrics};
+use crate::ops::server::Readiness;
 use crate::reconcile::{act, cleanup, reconcile_database};
 use crate::resources::{LABEL_INSTANCE, MANAGED_SELECTOR, Settings};
 
@@ -36,25 +40,39 @@ fn key_of(guard: &DeserializeGuard<Database>) -> FailureKey {
     )
 }
 
+/// `K`s in the watched namespace, or in all.
+fn owned<K>(client: &Client, namespace: &Option<String>) -> Api<K>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
 /// Runs the controller until SIGTERM/SIGINT. `namespace` limits it to one namespace.
 pub async fn run(client: Client, settings: Settings, namespace: Option<String>) {
+    let (metrics, ready) = (Arc::new(Metrics::new()), Arc::new(Readiness::default()));
+    run_observed(client, settings, namespace, metrics, ready).await;
+}
+
+/// `run`, recording into `metrics`; `ready` turns true once both watched kinds can be listed.
+pub async fn run_observed(
+    client: Client,
+    settings: Settings,
+    namespace: Option<String>,
+    metrics: Arc<Metrics>,
+    ready: Arc<Readiness>,
+) {
     let databases: Api<DeserializeGuard<Database>> = match &namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    fn owned<K>(client: &Client, namespace: &Option<String>) -> Api<K>
-    where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
-    {
-        match namespace {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        }
-    }
     let managed = watcher::Config::default()
         .labels(MANAGED_SELECTOR)
         .any_semantic();
-    let ctx = Arc::new(Context::new(client.clone(), settings));
+    let ctx = Arc::new(Context::new(client.clone(), settings).with_metrics(metrics));
     info!(
         namespace = namespace.as_deref().unwrap_or("<all>"),
         "dbop controller starting"
@@ -86,7 +104,13 @@ pub async fn run(client: Client, settings: Settings, namespace: Option<String>) 
                 let ns = backup.metadata.namespace.clone()?;
                 Some(ObjectRef::new(&backup.spec.database).within(&ns))
             },
-        )
+        );
+    tokio::spawn(mark_ready_once_listed(
+        client.clone(),
+        namespace.clone(),
+        ready,
+    ));
+    let database_controller = database_controller
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -98,30 +122,73 @@ pub async fn run(client: Client, settings: Settings, namespace: Option<String>) 
     info!("dbop controller stopped");
 }
 
+/// Ready once both kinds the controllers watch can be listed (the API server answers, RBAC
+/// allows it). Not the stores' own readiness: kube-runtime's `Store::wait_until_ready` wakes
+/// one waiter only, and the controller's runner is already waiting on it.
+async fn mark_ready_once_listed(client: Client, namespace: Option<String>, ready: Arc<Readiness>) {
+    let one = ListParams::default().limit(1);
+    let mut failures = 0;
+    loop {
+        let databases = owned::<Database>(&client, &namespace)
+            .list_metadata(&one)
+            .await;
+        let backups = owned::<DatabaseBackup>(&client, &namespace)
+            .list_metadata(&one)
+            .await;
+        match databases.and(backups) {
+            Ok(_) => {
+                info!("Databases and DatabaseBackups listed: ready");
+                ready.set(true);
+                return;
+            }
+            Err(error) => {
+                failures += 1;
+                warn!(%error, "cannot list Databases or DatabaseBackups yet: not ready");
+                tokio::time::sleep(crate::context::backoff(failures)).await;
+            }
+        }
+    }
+}
+
 #[instrument(skip_all, fields(namespace = %key_of(&guard).0, database = %key_of(&guard).1))]
 async fn reconcile(guard: Arc<DeserializeGuard<Database>>, ctx: Arc<Context>) -> Result<Action> {
+    let started = Instant::now();
+    let result = reconcile_guarded(&guard, &ctx).await;
+    let error = result.as_ref().err().map(Error::label);
+    ctx.metrics
+        .reconciled(DATABASE_CONTROLLER, started.elapsed(), error);
+    result
+}
+
+async fn reconcile_guarded(guard: &DeserializeGuard<Database>, ctx: &Context) -> Result<Action> {
     let db = match &guard.0 {
         Ok(db) => Arc::new(db.clone()),
-        Err(invalid) => return handle_invalid(&ctx, &guard, &invalid.error).await,
+        Err(invalid) => return handle_invalid(ctx, guard, &invalid.error).await,
     };
     let api: Api<Database> = Api::namespaced(ctx.client.clone(), &db.namespace_or_default());
     let result = finalizer(&api, FINALIZER, db.clone(), |event| async {
         match event {
-            FinalizerEvent::Apply(db) => reconcile_database(&ctx, &db).await,
-            FinalizerEvent::Cleanup(db) => cleanup::cleanup(&ctx, &db).await,
+            FinalizerEvent::Apply(db) => reconcile_database(ctx, &db).await,
+            FinalizerEvent::Cleanup(db) => {
+                let done = cleanup::cleanup(ctx, &db).await;
+                if done.is_ok() {
+                    ctx.metrics.database_phase(key_of(guard), None);
+                }
+                done
+            }
         }
     })
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)));
     match &result {
-        Ok(_) => ctx.reset_failures(&key_of(&guard)),
+        Ok(_) => ctx.reset_failures(&key_of(guard)),
         Err(error) => {
             let event = EventSpec {
                 warning: true,
                 reason: error.label().into(),
                 note: error.to_string(),
             };
-            act::publish(&ctx, &db, &event).await;
+            act::publish(ctx, &db, &event).await;
         }
     }
     result

@@ -9,7 +9,11 @@
 //! - `backup`: the schedule, the backup Job and the `DatabaseBackup` controller
 //!   (observe → decide → act);
 //! - `reconcile`: the Database controller's observe → decide → act, and its finalizer's cleanup;
-//! - `controller`: the watches and the runtime that run both controllers.
+//! - `controller`: the watches and the runtime that run both controllers;
+//! - `operator`: the process — endpoints, leader election, then the controllers.
+//!
+//! `ops` (metrics, the HTTP endpoints, the leader lease) depends only on `api` and sits beside
+//! `context`, which records into its metrics.
 //!
 //! The backup agent is a separate crate (`agent/`, `dbop-backup`); what the two agree on is in
 //! `dbop-contract` (`contract/`).
@@ -20,6 +24,8 @@ pub mod context;
 pub mod controller;
 pub mod error;
 pub mod kube_io;
+pub mod operator;
+pub mod ops;
 pub mod reconcile;
 pub mod resources;
 pub mod telemetry;

@@ -1,6 +1,12 @@
 //! The `dbop` binary: `dbop run` starts the controller, `dbop crd` prints the CRDs.
 
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
 use clap::{Parser, Subcommand};
+use dbop::operator::{ProcessSettings, Stopped};
+use dbop::ops::leader::{self, LeaseSettings};
 use dbop::resources::Settings;
 use dbop::telemetry::{self, LogFormat};
 
@@ -18,88 +24,139 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the controller against the cluster of the current kubeconfig (or in-cluster config).
-    Run {
-        /// Watch only this namespace (default: all namespaces).
-        #[arg(long, env = "DBOP_NAMESPACE")]
-        namespace: Option<String>,
-        /// The PostgreSQL image of a version: `{version}` becomes the Database's `MAJOR.MINOR`
-        /// (a value without `{version}` is a repository, tagged with the version). A Database's
-        /// `spec.image` overrides it.
-        #[arg(
-            long,
-            env = "DBOP_POSTGRES_IMAGE_TEMPLATE",
-            default_value = dbop::resources::DEFAULT_POSTGRES_IMAGE_TEMPLATE
-        )]
-        postgres_image_template: String,
-        /// dbop's own image, holding the static `dbop-instance` and `dbop-backup` at
-        /// `/usr/local/bin`: database and backup pods copy them from it with an init container.
-        #[arg(long, env = "DBOP_AGENT_IMAGE", default_value = dbop::resources::DEFAULT_AGENT_IMAGE)]
-        agent_image: String,
-        /// Pull secrets (comma-separated names, in each Database's namespace) for the pods dbop
-        /// creates.
-        #[arg(long, env = "DBOP_IMAGE_PULL_SECRETS", value_delimiter = ',')]
-        image_pull_secrets: Vec<String>,
-        /// Resources of the init and backup Jobs' containers, as JSON
-        /// (`{"requests":{"cpu":"100m","memory":"128Mi"},"limits":{"memory":"512Mi"}}`).
-        #[arg(long, env = "DBOP_JOB_RESOURCES")]
-        job_resources: Option<String>,
-        /// Log format.
-        #[arg(long, env = "DBOP_LOG_FORMAT", value_enum, default_value = "text")]
-        log_format: LogFormat,
-    },
+    Run(Box<RunArgs>),
     /// Print the CustomResourceDefinitions as YAML.
     Crd,
 }
 
+/// The flags of `dbop run` (each also read from a `DBOP_*` variable; docs/configuration.md).
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Watch only this namespace (default: all namespaces).
+    #[arg(long, env = "DBOP_NAMESPACE")]
+    namespace: Option<String>,
+    /// The PostgreSQL image of a version: `{version}` becomes the Database's `MAJOR.MINOR`
+    /// (a value without `{version}` is a repository, tagged with the version). A Database's
+    /// `spec.image` overrides it.
+    #[arg(
+        long,
+        env = "DBOP_POSTGRES_IMAGE_TEMPLATE",
+        default_value = dbop::resources::DEFAULT_POSTGRES_IMAGE_TEMPLATE
+    )]
+    postgres_image_template: String,
+    /// dbop's own image, holding the static `dbop-instance` and `dbop-backup` at
+    /// `/usr/local/bin`: database and backup pods copy them from it with an init container.
+    #[arg(long, env = "DBOP_AGENT_IMAGE", default_value = dbop::resources::DEFAULT_AGENT_IMAGE)]
+    agent_image: String,
+    /// Pull secrets (comma-separated names, in each Database's namespace) for the pods dbop
+    /// creates.
+    #[arg(long, env = "DBOP_IMAGE_PULL_SECRETS", value_delimiter = ',')]
+    image_pull_secrets: Vec<String>,
+    /// Resources of the init and backup Jobs' containers, as JSON
+    /// (`{"requests":{"cpu":"100m","memory":"128Mi"},"limits":{"memory":"512Mi"}}`).
+    #[arg(long, env = "DBOP_JOB_RESOURCES")]
+    job_resources: Option<String>,
+    /// Log format.
+    #[arg(long, env = "DBOP_LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: LogFormat,
+    /// Where `/metrics`, `/healthz` and `/readyz` listen (port 0: any free port).
+    #[arg(long, env = "DBOP_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    metrics_addr: SocketAddr,
+    /// Run the controllers only while holding a Lease, so that of several replicas only one
+    /// writes (the chart turns it on).
+    #[arg(long, env = "DBOP_LEADER_ELECT", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    leader_elect: bool,
+    /// The Lease's name.
+    #[arg(
+        long,
+        env = "DBOP_LEADER_ELECT_LEASE_NAME",
+        default_value = "dbop-leader"
+    )]
+    leader_elect_lease_name: String,
+    /// The Lease's namespace (default: the pod's namespace, else the kubeconfig's).
+    #[arg(long, env = "DBOP_LEADER_ELECT_NAMESPACE")]
+    leader_elect_namespace: Option<String>,
+    /// Seconds the lease holds after the last renewal: how long a standby waits after the
+    /// leader died.
+    #[arg(long, env = "DBOP_LEADER_ELECT_LEASE_DURATION", default_value_t = 15)]
+    leader_elect_lease_duration: u64,
+    /// Seconds before expiry the leader renews the lease.
+    #[arg(long, env = "DBOP_LEADER_ELECT_RENEW_GRACE", default_value_t = 5)]
+    leader_elect_renew_grace: u64,
+}
+
 #[tokio::main]
-async fn main() -> std::process::ExitCode {
+async fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Crd => match dbop::api::crds_yaml() {
             Ok(yaml) => {
                 print!("{yaml}");
-                std::process::ExitCode::SUCCESS
+                ExitCode::SUCCESS
             }
             Err(error) => {
                 eprintln!("dbop: cannot render the CRDs: {error}");
-                std::process::ExitCode::FAILURE
+                ExitCode::FAILURE
             }
         },
-        Command::Run {
-            namespace,
-            postgres_image_template,
-            agent_image,
-            image_pull_secrets,
-            job_resources,
-            log_format,
-        } => {
-            telemetry::init(log_format);
-            let job_resources = match job_resources.as_deref().map(serde_json::from_str) {
-                None => dbop::resources::pod::default_job_resources(),
-                Some(Ok(resources)) => resources,
-                Some(Err(error)) => {
-                    tracing::error!(%error, "--job-resources (DBOP_JOB_RESOURCES) is not a resources object such as {{\"requests\":{{\"memory\":\"128Mi\"}}}}");
-                    return std::process::ExitCode::FAILURE;
-                }
-            };
-            let client = match dbop::client().await {
-                Ok(client) => client,
-                Err(error) => {
-                    tracing::error!(%error, "cannot reach the Kubernetes API: set KUBECONFIG or run in a cluster");
-                    return std::process::ExitCode::FAILURE;
-                }
-            };
-            let settings = Settings {
-                postgres_image_template,
-                agent_image,
-                image_pull_secrets: image_pull_secrets
-                    .into_iter()
-                    .filter(|s| !s.is_empty())
-                    .collect(),
-                job_resources,
-            };
-            dbop::controller::run(client, settings, namespace).await;
-            std::process::ExitCode::SUCCESS
+        Command::Run(args) => run(*args).await,
+    }
+}
+
+async fn run(args: RunArgs) -> ExitCode {
+    telemetry::init(args.log_format);
+    let job_resources = match args.job_resources.as_deref().map(serde_json::from_str) {
+        None => dbop::resources::pod::default_job_resources(),
+        Some(Ok(resources)) => resources,
+        Some(Err(error)) => {
+            tracing::error!(%error, "--job-resources (DBOP_JOB_RESOURCES) is not a resources object such as {{\"requests\":{{\"memory\":\"128Mi\"}}}}");
+            return ExitCode::FAILURE;
         }
+    };
+    let client = match dbop::client().await {
+        Ok(client) => client,
+        Err(error) => {
+            tracing::error!(%error, "cannot reach the Kubernetes API: set KUBECONFIG or run in a cluster");
+            return ExitCode::FAILURE;
+        }
+    };
+    let lease = args.leader_elect.then(|| lease_settings(&args, &client));
+    if let Some(Err(problem)) = lease.as_ref().map(LeaseSettings::check) {
+        tracing::error!("--leader-elect-lease-duration / --leader-elect-renew-grace: {problem}");
+        return ExitCode::FAILURE;
+    }
+    let settings = Settings {
+        postgres_image_template: args.postgres_image_template,
+        agent_image: args.agent_image,
+        image_pull_secrets: args
+            .image_pull_secrets
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .collect(),
+        job_resources,
+    };
+    let process = ProcessSettings {
+        metrics_addr: args.metrics_addr,
+        lease,
+        namespace: args.namespace,
+    };
+    match dbop::operator::run(client, settings, process).await {
+        Stopped::Signal => ExitCode::SUCCESS,
+        Stopped::LostLease | Stopped::Endpoints => ExitCode::FAILURE,
+    }
+}
+
+/// The Lease of `--leader-elect`: in the pod's namespace unless one is given.
+fn lease_settings(args: &RunArgs, client: &kube::Client) -> LeaseSettings {
+    LeaseSettings {
+        name: args.leader_elect_lease_name.clone(),
+        namespace: args
+            .leader_elect_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| client.default_namespace().to_string()),
+        identity: leader::default_identity(),
+        duration: Duration::from_secs(args.leader_elect_lease_duration),
+        grace: Duration::from_secs(args.leader_elect_renew_grace),
     }
 }

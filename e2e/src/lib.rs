@@ -191,7 +191,13 @@ impl TestBed {
             .open(&log_path)
             .expect("operator log file");
         let child = std::process::Command::new(&binary)
-            .args(["run", "--namespace", namespace])
+            .args([
+                "run",
+                "--namespace",
+                namespace,
+                "--metrics-addr",
+                "127.0.0.1:0",
+            ])
             .env("KUBECONFIG", &self.kubeconfig)
             .env("RUST_LOG", "info")
             .envs(env.iter().copied())

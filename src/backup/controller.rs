@@ -3,10 +3,11 @@
 //! termination message into the status. Events for start, success and failure.
 //!
 //! The runtime only: the watches (the backups and the Jobs they own) and one pass of
-//! `observe` (reads) → `decide` (pure) → `act` (writes through `kube_io`).
+//! `observe` (reads) → `decide` (pure) → `act` (writes through `kube_io`), and a metric per
+//! reconcile and per successful backup.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use futures::StreamExt;
@@ -19,9 +20,10 @@ use tracing::{info, instrument};
 use super::act::act;
 use super::decide::decide;
 use super::observe::{name_of, observe};
-use crate::api::DatabaseBackup;
+use crate::api::{BackupPhase, DatabaseBackup};
 use crate::context::{Context, FailureKey};
 use crate::error::{Error, Result};
+use crate::ops::metrics::BACKUP_CONTROLLER;
 use crate::resources::MANAGED_SELECTOR;
 
 /// Runs the `DatabaseBackup` controller until SIGTERM/SIGINT.
@@ -65,12 +67,36 @@ fn key_of(b: &DatabaseBackup) -> FailureKey {
 
 #[instrument(skip_all, fields(namespace = ?backup.metadata.namespace, backup = %name_of(&backup)))]
 async fn reconcile(backup: Arc<DatabaseBackup>, ctx: Arc<Context>) -> Result<Action> {
-    let observed = observe(&ctx.client, &backup, Utc::now()).await?;
-    let decision = decide(&backup, &observed.facts);
-    if let Some(early) = act(&ctx, &backup, observed.database.as_ref(), &decision).await? {
+    let started = Instant::now();
+    record_success(&ctx, &backup);
+    let result = reconcile_once(&backup, &ctx).await;
+    let error = result.as_ref().err().map(Error::label);
+    ctx.metrics
+        .reconciled(BACKUP_CONTROLLER, started.elapsed(), error);
+    result
+}
+
+/// A succeeded backup sets its Database's last-success metrics (the newest one wins).
+fn record_success(ctx: &Context, backup: &DatabaseBackup) {
+    let Some(status) = &backup.status else { return };
+    let (Some(BackupPhase::Succeeded), Some(completed)) = (status.phase, status.completed_at)
+    else {
+        return;
+    };
+    let namespace = backup.metadata.namespace.clone().unwrap_or_default();
+    let key = (namespace, backup.spec.database.clone());
+    let seconds = completed.timestamp_millis() as f64 / 1000.0;
+    ctx.metrics
+        .backup_succeeded(key, seconds, status.size_bytes);
+}
+
+async fn reconcile_once(backup: &DatabaseBackup, ctx: &Context) -> Result<Action> {
+    let observed = observe(&ctx.client, backup, Utc::now()).await?;
+    let decision = decide(backup, &observed.facts);
+    if let Some(early) = act(ctx, backup, observed.database.as_ref(), &decision).await? {
         return Ok(early);
     }
-    ctx.reset_failures(&key_of(&backup));
+    ctx.reset_failures(&key_of(backup));
     Ok(match decision.requeue_after {
         Some(d) => Action::requeue(d),
         None => Action::await_change(),

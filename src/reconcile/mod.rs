@@ -18,9 +18,10 @@ pub mod observe;
 pub mod quantity;
 
 use chrono::Utc;
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
-use crate::api::Database;
+use crate::api::{Database, DatabaseStatus};
 use crate::context::Context;
 use crate::error::Result;
 
@@ -33,6 +34,22 @@ pub async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> 
         decision.override_condition(condition);
     }
     act::apply_backups(ctx, db, &decision).await?;
-    act::update_status(ctx, db, act::next_status(db, &decision, Utc::now())).await?;
+    let status = act::next_status(db, &decision, Utc::now());
+    let key = (db.namespace_or_default(), db.name_any());
+    act::update_status(ctx, db, status.clone()).await?;
+    record(ctx, db, key, &status);
     Ok(Action::requeue(decision.requeue_after))
+}
+
+/// The Database's status as metrics: its phase, its conditions, its last successful backup.
+fn record(ctx: &Context, db: &Database, key: (String, String), status: &DatabaseStatus) {
+    let scheduled = db.spec.backup.as_ref().is_some_and(|b| !b.suspend);
+    ctx.metrics
+        .database_conditions(key.clone(), &status.conditions, scheduled);
+    let last_success = status.backup.as_ref().and_then(|b| b.last_successful_time);
+    if let Some(time) = last_success {
+        let seconds = time.timestamp_millis() as f64 / 1000.0;
+        ctx.metrics.backup_succeeded(key.clone(), seconds, None);
+    }
+    ctx.metrics.database_phase(key, status.phase);
 }

@@ -1,0 +1,255 @@
+//! Operating dbop: the real binary's `/metrics` scraped and parsed once a Database is Ready, and
+//! leader election between two real binaries (only the leader reconciles; `kill -9` the leader
+//! and the standby takes over within the lease duration, measured).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use dbop::api::Phase;
+use dbop_e2e::{TestBed, WAIT, database_manifest, operator_binary_path, testbed, wait_until};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A `dbop run` process with its endpoints on a free loopback port; killed (SIGKILL) on drop.
+struct Operator {
+    child: Child,
+    log_path: PathBuf,
+}
+
+impl Operator {
+    fn start(bed: &TestBed, namespace: &str, identity: &str, extra: &[&str]) -> Operator {
+        let log_path = bed
+            .dir
+            .join("logs")
+            .join(format!("{identity}-{namespace}.log"));
+        let _ = std::fs::create_dir_all(log_path.parent().unwrap());
+        let log = std::fs::File::create(&log_path).expect("operator log file");
+        let mut args = vec!["run", "--namespace", namespace, "--log-format", "json"];
+        args.extend(["--metrics-addr", "127.0.0.1:0"]);
+        args.extend(extra);
+        let child = std::process::Command::new(operator_binary_path())
+            .args(&args)
+            .env("KUBECONFIG", &bed.kubeconfig)
+            .env("POD_NAME", identity)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log handle"))
+            .stderr(log)
+            .spawn()
+            .expect("dbop binary (cargo build --bins)");
+        Operator { child, log_path }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// The address the endpoints listen on, from the operator's log line.
+    async fn endpoints(&self) -> SocketAddr {
+        wait_until("the endpoints' address in the log", WAIT, || async {
+            self.log().lines().find_map(|line| {
+                let entry: serde_json::Value = serde_json::from_str(line).ok()?;
+                entry["fields"]["local"].as_str()?.parse().ok()
+            })
+        })
+        .await
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// One GET: the status code and the body.
+async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: dbop\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.expect("read");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a response");
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, body.to_string())
+}
+
+/// Parses the text exposition format strictly: every line is a `# HELP`/`# TYPE`/`# UNIT`
+/// comment, `# EOF` (last), or `name{label="value",…} number`. Returns sample → value.
+fn parse_exposition(text: &str) -> Result<HashMap<String, f64>, String> {
+    let mut samples = HashMap::new();
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.last() != Some(&"# EOF") {
+        return Err("the exposition does not end with # EOF".into());
+    }
+    for line in &lines[..lines.len() - 1] {
+        if let Some(comment) = line.strip_prefix("# ") {
+            let kind = comment.split(' ').next().unwrap_or_default();
+            if !["HELP", "TYPE", "UNIT"].contains(&kind) || comment.split(' ').count() < 3 {
+                return Err(format!("bad comment line: {line:?}"));
+            }
+            continue;
+        }
+        let (series, value) = line
+            .rsplit_once(' ')
+            .ok_or_else(|| format!("no value: {line:?}"))?;
+        let value: f64 = value.parse().map_err(|_| format!("bad value: {line:?}"))?;
+        check_series(series).map_err(|e| format!("{e}: {line:?}"))?;
+        samples.insert(series.to_string(), value);
+    }
+    Ok(samples)
+}
+
+/// `name` or `name{a="x",b="y"}` with a valid metric name and quoted label values.
+fn check_series(series: &str) -> Result<(), &'static str> {
+    let (name, labels) = match series.split_once('{') {
+        Some((name, rest)) => (name, Some(rest.strip_suffix('}').ok_or("unclosed labels")?)),
+        None => (series, None),
+    };
+    let name_ok = name.chars().enumerate().all(|(i, c)| {
+        c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit())
+    });
+    if name.is_empty() || !name_ok {
+        return Err("bad metric name");
+    }
+    for pair in labels.into_iter().flat_map(|l| l.split(',')) {
+        let (label, value) = pair.split_once('=').ok_or("label without =")?;
+        let label_ok =
+            !label.is_empty() && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        let quoted = value.len() >= 2 && value.starts_with('"') && value.ends_with('"');
+        if !label_ok || !quoted {
+            return Err("bad label");
+        }
+    }
+    Ok(())
+}
+
+async fn scrape(addr: SocketAddr) -> HashMap<String, f64> {
+    let (status, body) = get(addr, "/metrics").await;
+    assert_eq!(status, 200, "{body}");
+    parse_exposition(&body).unwrap_or_else(|e| panic!("{e}\n{body}"))
+}
+
+fn database_reconciles(samples: &HashMap<String, f64>) -> f64 {
+    let key = r#"dbop_reconciles_total{controller="database"}"#;
+    samples.get(key).copied().unwrap_or(0.0)
+}
+
+#[test]
+fn the_parser_refuses_what_is_not_exposition_format() {
+    let good = "# HELP a A.\n# TYPE a counter\na_total{x=\"1\"} 2\n# EOF";
+    assert_eq!(parse_exposition(good).unwrap()["a_total{x=\"1\"}"], 2.0);
+    for bad in [
+        "a 1",
+        "a{x=1} 1\n# EOF",
+        "a two\n# EOF",
+        "1a 1\n# EOF",
+        "# NOTE a\n# EOF",
+    ] {
+        assert!(parse_exposition(bad).is_err(), "{bad:?} was accepted");
+    }
+}
+
+#[tokio::test]
+async fn metrics_of_a_running_operator_show_its_reconciles_and_the_ready_database() {
+    let bed = testbed().await;
+    let ns = bed.namespace("metrics").await;
+    let operator = Operator::start(&bed, &ns, "dbop-metrics", &[]);
+    let addr = operator.endpoints().await;
+    assert_eq!(get(addr, "/healthz").await.0, 200);
+    wait_until("/readyz", WAIT, || async {
+        (get(addr, "/readyz").await.0 == 200).then_some(())
+    })
+    .await;
+    bed.apply_database(&ns, database_manifest("counted", json!({})))
+        .await;
+    bed.wait_for_phase(&ns, "counted", Phase::Ready, WAIT).await;
+
+    // The gauge follows the status patch the operator just wrote.
+    let samples = wait_until("Databases per phase: Ready 1", WAIT, || async {
+        let samples = scrape(addr).await;
+        (samples.get(r#"dbop_databases{phase="Ready"}"#) == Some(&1.0)).then_some(samples)
+    })
+    .await;
+    assert!(database_reconciles(&samples) > 0.0, "{samples:?}");
+    let histogram = r#"dbop_reconcile_duration_seconds_count{controller="database"}"#;
+    assert!(samples.get(histogram).copied().unwrap_or(0.0) > 0.0);
+    assert_eq!(samples.get(r#"dbop_databases{phase="Failed"}"#), Some(&0.0));
+}
+
+#[tokio::test]
+async fn only_the_leader_reconciles_and_a_standby_takes_over_after_kill_9() {
+    let bed = testbed().await;
+    let ns = bed.namespace("leader").await;
+    let lease_seconds = 6;
+    let duration = lease_seconds.to_string();
+    let election = [
+        "--leader-elect",
+        "--leader-elect-namespace",
+        ns.as_str(),
+        "--leader-elect-lease-duration",
+        duration.as_str(),
+        "--leader-elect-renew-grace",
+        "2",
+    ];
+    let leases: Api<Lease> = Api::namespaced(bed.client.clone(), &ns);
+    let holder = || async {
+        let lease = leases.get_opt("dbop-leader").await.ok()??;
+        lease.spec?.holder_identity
+    };
+    let mut first = Operator::start(&bed, &ns, "dbop-first", &election);
+    wait_until("dbop-first holding the lease", WAIT, || async {
+        (holder().await? == "dbop-first").then_some(())
+    })
+    .await;
+    let second = Operator::start(&bed, &ns, "dbop-second", &election);
+    let (first_addr, second_addr) = (first.endpoints().await, second.endpoints().await);
+
+    bed.apply_database(&ns, database_manifest("elected", json!({})))
+        .await;
+    bed.wait_for_phase(&ns, "elected", Phase::Ready, WAIT).await;
+    assert!(database_reconciles(&scrape(first_addr).await) > 0.0);
+    let standby = scrape(second_addr).await;
+    assert_eq!(database_reconciles(&standby), 0.0, "the standby reconciled");
+    assert_eq!(
+        get(second_addr, "/readyz").await.0,
+        200,
+        "a waiting standby is ready"
+    );
+    assert_eq!(holder().await.as_deref(), Some("dbop-first"));
+
+    first.kill9();
+    let killed = Instant::now();
+    wait_until(
+        "dbop-second holding the lease and reconciling",
+        WAIT,
+        || async {
+            let reconciled = database_reconciles(&scrape(second_addr).await) > 0.0;
+            (holder().await? == "dbop-second" && reconciled).then_some(())
+        },
+    )
+    .await;
+    let takeover = killed.elapsed();
+    println!(
+        "takeover after kill -9 of the leader: {takeover:?} (lease duration {lease_seconds}s)"
+    );
+    // The lease expires at most `duration` after the last renewal, which came before the kill;
+    // the standby polls the lease, so allow its retry step on top.
+    let bound = Duration::from_secs(lease_seconds + 2);
+    assert!(
+        takeover <= bound,
+        "takeover took {takeover:?}\n{}",
+        second.log()
+    );
+}

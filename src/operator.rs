@@ -1,0 +1,103 @@
+//! The operator process: start the endpoints, take the leader lease when election is on, and
+//! only then run the controllers; stop when the lease is lost (a standby takes over) or on
+//! SIGTERM/SIGINT (releasing the lease so the standby takes over at once).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use kube::Client;
+use tracing::{error, info};
+
+use crate::ops::leader::{self, LeaseSettings};
+use crate::ops::metrics::Metrics;
+use crate::ops::server::{self, Readiness};
+use crate::resources::Settings;
+
+/// How the process runs, beside what the controllers need.
+pub struct ProcessSettings {
+    pub metrics_addr: SocketAddr,
+    /// `None`: no election, this process runs the controllers at once.
+    pub lease: Option<LeaseSettings>,
+    pub namespace: Option<String>,
+}
+
+/// Why the process stopped.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Stopped {
+    /// SIGTERM/SIGINT: a clean stop.
+    Signal,
+    /// The lease was lost (or could not be taken): exit non-zero and let the pod restart.
+    LostLease,
+    /// The endpoints could not listen.
+    Endpoints,
+}
+
+/// Runs until SIGTERM/SIGINT or, with election, until the Lease is lost.
+pub async fn run(client: Client, settings: Settings, process: ProcessSettings) -> Stopped {
+    let metrics = Arc::new(Metrics::new());
+    let ready = Arc::new(Readiness::default());
+    if let Err(error) = server::serve(process.metrics_addr, metrics.clone(), ready.clone()).await {
+        error!(%error, addr = %process.metrics_addr, "cannot listen for /metrics (--metrics-addr)");
+        return Stopped::Endpoints;
+    }
+    let controllers = crate::controller::run_observed(
+        client.clone(),
+        settings,
+        process.namespace,
+        metrics,
+        ready.clone(),
+    );
+    match process.lease {
+        None => {
+            controllers.await;
+            Stopped::Signal
+        }
+        Some(lease) => lead(client, &lease, controllers, &ready).await,
+    }
+}
+
+/// Waits for the Lease as a ready standby, then runs `controllers` while holding it.
+async fn lead(
+    client: Client,
+    lease: &LeaseSettings,
+    controllers: impl Future<Output = ()>,
+    ready: &Readiness,
+) -> Stopped {
+    let mut election = match leader::start(client, lease).await {
+        Ok(election) => election,
+        Err(error) => {
+            error!(%error, "cannot take part in leader election (RBAC for leases?)");
+            return Stopped::LostLease;
+        }
+    };
+    // A standby is ready: it serves its purpose by waiting.
+    ready.set(true);
+    tokio::select! {
+        acquired = election.acquired() => if !acquired { return Stopped::LostLease },
+        _ = shutdown_signal() => { election.release().await; return Stopped::Signal },
+    }
+    info!(identity = %lease.identity, "leader lease acquired: starting the controllers");
+    ready.set(false);
+    tokio::select! {
+        _ = controllers => { election.release().await; Stopped::Signal }
+        _ = election.lost() => {
+            error!("leader lease lost: stopping so that only the new leader writes");
+            Stopped::LostLease
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = term.recv() => {},
+                _ = tokio::signal::ctrl_c() => {},
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}

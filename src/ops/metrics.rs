@@ -1,0 +1,257 @@
+//! The operator's Prometheus metrics: what the controllers record (reconciles, errors and their
+//! duration per controller; each Database's phase, conditions and last successful backup) and
+//! their encoding in the text exposition format. No I/O: the HTTP server (`ops::server`) serves
+//! `encode()`.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+use crate::api::Phase;
+use crate::api::conditions::ConditionType;
+
+/// The controllers, as the `controller` label names them.
+pub const DATABASE_CONTROLLER: &str = "database";
+pub const BACKUP_CONTROLLER: &str = "backup";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    controller: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DatabaseLabels {
+    namespace: String,
+    database: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConditionLabels {
+    namespace: String,
+    database: String,
+    condition: String,
+}
+
+/// A Database's key: (namespace, name).
+pub type DatabaseKey = (String, String);
+
+/// Every metric dbop exports, registered once.
+pub struct Metrics {
+    registry: Registry,
+    reconciles: Family<ControllerLabels, Counter>,
+    errors: Family<ErrorLabels, Counter>,
+    duration: Family<ControllerLabels, Histogram>,
+    databases: Family<PhaseLabels, Gauge>,
+    backup_time: Family<DatabaseLabels, Gauge<f64, AtomicU64>>,
+    backup_size: Family<DatabaseLabels, Gauge>,
+    backup_scheduled: Family<DatabaseLabels, Gauge>,
+    conditions: Family<ConditionLabels, Gauge>,
+    /// The last phase seen per Database, from which `databases` is counted.
+    phases: Mutex<HashMap<DatabaseKey, Phase>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("dbop");
+        let reconciles = Family::<ControllerLabels, Counter>::default();
+        let errors = Family::<ErrorLabels, Counter>::default();
+        let duration = Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new([0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0])
+        });
+        let databases = Family::<PhaseLabels, Gauge>::default();
+        let backup_time = Family::<DatabaseLabels, Gauge<f64, AtomicU64>>::default();
+        let backup_size = Family::<DatabaseLabels, Gauge>::default();
+        let backup_scheduled = Family::<DatabaseLabels, Gauge>::default();
+        let conditions = Family::<ConditionLabels, Gauge>::default();
+        registry.register(
+            "database_condition",
+            "A Database's condition: 1 True, 0 False (absent: not set)",
+            conditions.clone(),
+        );
+        registry.register(
+            "database_backup_scheduled",
+            "1 when a Database has a backup schedule that is not suspended",
+            backup_scheduled.clone(),
+        );
+        registry.register(
+            "reconciles",
+            "Reconciles run, by controller",
+            reconciles.clone(),
+        );
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that failed, by controller and error reason",
+            errors.clone(),
+        );
+        registry.register_with_unit(
+            "reconcile_duration",
+            "How long a reconcile took, by controller",
+            Unit::Seconds,
+            duration.clone(),
+        );
+        registry.register("databases", "Databases per phase", databases.clone());
+        registry.register_with_unit(
+            "backup_last_success_timestamp",
+            "When the last successful backup of a Database completed (Unix time)",
+            Unit::Seconds,
+            backup_time.clone(),
+        );
+        registry.register_with_unit(
+            "backup_last_success_size",
+            "The size of the last successful backup of a Database",
+            Unit::Bytes,
+            backup_size.clone(),
+        );
+        let metrics = Self {
+            registry,
+            reconciles,
+            errors,
+            duration,
+            databases,
+            backup_time,
+            backup_size,
+            backup_scheduled,
+            conditions,
+            phases: Mutex::new(HashMap::new()),
+        };
+        metrics.count_phases(&HashMap::new());
+        metrics
+    }
+
+    /// One reconcile of `controller` ended after `elapsed`, failed with `error` (a label) or not.
+    pub fn reconciled(&self, controller: &str, elapsed: Duration, error: Option<&str>) {
+        let labels = ControllerLabels {
+            controller: controller.into(),
+        };
+        self.reconciles.get_or_create(&labels).inc();
+        self.duration
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+        if let Some(reason) = error {
+            let labels = ErrorLabels {
+                controller: controller.into(),
+                reason: reason.into(),
+            };
+            self.errors.get_or_create(&labels).inc();
+        }
+    }
+
+    /// A Database is now in `phase`; `None` when it is gone.
+    pub fn database_phase(&self, key: DatabaseKey, phase: Option<Phase>) {
+        let mut phases = self.phases.lock().unwrap_or_else(|p| p.into_inner());
+        match phase {
+            Some(phase) => phases.insert(key.clone(), phase),
+            None => phases.remove(&key),
+        };
+        self.count_phases(&phases);
+        if phase.is_none() {
+            let labels = database_labels(key);
+            self.backup_time.remove(&labels);
+            self.backup_size.remove(&labels);
+            self.backup_scheduled.remove(&labels);
+            for type_ in ConditionType::ALL {
+                self.conditions
+                    .remove(&condition_labels(&labels, type_.label()));
+            }
+        }
+    }
+
+    /// A Database's conditions as written to its status, and whether backups are scheduled.
+    pub fn database_conditions(&self, key: DatabaseKey, conditions: &[Condition], scheduled: bool) {
+        let labels = database_labels(key);
+        self.backup_scheduled
+            .get_or_create(&labels)
+            .set(i64::from(scheduled));
+        for type_ in ConditionType::ALL {
+            let condition = condition_labels(&labels, type_.label());
+            match conditions.iter().find(|c| c.type_ == type_.label()) {
+                Some(c) => {
+                    let value = i64::from(c.status == "True");
+                    self.conditions.get_or_create(&condition).set(value);
+                }
+                None => {
+                    self.conditions.remove(&condition);
+                }
+            }
+        }
+    }
+
+    fn count_phases(&self, phases: &HashMap<DatabaseKey, Phase>) {
+        for phase in Phase::ALL {
+            let n = phases.values().filter(|p| **p == phase).count();
+            let labels = PhaseLabels {
+                phase: phase.label().into(),
+            };
+            self.databases
+                .get_or_create(&labels)
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// A backup of a Database succeeded at `completed` (Unix seconds), `size_bytes` long.
+    pub fn backup_succeeded(&self, key: DatabaseKey, completed: f64, size_bytes: Option<i64>) {
+        let labels = database_labels(key);
+        let time = self.backup_time.get_or_create(&labels);
+        // Backups are reconciled in any order: keep the newest. The same time again may bring
+        // the size (the Database's status has the time only).
+        if completed >= time.get() {
+            time.set(completed);
+            if let Some(size) = size_bytes {
+                self.backup_size.get_or_create(&labels).set(size);
+            }
+        }
+    }
+
+    /// The metrics in the text exposition format (OpenMetrics 1.0, which Prometheus reads).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// The content type of `Metrics::encode`.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+fn database_labels((namespace, database): DatabaseKey) -> DatabaseLabels {
+    DatabaseLabels {
+        namespace,
+        database,
+    }
+}
+
+fn condition_labels(database: &DatabaseLabels, condition: &str) -> ConditionLabels {
+    ConditionLabels {
+        namespace: database.namespace.clone(),
+        database: database.database.clone(),
+        condition: condition.into(),
+    }
+}
