@@ -565,9 +565,7 @@ fn storage_condition(db: &Database, facts: &Facts) -> ConditionStatus {
             StorageReady,
             false,
             "ClaimPending",
-            format!(
-                "PersistentVolumeClaim {claim} is not bound yet: check that a StorageClass or a free PersistentVolume can serve it"
-            ),
+            pending_claim(db, facts),
         );
     }
     let want = quantity::bytes(&db.spec.storage.size);
@@ -589,6 +587,29 @@ fn storage_condition(db: &Database, facts: &Facts) -> ConditionStatus {
             "Bound",
             format!("PersistentVolumeClaim {claim} is bound"),
         ),
+    }
+}
+
+/// Why the data claim is not bound, as far as the facts tell. A claim of a `WaitForFirstConsumer`
+/// StorageClass binds only once its pod exists, so when the StatefulSet has created no pod the
+/// cause is usually the pod's refusal (a ResourceQuota, a LimitRange, an admission policy), not
+/// the storage.
+fn pending_claim(db: &Database, facts: &Facts) -> String {
+    let claim = Names::of(db).data_pvc(0);
+    if facts.statefulset.as_ref().is_some_and(|s| s.replicas == 0) {
+        let name = db.name();
+        format!(
+            "PersistentVolumeClaim {claim} is not bound and StatefulSet {name} has created no pod \
+             yet: a claim that waits for its first consumer binds only once the pod exists. \
+             `kubectl describe statefulset {name}` shows a refused pod (ResourceQuota, \
+             LimitRange, admission); otherwise check that a StorageClass or a free \
+             PersistentVolume can serve the claim"
+        )
+    } else {
+        format!(
+            "PersistentVolumeClaim {claim} is not bound yet: check that a StorageClass or a free \
+             PersistentVolume can serve it"
+        )
     }
 }
 
@@ -1094,6 +1115,38 @@ mod tests {
             assert_eq!((c.status, c.reason.as_str()), (status, reason), "{name}");
             assert_eq!(d.steps.expand_volumes.as_deref(), expand, "{name}");
         }
+    }
+
+    #[test]
+    fn a_pending_claim_without_a_pod_points_at_the_pod() {
+        let db = testing::minimal();
+        let pending = Some(super::super::observe::VolumeFact {
+            bound: false,
+            predates_database: false,
+            requested: Some("1Gi".into()),
+            capacity: None,
+        });
+        let message = |replicas: i32| {
+            let f = Facts {
+                volume: pending.clone(),
+                statefulset: Some(StatefulSetFact {
+                    replicas,
+                    ..sts(0, false, IMAGE)
+                }),
+                ..facts()
+            };
+            cond(&decide(&db, &f, &Settings::default()), StorageReady)
+                .message
+                .clone()
+        };
+        // Under a ResourceQuota that refuses the pod, the claim waits for a pod that never comes.
+        let no_pod = message(0);
+        assert!(no_pod.contains("has created no pod"), "{no_pod}");
+        assert!(no_pod.contains("ResourceQuota"), "{no_pod}");
+        // With a pod, the storage itself is what to check.
+        let with_pod = message(1);
+        assert!(!with_pod.contains("no pod"), "{with_pod}");
+        assert!(with_pod.contains("StorageClass"), "{with_pod}");
     }
 
     #[test]
