@@ -16,6 +16,11 @@ use crate::{TestBed, WAIT, wait_until};
 
 /// Creates the Secret `s3-creds` with test S3 keys (nothing reads them on kwok).
 pub async fn s3_secret(bed: &TestBed, ns: &str) {
+    s3_secret_with_key(bed, ns, "e2e-secret").await;
+}
+
+/// Creates the Secret `s3-creds` whose secret access key is `secret_key`.
+pub async fn s3_secret_with_key(bed: &TestBed, ns: &str, secret_key: &str) {
     let secret = Secret {
         metadata: kube::api::ObjectMeta {
             name: Some("s3-creds".into()),
@@ -28,7 +33,7 @@ pub async fn s3_secret(bed: &TestBed, ns: &str) {
             ),
             (
                 "AWS_SECRET_ACCESS_KEY".into(),
-                ByteString(b"e2e-secret".to_vec()),
+                ByteString(secret_key.as_bytes().to_vec()),
             ),
         ])),
         ..Default::default()

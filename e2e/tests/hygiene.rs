@@ -7,16 +7,17 @@
 //! StatefulSets, Services, ConfigMaps, PVCs) — is searched for the generated password and the
 //! S3 secret key. Neither may appear; the password may only be in its own Secret.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use dbop::api::{BackupPhase, DatabaseBackup, Phase};
-use dbop_e2e::{TestBed, WAIT, database_manifest, operator_binary_path, testbed, wait_until};
+use dbop_e2e::{
+    TestBed, WAIT, backup_jobs, database_manifest, operator_binary_path, testbed, wait_until,
+};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use kube::discovery::{ApiResource, Discovery, Scope};
 use kube::{Api, Client};
 use serde_json::json;
@@ -53,30 +54,6 @@ impl Drop for Operator {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-async fn create_s3_secret(bed: &TestBed, ns: &str, secret_key: &str) {
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some("s3-creds".into()),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([
-            (
-                "AWS_ACCESS_KEY_ID".into(),
-                ByteString(b"e2e-access".to_vec()),
-            ),
-            (
-                "AWS_SECRET_ACCESS_KEY".into(),
-                ByteString(secret_key.as_bytes().to_vec()),
-            ),
-        ])),
-        ..Default::default()
-    };
-    Api::<Secret>::namespaced(bed.client.clone(), ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("S3 Secret");
 }
 
 fn backup_spec() -> serde_json::Value {
@@ -213,7 +190,7 @@ async fn no_password_or_s3_secret_key_outside_their_secrets() {
     let bed = testbed().await;
     let ns = bed.namespace("hygiene").await;
     let secret_key = s3_secret_key();
-    create_s3_secret(&bed, &ns, &secret_key).await;
+    backup_jobs::s3_secret_with_key(&bed, &ns, &secret_key).await;
     let log = bed.dir.join("logs").join(format!("dbop-{ns}-debug.log"));
     std::fs::create_dir_all(log.parent().unwrap()).expect("log directory");
     let operator = Operator::start(&bed, &ns, &log);
