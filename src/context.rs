@@ -1,6 +1,9 @@
 //! What every reconcile of both controllers shares: the client, the settings, the Event
-//! recorder, the metrics and the per-object failure count behind the exponential retry backoff, with the
-//! `error_policy` that uses it. Depends on nothing above it (no controller, no reconcile).
+//! recorder, the metrics, the watch caches (`caches`: what observe reads) and the per-object
+//! failure count behind the exponential retry backoff, with the `error_policy` that uses it.
+//! Depends on nothing above it (no controller, no reconcile).
+
+pub mod caches;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,6 +14,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
 use tracing::warn;
 
+use self::caches::Caches;
 use crate::error::Error;
 use crate::ops::metrics::Metrics;
 use crate::resources::Settings;
@@ -25,12 +29,14 @@ pub struct Context {
     pub settings: Settings,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
+    /// The watch caches observe reads from (filled by the controllers' watches).
+    pub caches: Caches,
     /// Consecutive failures per object, for exponential backoff; reset on success.
     failures: Mutex<HashMap<FailureKey, u32>>,
 }
 
 impl Context {
-    pub fn new(client: Client, settings: Settings) -> Self {
+    pub fn new(client: Client, settings: Settings, caches: Caches) -> Self {
         let reporter = Reporter {
             controller: "dbop".into(),
             instance: std::env::var("POD_NAME").ok(),
@@ -40,6 +46,7 @@ impl Context {
             client,
             settings,
             metrics: Arc::new(Metrics::new()),
+            caches,
             failures: Mutex::new(HashMap::new()),
         }
     }

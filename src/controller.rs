@@ -1,36 +1,40 @@
-//! The runtime of both controllers: the Database controller's watches (Databases and everything
-//! they own, so a deleted or edited child is repaired from its watch event; `DatabaseBackup`s,
-//! which wake their Database), its finalizer and its Events for errors, and the start of the
-//! `DatabaseBackup` controller beside it, the readiness once both kinds can be listed and a
-//! metric per reconcile. The shared `Context` and backoff live in `context`.
+//! The runtime of both controllers: the watches (`watches`: one per kind, filling the caches
+//! observe reads and triggering the controllers), the Database controller's triggers (Databases
+//! and everything they own, so a deleted or edited child is repaired from its watch event;
+//! `DatabaseBackup`s, which wake their Database), its finalizer and its Events for errors, and
+//! the start of the `DatabaseBackup` controller beside it, the readiness once both kinds can be
+//! listed and a metric per reconcile. The shared `Context` and backoff live in `context`.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Secret, Service};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::core::DeserializeGuard;
+use kube::runtime::Controller;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
 use kube::{Api, Client, Resource};
 use serde_json::json;
 use tracing::{info, instrument, warn};
 
 use crate::FINALIZER;
 use crate::api::{Database, DatabaseBackup};
+use crate::context::caches::caches;
 use crate::context::{Context, FailureKey};
 use crate::error::{Error, Result};
 use crate::kube_io::EventSpec;
 use crate::ops::metrics::{DATABASE_CONTROLLER, Metrics};
 use crate::ops::server::Readiness;
 use crate::reconcile::{act, cleanup, reconcile_database};
-use crate::resources::{LABEL_INSTANCE, MANAGED_SELECTOR, Settings};
+use crate::resources::{LABEL_INSTANCE, Settings};
+
+pub mod watches;
+
+use self::watches::Triggers;
 
 fn key_of(guard: &DeserializeGuard<Database>) -> FailureKey {
     let meta = guard.meta();
@@ -65,46 +69,43 @@ pub async fn run_observed(
     metrics: Arc<Metrics>,
     ready: Arc<Readiness>,
 ) {
-    let databases: Api<DeserializeGuard<Database>> = match &namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    let managed = watcher::Config::default()
-        .labels(MANAGED_SELECTOR)
-        .any_semantic();
-    let ctx = Arc::new(Context::new(client.clone(), settings).with_metrics(metrics));
+    let (caches, writers) = caches();
+    // One watch per kind, shared by both controllers; stopped when this returns.
+    let (triggers, _watches) = watches::start(&client, &namespace, writers);
+    let ctx = Arc::new(Context::new(client.clone(), settings, caches).with_metrics(metrics));
     info!(
         namespace = namespace.as_deref().unwrap_or("<all>"),
         "dbop controller starting"
     );
+    let Triggers {
+        databases,
+        statefulsets,
+        services,
+        secrets,
+        claims,
+        jobs: [jobs, backup_jobs],
+        backups: [backups, backups_self],
+    } = triggers;
     // Both controllers stop on SIGTERM/SIGINT (each has `shutdown_on_signal`).
-    let backups = crate::backup::controller::run(ctx.clone(), namespace.clone());
+    let backup_controller = crate::backup::controller::run(ctx.clone(), backups_self, backup_jobs);
     // No debounce: a deleted or edited child is repaired from its watch event at once.
-    let database_controller = Controller::new(databases, watcher::Config::default().any_semantic())
-        .owns(owned::<StatefulSet>(&client, &namespace), managed.clone())
-        .owns(owned::<Service>(&client, &namespace), managed.clone())
-        .owns(owned::<Secret>(&client, &namespace), managed.clone())
-        .owns(owned::<Job>(&client, &namespace), managed.clone())
+    let database_controller = Controller::for_stream(databases, ctx.caches.databases.clone())
+        .owns_stream(statefulsets)
+        .owns_stream(services)
+        .owns_stream(secrets)
+        .owns_stream(jobs)
         // Claims are made by the StatefulSet controller and carry our labels, not an owner.
-        .watches(
-            owned::<PersistentVolumeClaim>(&client, &namespace),
-            managed,
-            |pvc| {
-                let name = pvc.metadata.labels.as_ref()?.get(LABEL_INSTANCE)?.clone();
-                let ns = pvc.metadata.namespace.clone()?;
-                Some(ObjectRef::new(&name).within(&ns))
-            },
-        )
+        .watches_stream(claims, |pvc| {
+            let name = pvc.metadata.labels.as_ref()?.get(LABEL_INSTANCE)?.clone();
+            let ns = pvc.metadata.namespace.clone()?;
+            Some(ObjectRef::new(&name).within(&ns))
+        })
         // A backup that finishes, or one a user applies, wakes its Database (history,
         // BackupHealthy, the next scheduled run).
-        .watches(
-            owned::<DatabaseBackup>(&client, &namespace),
-            watcher::Config::default().any_semantic(),
-            |backup| {
-                let ns = backup.metadata.namespace.clone()?;
-                Some(ObjectRef::new(&backup.spec.database).within(&ns))
-            },
-        );
+        .watches_stream(backups, |backup| {
+            let ns = backup.metadata.namespace.clone()?;
+            Some(ObjectRef::new(&backup.spec.database).within(&ns))
+        });
     tokio::spawn(mark_ready_once_listed(
         client.clone(),
         namespace.clone(),
@@ -118,7 +119,7 @@ pub async fn run_observed(
                 tracing::debug!(%error, "reconcile error (handled by the error policy)");
             }
         });
-    futures::join!(database_controller, backups);
+    futures::join!(database_controller, backup_controller);
     info!("dbop controller stopped");
 }
 

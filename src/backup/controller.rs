@@ -12,38 +12,25 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use kube::Api;
+use kube::runtime::Controller;
 use kube::runtime::controller::{Action, Config as ControllerConfig};
-use kube::runtime::{Controller, watcher};
 use tracing::{info, instrument};
 
 use super::act::act;
 use super::decide::decide;
 use super::observe::{name_of, observe};
 use crate::api::{BackupPhase, DatabaseBackup};
+use crate::context::caches::Trigger;
 use crate::context::{Context, FailureKey};
 use crate::error::{Error, Result};
 use crate::ops::metrics::BACKUP_CONTROLLER;
-use crate::resources::MANAGED_SELECTOR;
 
-/// Runs the `DatabaseBackup` controller until SIGTERM/SIGINT.
-pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
-    let client = ctx.client.clone();
-    let (backups, jobs): (Api<DatabaseBackup>, Api<Job>) = match &namespace {
-        Some(ns) => (
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-        ),
-        None => (Api::all(client.clone()), Api::all(client.clone())),
-    };
-    let owned_jobs = watcher::Config::default()
-        .labels(&format!(
-            "{MANAGED_SELECTOR},app.kubernetes.io/component=backup"
-        ))
-        .any_semantic();
-    Controller::new(backups, watcher::Config::default().any_semantic())
+/// Runs the `DatabaseBackup` controller until SIGTERM/SIGINT, woken by `backups` (its own
+/// objects, read from the cache in `ctx`) and `jobs` (the Jobs they own).
+pub async fn run(ctx: Arc<Context>, backups: Trigger<DatabaseBackup>, jobs: Trigger<Job>) {
+    Controller::for_stream(backups, ctx.caches.backups.clone())
         .with_config(ControllerConfig::default().debounce(Duration::from_millis(200)))
-        .owns(jobs, owned_jobs)
+        .owns_stream(jobs)
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -91,7 +78,7 @@ fn record_success(ctx: &Context, backup: &DatabaseBackup) {
 }
 
 async fn reconcile_once(backup: &DatabaseBackup, ctx: &Context) -> Result<Action> {
-    let observed = observe(&ctx.client, backup, Utc::now()).await?;
+    let observed = observe(ctx, backup, Utc::now()).await?;
     let decision = decide(backup, &observed.facts);
     if let Some(early) = act(ctx, backup, observed.database.as_ref(), &decision).await? {
         return Ok(early);

@@ -1,17 +1,24 @@
 //! Observe, for the `DatabaseBackup` controller: read the backup's Database, its siblings, its
 //! Job and that Job's pods, and the S3 credentials Secret (the only reads of a pass), and reduce
 //! them to the `BackupFacts` its `decide` needs. The reads are here; the reductions are pure.
+//!
+//! The Database, the siblings and the Job come from the watch caches (`context::caches`); the
+//! pods of a finished Job (read once, to record its result) and the user's S3 Secret and CA
+//! source from the API server.
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::ListParams;
+use kube::core::DeserializeGuard;
 use kube::{Api, Client};
 
 use super::job::{BACKUP_CONTAINER, job_name};
 use super::s3_secret::{S3SecretProblem, s3_secret_problem};
 use super::settings::BackupSettings;
 use crate::api::{BackupPhase, BackupReason, Database, DatabaseBackup, Phase};
+use crate::context::Context;
+use crate::context::caches::{get, list};
 use crate::error::Result;
 use crate::kube_io::{JobState, job_state};
 
@@ -54,18 +61,19 @@ pub struct Observed {
 
 /// Reads the facts of one backup. Reads only.
 pub async fn observe(
-    client: &Client,
+    ctx: &Context,
     backup: &DatabaseBackup,
     now: DateTime<Utc>,
 ) -> Result<Observed> {
+    ctx.caches.wait_until_synced().await;
+    let (client, caches) = (&ctx.client, &ctx.caches);
     let ns = backup.metadata.namespace.clone().unwrap_or_default();
-    let database = Api::<Database>::namespaced(client.clone(), &ns)
-        .get_opt(&backup.spec.database)
-        .await?;
-    let job = Api::<Job>::namespaced(client.clone(), &ns)
-        .get_opt(&job_name(&name_of(backup)))
-        .await?;
-    let job = match job {
+    let database = match get(&caches.databases, &ns, &backup.spec.database) {
+        Some(DeserializeGuard(Ok(db))) => Some(db),
+        Some(DeserializeGuard(Err(invalid))) => return Err(unreadable(invalid.error)),
+        None => None,
+    };
+    let job = match get(&caches.jobs, &ns, &job_name(&name_of(backup))) {
         Some(job) => Some(observe_job(client, &ns, &job).await?),
         None => None,
     };
@@ -75,7 +83,7 @@ pub async fn observe(
         .and_then(|s| s.phase)
         .is_some_and(BackupPhase::is_finished);
     let (ahead, database_facts) = match (&database, finished || job.is_some()) {
-        (Some(db), false) => observe_queue(client, &ns, backup, db).await?,
+        (Some(db), false) => observe_queue(ctx, &ns, backup, db).await?,
         (db, _) => (vec![], db.as_ref().map(|d| database_facts(d, None))),
     };
     let facts = BackupFacts {
@@ -85,6 +93,12 @@ pub async fn observe(
         job,
     };
     Ok(Observed { facts, database })
+}
+
+/// A Database the cache holds but cannot read: the same error a GET of it would give.
+fn unreadable(message: String) -> crate::error::Error {
+    let error = <serde_json::Error as serde::de::Error>::custom(message);
+    crate::error::Error::Kube(kube::Error::SerdeError(error))
 }
 
 /// The Job's state, times and (once it ended) its pod's termination message.
@@ -107,15 +121,15 @@ async fn observe_job(client: &Client, ns: &str, job: &Job) -> Result<JobFacts> {
 
 /// The backups ahead in the queue and the Database's facts, with its S3 credentials checked.
 async fn observe_queue(
-    client: &Client,
+    ctx: &Context,
     ns: &str,
     backup: &DatabaseBackup,
     db: &Database,
 ) -> Result<(Vec<(String, bool)>, Option<DatabaseFacts>)> {
-    let siblings = Api::<DatabaseBackup>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
-        .await?
-        .items;
+    let client = &ctx.client;
+    let siblings = list(&ctx.caches.backups, ns, |b| {
+        b.spec.database == backup.spec.database
+    });
     let s3_problem = match &db.spec.backup {
         Some(spec) => {
             let secret = Api::<Secret>::namespaced(client.clone(), ns)

@@ -27,7 +27,7 @@ use crate::error::Result;
 
 /// observe → decide → act for a Database that is not being deleted.
 pub async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> {
-    let snapshot = observe::snapshot(&ctx.client, db).await?;
+    let snapshot = observe::snapshot(ctx, db).await?;
     let facts = observe::Facts::from_snapshot(db, &snapshot);
     let mut decision = decide::decide(db, &facts, &ctx.settings);
     for condition in act::apply_steps(ctx, db, &snapshot, &decision).await? {

@@ -1,26 +1,28 @@
 //! Observe: read the objects a Database owns or refers to (the only reads of a reconcile) and
 //! reduce them to the facts `decide` needs.
 //!
-//! `Snapshot` is what the API server returned; `Facts::from_snapshot` is pure.
+//! `Snapshot` is what was read: the objects dbop owns from the watch caches (`context::caches`),
+//! the user's own objects from the API server; `Facts::from_snapshot` is pure.
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
-use kube::api::ListParams;
-use kube::{Api, Client};
+use kube::Api;
 
 use crate::api::{Database, DatabaseBackup};
 use crate::backup::plan::BackupHistoryFact;
 use crate::backup::s3_secret::{S3SecretProblem, s3_secret_problem};
 use crate::backup::schedule::BackupRecord;
+use crate::context::Context;
+use crate::context::caches::{get, list};
 use crate::error::Error;
 use crate::kube_io::{JobState, job_state};
 use crate::resources::credentials::{self, SecretProblem};
 use crate::resources::statefulset::template_image;
 use crate::resources::{Names, owner_reference};
 
-/// The objects of one Database as the API server has them now.
+/// The objects of one Database as they were read (the owned ones as the watch caches have them).
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     pub credentials_secret: Option<Secret>,
@@ -41,16 +43,15 @@ pub struct Snapshot {
     pub observed_at: DateTime<Utc>,
 }
 
-/// Reads the snapshot. Reads only; a missing object is `None`, not an error.
-pub async fn snapshot(client: &Client, db: &Database) -> Result<Snapshot, Error> {
+/// Reads the snapshot: what dbop labels from the watch caches, the user's objects (a Secret
+/// of their own, the init ConfigMap, the S3 Secret and CA) from the API server. A missing
+/// object is `None`, not an error.
+pub async fn snapshot(ctx: &Context, db: &Database) -> Result<Snapshot, Error> {
+    ctx.caches.wait_until_synced().await;
+    let (client, caches) = (&ctx.client, &ctx.caches);
     let ns = db.namespace_or_default();
     let names = Names::of(db);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
-    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
-    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-
     let init_config_map = match db
         .spec
         .init
@@ -64,19 +65,11 @@ pub async fn snapshot(client: &Client, db: &Database) -> Result<Snapshot, Error>
         }
         None => None,
     };
-    let mut data_claims = Vec::new();
-    for ordinal in 0..db.spec.replicas.max(1) {
-        if let Some(pvc) = claims.get_opt(&names.data_pvc(ordinal)).await? {
-            data_claims.push(pvc);
-        }
-    }
-    let backups = Api::<DatabaseBackup>::namespaced(client.clone(), &ns)
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|b| b.spec.database == db.name())
+    let data_claims = (0..db.spec.replicas.max(1))
+        .filter_map(|ordinal| get(&caches.claims, &ns, &names.data_pvc(ordinal)))
         .collect();
+    let name = db.name();
+    let backups = list(&caches.backups, &ns, |b| b.spec.database == name);
     let s3_secret = match &db.spec.backup {
         Some(spec) => secrets.get_opt(&spec.s3.credentials.secret_name).await?,
         None => None,
@@ -90,14 +83,34 @@ pub async fn snapshot(client: &Client, db: &Database) -> Result<Snapshot, Error>
         s3_secret,
         s3_ca_problem,
         observed_at: Utc::now(),
-        credentials_secret: secrets.get_opt(&credentials::secret_name(db)).await?,
+        credentials_secret: credentials_secret(ctx, db, &ns).await?,
         init_config_map,
-        headless_service: services.get_opt(&names.headless_service()).await?,
-        rw_service: services.get_opt(&names.rw_service()).await?,
-        statefulset: statefulsets.get_opt(&names.statefulset()).await?,
-        init_job: jobs.get_opt(&names.init_job()).await?,
+        headless_service: get(&caches.services, &ns, &names.headless_service()),
+        rw_service: get(&caches.services, &ns, &names.rw_service()),
+        statefulset: get(&caches.statefulsets, &ns, &names.statefulset()),
+        init_job: get(&caches.jobs, &ns, &names.init_job()),
         data_claims,
     })
+}
+
+/// The credentials Secret: a generated one from the cache, metadata only (its owner is all
+/// `decide` looks at: its data is never read); the user's own from the API server (its
+/// password key is checked, and dbop does not watch the user's Secrets).
+async fn credentials_secret(
+    ctx: &Context,
+    db: &Database,
+    ns: &str,
+) -> Result<Option<Secret>, Error> {
+    let name = credentials::secret_name(db);
+    if credentials::is_generated(db) {
+        return Ok(get(&ctx.caches.secrets, ns, &name).map(|meta| Secret {
+            metadata: meta.metadata,
+            ..Secret::default()
+        }));
+    }
+    Ok(Api::<Secret>::namespaced(ctx.client.clone(), ns)
+        .get_opt(&name)
+        .await?)
 }
 
 /// The state of the credentials Secret.

@@ -1,0 +1,174 @@
+//! The watch caches both controllers read instead of the API server: one reflector store per
+//! kind, filled by the controllers' own watches (`controller::watches`: one watch per kind,
+//! shared by both controllers), with `managedFields` dropped. A read here is a lookup in memory.
+//!
+//! A cache can lag the API server by the events still in flight; each of those events triggers
+//! another reconcile, which then sees it. Objects dbop does not label (the user's Secrets and
+//! ConfigMaps) are not watched and are still read from the API server.
+//!
+//! Adding a kind is one line in the `caches!` list below (and its watch in `controller::watches`).
+
+use std::sync::Arc;
+
+use futures::stream::BoxStream;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, Service};
+use kube::Resource;
+use kube::core::{DeserializeGuard, PartialObjectMeta};
+use kube::runtime::reflector::{self, Lookup, ObjectRef, Store, store::Writer};
+use kube::runtime::watcher;
+use tokio::sync::watch;
+
+use crate::api::{Database, DatabaseBackup};
+
+/// What wakes a controller: every object one watch of `controller::watches` sees (never an
+/// error: the watch logs and retries those itself).
+pub type Trigger<K> = BoxStream<'static, Result<K, watcher::Error>>;
+
+/// Declares `Caches` (the readers) and `Writers` (what the watches fill), one field per kind.
+macro_rules! caches {
+    ($($field:ident: $kind:ty,)*) => {
+        /// The stores the controllers read (cheap to clone: handles to the same maps).
+        #[derive(Clone)]
+        pub struct Caches {
+            $(pub $field: Store<$kind>,)*
+            synced: watch::Receiver<usize>,
+        }
+
+        /// The writing ends of the stores, one per watch.
+        pub struct Writers {
+            $(pub $field: Writer<$kind>,)*
+            synced: Arc<watch::Sender<usize>>,
+        }
+
+        /// How many kinds are cached: the caches are synced once each has been listed.
+        const KINDS: usize = [$(stringify!($field)),*].len();
+
+        /// Empty caches and the writers that fill them.
+        pub fn caches() -> (Caches, Writers) {
+            $(let $field = reflector::store();)*
+            let (sender, synced) = watch::channel(0);
+            (
+                Caches { $($field: $field.0,)* synced },
+                Writers { $($field: $field.1,)* synced: Arc::new(sender) },
+            )
+        }
+    };
+}
+
+caches! {
+    databases: DeserializeGuard<Database>,
+    backups: DatabaseBackup,
+    statefulsets: StatefulSet,
+    services: Service,
+    // Metadata only: a generated Secret's data is never read, only its owner.
+    secrets: PartialObjectMeta<Secret>,
+    jobs: Job,
+    claims: PersistentVolumeClaim,
+}
+
+impl Caches {
+    /// Waits until every kind has been listed once (a reconcile before that would take "not in
+    /// the cache" for "does not exist").
+    pub async fn wait_until_synced(&self) {
+        let mut synced = self.synced.clone();
+        // An error means the writers are gone (shutdown): nothing will change any more.
+        let _ = synced.wait_for(|kinds| *kinds >= KINDS).await;
+    }
+}
+
+impl Writers {
+    /// A handle the watch of one kind uses to say it has listed everything once.
+    pub fn synced_marker(&self) -> SyncedMarker {
+        SyncedMarker {
+            sender: self.synced.clone(),
+            done: false,
+        }
+    }
+
+    /// Every kind counts as listed (for stores filled by hand, as in tests).
+    pub fn mark_all_synced(&self) {
+        self.synced.send_replace(KINDS);
+    }
+}
+
+/// Marks one kind as listed, once.
+pub struct SyncedMarker {
+    sender: Arc<watch::Sender<usize>>,
+    done: bool,
+}
+
+impl SyncedMarker {
+    pub fn listed(&mut self) {
+        if !self.done {
+            self.done = true;
+            self.sender.send_modify(|kinds| *kinds += 1);
+        }
+    }
+}
+
+/// The object `name` in `namespace`, cloned out of the store.
+pub fn get<K>(store: &Store<K>, namespace: &str, name: &str) -> Option<K>
+where
+    K: Lookup + Clone + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    store
+        .get(&ObjectRef::new(name).within(namespace))
+        .map(|found| K::clone(&found))
+}
+
+/// Every object of the store in `namespace` that `keep` accepts, cloned.
+pub fn list<K>(store: &Store<K>, namespace: &str, keep: impl Fn(&K) -> bool) -> Vec<K>
+where
+    K: Lookup + Resource + Clone + 'static,
+    <K as Lookup>::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    store
+        .state()
+        .into_iter()
+        .filter(|o| o.meta().namespace.as_deref() == Some(namespace) && keep(o))
+        .map(|o| K::clone(&o))
+        .collect()
+}
+
+/// Drops what no reader looks at before an object is stored: `managedFields` (often half of
+/// an object's size).
+pub fn slim<K: Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::watcher::Event;
+
+    #[tokio::test]
+    async fn a_cached_object_is_found_by_namespace_and_name() {
+        let (caches, mut writers) = caches();
+        let mut service = Service::default();
+        service.metadata.name = Some("orders-rw".into());
+        service.metadata.namespace = Some("shop".into());
+        writers.services.apply_watcher_event(&Event::Apply(service));
+        assert!(get(&caches.services, "shop", "orders-rw").is_some());
+        assert!(get(&caches.services, "other", "orders-rw").is_none());
+        assert_eq!(list(&caches.services, "shop", |_| true).len(), 1);
+        assert!(list(&caches.services, "other", |_| true).is_empty());
+    }
+
+    #[tokio::test]
+    async fn synced_once_every_kind_is_listed() {
+        let (caches, writers) = caches();
+        let mut markers: Vec<_> = (0..KINDS).map(|_| writers.synced_marker()).collect();
+        for marker in &mut markers[1..] {
+            marker.listed();
+            marker.listed(); // a re-list counts once
+        }
+        let early =
+            tokio::time::timeout(std::time::Duration::ZERO, caches.wait_until_synced()).await;
+        assert!(early.is_err(), "one kind is not listed yet");
+        markers[0].listed();
+        caches.wait_until_synced().await;
+    }
+}
