@@ -9,7 +9,7 @@ export DBOP_TESTBED_DIR := $(TESTBED_DIR)
 MUSL_TARGET := x86_64-unknown-linux-musl
 STATIC_BINS := dbop dbop-backup dbop-instance
 
-.PHONY: plugin help build static test test-unit test-e2e lint fmt crds testbed-build testbed-up testbed-down images run bench-backup fuzz
+.PHONY: plugin help build static test test-unit test-e2e lint fmt crds testbed-build testbed-up testbed-down images run bench bench-backup fuzz
 
 run: ## the operator on a control plane (the local one when none is configured) and the example Database reaching Ready
 	e2e/run.sh
@@ -82,3 +82,6 @@ fuzz: ## fuzz the manifest, termination-message and duration/size parsers (night
 
 bench-backup: ## benchmark dbop-backup dump against pg_dump | zstd | rclone rcat (writes docs/benchmarks.md figures)
 	agent/bench/run.sh
+
+bench: ## dbop at 1,000 Databases on a kwok-only test bed (scale, idle, self-repair, startup; not part of `make test`; figures in docs/benchmarks.md)
+	e2e/bench/run.sh

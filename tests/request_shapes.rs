@@ -493,3 +493,173 @@ fn query_of(sent: &Sent) -> String {
         query => format!("?{query}"),
     }
 }
+
+/// A mock API server that serves LIST and WATCH from a table of objects (by resource name), so
+/// the real controllers can run against it. Watches stay open; the Services watch delivers the
+/// events the test sends. Writes are reported on `writes` as "METHOD path".
+mod watching {
+    use super::*;
+    use futures::StreamExt;
+    use futures::channel::mpsc;
+    use http_body_util::{BodyExt, StreamBody, combinators::UnsyncBoxBody};
+    use hyper::body::{Bytes, Frame};
+
+    pub type MockBody = UnsyncBoxBody<Bytes, std::convert::Infallible>;
+
+    pub struct Server {
+        pub service_events: mpsc::UnboundedSender<Value>,
+        pub writes: mpsc::UnboundedReceiver<String>,
+    }
+
+    /// The plural resource of a request path: the segment after the version, or after
+    /// `namespaces/NS`.
+    fn resource_of(path: &str) -> String {
+        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        let rest = match segments.first() {
+            Some(&"api") => &segments[2..],
+            _ => &segments[3.min(segments.len())..],
+        };
+        match rest {
+            ["namespaces", _, resource, ..] => resource.to_string(),
+            [resource, ..] => resource.to_string(),
+            [] => String::new(),
+        }
+    }
+
+    fn plural(kind: &str) -> String {
+        match kind {
+            "PersistentVolumeClaim" => "persistentvolumeclaims".into(),
+            other => format!("{}s", other.to_lowercase()),
+        }
+    }
+
+    fn body(bytes: Vec<u8>) -> MockBody {
+        http_body_util::Full::new(Bytes::from(bytes)).boxed_unsync()
+    }
+
+    pub fn start(objects: Vec<Value>) -> (kube::Client, Server) {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<MockBody>>();
+        let (service_events, mut events_rx) = mpsc::unbounded::<Value>();
+        let (writes_tx, writes) = mpsc::unbounded();
+        tokio::spawn(async move {
+            // Watch bodies that must stay open as long as the server runs.
+            let mut open = Vec::new();
+            let mut services_watch = Some(());
+            while let Some((request, respond)) = handle.next_request().await {
+                let (parts, request_body) = request.into_parts();
+                let path = parts.uri.path().to_string();
+                let query = parts.uri.query().unwrap_or_default().to_string();
+                let resource = resource_of(&path);
+                let response = if parts.method == http::Method::GET && query.contains("watch=true")
+                {
+                    let (tx, rx) =
+                        mpsc::unbounded::<Result<Frame<Bytes>, std::convert::Infallible>>();
+                    if resource == "services" && services_watch.take().is_some() {
+                        let forwarded = std::mem::replace(&mut events_rx, mpsc::unbounded().1);
+                        tokio::spawn(forwarded.for_each(move |event| {
+                            let mut line = serde_json::to_vec(&event).unwrap();
+                            line.push(b'\n');
+                            let _ = tx.unbounded_send(Ok(Frame::data(Bytes::from(line))));
+                            async {}
+                        }));
+                    } else {
+                        open.push(tx);
+                    }
+                    StreamBody::new(rx).boxed_unsync()
+                } else if parts.method == http::Method::GET {
+                    let items: Vec<Value> = objects
+                        .iter()
+                        .filter(|o| plural(o["kind"].as_str().unwrap_or_default()) == resource)
+                        .cloned()
+                        .collect();
+                    body(
+                        serde_json::to_vec(&json!({
+                            "apiVersion": "v1", "kind": "List",
+                            "metadata": {"resourceVersion": "1"}, "items": items
+                        }))
+                        .unwrap(),
+                    )
+                } else {
+                    let _ = writes_tx.unbounded_send(format!("{} {path}", parts.method));
+                    let bytes = request_body.collect_bytes().await.unwrap_or_default();
+                    body(bytes.to_vec())
+                };
+                let response = Response::builder()
+                    .status(StatusCode::OK)
+                    .header("content-type", "application/json")
+                    .body(response)
+                    .unwrap();
+                respond.send_response(response);
+            }
+        });
+        let client = kube::Client::new(service, "default");
+        (
+            client,
+            Server {
+                service_events,
+                writes,
+            },
+        )
+    }
+}
+
+/// Regression guard (issue 14): the path from a watch event to the repair has no fixed delay
+/// (no debounce, no sleep). The real controllers run against the mock API server on a paused
+/// clock, which only moves when every task waits for a timer: the deleted `-rw` Service's
+/// DELETED event must lead to its re-apply without the clock moving at all. A 500 ms debounce
+/// makes it move 500 ms.
+#[tokio::test(start_paused = true)]
+async fn a_deleted_service_is_reapplied_with_no_delay_after_its_watch_event() {
+    use futures::StreamExt;
+    use tokio::time::{Duration, Instant, sleep, timeout};
+
+    let world = ready_world(&database());
+    let db = with_settled_status(database(), &world);
+    let mut objects: Vec<Value> = world.values().cloned().collect();
+    objects.push(serde_json::to_value(&db).unwrap());
+    let rw = world["/api/v1/namespaces/shop/services/orders-rw"].clone();
+    let (client, mut server) = watching::start(objects);
+    let metrics = Arc::new(dbop::ops::metrics::Metrics::new());
+    let ready = Arc::new(dbop::ops::server::Readiness::default());
+    let operator = tokio::spawn(dbop::controller::run_observed(
+        client,
+        Settings::default(),
+        None,
+        metrics.clone(),
+        ready,
+    ));
+    // The first reconcile of the Ready Database (from the initial lists) writes nothing.
+    let reconciled = || {
+        metrics
+            .encode()
+            .lines()
+            .any(|l| l.starts_with("dbop_reconciles_total{controller=\"database\"} 1"))
+    };
+    timeout(Duration::from_secs(60), async {
+        while !reconciled() {
+            sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("the Database is reconciled once after the lists");
+
+    let deleted_at = Instant::now();
+    let mut rw = rw;
+    rw["metadata"]["resourceVersion"] = json!("2");
+    server
+        .service_events
+        .unbounded_send(json!({"type": "DELETED", "object": rw}))
+        .unwrap();
+    let write = timeout(Duration::from_secs(600), server.writes.next())
+        .await
+        .expect("a write after the deletion")
+        .expect("the server runs");
+    let took = deleted_at.elapsed();
+    assert_eq!(write, "PATCH /api/v1/namespaces/shop/services/orders-rw");
+    assert_eq!(
+        took,
+        Duration::ZERO,
+        "the clock moved between the watch event and the repair: a fixed delay is in the way"
+    );
+    operator.abort();
+}

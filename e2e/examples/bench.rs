@@ -1,0 +1,540 @@
+//! `make bench`: dbop at scale on the test bed's kwok nodes, measured from outside the operator.
+//! Not a test (nothing here asserts a target): it prints the figures docs/benchmarks.md records
+//! and writes them as JSON to `target/bench/operator-<BENCH_LABEL>.json`.
+//!
+//! Phases, in one run against the real `dbop run` binary (`DBOP_BIN`, default
+//! `target/release/dbop`), watching every namespace:
+//! 1. Startup: RSS with no Database (after `/readyz`), then a restart with one Database: process
+//!    start → its first reconcile (the finalizer appears).
+//! 2. Scale: `BENCH_DATABASES` (1,000) Databases in `BENCH_NAMESPACES` (10) → all Ready; peak
+//!    and steady RSS, CPU seconds, the operator's writes by verb (audit log, user agent `dbop/`)
+//!    and the API server's requests by verb (`apiserver_request_total`, all clients).
+//! 3. Idle: `BENCH_IDLE_SECS` (600) with everything Ready: writes, reconciles, CPU, RSS.
+//! 4. Self-repair: `BENCH_DELETIONS` (1,000) deletions of owned Services, StatefulSets and
+//!    Secrets spread over the Databases, `BENCH_REPAIR_CONCURRENCY` (4) at a time, each timed by
+//!    an independent watch from its DELETED event to the replacement's ADDED event.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use dbop::api::{Database, Phase};
+use dbop_e2e::{TestBed, database_manifest, operator_binary_path, testbed};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use kube::api::{DeleteParams, PostParams};
+use kube::runtime::watcher::{self, Event, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::oneshot;
+
+const LABEL: &str = "bench.dbop.dev/run=1";
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[tokio::main]
+async fn main() {
+    let bed = testbed().await;
+    let databases = env_or("BENCH_DATABASES", 1000) as usize;
+    let namespaces = env_or("BENCH_NAMESPACES", 10) as usize;
+    let idle = Duration::from_secs(env_or("BENCH_IDLE_SECS", 600));
+    let deletions = env_or("BENCH_DELETIONS", 1000) as usize;
+    let label = std::env::var("BENCH_LABEL").unwrap_or_else(|_| "run".into());
+    let mut report = json!({
+        "label": label, "date": Utc::now().to_rfc3339(), "binary": operator_binary_path(),
+        "databases": databases, "namespaces": namespaces,
+    });
+    let names: Vec<String> = (0..namespaces).map(|i| format!("bench-{i:02}")).collect();
+    for ns in &names {
+        create_namespace(&bed.client, ns).await;
+    }
+    report["startup"] = startup(&bed, &names[0]).await;
+    let mut operator = Operator::start(&bed);
+    let first = first_reconcile(&bed, &names[0], operator.started).await;
+    report["startup"]["to_first_reconcile_ms"] = json!(first.as_millis());
+    println!("startup: {}", report["startup"]);
+
+    report["scale"] = scale(&bed, &mut operator, &names, databases).await;
+    println!("scale: {}", report["scale"]);
+    report["idle"] = idle_phase(&bed, &mut operator, idle).await;
+    println!("idle: {}", report["idle"]);
+    report["self_repair"] = self_repair(&bed, &names, databases, deletions).await;
+    println!("self-repair: {}", report["self_repair"]);
+    report["after_all"] = json!({"rss_mib": operator.rss_mib(), "cpu_s": operator.cpu_seconds()});
+
+    let out = dbop_e2e::workspace_root().join("target/bench");
+    std::fs::create_dir_all(&out).expect("target/bench");
+    let path = out.join(format!("operator-{label}.json"));
+    std::fs::write(&path, serde_json::to_string_pretty(&report).unwrap()).expect("report");
+    println!("written to {}", path.display());
+}
+
+/// The operator process, sampled through /proc and its /metrics.
+struct Operator {
+    child: std::process::Child,
+    started: Instant,
+    port: u16,
+    peak_rss_kib: Arc<Mutex<u64>>,
+}
+
+impl Operator {
+    fn start(bed: &TestBed) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let log = bed.dir.join("logs/bench-dbop.log");
+        let _ = std::fs::create_dir_all(log.parent().unwrap());
+        let log = std::fs::File::create(&log).expect("log file");
+        let started = Instant::now();
+        let child = std::process::Command::new(operator_binary_path())
+            .args(["run", "--metrics-addr", &format!("127.0.0.1:{port}")])
+            .env("KUBECONFIG", &bed.kubeconfig)
+            .env(
+                "RUST_LOG",
+                std::env::var("BENCH_RUST_LOG").unwrap_or("warn".into()),
+            )
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("dbop binary (DBOP_BIN)");
+        let peak_rss_kib = Arc::new(Mutex::new(0));
+        let (pid, peak) = (child.id(), peak_rss_kib.clone());
+        tokio::spawn(async move {
+            while let Some(rss) = rss_kib(pid) {
+                {
+                    let mut peak = peak.lock().unwrap();
+                    *peak = (*peak).max(rss);
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        Operator {
+            child,
+            started,
+            port,
+            peak_rss_kib,
+        }
+    }
+
+    fn rss_mib(&self) -> f64 {
+        rss_kib(self.child.id()).unwrap_or(0) as f64 / 1024.0
+    }
+
+    fn take_peak_mib(&self) -> f64 {
+        let mut peak = self.peak_rss_kib.lock().unwrap();
+        let value = *peak as f64 / 1024.0;
+        *peak = 0;
+        value
+    }
+
+    fn cpu_seconds(&self) -> f64 {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // Fields after the command's closing parenthesis: utime is the 12th, stime the 13th.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        let ticks: u64 = [11, 12]
+            .iter()
+            .filter_map(|i| fields.get(*i)?.parse::<u64>().ok())
+            .sum();
+        ticks as f64 / 100.0
+    }
+
+    async fn http_get(&self, path: &str) -> Option<String> {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .ok()?;
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.ok()?;
+        let ok = response.lines().next().is_some_and(|l| l.contains(" 200 "));
+        ok.then(|| response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()))?
+    }
+
+    async fn wait_ready(&self) -> Duration {
+        loop {
+            if self.http_get("/readyz").await.is_some() {
+                return self.started.elapsed();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// `dbop_reconciles_total` of both controllers.
+    async fn reconciles(&self) -> f64 {
+        let text = self.http_get("/metrics").await.unwrap_or_default();
+        text.lines()
+            .filter(|l| l.starts_with("dbop_reconciles_total"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+async fn create_namespace(client: &Client, name: &str) {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    match api.create(&PostParams::default(), &ns).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(e) => panic!("namespace {name}: {e}"),
+    }
+}
+
+/// RSS with no Database: start, wait for /readyz, let it settle 5 s, sample.
+async fn startup(bed: &TestBed, first_namespace: &str) -> Value {
+    let operator = Operator::start(bed);
+    let ready = operator.wait_ready().await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let idle_rss = operator.rss_mib();
+    drop(operator);
+    // The Database the restarted operator reconciles first.
+    let db = manifest("db-0000");
+    bed.apply_database(first_namespace, db).await;
+    json!({"to_ready_ms": ready.as_millis(), "rss_no_databases_mib": round(idle_rss)})
+}
+
+fn manifest(name: &str) -> Value {
+    let mut m = database_manifest(name, json!({}));
+    m["metadata"]["labels"] = json!({"bench.dbop.dev/run": "1"});
+    m
+}
+
+/// Process start → the finalizer on the one Database (the first thing its reconcile writes).
+async fn first_reconcile(bed: &TestBed, ns: &str, started: Instant) -> Duration {
+    let api = bed.databases(ns);
+    loop {
+        if let Ok(db) = api.get("db-0000").await
+            && db.finalizers().iter().any(|f| f == dbop::FINALIZER)
+        {
+            return started.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn scale(bed: &TestBed, operator: &mut Operator, names: &[String], count: usize) -> Value {
+    let before = ApiCounts::read(bed).await;
+    let (cpu0, t0, wall0) = (operator.cpu_seconds(), Utc::now(), Instant::now());
+    operator.take_peak_mib();
+    let ready = tokio::spawn(all_ready(bed.client.clone(), count));
+    futures::stream::iter(1..count)
+        .map(|i| {
+            let ns = &names[i * names.len() / count];
+            bed.apply_database(ns, manifest(&format!("db-{i:04}")))
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+    let created = wall0.elapsed();
+    let timeout = Duration::from_secs(env_or("BENCH_READY_TIMEOUT_SECS", 900));
+    let all_ready = tokio::time::timeout(timeout, ready).await;
+    let elapsed = wall0.elapsed();
+    let (cpu1, t1) = (operator.cpu_seconds(), Utc::now());
+    let peak = operator.take_peak_mib();
+    let after = ApiCounts::read(bed).await;
+    let writes = operator_writes(bed, t0, t1);
+    // Steady: 30 s after the last one became Ready.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    json!({
+        "all_ready": all_ready.is_ok(),
+        "all_ready_s": round(elapsed.as_secs_f64()),
+        "created_s": round(created.as_secs_f64()),
+        "cpu_s": round(cpu1 - cpu0),
+        "peak_rss_mib": round(peak),
+        "steady_rss_mib": round(operator.rss_mib()),
+        "operator_writes_by_verb": writes,
+        "apiserver_requests_by_verb": after.minus(&before),
+    })
+}
+
+/// Waits until `count` bench Databases are Ready (a watch, so no Ready moment is missed).
+async fn all_ready(client: Client, count: usize) {
+    let api: Api<Database> = Api::all(client);
+    let config = watcher::Config::default().labels(LABEL);
+    let mut ready: HashMap<(String, String), bool> = HashMap::new();
+    let mut events = std::pin::pin!(watcher(api, config));
+    while let Some(event) = events.try_next().await.expect("watch on Databases") {
+        if let Event::Apply(db) | Event::InitApply(db) = event {
+            let is_ready = db.status.as_ref().and_then(|s| s.phase) == Some(Phase::Ready);
+            ready.insert(
+                (db.namespace().unwrap_or_default(), db.name_any()),
+                is_ready,
+            );
+            if ready.values().filter(|r| **r).count() >= count {
+                return;
+            }
+        }
+    }
+}
+
+async fn idle_phase(bed: &TestBed, operator: &mut Operator, period: Duration) -> Value {
+    let (reconciles0, cpu0, t0) = (
+        operator.reconciles().await,
+        operator.cpu_seconds(),
+        Utc::now(),
+    );
+    let before = ApiCounts::read(bed).await;
+    operator.take_peak_mib();
+    tokio::time::sleep(period).await;
+    let (reconciles1, cpu1, t1) = (
+        operator.reconciles().await,
+        operator.cpu_seconds(),
+        Utc::now(),
+    );
+    let after = ApiCounts::read(bed).await;
+    json!({
+        "seconds": period.as_secs(),
+        "operator_writes_by_verb": operator_writes(bed, t0, t1),
+        "reconciles": reconciles1 - reconciles0,
+        "cpu_s": round(cpu1 - cpu0),
+        "rss_mib": round(operator.rss_mib()),
+        "peak_rss_mib": round(operator.take_peak_mib()),
+        "apiserver_requests_by_verb": after.minus(&before),
+    })
+}
+
+/// Requests the API server counted, by verb (all clients).
+struct ApiCounts(BTreeMap<String, f64>);
+
+impl ApiCounts {
+    async fn read(bed: &TestBed) -> Self {
+        let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+        let text = bed.client.request_text(request).await.expect("/metrics");
+        let mut by_verb = BTreeMap::new();
+        for line in text
+            .lines()
+            .filter(|l| l.starts_with("apiserver_request_total{"))
+        {
+            let verb = line
+                .split("verb=\"")
+                .nth(1)
+                .and_then(|rest| rest.split('"').next())
+                .unwrap_or("?")
+                .to_string();
+            let value: f64 = line
+                .rsplit(' ')
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0);
+            *by_verb.entry(verb).or_insert(0.0) += value;
+        }
+        ApiCounts(by_verb)
+    }
+
+    fn minus(&self, before: &ApiCounts) -> BTreeMap<String, u64> {
+        self.0
+            .iter()
+            .map(|(verb, n)| {
+                (
+                    verb.clone(),
+                    (n - before.0.get(verb).unwrap_or(&0.0)) as u64,
+                )
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+}
+
+/// The operator's write requests (user agent `dbop/`) between two moments, by verb and
+/// resource (leases are not in the audit log).
+fn operator_writes(bed: &TestBed, from: DateTime<Utc>, to: DateTime<Utc>) -> BTreeMap<String, u64> {
+    let path = bed.dir.join("audit.log");
+    let text = std::fs::read_to_string(Path::new(&path)).expect("audit log");
+    let mut counts = BTreeMap::new();
+    for entry in text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    {
+        let by_dbop = entry["userAgent"]
+            .as_str()
+            .is_some_and(|ua| ua.starts_with("dbop/"));
+        let at = entry["requestReceivedTimestamp"]
+            .as_str()
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.with_timezone(&Utc));
+        if by_dbop && at.is_some_and(|at| at >= from && at <= to) {
+            let resource = entry["objectRef"]["resource"].as_str().unwrap_or("?");
+            let sub = entry["objectRef"]["subresource"]
+                .as_str()
+                .map(|s| format!("/{s}"));
+            let key = format!(
+                "{} {resource}{}",
+                entry["verb"].as_str().unwrap_or("?"),
+                sub.unwrap_or_default()
+            );
+            *counts.entry(key).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
+type Key = (&'static str, String, String);
+/// Deletions waiting for their replacement: when the DELETED event came, and who to tell.
+type Pending = Arc<Mutex<HashMap<Key, (Option<Instant>, Option<oneshot::Sender<Duration>>)>>>;
+
+async fn self_repair(bed: &TestBed, names: &[String], count: usize, deletions: usize) -> Value {
+    let pending: Pending = Arc::default();
+    let watches = vec![
+        tokio::spawn(time_repairs::<Service>(
+            bed.client.clone(),
+            "Service",
+            pending.clone(),
+        )),
+        tokio::spawn(time_repairs::<StatefulSet>(
+            bed.client.clone(),
+            "StatefulSet",
+            pending.clone(),
+        )),
+        tokio::spawn(time_repairs::<Secret>(
+            bed.client.clone(),
+            "Secret",
+            pending.clone(),
+        )),
+    ];
+    // Let the watches list first, so no event is missed.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let concurrency = env_or("BENCH_REPAIR_CONCURRENCY", 4) as usize;
+    let started = Instant::now();
+    let samples: Vec<Option<Duration>> = futures::stream::iter(0..deletions)
+        .map(|i| {
+            let db = i % count;
+            let ns = names[db * names.len() / count].clone();
+            let name = format!("db-{db:04}");
+            let (kind, object) = match i % 4 {
+                0 => ("Service", format!("{name}-rw")),
+                1 => ("StatefulSet", name.clone()),
+                2 => ("Service", format!("{name}-hl")),
+                _ => ("Secret", format!("{name}-credentials")),
+            };
+            delete_and_time(bed.client.clone(), pending.clone(), kind, ns, object)
+        })
+        .buffer_unordered(concurrency)
+        .collect()
+        .await;
+    watches.iter().for_each(|w| w.abort());
+    let mut repaired: Vec<Duration> = samples.iter().flatten().copied().collect();
+    repaired.sort();
+    let pick = |q: f64| {
+        repaired
+            .get(((repaired.len() as f64 * q).ceil() as usize).saturating_sub(1))
+            .map(|d| round(d.as_secs_f64() * 1000.0))
+    };
+    json!({
+        "deletions": deletions, "repaired": repaired.len(), "concurrency": concurrency,
+        "wall_s": round(started.elapsed().as_secs_f64()),
+        "p50_ms": pick(0.5), "p99_ms": pick(0.99), "max_ms": pick(1.0),
+    })
+}
+
+async fn delete_and_time(
+    client: Client,
+    pending: Pending,
+    kind: &'static str,
+    ns: String,
+    name: String,
+) -> Option<Duration> {
+    let (tell, told) = oneshot::channel();
+    pending
+        .lock()
+        .unwrap()
+        .insert((kind, ns.clone(), name.clone()), (None, Some(tell)));
+    let deleted = match kind {
+        "Service" => Api::<Service>::namespaced(client, &ns)
+            .delete(&name, &DeleteParams::default())
+            .await
+            .map(|_| ()),
+        "StatefulSet" => Api::<StatefulSet>::namespaced(client, &ns)
+            .delete(&name, &DeleteParams::default())
+            .await
+            .map(|_| ()),
+        _ => Api::<Secret>::namespaced(client, &ns)
+            .delete(&name, &DeleteParams::default())
+            .await
+            .map(|_| ()),
+    };
+    if let Err(error) = deleted {
+        eprintln!("delete {kind} {ns}/{name}: {error}");
+        return None;
+    }
+    match tokio::time::timeout(Duration::from_secs(60), told).await {
+        Ok(Ok(took)) => Some(took),
+        _ => {
+            eprintln!("{kind} {ns}/{name} not repaired within 60 s");
+            None
+        }
+    }
+}
+
+/// An independent watch on one kind (dbop's label): a DELETED event of a pending deletion
+/// starts its clock, the next event of that name (the replacement's ADDED) stops it.
+async fn time_repairs<K>(client: Client, kind: &'static str, pending: Pending)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let api: Api<K> = Api::all(client);
+    let config = watcher::Config::default().labels(dbop::resources::MANAGED_SELECTOR);
+    let mut events = std::pin::pin!(watcher(api, config));
+    while let Ok(Some(event)) = events.try_next().await {
+        let now = Instant::now();
+        let (object, deleted) = match event {
+            Event::Delete(o) => (o, true),
+            Event::Apply(o) => (o, false),
+            _ => continue,
+        };
+        let key = (
+            kind,
+            object.meta().namespace.clone().unwrap_or_default(),
+            object.name_any(),
+        );
+        let mut pending = pending.lock().unwrap();
+        let Some(entry) = pending.get_mut(&key) else {
+            continue;
+        };
+        match (deleted, entry.0) {
+            (true, None) => entry.0 = Some(now),
+            (false, Some(at)) => {
+                if let Some((_, Some(tell))) = pending.remove(&key) {
+                    let _ = tell.send(now - at);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn round(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
