@@ -401,7 +401,7 @@ type Pending = Arc<Mutex<HashMap<Key, (Option<Instant>, Option<oneshot::Sender<D
 
 async fn self_repair(bed: &TestBed, names: &[String], count: usize, deletions: usize) -> Value {
     let pending: Pending = Arc::default();
-    let watches = vec![
+    let watches = [
         tokio::spawn(time_repairs::<Service>(
             bed.client.clone(),
             "Service",
