@@ -74,6 +74,16 @@ fn source_backup(s3: &S3Server) -> (Pg, dbop_backup::BackupResult) {
     (source, r)
 }
 
+/// Restores the latest backup into the empty `app` of a new server (with `extra` flags).
+fn restore_into_new_server(s3: &S3Server, extra: &[&str]) -> (Pg, AgentRun) {
+    let target = Pg::start();
+    target.create_db("app");
+    let mut args = vec!["restore", "latest", "--prefix", "p"];
+    args.extend_from_slice(extra);
+    let run = agent(&args, &env_of(&target, "app", s3));
+    (target, run)
+}
+
 #[test]
 fn roles_grants_and_logins_survive_a_restore_into_a_new_server() {
     let s3 = S3Server::start(S3Kind::S3sFs);
@@ -150,12 +160,7 @@ fn without_the_roles_the_restore_fails_and_commits_nothing() {
     // pg_restore's ALTER … OWNER fails and the single transaction rolls back.
     let s3 = S3Server::start(S3Kind::S3sFs);
     let (_source, _r) = source_backup(&s3);
-    let target = Pg::start();
-    target.create_db("app");
-    let run = agent(
-        &["restore", "latest", "--prefix", "p", "--no-globals"],
-        &env_of(&target, "app", &s3),
-    );
+    let (target, run) = restore_into_new_server(&s3, &["--no-globals"]);
     run.failed();
     assert!(
         run.message().contains("does not exist"),
@@ -177,12 +182,7 @@ fn a_tampered_roles_script_is_refused_before_anything_runs() {
     let mut script = s3.get(&key);
     script.extend_from_slice(b"SELECT 'CREATE ROLE intruder SUPERUSER' \\gexec\n");
     s3.put(&key, script);
-    let target = Pg::start();
-    target.create_db("app");
-    let run = agent(
-        &["restore", "latest", "--prefix", "p"],
-        &env_of(&target, "app", &s3),
-    );
+    let (target, run) = restore_into_new_server(&s3, &[]);
     let result = run.failed();
     assert_eq!(result.failure_kind.as_deref(), Some("integrity"));
     assert!(run.message().contains("roles script"), "{}", run.message());
@@ -204,12 +204,7 @@ fn a_dump_of_a_newer_major_is_refused_before_the_download() {
     let mut m = dbop_backup::Manifest::parse(&s3.get(&key)).unwrap();
     m.engine_version = "99.1".into();
     s3.put(&key, m.to_json());
-    let target = Pg::start();
-    target.create_db("app");
-    let run = agent(
-        &["restore", "latest", "--prefix", "p"],
-        &env_of(&target, "app", &s3),
-    );
+    let (target, run) = restore_into_new_server(&s3, &[]);
     let result = run.failed();
     assert_eq!(result.failure_kind.as_deref(), Some("incompatible-version"));
     assert!(
