@@ -112,8 +112,11 @@ pub fn restore_job(db: &Database, source: &RestoreSource, settings: &Settings) -
 /// The agent's arguments: where the backup is and which one. Nothing secret.
 fn agent_args(source: &RestoreSource) -> Vec<String> {
     let s3 = &source.s3;
+    // The backup first: after `--path-style` (whose value is optional) it would be taken for
+    // that flag's value.
     let mut args: Vec<String> = vec![
         "restore".into(),
+        source.backup.clone(),
         format!("--bucket={}", s3.bucket),
         format!("--prefix={}", source.prefix),
         format!("--result-file={TERMINATION_LOG}"),
@@ -127,7 +130,6 @@ fn agent_args(source: &RestoreSource) -> Vec<String> {
     if s3.ca.is_some() {
         args.push(format!("--ca-file={CA_FILE}"));
     }
-    args.push(source.backup.clone());
     args
 }
 
@@ -271,12 +273,12 @@ mod tests {
             c.args.unwrap(),
             [
                 "restore",
+                "latest",
                 "--bucket=backups",
                 "--prefix=team/shop/orders-old",
                 "--result-file=/dev/termination-log",
                 "--source-database=postgres",
                 "--path-style",
-                "latest"
             ]
         );
         let pod = job.spec.unwrap().template.spec.unwrap();
