@@ -234,6 +234,7 @@ fn the_restore_job_runs_the_agent_for_real_into_another_server() {
         job: Some(RestoreJobFact {
             state: JobState::Succeeded,
             result: Some(result.clone()),
+            output: None,
         }),
         ..fact
     };

@@ -87,6 +87,9 @@ pub struct BootstrapFact {
 pub struct RestoreJobFact {
     pub state: JobState,
     pub result: Option<BackupResult>,
+    /// The end of the termination message when it holds no result (the container's log
+    /// tail, e.g. a usage error), for the failure message.
+    pub output: Option<String>,
 }
 
 /// The facts of a Database with `spec.bootstrap`; `None` without one.
@@ -94,9 +97,14 @@ pub fn fact(db: &Database, snap: &RestoreSnapshot) -> Option<BootstrapFact> {
     db.spec.bootstrap.as_ref()?;
     Some(BootstrapFact {
         source: source(db, snap).map(|s| describe(&s)),
-        job: snap.job.as_ref().map(|job| RestoreJobFact {
-            state: job_state(job),
-            result: termination_result(&snap.pods),
+        job: snap.job.as_ref().map(|job| {
+            let message = termination_message(&snap.pods);
+            let result = message.as_deref().and_then(parse_termination_message);
+            RestoreJobFact {
+                state: job_state(job),
+                output: message.filter(|_| result.is_none()).map(|m| tail(&m)),
+                result,
+            }
         }),
     })
 }
@@ -233,8 +241,18 @@ fn check_credentials(s3: &S3Spec, snap: &RestoreSnapshot) -> Result<(), SourcePr
     }
 }
 
-/// The restore container's result in the newest finished pod.
-fn termination_result(pods: &[Pod]) -> Option<BackupResult> {
+/// The last 300 bytes of a text, on one line.
+fn tail(text: &str) -> String {
+    let text = text.trim();
+    let mut start = text.len().saturating_sub(300);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    text[start..].replace('\n', " | ")
+}
+
+/// The restore container's termination message in the newest finished pod.
+fn termination_message(pods: &[Pod]) -> Option<String> {
     pods.iter()
         .filter_map(|p| {
             let statuses = p.status.as_ref()?.container_statuses.as_ref()?;
@@ -246,13 +264,10 @@ fn termination_result(pods: &[Pod]) -> Option<BackupResult> {
                 .terminated
                 .as_ref()?;
             let finished = terminated.finished_at.as_ref().map(|t| t.0);
-            Some((
-                finished,
-                parse_termination_message(terminated.message.as_deref()?)?,
-            ))
+            Some((finished, terminated.message.clone()?))
         })
         .max_by_key(|(finished, _)| *finished)
-        .map(|(_, result)| result)
+        .map(|(_, message)| message)
 }
 
 /// Where the restore stands, for `decide`.
@@ -369,9 +384,13 @@ fn from_job(job: &str, fact: &RestoreJobFact) -> RestoreDecision {
         }
         JobState::Failed { reason, detail } => {
             let failed = result.filter(|r| r.outcome == Outcome::Failed);
-            let why = failed
-                .and_then(|r| r.message.clone())
-                .unwrap_or_else(|| JobState::failure_text(reason, detail));
+            let why = match (failed.and_then(|r| r.message.clone()), &fact.output) {
+                (Some(message), _) => message,
+                (None, Some(output)) => {
+                    format!("{} ({output})", JobState::failure_text(reason, detail))
+                }
+                (None, None) => JobState::failure_text(reason, detail),
+            };
             let message = format!(
                 "restore Job {job} failed: {why}. The data was not restored and the Database is not initialised; fix the cause, then delete the Job {job} to restore again"
             );
@@ -593,6 +612,7 @@ mod tests {
             job: Some(RestoreJobFact {
                 state,
                 result: result.and_then(parse_termination_message),
+                output: None,
             }),
             ..ok.clone()
         };
@@ -758,16 +778,40 @@ mod tests {
     }
 
     #[test]
-    fn the_result_comes_from_the_restore_container() {
-        let line = r#"{"outcome":"Succeeded","operation":"restore","backupId":"x"}"#;
-        assert_eq!(
-            termination_result(&[pod(line)])
-                .unwrap()
-                .backup_id
-                .as_deref(),
-            Some("x")
+    fn the_result_or_the_log_tail_comes_from_the_restore_container() {
+        let line = r#"{"outcome":"Failed","operation":"restore","backupId":"x","message":"m"}"#;
+        let db = from_backup(serde_json::json!({"s3": s3_json()}));
+        let failed = Job {
+            status: Some(k8s_openapi::api::batch::v1::JobStatus {
+                conditions: Some(vec![k8s_openapi::api::batch::v1::JobCondition {
+                    type_: "Failed".into(),
+                    status: "True".into(),
+                    reason: Some("BackoffLimitExceeded".into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Job::default()
+        };
+        let fact_of = |pods: Vec<Pod>| {
+            let snap = RestoreSnapshot {
+                job: Some(failed.clone()),
+                pods,
+                ..RestoreSnapshot::default()
+            };
+            fact(&db, &snap).unwrap().job.unwrap()
+        };
+        let parsed = fact_of(vec![pod(line)]);
+        assert_eq!(parsed.result.unwrap().backup_id.as_deref(), Some("x"));
+        assert_eq!(parsed.output, None);
+        let usage = "error: invalid value 'latest' for '--path-style'\nFor more, try '--help'.";
+        let logs = fact_of(vec![pod(usage)]);
+        assert_eq!(logs.result, None);
+        let message = from_job("copy-restore", &logs).condition.message;
+        assert!(
+            message.contains("BackoffLimitExceeded") && message.contains("invalid value 'latest'"),
+            "{message}"
         );
-        assert_eq!(termination_result(&[pod("panic: logs only")]), None);
-        assert_eq!(termination_result(&[]), None);
+        assert_eq!(fact_of(vec![]).output, None);
     }
 }

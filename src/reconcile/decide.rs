@@ -987,6 +987,7 @@ mod tests {
                 job: job.map(|(state, result)| RestoreJobFact {
                     state,
                     result: dbop_contract::parse_termination_message(result),
+                    output: None,
                 }),
             }),
             ..facts()
