@@ -138,7 +138,7 @@ pub struct RestoreArgs {
     /// Backup id, or `latest`.
     #[arg(env = "DBOP_BACKUP_ID", default_value = "latest")]
     pub backup: String,
-    /// Database whose backups to read (default: the target, PGDATABASE).
+    /// Database whose backups to read (default: the target: PGDATABASE, else libpq's default).
     #[arg(long, env = "DBOP_BACKUP_SOURCE_DATABASE")]
     pub source_database: Option<String>,
     /// Pass --no-owner to pg_restore (objects owned by the restoring user).
@@ -147,6 +147,9 @@ pub struct RestoreArgs {
     /// Pass --no-acl to pg_restore (no GRANT/REVOKE).
     #[arg(long, env = "DBOP_BACKUP_NO_ACL")]
     pub no_acl: bool,
+    /// Do not recreate the backup's roles and memberships before the data.
+    #[arg(long, env = "DBOP_BACKUP_NO_GLOBALS")]
+    pub no_globals: bool,
     #[command(flatten)]
     pub storage: StorageArgs,
     #[command(flatten)]

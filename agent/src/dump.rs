@@ -1,6 +1,7 @@
 //! `dump`: pg_dump (custom format, uncompressed, reading an exported snapshot) → zstd (frames
 //! with content checksums) → S3 multipart upload with bounded buffers, SHA-256 on the fly; row
-//! counts taken in the same snapshot; the manifest written last. On any failure or signal the
+//! counts taken in the same snapshot; the roles and memberships (`globals`) beside it; the
+//! manifest written last. On any failure or signal the
 //! upload is aborted and no manifest is written, so nothing looks like a complete backup.
 //!
 //! Memory: one part being filled, one waiting in a channel of capacity 1, and at most
@@ -19,8 +20,9 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use crate::error::{Error, Result};
-use crate::layout::{self, DUMP_FILE, Layout};
-use crate::manifest::{self, MAX_MANIFEST_BYTES, Manifest};
+use crate::globals;
+use crate::layout::{self, DUMP_FILE, GLOBALS_FILE, Layout};
+use crate::manifest::{self, GlobalsInfo, MAX_MANIFEST_BYTES, Manifest};
 use crate::pg::{self, PgTools, PsqlSession};
 use crate::result::BackupResult;
 use crate::retention::Policy;
@@ -130,10 +132,13 @@ async fn dump_inner(
         ));
         return Ok(());
     }
+    // The roles and memberships, read before the dump (a failure costs no upload).
+    let globals = globals::collect(tools).await?;
     let (compressed, row_counts) =
         stream_dump(store, tools, opts, &server, &target, &mut session, pending).await?;
     session.finish().await?;
-    let m = manifest_of(opts, &server, &target, started, compressed, row_counts);
+    let mut m = manifest_of(opts, &server, &target, started, compressed, row_counts);
+    m.globals = Some(store_globals(store, &target, globals).await?);
     store
         .put(
             &target.manifest_key,
@@ -148,6 +153,20 @@ async fn dump_inner(
     }
     result.message = Some(message);
     Ok(())
+}
+
+/// Stores the globals script beside the dump (before the manifest, which makes it count).
+async fn store_globals(store: &Store, target: &Target, script: String) -> Result<GlobalsInfo> {
+    let info = GlobalsInfo {
+        file: GLOBALS_FILE.into(),
+        size_bytes: script.len() as u64,
+        sha256: hex::encode(Sha256::digest(script.as_bytes())),
+        roles: globals::role_count(&script),
+    };
+    store
+        .put(&target.globals_key, Bytes::from(script), "application/sql")
+        .await?;
+    Ok(info)
 }
 
 /// The id given with `--backup-id` (validated), or the start time's.
@@ -177,6 +196,7 @@ struct Target {
     backup_id: String,
     dump_key: String,
     manifest_key: String,
+    globals_key: String,
 }
 
 impl Target {
@@ -193,6 +213,7 @@ impl Target {
             backup_id: backup_id.to_string(),
             dump_key: layout.dump_key(database, backup_id),
             manifest_key: layout.manifest_key(database, backup_id),
+            globals_key: layout.globals_key(database, backup_id),
         }
     }
 }
@@ -391,6 +412,7 @@ fn manifest_of(
         agent_version: crate::AGENT_VERSION.into(),
         dump_file: DUMP_FILE.into(),
         row_counts,
+        globals: None,
     }
 }
 

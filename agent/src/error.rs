@@ -38,6 +38,9 @@ pub enum Error {
     /// The requested backup does not exist or is incomplete.
     #[error("{0}")]
     NotFound(String),
+    /// The backup cannot go into this server (a dump of a newer major version).
+    #[error("{0}")]
+    Incompatible(String),
     /// SIGTERM or SIGINT arrived.
     #[error("interrupted by {0}")]
     Interrupted(&'static str),
@@ -67,6 +70,7 @@ impl Error {
             Error::Integrity { .. } => "integrity",
             Error::Verify(_) => "verify",
             Error::NotFound(_) => "not-found",
+            Error::Incompatible(_) => "incompatible-version",
             Error::Interrupted(_) => "interrupted",
             Error::Io { .. } => "io",
         }

@@ -3,13 +3,14 @@
 //! The pure parts hold every decision and format and are unit-tested table by table: `manifest`
 //! here, and `layout`, `retention`, `result` and `units` from `dbop_contract`, which the
 //! operator links too; the I/O parts (`s3`, `pg`, `dump`, `restore`,
-//! `catalog`) only move bytes and call those decisions. `result::BackupResult` is the contract
+//! `globals`, `catalog`) only move bytes and call those decisions. `result::BackupResult` is the contract
 //! with the operator, which reads it from the Job's termination message.
 
 pub mod catalog;
 pub mod cli;
 pub mod dump;
 pub mod error;
+pub mod globals;
 pub mod manifest;
 pub mod pg;
 pub mod prune;

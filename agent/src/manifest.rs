@@ -40,6 +40,23 @@ pub struct Manifest {
     /// Rows per table (`schema.table`, quoted as `format('%I.%I')` does), counted in the
     /// snapshot the dump was taken from.
     pub row_counts: BTreeMap<String, u64>,
+    /// The roles and memberships script beside the dump (absent in backups of older agents,
+    /// which restore without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub globals: Option<GlobalsInfo>,
+}
+
+/// The globals script of a backup, checked like the dump before it is run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GlobalsInfo {
+    /// The file name inside the backup folder.
+    pub file: String,
+    pub size_bytes: u64,
+    /// Hex SHA-256 of the script.
+    pub sha256: String,
+    /// The roles it creates.
+    pub roles: u32,
 }
 
 impl Manifest {
@@ -122,6 +139,7 @@ mod tests {
             agent_version: "0.1.0".into(),
             dump_file: "dump.pgc.zst".into(),
             row_counts: [("public.a".to_string(), 3u64)].into_iter().collect(),
+            globals: None,
         }
     }
 
@@ -129,6 +147,16 @@ mod tests {
     fn round_trip_and_validation() {
         let m = sample();
         assert_eq!(Manifest::parse(&m.to_json()).unwrap(), m);
+        let text = String::from_utf8(m.to_json()).unwrap();
+        assert!(!text.contains("globals"), "an absent script is omitted");
+        let mut with = sample();
+        with.globals = Some(GlobalsInfo {
+            file: "globals.sql".into(),
+            size_bytes: 10,
+            sha256: "1".repeat(64),
+            roles: 2,
+        });
+        assert_eq!(Manifest::parse(&with.to_json()).unwrap(), with);
         let mut bad = sample();
         bad.compression = "gzip".into();
         assert!(Manifest::parse(&bad.to_json()).is_err());

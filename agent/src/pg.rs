@@ -167,6 +167,45 @@ impl PgTools {
     }
 }
 
+impl PgTools {
+    /// Runs a psql script (read from stdin, never a command line) against `database` in one
+    /// transaction that stops at the first error.
+    pub async fn run_script(&self, database: &str, script: &str) -> Result<()> {
+        let mut cmd = self.command("psql", None);
+        cmd.args([
+            "-X",
+            "-w",
+            "-q",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "--single-transaction",
+            "-f",
+            "-",
+        ])
+        .env("PGDATABASE", database)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null());
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| pg_error("psql", database, format!("cannot run psql: {e}")))?;
+        let stderr = collect_stderr(&mut child, "psql");
+        if let Some(mut stdin) = child.stdin.take() {
+            // A failed write means psql exited: its status and stderr say why.
+            let _ = stdin.write_all(script.as_bytes()).await;
+            let _ = stdin.shutdown().await;
+        }
+        let status = child
+            .wait()
+            .await
+            .map_err(|e| pg_error("psql", database, e.to_string()))?;
+        let tail = stderr.await.unwrap_or_default();
+        if !status.success() {
+            return Err(pg_error("psql", database, tail_text(&tail)));
+        }
+        Ok(())
+    }
+}
+
 /// The database named in messages: the override, else `PGDATABASE`, else libpq's default.
 pub fn database_label(database: Option<&str>) -> String {
     database

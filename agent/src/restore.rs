@@ -1,5 +1,6 @@
 //! `restore` and `verify`: download → SHA-256 and size check → zstd decode (frame checksums
-//! checked) → pg_restore in one transaction, streaming. The SHA-256 is only known at the end,
+//! checked) → pg_restore in one transaction, streaming; `restore` first refuses a dump of a
+//! newer major version and recreates the backup's roles (`globals`). The SHA-256 is only known at the end,
 //! so the last decoded bytes are held back until it matches: pg_restore cannot reach the end
 //! of the archive, hence cannot commit, before the whole object has been checked. On any
 //! mismatch or error pg_restore is killed before its input is closed, and the target database
@@ -14,8 +15,9 @@ use tokio::sync::mpsc;
 
 use crate::catalog;
 use crate::error::{Error, Result};
+use crate::globals;
 use crate::layout::{self, Layout};
-use crate::manifest::{MAX_MANIFEST_BYTES, Manifest, first_difference};
+use crate::manifest::{GlobalsInfo, MAX_MANIFEST_BYTES, Manifest, first_difference};
 use crate::pg::{self, PgTools};
 use crate::result::BackupResult;
 use crate::s3::Store;
@@ -34,6 +36,9 @@ pub struct RestoreOptions {
     pub target_database: Option<String>,
     pub no_owner: bool,
     pub no_acl: bool,
+    /// Recreate the backup's roles and memberships before the data (not for `verify`, whose
+    /// scratch database shares the source's server and roles).
+    pub restore_globals: bool,
 }
 
 fn env_database() -> Option<String> {
@@ -97,8 +102,9 @@ pub async fn restore(
     }
 }
 
-/// The restore, step by step: find the backup, reach the target, check the object's size,
-/// stream S3 → pg_restore (one transaction) while hashing, then judge how it ended.
+/// The restore, step by step: find the backup, reach the target (refusing a dump of a newer
+/// major), recreate the roles, check the object's size, stream S3 → pg_restore (one
+/// transaction) while hashing, then judge how it ended.
 async fn restore_inner(
     store: &Store,
     layout: &Layout,
@@ -108,7 +114,7 @@ async fn restore_inner(
 ) -> Result<Manifest> {
     result.started_at = Some(chrono::Utc::now());
     result.bucket = Some(store.bucket.clone());
-    let (target, source) = databases(opts)?;
+    let (target, source) = databases(tools, opts).await?;
     result.database = Some(target.clone());
     let (id, m) = resolve(store, layout, &source, &opts.backup).await?;
     let dump_key = layout.dump_key(&source, &id);
@@ -121,7 +127,15 @@ async fn restore_inner(
 
     // Reach the target first: a bad password or missing database fails before any download.
     let (major, version) = reach_target(tools, &target).await?;
+    check_major(&m, major, &version)?;
     result.engine_version = Some(version);
+    let roles = match (&m.globals, opts.restore_globals) {
+        (Some(g), true) => {
+            let key = layout.globals_key(&source, &id);
+            restore_globals(store, tools, &key, &target, g).await?
+        }
+        _ => 0,
+    };
     let body = open_dump(store, &dump_key, &m).await?;
     let restore = spawn_pg_restore(tools, major, opts, &target)?;
     let expected = Expected {
@@ -139,25 +153,81 @@ async fn restore_inner(
     judge(store, &dump_key, &target, fed, status, &tail)?;
     result.completed_at = Some(chrono::Utc::now());
     result.message = Some(format!(
-        "backup {id} of database '{source}' restored into '{target}' ({} raw bytes, sha256 checked)",
+        "backup {id} of database '{source}' restored into '{target}' ({} raw bytes, sha256 checked, {roles} roles recreated)",
         m.raw_bytes
     ));
     Ok(m)
 }
 
-/// The target database (`--target-database` or PGDATABASE) and the source whose backups are
-/// read (`--source-database`, else the target's name).
-fn databases(opts: &RestoreOptions) -> Result<(String, String)> {
-    let target = opts
-        .target_database
-        .clone()
-        .or_else(env_database)
-        .ok_or_else(|| Error::Usage("PGDATABASE must name the target database".into()))?;
+/// The target database (`target_database`, else PGDATABASE, else the database libpq connects
+/// to by default, the user's name) and the source whose backups are read (`--source-database`,
+/// else the target's name).
+async fn databases(tools: &PgTools, opts: &RestoreOptions) -> Result<(String, String)> {
+    let target = match opts.target_database.clone().or_else(env_database) {
+        Some(t) => t,
+        None => tools.query(None, "SELECT current_database()").await?,
+    };
     let source = opts
         .source_database
         .clone()
         .unwrap_or_else(|| target.clone());
     Ok((target, source))
+}
+
+/// A dump of a newer major version than the target server is refused before any download:
+/// pg_restore cannot be trusted to read it, nor the server to run its SQL.
+fn check_major(m: &Manifest, target_major: Option<u32>, target_version: &str) -> Result<()> {
+    let source_major = m
+        .engine_version
+        .split('.')
+        .next()
+        .and_then(|v| v.parse::<u32>().ok());
+    match (source_major, target_major) {
+        (Some(source), Some(target)) if source > target => Err(Error::Incompatible(format!(
+            "backup {} was taken from PostgreSQL {}, a newer major version than the target server's {target_version}: restore it into a server of major version {source} or newer",
+            m.backup_id, m.engine_version
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Downloads the backup's globals script, checks its size and SHA-256 against the manifest,
+/// and runs it in the target's server. Returns the number of roles it names.
+async fn restore_globals(
+    store: &Store,
+    tools: &PgTools,
+    key: &str,
+    target: &str,
+    info: &GlobalsInfo,
+) -> Result<u32> {
+    let bytes = store
+        .get_small(key, MAX_MANIFEST_BYTES)
+        .await?
+        .ok_or_else(|| {
+            Error::NotFound(format!(
+                "the roles script {key} named by the manifest is missing from bucket '{}' at {}",
+                store.bucket, store.endpoint
+            ))
+        })?;
+    let sha = hex::encode(Sha256::digest(&bytes));
+    if bytes.len() as u64 != info.size_bytes || sha != info.sha256 {
+        return Err(Error::Integrity {
+            key: key.to_string(),
+            detail: format!(
+                "the roles script has {} bytes and sha256 {sha}, the manifest says {} and {}; nothing was restored",
+                bytes.len(),
+                info.size_bytes,
+                info.sha256
+            ),
+        });
+    }
+    let script = String::from_utf8(bytes.to_vec()).map_err(|_| Error::Integrity {
+        key: key.to_string(),
+        detail: "the roles script is not UTF-8".into(),
+    })?;
+    globals::apply(tools, target, &script).await?;
+    tracing::info!(roles = info.roles, "roles and memberships recreated");
+    Ok(info.roles)
 }
 
 /// The target server's major (with pg_restore checked against it) and its version.
@@ -537,6 +607,7 @@ pub async fn verify(
         target_database: Some(scratch.clone()),
         no_owner: false,
         no_acl: false,
+        restore_globals: false,
     };
     let outcome = async {
         let m = restore(store, layout, tools, &restore_opts, interrupt, result).await?;
@@ -585,6 +656,38 @@ pub async fn verify(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dump_of_a_newer_major_is_refused() {
+        let manifest = |version: &str| {
+            let mut m: Manifest = serde_json::from_value(serde_json::json!({
+                "manifestVersion": 1, "backupId": "b", "database": "app", "engine": "postgresql",
+                "engineVersion": version, "startedAt": "2025-01-01T00:00:00Z",
+                "completedAt": "2025-01-01T00:00:01Z", "rawBytes": 1, "sizeBytes": 1,
+                "sha256": "0".repeat(64), "format": "pg_dump-custom", "compression": "zstd",
+                "compressionLevel": 1, "agentVersion": "0", "dumpFile": "d", "rowCounts": {}
+            }))
+            .unwrap();
+            m.backup_id = "b1".into();
+            m
+        };
+        let table = [
+            ("16.4", Some(15), false),
+            ("15.20", Some(15), true),
+            ("14.1", Some(15), true),
+            ("9.6", Some(15), true),
+            ("16.4", None, true),
+            ("garbage", Some(15), true),
+        ];
+        for (source, target, ok) in table {
+            let r = check_major(&manifest(source), target, "15.20");
+            assert_eq!(r.is_ok(), ok, "{source} into {target:?}");
+            if let Err(e) = r {
+                assert_eq!(e.label(), "incompatible-version");
+                assert!(e.to_string().contains("PostgreSQL 16.4"), "{e}");
+            }
+        }
+    }
 
     #[test]
     fn quoting() {

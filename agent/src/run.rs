@@ -44,6 +44,7 @@ fn finish(mut result: BackupResult, outcome: Result<()>) -> RunOutput {
             tracing::error!(kind = e.label(), "{e}");
             result.outcome = Outcome::Failed;
             result.message = Some(e.to_string());
+            result.failure_kind = Some(e.label().to_string());
             e.exit_code()
         }
     };
@@ -93,6 +94,7 @@ pub async fn run(command: Command, interrupt: Interrupt) -> RunOutput {
                     target_database: None,
                     no_owner: a.no_owner,
                     no_acl: a.no_acl,
+                    restore_globals: !a.no_globals,
                 };
                 let tools = PgTools {
                     bin_dir: a.pg.pg_bin_dir.clone(),

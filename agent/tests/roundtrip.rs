@@ -34,7 +34,11 @@ fn round_trip(kind: S3Kind, rows: u64, tables: u32) {
     assert!(r.size_bytes.unwrap() > 0 && r.raw_bytes.unwrap() > r.size_bytes.unwrap());
     assert_eq!(
         s3.keys("team/prod/app/"),
-        vec![r.key.clone().unwrap(), r.manifest_key.clone().unwrap()]
+        vec![
+            r.key.clone().unwrap(),
+            format!("team/prod/app/{id}/globals.sql"),
+            r.manifest_key.clone().unwrap()
+        ]
     );
 
     // The manifest describes the object and counts rows in the dump's snapshot.

@@ -6,6 +6,9 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 
 pub const DUMP_FILE: &str = "dump.pgc.zst";
 pub const MANIFEST_FILE: &str = "manifest.json";
+/// The roles and memberships the database needs, as an idempotent psql script (see the agent's
+/// `globals`); written before the manifest, absent from backups of older agents.
+pub const GLOBALS_FILE: &str = "globals.sql";
 const ID_FORMAT: &str = "%Y%m%dT%H%M%SZ";
 
 /// Where a bucket's backups live.
@@ -53,6 +56,10 @@ impl Layout {
 
     pub fn manifest_key(&self, database: &str, id: &str) -> String {
         format!("{}{MANIFEST_FILE}", self.backup_prefix(database, id))
+    }
+
+    pub fn globals_key(&self, database: &str, id: &str) -> String {
+        format!("{}{GLOBALS_FILE}", self.backup_prefix(database, id))
     }
 
     /// Splits a key below the root into database, id and file; `None` for anything else.

@@ -71,6 +71,11 @@ pub struct BackupResult {
     pub completed_at: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// On failure, the kind of failure as a short machine label (`not-found`, `integrity`,
+    /// `incompatible-version`, `s3`, `postgres`, `usage`, `interrupted`, `io`, `verify`), so
+    /// the operator can name the cause in a condition without parsing `message`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_kind: Option<String>,
 }
 
 impl BackupResult {
@@ -113,6 +118,7 @@ impl BackupResult {
                     result = BackupResult {
                         outcome: self.outcome,
                         operation: self.operation,
+                        failure_kind: self.failure_kind.clone(),
                         ..Default::default()
                     };
                 }
@@ -180,6 +186,7 @@ mod tests {
             started_at: Some(Utc.with_ymd_and_hms(2025, 1, 31, 2, 0, 0).unwrap()),
             completed_at: Some(Utc.with_ymd_and_hms(2025, 1, 31, 2, 1, 0).unwrap()),
             message: Some("ok".into()),
+            failure_kind: Some("integrity".into()),
         }
     }
 
@@ -202,6 +209,7 @@ mod tests {
             "startedAt",
             "completedAt",
             "message",
+            "failureKind",
         ];
         expected.sort();
         let mut keys = keys;

@@ -97,6 +97,12 @@ pub struct DatabaseSpec {
     /// and `BackupHealthy` is False (`BackupNotConfigured`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<BackupSpec>,
+
+    /// Create this Database from a backup instead of running `init` (which is then not run: the
+    /// backup holds what it made). Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "bootstrap is immutable: it says how the Database was created"}]))]
+    pub bootstrap: Option<BootstrapSpec>,
 }
 
 fn default_replicas() -> i32 {
@@ -491,6 +497,10 @@ pub struct DatabaseStatus {
     /// The schedule's progress and the latest backup outcomes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<BackupStatus>,
+
+    /// The backup `spec.bootstrap.fromBackup` restored, once it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap: Option<BootstrapStatus>,
 }
 
 impl Database {
@@ -506,6 +516,84 @@ impl Database {
     pub fn name(&self) -> String {
         self.metadata.name.clone().unwrap_or_default()
     }
+}
+
+// --- spec.bootstrap: restore into a new Database -----------------------------------------
+
+/// How a new Database gets its data. Immutable: it describes how the Database was created.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BootstrapSpec {
+    /// Restore a backup into the new Database instead of running `init`: the server starts
+    /// empty, then a restore Job (`<name>-restore`) recreates the backup's roles and restores
+    /// its data in one transaction. `Initialized` turns True (reason `RestoredFromBackup`) only
+    /// when the restore succeeded.
+    pub from_backup: FromBackupSpec,
+}
+
+/// Which backup to restore: a `DatabaseBackup` in this namespace, or a location in S3.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "has(self.databaseBackup) != has(self.s3)",
+        "message": "fromBackup needs exactly one of databaseBackup or s3"
+    },
+    {
+        "rule": "!has(self.databaseBackup) || (!has(self.backupId) && !has(self.database) && !has(self.namespace))",
+        "message": "backupId, database and namespace go with s3; a databaseBackup names its backup itself"
+    }
+]))]
+pub struct FromBackupSpec {
+    /// The name of a succeeded `DatabaseBackup` in this namespace. Its Database must still
+    /// exist: the bucket and credentials are read from its `spec.backup.s3`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub database_backup: Option<String>,
+
+    /// The bucket holding the backup, with the same fields as `spec.backup.s3` (the credentials
+    /// Secret and CA must be in this Database's namespace). Objects are read under
+    /// `<prefix>/<namespace>/<database>/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<S3Spec>,
+
+    /// With `s3`: the backup id (as in `DatabaseBackup.status.backupId`), or `latest` (default)
+    /// for the newest complete backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128), regex(pattern = r"^[A-Za-z0-9._-]+$"))]
+    pub backup_id: Option<String>,
+
+    /// With `s3`: the name of the Database whose backups to read (default: this Database's
+    /// name, e.g. to bring back a deleted Database under its old name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub database: Option<String>,
+
+    /// With `s3`: the namespace that Database was in (default: this Database's namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub namespace: Option<String>,
+}
+
+/// What the restore of `spec.bootstrap.fromBackup` did.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BootstrapStatus {
+    /// The id of the backup that was restored (resolved when `latest` was asked for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_backup_id: Option<String>,
+    /// The object key of the restored dump.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_key: Option<String>,
+    /// When the restore finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_at: Option<DateTime<Utc>>,
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! Act: carry out a decision. Builds the desired objects, writes only those that drifted
 //! (server-side apply, one field manager), creates what must only ever be created (the
-//! generated Secret, the init Job), patches status only when it changed, and publishes the
+//! generated Secret, the init or restore Job), patches status only when it changed, and publishes the
 //! Events of a transition.
 
 use chrono::{DateTime, Utc};
@@ -14,6 +14,7 @@ use rand::distr::Alphanumeric;
 use serde_json::json;
 use tracing::info;
 
+use super::bootstrap;
 use super::decide::{Decision, Steps};
 use super::events::transition_events;
 use super::observe::Snapshot;
@@ -25,6 +26,7 @@ use crate::error::Result;
 use crate::kube_io::{self, EventSpec, apply_if_drifted, create_once, patch_status};
 use crate::resources::credentials::{generated_secret, secret_name};
 use crate::resources::init_job::{init_job, init_sql_config_map};
+use crate::resources::restore_job::restore_job;
 use crate::resources::services::{headless, read_write};
 use crate::resources::statefulset::statefulset;
 use crate::resources::{Names, owned_meta, owner_reference};
@@ -49,6 +51,7 @@ pub async fn apply_steps(
         apply_statefulset,
         expand_volumes,
         create_init_job,
+        create_restore_job,
     } = &decision.steps;
     let ns = db.namespace_or_default();
     let client = &ctx.client;
@@ -75,6 +78,11 @@ pub async fn apply_steps(
         if let Some(sql) = init_sql_config_map(db) {
             create_once(&Api::<ConfigMap>::namespaced(client.clone(), &ns), &sql).await?;
         }
+        create_once(&Api::<Job>::namespaced(client.clone(), &ns), &job).await?;
+    }
+    // The source was checked by decide; read again from the same snapshot to build the Job.
+    if *create_restore_job && let Ok(source) = bootstrap::source(db, &snap.restore) {
+        let job = restore_job(db, &source, &ctx.settings);
         create_once(&Api::<Job>::namespaced(client.clone(), &ns), &job).await?;
     }
     Ok(overrides)
@@ -194,6 +202,7 @@ pub fn next_status(db: &Database, decision: &Decision, now: DateTime<Utc>) -> Da
             Some(plan) => plan.status.clone(),
             None => previous.backup,
         },
+        bootstrap: decision.bootstrap.clone().or(previous.bootstrap),
     }
 }
 

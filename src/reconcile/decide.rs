@@ -9,15 +9,16 @@
 
 use std::time::Duration;
 
-use crate::api::Database;
 use crate::api::Phase;
 use crate::api::conditions::{self, ConditionStatus, ConditionType};
+use crate::api::{BootstrapStatus, Database};
 use crate::resources::credentials::{SecretProblem, secret_name};
 use crate::resources::{Names, SUPPORTED_MAJORS, Settings, VersionProblem, check_version, image};
 
 use crate::backup::plan::{BackupPlan, plan_backups};
 use crate::kube_io::JobState;
 
+use super::bootstrap::{self, RestoreDecision, RestoreOutcome};
 use super::observe::{CredentialsFact, Facts, InitSourceFact, StatefulSetFact};
 use super::quantity;
 
@@ -36,6 +37,8 @@ pub struct Steps {
     pub expand_volumes: Option<String>,
     /// Create the init Job.
     pub create_init_job: bool,
+    /// Create the restore Job of `spec.bootstrap.fromBackup` (in the init Job's place).
+    pub create_restore_job: bool,
 }
 
 /// The outcome of `decide`.
@@ -52,6 +55,9 @@ pub struct Decision {
     /// Scheduled backups, history and `BackupHealthy` (None while the Database is blocked:
     /// then backups are left as they are).
     pub backup: Option<BackupPlan>,
+    /// What the restore of `spec.bootstrap.fromBackup` restored, when it just finished (None:
+    /// keep what the status says).
+    pub bootstrap: Option<BootstrapStatus>,
 }
 
 impl Decision {
@@ -144,7 +150,9 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
 
     let rollout = Rollout::of(db, facts, settings);
     let init = decide_init(db, facts, rollout.server_has_run());
-    steps.create_init_job = init.create_job;
+    // With spec.bootstrap, the restore Job takes the init Job's place.
+    steps.create_init_job = init.create_job && db.spec.bootstrap.is_none();
+    steps.create_restore_job = init.create_job && db.spec.bootstrap.is_some();
     let stage = Stage::of(&init.outcome, &rollout);
     let (phase, ready, requeue_after) = stage_outcome(db, &stage, &rollout, facts);
 
@@ -167,6 +175,7 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
         current_version: rollout.new_version(db),
         requeue_after,
         backup: Some(backup),
+        bootstrap: init.restored,
     }
 }
 
@@ -200,6 +209,7 @@ fn blocked(db: &Database, blocker: &Blocker, current_version: Option<String>) ->
         current_version,
         requeue_after: blocker.requeue_after(),
         backup: None,
+        bootstrap: None,
     }
 }
 
@@ -295,6 +305,7 @@ enum Stage {
         message: String,
     },
     InitFailed {
+        reason: &'static str,
         message: String,
     },
     Upgrading,
@@ -311,7 +322,8 @@ impl Stage {
                 reason,
                 message: message.clone(),
             },
-            (InitOutcome::Failed { message }, _, _) => Stage::InitFailed {
+            (InitOutcome::Failed { reason, message }, _, _) => Stage::InitFailed {
+                reason,
                 message: message.clone(),
             },
             (_, _, false) if rollout.upgrading => Stage::Upgrading,
@@ -340,9 +352,9 @@ fn stage_outcome(
             not_ready(reason, message.clone()),
             REQUEUE_WAITING_ON_USER,
         ),
-        Stage::InitFailed { message } => (
+        Stage::InitFailed { reason, message } => (
             Phase::Failed,
-            not_ready("InitFailed", message.clone()),
+            not_ready(reason, message.clone()),
             REQUEUE_FAILED,
         ),
         Stage::Upgrading => (
@@ -362,13 +374,21 @@ fn stage_outcome(
         ),
         Stage::Initializing => (
             Phase::Initializing,
-            not_ready(
-                "Initializing",
-                format!("init Job {} is running the init SQL", names.init_job()),
-            ),
+            not_ready("Initializing", initializing_message(db, &names)),
             REQUEUE_IN_PROGRESS,
         ),
         Stage::Ready => (Phase::Ready, ready_condition(db, &names), REQUEUE_STEADY),
+    }
+}
+
+/// What an initialising Database is doing: restoring its backup, or running its init SQL.
+fn initializing_message(db: &Database, names: &Names) -> String {
+    match &db.spec.bootstrap {
+        Some(_) => format!(
+            "restore Job {} is restoring the backup (spec.bootstrap.fromBackup)",
+            names.restore_job()
+        ),
+        None => format!("init Job {} is running the init SQL", names.init_job()),
     }
 }
 
@@ -424,8 +444,11 @@ enum InitOutcome {
         reason: &'static str,
         message: String,
     },
-    /// The Job failed for good.
-    Failed { message: String },
+    /// The Job failed for good; `reason` is the `Ready` condition's.
+    Failed {
+        reason: &'static str,
+        message: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -433,6 +456,8 @@ struct InitDecision {
     outcome: InitOutcome,
     condition: ConditionStatus,
     create_job: bool,
+    /// Set when a restore of `spec.bootstrap.fromBackup` just succeeded.
+    restored: Option<BootstrapStatus>,
 }
 
 impl InitDecision {
@@ -441,6 +466,7 @@ impl InitDecision {
             outcome: InitOutcome::Done,
             condition: ConditionStatus::new(Initialized, true, reason, message),
             create_job: false,
+            restored: None,
         }
     }
 
@@ -449,6 +475,7 @@ impl InitDecision {
             outcome: InitOutcome::Pending,
             condition: ConditionStatus::new(Initialized, false, reason, message),
             create_job,
+            restored: None,
         }
     }
 
@@ -468,6 +495,27 @@ impl InitDecision {
             },
             condition: ConditionStatus::new(Initialized, false, reason, message),
             create_job: false,
+            restored: None,
+        }
+    }
+
+    /// The restore of `spec.bootstrap.fromBackup`, in the init's place.
+    fn restore(d: RestoreDecision) -> InitDecision {
+        InitDecision {
+            outcome: match d.outcome {
+                RestoreOutcome::Done => InitOutcome::Done,
+                RestoreOutcome::Pending => InitOutcome::Pending,
+                RestoreOutcome::Blocked { reason, message } => {
+                    InitOutcome::Blocked { reason, message }
+                }
+                RestoreOutcome::Failed { message } => InitOutcome::Failed {
+                    reason: "RestoreFailed",
+                    message,
+                },
+            },
+            condition: d.condition,
+            create_job: d.create_job,
+            restored: d.status,
         }
     }
 }
@@ -481,6 +529,10 @@ fn decide_init(db: &Database, facts: &Facts, server_up: bool) -> InitDecision {
         .filter(|c| c.status == "True");
     if let Some(c) = previous {
         return InitDecision::done(&c.reason, c.message.clone());
+    }
+    if let Some(fact) = &facts.bootstrap {
+        let predates = facts.volume.as_ref().is_some_and(|v| v.predates_database);
+        return InitDecision::restore(bootstrap::decide(db, fact, server_up, predates));
     }
     if db.spec.init.is_none() {
         return if server_up {
@@ -520,10 +572,12 @@ fn init_from_job(job: &JobState, names: &Names) -> InitDecision {
             );
             InitDecision {
                 outcome: InitOutcome::Failed {
+                    reason: "InitFailed",
                     message: message.clone(),
                 },
                 condition: ConditionStatus::new(Initialized, false, "Failed", message),
                 create_job: false,
+                restored: None,
             }
         }
     }
@@ -659,6 +713,7 @@ mod tests {
             volume: None,
             init_job: None,
             backups: Default::default(),
+            bootstrap: None,
         }
     }
 
@@ -911,6 +966,80 @@ mod tests {
                 "phase {p:?} unreachable"
             );
         }
+    }
+
+    /// A Database restored from a backup: the restore Job in the init Job's place, its phase
+    /// and conditions, and a failed restore that never looks initialised.
+    #[test]
+    fn restore_takes_the_place_of_init() {
+        use super::super::bootstrap::{BootstrapFact, RestoreJobFact};
+        let mut db = with_init(testing::minimal());
+        db.spec.bootstrap = Some(
+            serde_json::from_value(serde_json::json!({"fromBackup": {"s3": {
+                "bucket": "backups", "credentials": {"secretName": "s3-creds"}}}}))
+            .unwrap(),
+        );
+        let with = |job: Option<(JobState, &str)>| Facts {
+            statefulset: Some(sts(1, true, IMAGE)),
+            volume: bound("1Gi"),
+            bootstrap: Some(BootstrapFact {
+                source: Ok("the latest backup".into()),
+                job: job.map(|(state, result)| RestoreJobFact {
+                    state,
+                    result: dbop_contract::parse_termination_message(result),
+                    output: None,
+                }),
+            }),
+            ..facts()
+        };
+        let d = decide(&db, &with(None), &Settings::default());
+        assert!(d.steps.create_restore_job && !d.steps.create_init_job);
+        assert_eq!(d.phase, Phase::Initializing);
+
+        let d = decide(
+            &db,
+            &with(Some((JobState::Running, ""))),
+            &Settings::default(),
+        );
+        assert!(!d.steps.create_restore_job);
+        assert_eq!(d.phase, Phase::Initializing);
+        assert!(cond(&d, Ready).message.contains("orders-restore"));
+
+        let failed = JobState::Failed {
+            reason: "BackoffLimitExceeded".into(),
+            detail: String::new(),
+        };
+        let d = decide(
+            &db,
+            &with(Some((
+                failed,
+                r#"{"outcome":"Failed","failureKind":"integrity","message":"sha256 is x"}"#,
+            ))),
+            &Settings::default(),
+        );
+        assert_eq!(d.phase, Phase::Failed);
+        assert_eq!(cond(&d, Ready).reason, "RestoreFailed");
+        assert!(!cond(&d, Initialized).status);
+        assert_eq!(cond(&d, Initialized).reason, "BackupChecksumMismatch");
+        assert!(!d.steps.create_restore_job && !d.steps.create_init_job);
+        assert_eq!(d.bootstrap, None);
+
+        let done = r#"{"outcome":"Succeeded","backupId":"b9","key":"p/b9/dump.pgc.zst"}"#;
+        let d = decide(
+            &db,
+            &with(Some((JobState::Succeeded, done))),
+            &Settings::default(),
+        );
+        assert_eq!(d.phase, Phase::Ready);
+        assert_eq!(cond(&d, Initialized).reason, "RestoredFromBackup");
+        assert!(
+            !d.steps.create_init_job,
+            "the init SQL is not run after a restore"
+        );
+        assert_eq!(
+            d.bootstrap.unwrap().restored_backup_id.as_deref(),
+            Some("b9")
+        );
     }
 
     #[test]
@@ -1216,6 +1345,7 @@ mod tests {
             message: "m".into(),
         };
         let failed = InitOutcome::Failed {
+            reason: "InitFailed",
             message: "m".into(),
         };
         let table = [

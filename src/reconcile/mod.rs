@@ -5,12 +5,15 @@
 //!   conditions and the steps to take — all the domain knowledge lives there;
 //! - `act` builds the desired objects, writes only what drifted, patches status only when it
 //!   changed, and emits Events on transitions;
-//! - `cleanup` is the finalizer's deletion policy.
+//! - `cleanup` is the finalizer's deletion policy;
+//! - `bootstrap` decides a restore from a backup (`spec.bootstrap.fromBackup`), which takes the
+//!   init SQL's place.
 //!
 //! Writes go through `kube_io`; `backup::plan` decides the backup part. Must not import
 //! `controller` (it runs this, not the other way round).
 
 pub mod act;
+pub mod bootstrap;
 pub mod cleanup;
 pub mod decide;
 pub mod events;

@@ -7,10 +7,13 @@
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
-use kube::Api;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use kube::api::ListParams;
+use kube::{Api, Client};
 
-use crate::api::{Database, DatabaseBackup};
+use super::bootstrap::{self, BootstrapFact, RestoreSnapshot};
+use crate::api::conditions::{self, ConditionType};
+use crate::api::{CaSource, Database, DatabaseBackup};
 use crate::backup::plan::BackupHistoryFact;
 use crate::backup::s3_secret::{S3SecretProblem, s3_secret_problem};
 use crate::backup::schedule::BackupRecord;
@@ -41,6 +44,8 @@ pub struct Snapshot {
     pub s3_ca_problem: Option<String>,
     /// When the snapshot was read: the `now` of every time-based decision of this pass.
     pub observed_at: DateTime<Utc>,
+    /// What `spec.bootstrap.fromBackup` needs, read only until the Database is initialised.
+    pub restore: RestoreSnapshot,
 }
 
 /// Reads the snapshot: what dbop labels from the watch caches, the user's objects (a Secret
@@ -78,7 +83,9 @@ pub async fn snapshot(ctx: &Context, db: &Database) -> Result<Snapshot, Error> {
         Some(spec) => crate::backup::ca::read_problem(client, &ns, spec).await?,
         None => None,
     };
+    let restore = restore_snapshot(client, db).await?;
     Ok(Snapshot {
+        restore,
         backups,
         s3_secret,
         s3_ca_problem,
@@ -174,6 +181,8 @@ pub struct Facts {
     pub volume: Option<VolumeFact>,
     pub init_job: Option<JobState>,
     pub backups: BackupHistoryFact,
+    /// The restore of `spec.bootstrap.fromBackup` (None without one).
+    pub bootstrap: Option<BootstrapFact>,
 }
 
 impl Facts {
@@ -185,8 +194,93 @@ impl Facts {
             volume: snap.data_claims.first().map(|pvc| volume_fact(db, pvc)),
             init_job: snap.init_job.as_ref().map(job_state),
             backups: backups_fact(db, snap),
+            bootstrap: bootstrap::fact(db, &snap.restore),
         }
     }
+}
+
+/// Reads what a restore from a backup needs: the restore Job (and its pods once it ended), the
+/// named `DatabaseBackup` and its Database, the S3 credentials Secret and CA source. Nothing
+/// once the Database is initialised: then the restore is history.
+async fn restore_snapshot(client: &Client, db: &Database) -> Result<RestoreSnapshot, Error> {
+    let Some(bootstrap) = &db.spec.bootstrap else {
+        return Ok(RestoreSnapshot::default());
+    };
+    let initialized = db
+        .status
+        .as_ref()
+        .is_some_and(|s| conditions::is_true(&s.conditions, ConditionType::Initialized));
+    if initialized {
+        return Ok(RestoreSnapshot::default());
+    }
+    let ns = db.namespace_or_default();
+    let from = &bootstrap.from_backup;
+    let mut snap = RestoreSnapshot::default();
+    if let Some(name) = &from.database_backup {
+        snap.backup = Api::<DatabaseBackup>::namespaced(client.clone(), &ns)
+            .get_opt(name)
+            .await?;
+        if let Some(b) = &snap.backup {
+            snap.source_database = Api::<Database>::namespaced(client.clone(), &ns)
+                .get_opt(&b.spec.database)
+                .await?;
+        }
+    }
+    if let Some(s3) = bootstrap::source_s3(from, &snap).cloned() {
+        snap.s3_secret = Api::<Secret>::namespaced(client.clone(), &ns)
+            .get_opt(&s3.credentials.secret_name)
+            .await?;
+        snap.ca_problem = match &s3.ca {
+            Some(ca) => crate::backup::ca::problem(ca, ca_found(client, &ns, ca).await?),
+            None => None,
+        };
+    }
+    snap.job = Api::<Job>::namespaced(client.clone(), &ns)
+        .get_opt(&Names::of(db).restore_job())
+        .await?;
+    if snap
+        .job
+        .as_ref()
+        .is_some_and(|j| job_state(j) != JobState::Running)
+    {
+        let selector = format!(
+            "batch.kubernetes.io/job-name={}",
+            Names::of(db).restore_job()
+        );
+        snap.pods = Api::<Pod>::namespaced(client.clone(), &ns)
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items;
+    }
+    Ok(snap)
+}
+
+/// Whether the CA source's object exists (`None` if not) and has a non-empty value at its key.
+async fn ca_found(client: &Client, ns: &str, ca: &CaSource) -> Result<Option<bool>, Error> {
+    if let Some(r) = &ca.secret_key_ref {
+        let secret = Api::<Secret>::namespaced(client.clone(), ns)
+            .get_opt(&r.name)
+            .await?;
+        return Ok(secret.map(|s| {
+            s.data
+                .unwrap_or_default()
+                .get(&r.key)
+                .is_some_and(|v| !v.0.is_empty())
+        }));
+    }
+    if let Some(r) = &ca.config_map_key_ref {
+        let cm = Api::<ConfigMap>::namespaced(client.clone(), ns)
+            .get_opt(&r.name)
+            .await?;
+        return Ok(cm.map(|c| {
+            c.data
+                .unwrap_or_default()
+                .get(&r.key)
+                .is_some_and(|v| !v.is_empty())
+                || c.binary_data.unwrap_or_default().contains_key(&r.key)
+        }));
+    }
+    Ok(None)
 }
 
 fn backups_fact(db: &Database, snap: &Snapshot) -> BackupHistoryFact {

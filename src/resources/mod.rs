@@ -7,6 +7,7 @@
 pub mod credentials;
 pub mod init_job;
 pub mod pod;
+pub mod restore_job;
 pub mod services;
 pub mod statefulset;
 
@@ -112,6 +113,10 @@ impl Names {
     }
     pub fn init_job(&self) -> String {
         format!("{}-init", self.database)
+    }
+    /// The Job restoring `spec.bootstrap.fromBackup`.
+    pub fn restore_job(&self) -> String {
+        format!("{}-restore", self.database)
     }
     /// The ConfigMap holding inline init SQL.
     pub fn init_sql_config_map(&self) -> String {

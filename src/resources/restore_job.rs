@@ -1,0 +1,321 @@
+//! The restore Job of `spec.bootstrap.fromBackup`: one pod that runs `dbop-backup restore` from
+//! the Database's own image (so `pg_restore` matches the server), with the agent copied in by an
+//! init container from dbop's image, against the `-rw` Service. The agent recreates the
+//! backup's roles, then restores the dump into the application database in one transaction.
+//!
+//! Like the backup Job, the database and S3 credentials reach the container only as
+//! environment variables read from their Secrets (never on the command line, never in the
+//! operator), and the agent's JSON result goes to the termination message.
+//!
+//! Pure: a function of the Database, the resolved source and the operator's settings.
+
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMapVolumeSource, Container, EnvVar, KeyToPath, PodSpec, PodTemplateSpec,
+    SecretVolumeSource, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::credentials::{PASSWORD_KEY, USERNAME_KEY, secret_name};
+use super::pod::{
+    DBOP_BIN_DIR, DBOP_BIN_VOLUME, container_security_context, copy_binary, env, mount,
+    pod_security_context, pull_secrets, scratch, secret_env,
+};
+use super::{Names, POSTGRES_PORT, Settings, image, job_pod_labels, owned_meta, pod_annotations};
+use crate::api::{CaSource, Database, S3Spec};
+
+/// The name of the restore container (the one whose termination message holds the result).
+pub const RESTORE_CONTAINER: &str = "restore";
+/// The file Kubernetes turns into the container's termination message.
+const TERMINATION_LOG: &str = "/dev/termination-log";
+/// A retry covers a pod lost with its node; the restore is one transaction, and recreating
+/// the roles is idempotent, so a second run starts from the same empty database.
+pub const BACKOFF_LIMIT: i32 = 1;
+/// A restore that hangs (a lock, an S3 server that stops answering) fails instead.
+pub const ACTIVE_DEADLINE_SECONDS: i64 = 6 * 3600;
+const CA_DIR: &str = "/etc/dbop/s3-ca";
+const CA_FILE: &str = "/etc/dbop/s3-ca/ca.pem";
+
+/// Where the backup to restore is, resolved from `spec.bootstrap.fromBackup`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RestoreSource {
+    /// The bucket and its credentials (the Secret and CA in the Database's namespace).
+    pub s3: S3Spec,
+    /// The key prefix the backups were written under: `<s3 prefix>/<namespace>/<database>`.
+    pub prefix: String,
+    /// A backup id, or `latest`.
+    pub backup: String,
+    /// The database name inside that prefix (the source's application database); `None`:
+    /// the agent takes the target's own name.
+    pub source_database: Option<String>,
+}
+
+/// The key prefix of a Database's backups in a bucket: `<prefix>/<namespace>/<database>`.
+pub fn storage_prefix(s3: &S3Spec, namespace: &str, database: &str) -> String {
+    let base = s3.prefix.as_deref().unwrap_or_default().trim_matches('/');
+    let own = format!("{namespace}/{database}");
+    if base.is_empty() {
+        own
+    } else {
+        format!("{base}/{own}")
+    }
+}
+
+/// The restore Job of a Database, owned by it (deleting the Database stops the restore).
+pub fn restore_job(db: &Database, source: &RestoreSource, settings: &Settings) -> Job {
+    let names = Names::of(db);
+    let (copy_agent, agent) = copy_binary(settings, "dbop-backup");
+    let container = Container {
+        name: RESTORE_CONTAINER.into(),
+        image: Some(image(db, settings)),
+        command: Some(vec![agent]),
+        args: Some(agent_args(source)),
+        env: Some(agent_env(db, &source.s3)),
+        resources: Some(settings.job_resources.clone()),
+        security_context: Some(container_security_context()),
+        termination_message_path: Some(TERMINATION_LOG.into()),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        volume_mounts: Some(mounts(source.s3.ca.is_some())),
+        ..Container::default()
+    };
+    let mut volumes = vec![scratch(DBOP_BIN_VOLUME), scratch("tmp")];
+    volumes.extend(source.s3.ca.as_ref().map(ca_volume));
+    Job {
+        metadata: owned_meta(db, names.restore_job(), "restore"),
+        spec: Some(JobSpec {
+            backoff_limit: Some(BACKOFF_LIMIT),
+            active_deadline_seconds: Some(ACTIVE_DEADLINE_SECONDS),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(job_pod_labels(db, "restore")),
+                    annotations: pod_annotations(db),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".into()),
+                    init_containers: Some(vec![copy_agent]),
+                    containers: vec![container],
+                    security_context: Some(pod_security_context()),
+                    enable_service_links: Some(false),
+                    automount_service_account_token: Some(false),
+                    image_pull_secrets: pull_secrets(settings),
+                    volumes: Some(volumes),
+                    ..PodSpec::default()
+                }),
+            },
+            ..JobSpec::default()
+        }),
+        ..Job::default()
+    }
+}
+
+/// The agent's arguments: where the backup is and which one. Nothing secret.
+fn agent_args(source: &RestoreSource) -> Vec<String> {
+    let s3 = &source.s3;
+    // The backup first: after `--path-style` (whose value is optional) it would be taken for
+    // that flag's value.
+    let mut args: Vec<String> = vec![
+        "restore".into(),
+        source.backup.clone(),
+        format!("--bucket={}", s3.bucket),
+        format!("--prefix={}", source.prefix),
+        format!("--result-file={TERMINATION_LOG}"),
+    ];
+    if let Some(database) = &source.source_database {
+        args.push(format!("--source-database={database}"));
+    }
+    if s3.force_path_style {
+        args.push("--path-style".into());
+    }
+    if s3.ca.is_some() {
+        args.push(format!("--ca-file={CA_FILE}"));
+    }
+    args
+}
+
+/// libpq and AWS SDK settings; credentials only as Secret references. No PGDATABASE: the
+/// agent restores into the database libpq connects to by default, the superuser's name (the
+/// application database).
+fn agent_env(db: &Database, s3: &S3Spec) -> Vec<EnvVar> {
+    let credentials = secret_name(db);
+    let keys = &s3.credentials;
+    let mut vars = vec![
+        env(
+            "PGHOST",
+            &Names::of(db).endpoint(&db.namespace_or_default()),
+        ),
+        env("PGPORT", &POSTGRES_PORT.to_string()),
+        env("PGCONNECT_TIMEOUT", "10"),
+        env("PGAPPNAME", "dbop-restore"),
+        secret_env("PGUSER", &credentials, USERNAME_KEY, true),
+        secret_env("PGPASSWORD", &credentials, PASSWORD_KEY, false),
+        secret_env(
+            "AWS_ACCESS_KEY_ID",
+            &keys.secret_name,
+            keys.access_key_id_key(),
+            false,
+        ),
+        secret_env(
+            "AWS_SECRET_ACCESS_KEY",
+            &keys.secret_name,
+            keys.secret_access_key_key(),
+            false,
+        ),
+        env("AWS_REGION", s3.region.as_deref().unwrap_or("us-east-1")),
+        // Credentials come from the Secret only: no instance metadata, no shared files.
+        env("AWS_EC2_METADATA_DISABLED", "true"),
+        env("AWS_CONFIG_FILE", "/dev/null"),
+        env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
+        env("DBOP_BACKUP_LOG_FORMAT", "json"),
+    ];
+    if let Some(endpoint) = &s3.endpoint {
+        vars.push(env("AWS_ENDPOINT_URL", endpoint));
+    }
+    vars
+}
+
+fn mounts(with_ca: bool) -> Vec<VolumeMount> {
+    let mut mounts = vec![
+        mount(DBOP_BIN_VOLUME, DBOP_BIN_DIR, true),
+        mount("tmp", "/tmp", false),
+    ];
+    if with_ca {
+        mounts.push(mount("s3-ca", CA_DIR, true));
+    }
+    mounts
+}
+
+/// The `s3.ca` source as a volume holding `ca.pem`.
+fn ca_volume(ca: &CaSource) -> Volume {
+    let items = |key: &str| {
+        Some(vec![KeyToPath {
+            key: key.into(),
+            path: "ca.pem".into(),
+            ..KeyToPath::default()
+        }])
+    };
+    let mut volume = scratch("s3-ca");
+    if let Some(r) = &ca.secret_key_ref {
+        volume.empty_dir = None;
+        volume.secret = Some(SecretVolumeSource {
+            secret_name: Some(r.name.clone()),
+            items: items(&r.key),
+            ..SecretVolumeSource::default()
+        });
+    } else if let Some(r) = &ca.config_map_key_ref {
+        volume.empty_dir = None;
+        volume.config_map = Some(ConfigMapVolumeSource {
+            name: r.name.clone(),
+            items: items(&r.key),
+            ..ConfigMapVolumeSource::default()
+        });
+    }
+    volume
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::testing;
+
+    fn s3(extra: serde_json::Value) -> S3Spec {
+        let mut v = serde_json::json!({
+            "endpoint": "http://minio.storage.svc:9000", "bucket": "backups", "prefix": "team/",
+            "forcePathStyle": true, "credentials": {"secretName": "s3-creds"}
+        });
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn source(s3: S3Spec) -> RestoreSource {
+        RestoreSource {
+            prefix: storage_prefix(&s3, "shop", "orders-old"),
+            s3,
+            backup: "latest".into(),
+            source_database: Some("postgres".into()),
+        }
+    }
+
+    fn container(job: &Job) -> Container {
+        job.spec.clone().unwrap().template.spec.unwrap().containers[0].clone()
+    }
+
+    #[test]
+    fn prefixes_follow_the_backup_layout() {
+        assert_eq!(
+            storage_prefix(&s3(serde_json::json!({})), "shop", "orders"),
+            "team/shop/orders"
+        );
+        let no_prefix = s3(serde_json::json!({"prefix": null}));
+        assert_eq!(storage_prefix(&no_prefix, "a", "b"), "a/b");
+    }
+
+    #[test]
+    fn the_job_runs_the_agent_restore_from_the_databases_image() {
+        let db = testing::minimal();
+        let job = restore_job(
+            &db,
+            &source(s3(serde_json::json!({}))),
+            &Settings::default(),
+        );
+        assert_eq!(job.metadata.name.as_deref(), Some("orders-restore"));
+        let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.controller),
+            ("Database", Some(true))
+        );
+        let c = container(&job);
+        assert_eq!(c.image.as_deref(), Some("docker.io/library/postgres:16.4"));
+        assert_eq!(c.command.unwrap(), vec!["/dbop/dbop-backup".to_string()]);
+        assert_eq!(
+            c.args.unwrap(),
+            [
+                "restore",
+                "latest",
+                "--bucket=backups",
+                "--prefix=team/shop/orders-old",
+                "--result-file=/dev/termination-log",
+                "--source-database=postgres",
+                "--path-style",
+            ]
+        );
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        assert_eq!(pod.automount_service_account_token, Some(false));
+        assert_eq!(pod.init_containers.unwrap()[0].name, "copy-dbop-backup");
+    }
+
+    #[test]
+    fn secrets_reach_the_job_only_through_secret_references() {
+        let db = testing::minimal();
+        let s3 = s3(serde_json::json!({
+            "credentials": {"secretName": "s3", "accessKeyIdKey": "id", "secretAccessKeyKey": "key"},
+            "ca": {"secretKeyRef": {"name": "ca", "key": "root.pem"}}
+        }));
+        let job = restore_job(&db, &source(s3), &Settings::default());
+        let c = container(&job);
+        let env = c.env.clone().unwrap();
+        for (name, secret, key) in [
+            ("AWS_ACCESS_KEY_ID", "s3", "id"),
+            ("AWS_SECRET_ACCESS_KEY", "s3", "key"),
+            ("PGPASSWORD", "orders-credentials", "password"),
+        ] {
+            let e = env.iter().find(|e| e.name == name).unwrap();
+            assert!(e.value.is_none(), "{name} must not be a literal");
+            let r = e.value_from.clone().unwrap().secret_key_ref.unwrap();
+            assert_eq!((r.name.as_str(), r.key.as_str()), (secret, key), "{name}");
+        }
+        assert!(env.iter().all(|e| e.name != "PGDATABASE"));
+        assert!(c.args.unwrap().contains(&format!("--ca-file={CA_FILE}")));
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        let ca = pod
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "s3-ca")
+            .unwrap();
+        assert!(ca.empty_dir.is_none());
+        assert_eq!(ca.secret.unwrap().items.unwrap()[0].key, "root.pem");
+    }
+}
