@@ -335,7 +335,8 @@ async fn as_the_chart_s_service_account_the_operator_works_and_a_removed_verb_is
     );
 }
 
-/// Every request the ServiceAccount made, from the audit log: (resource[/sub], verb, code).
+/// Every write the ServiceAccount made, from the audit log (it records writes only):
+/// (resource[/sub], verb, code).
 fn requests_of(bed: &TestBed, user: &str) -> Vec<(String, String, u64)> {
     let text = std::fs::read_to_string(bed.dir.join("audit.log")).expect("the audit log");
     text.lines()
@@ -359,7 +360,8 @@ fn requests_of(bed: &TestBed, user: &str) -> Vec<(String, String, u64)> {
 /// `helm install` for real: the operator runs in the cluster (two replicas, leader election
 /// on) as the chart's ServiceAccount, reaching the API server through the `kubernetes`
 /// Service; it provisions a real PostgreSQL and backs it up to an S3 server in a pod; none of
-/// its requests is forbidden; `kubectl dbop psql` runs a query in the database pod.
+/// its writes is forbidden (audit log) nor any read (its logs); `kubectl dbop psql` runs a
+/// query in the database pod.
 #[tokio::test]
 async fn helm_install_runs_the_operator_in_the_cluster_through_provisioning_and_a_backup() {
     let bed = testbed().await;
@@ -494,7 +496,25 @@ async fn helm_install_runs_the_operator_in_the_cluster_through_provisioning_and_
         .collect();
     used.sort();
     used.dedup();
-    tracing::warn!("the operator's requests (resource verb): {used:?}");
+    tracing::info!("the operator's writes (resource verb): {used:?}");
+    // Reads are not in the audit log: a forbidden list, watch or get shows in the logs.
+    let logs = bed
+        .kubectl(&[
+            "-n",
+            &ns,
+            "logs",
+            "-l",
+            "app.kubernetes.io/name=dbop",
+            "--tail",
+            "-1",
+            "--prefix",
+        ])
+        .1;
+    let denied: Vec<&str> = logs.lines().filter(|l| l.contains("forbidden")).collect();
+    assert!(
+        denied.is_empty(),
+        "forbidden in the operator's logs: {denied:#?}"
+    );
 
     psql_through_the_plugin(&bed, &ns).await;
 }
