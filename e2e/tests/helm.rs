@@ -517,6 +517,66 @@ async fn helm_install_runs_the_operator_in_the_cluster_through_provisioning_and_
     );
 
     psql_through_the_plugin(&bed, &ns).await;
+    upgrade_the_operator(&bed, &ns, &values, &holder).await;
+}
+
+/// Upgrading dbop as docs/install.md says: the CRDs first (server-side apply), then `helm
+/// upgrade`. The Deployment rolls; a pod of the new revision takes the Lease; it serves a
+/// backup asked for with `kubectl dbop backup --wait`.
+async fn upgrade_the_operator(bed: &TestBed, ns: &str, values: &std::path::Path, old_holder: &str) {
+    let crds = chart().join("crds/dbop.dev.yaml");
+    let (ok, _, err) = bed.kubectl(&["apply", "--server-side", "-f", crds.to_str().unwrap()]);
+    assert!(ok, "kubectl apply --server-side of the CRDs: {err}");
+    let chart = chart();
+    helm_ok(
+        bed,
+        &[
+            "upgrade",
+            "it",
+            chart.to_str().unwrap(),
+            "-n",
+            ns,
+            "-f",
+            values.to_str().unwrap(),
+            "--set-string",
+            "podAnnotations.e2e/revision=2",
+            "--wait",
+            "--timeout",
+            "4m",
+        ],
+    );
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(bed.client.clone(), ns);
+    let leases = Api::<Lease>::namespaced(bed.client.clone(), ns);
+    let new_holder = wait_until(
+        "a pod of the new revision holds the Lease",
+        REAL_WAIT,
+        || async {
+            let holder = leases
+                .get("it-dbop-leader")
+                .await
+                .ok()?
+                .spec?
+                .holder_identity?;
+            let pod = pods.get(&holder).await.ok()?;
+            let revision = pod.metadata.annotations?.get("e2e/revision").cloned();
+            (revision.as_deref() == Some("2")).then_some(holder)
+        },
+    )
+    .await;
+    assert_ne!(new_holder, old_holder);
+    let plugin = operator_binary_path().with_file_name("kubectl-dbop");
+    let out = tokio::process::Command::new(&plugin)
+        .args(["backup", "shop", "-n", ns, "--wait", "--timeout", "4m"])
+        .env("KUBECONFIG", &bed.kubeconfig)
+        .output()
+        .await
+        .expect("kubectl-dbop backup");
+    assert!(
+        out.status.success(),
+        "kubectl dbop backup --wait after the upgrade: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// `kubectl dbop psql shop -- -tAc 'select 6 * 7'` in the real database pod.
