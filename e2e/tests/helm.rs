@@ -632,3 +632,54 @@ async fn the_release_image_built_without_docker_matches_the_dockerfile() {
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("dbop.local/dbop:"));
     assert!(stderr.contains("matches the Dockerfile"), "{stderr}");
 }
+
+/// The most writes the operator sent within any one second (audit log timestamps).
+fn busiest_second(bed: &TestBed, ns: &str) -> (usize, usize) {
+    let mut at: Vec<chrono::DateTime<chrono::Utc>> = bed
+        .operator_writes(ns)
+        .iter()
+        .filter_map(|w| w.at.parse().ok())
+        .collect();
+    at.sort();
+    let busiest = (0..at.len())
+        .map(|i| {
+            at[i..]
+                .iter()
+                .take_while(|t| **t - at[i] < chrono::TimeDelta::seconds(1))
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    (busiest, at.len())
+}
+
+/// The chart's `api.qps`/`api.burst` (DBOP_API_QPS/DBOP_API_BURST) bound what the operator
+/// sends: with 2 requests per second and a burst of 2, four new Databases still reach Ready,
+/// and no second of the audit log holds more than burst + qps = 4 of its writes (without the
+/// limit the first second holds many more).
+#[tokio::test]
+async fn the_api_budget_bounds_the_operator_s_request_rate() {
+    let bed = testbed().await;
+    let ns = bed.namespace("helm-qps").await;
+    let _operator =
+        bed.operator_binary_with_env(&ns, &[("DBOP_API_QPS", "2"), ("DBOP_API_BURST", "2")]);
+    for i in 0..4 {
+        bed.apply_database(&ns, database_manifest(&format!("db{i}"), json!({})))
+            .await;
+    }
+    for i in 0..4 {
+        bed.wait_for_phase(
+            &ns,
+            &format!("db{i}"),
+            Phase::Ready,
+            Duration::from_secs(240),
+        )
+        .await;
+    }
+    let (busiest, writes) = busiest_second(&bed, &ns);
+    assert!(writes >= 20, "only {writes} writes");
+    assert!(
+        busiest <= 4,
+        "{busiest} writes within one second (of {writes})"
+    );
+}
