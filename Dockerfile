@@ -10,6 +10,9 @@
 # The paths are a contract (src/resources/pod.rs). See docs/operand-images.md.
 #
 # Build: docker build -t dbop:0.1.0 .
+# Without Docker: `make static && e2e/testbed/images.sh release` builds the same image as an OCI
+# tarball; e2e/testbed/check-image.sh (run by it, and by e2e/tests/helm.rs) fails when the two
+# disagree (files, owners, modes, static binaries, USER, ENTRYPOINT, CMD): keep them in step.
 # The operator must be told its own image (DBOP_AGENT_IMAGE); the Helm chart sets it to the
 # image it deploys.
 

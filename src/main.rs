@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use dbop::operator::{ProcessSettings, Stopped};
 use dbop::ops::leader::{self, LeaseSettings};
+use dbop::ops::rate_limit::ApiLimits;
 use dbop::resources::Settings;
 use dbop::telemetry::{self, LogFormat};
 
@@ -56,6 +57,12 @@ struct RunArgs {
     /// (`{"requests":{"cpu":"100m","memory":"128Mi"},"limits":{"memory":"512Mi"}}`).
     #[arg(long, env = "DBOP_JOB_RESOURCES")]
     job_resources: Option<String>,
+    /// API requests per second on average (0: no limit); a watch counts once, when it starts.
+    #[arg(long, env = "DBOP_API_QPS", default_value_t = 50.0)]
+    api_qps: f64,
+    /// API requests at once above `--api-qps` (the token bucket's size).
+    #[arg(long, env = "DBOP_API_BURST", default_value_t = 100)]
+    api_burst: u32,
     /// Log format.
     #[arg(long, env = "DBOP_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -113,7 +120,15 @@ async fn run(args: RunArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let client = match dbop::client().await {
+    let limits = ApiLimits {
+        qps: args.api_qps,
+        burst: args.api_burst,
+    };
+    if let Err(problem) = limits.check() {
+        tracing::error!("{problem}");
+        return ExitCode::FAILURE;
+    }
+    let client = match dbop::operator::client(limits).await {
         Ok(client) => client,
         Err(error) => {
             tracing::error!(%error, "cannot reach the Kubernetes API: set KUBECONFIG or run in a cluster");

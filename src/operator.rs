@@ -10,6 +10,7 @@ use tracing::{error, info};
 
 use crate::ops::leader::{self, LeaseSettings};
 use crate::ops::metrics::Metrics;
+use crate::ops::rate_limit::{ApiLimits, RateLimitLayer};
 use crate::ops::server::{self, Readiness};
 use crate::resources::Settings;
 
@@ -30,6 +31,20 @@ pub enum Stopped {
     LostLease,
     /// The endpoints could not listen.
     Endpoints,
+}
+
+/// The operator's client (kubeconfig or in-cluster, dbop's user agent) behind its request budget.
+pub async fn client(limits: ApiLimits) -> Result<Client, kube::Error> {
+    let mut config = kube::Config::infer()
+        .await
+        .map_err(kube::Error::InferConfig)?;
+    config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(crate::USER_AGENT),
+    ));
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&RateLimitLayer(limits))
+        .build())
 }
 
 /// Runs until SIGTERM/SIGINT or, with election, until the Lease is lost.

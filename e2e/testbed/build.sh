@@ -3,9 +3,10 @@
 # ${DBOP_TESTBED_CACHE:-$HOME/.cache/dbop-testbed}/<key>/bin/, two groups with their own keys:
 #   control plane: etcd, kwok, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
 #   node:          kubelet, kube-proxy, containerd, containerd-shim-runc-v2, ctr, coredns, crictl
+#   tools:         helm (the chart's tests)
 # Binaries already present are skipped. Versions: e2e/testbed/versions.env.
 #
-# Usage: build.sh [controlplane] [node]   (default: both; the node group only when the host can run
+# Usage: build.sh [controlplane] [node] [tools]   (default: all; the node group only when the host can run
 # the real node, see real_node_unavailable in lib.sh, or DBOP_TESTBED_REAL_NODE=1 forces it;
 # DBOP_TESTBED_REAL_NODE=0 skips it).
 # Independent binaries are built in two parallel streams (linking is single-threaded; go build
@@ -17,7 +18,7 @@ command -v go >/dev/null || die "go is not installed (Debian: the golang-go pack
 
 groups=("$@")
 if ((${#groups[@]} == 0)); then
-  groups=(controlplane)
+  groups=(controlplane tools)
   if why="$(real_node_unavailable)"; then
     log "not building the real node's binaries: $why"
   else
@@ -35,6 +36,7 @@ requires k8s.io/kubernetes "$KUBERNETES_VERSION" kubelet
 requires github.com/containerd/containerd/v2 "$CONTAINERD_VERSION" containerd
 requires github.com/coredns/coredns "$COREDNS_VERSION" coredns
 requires sigs.k8s.io/cri-tools "$CRI_TOOLS_VERSION" cri-tools
+requires helm.sh/helm/v4 "$HELM_VERSION" helm
 
 # Go's build cache for these builds grows to ~5 GB and is useless once the binaries exist, so
 # unless GOCACHE is set by the caller it lives under the test bed cache and is removed after a
@@ -68,6 +70,7 @@ build_named() { # bin-dir name
       build_one "$bin" "$2" containerd "$ct/$2" "$TESTBED_CONTAINERD_TAGS" "$TESTBED_CONTAINERD_LDFLAGS" ;;
     coredns) build_one "$bin" coredns coredns github.com/coredns/coredns "" "$TESTBED_COREDNS_LDFLAGS" ;;
     crictl) build_one "$bin" crictl cri-tools sigs.k8s.io/cri-tools/cmd/crictl "" "$TESTBED_CRICTL_LDFLAGS" ;;
+    helm) build_one "$bin" helm helm helm.sh/helm/v4/cmd/helm "" "$TESTBED_HELM_LDFLAGS" ;;
     *) build_one "$bin" "$2" kubernetes "k8s.io/kubernetes/cmd/$2" "$TESTBED_GO_TAGS" "$TESTBED_K8S_LDFLAGS" ;;
   esac
 }
@@ -120,7 +123,13 @@ for g in "${groups[@]}"; do
         echo "CRI_TOOLS_VERSION=$CRI_TOOLS_VERSION"
         echo "GO=$(go env GOVERSION)"
       } > "$(testbed_node_bin_dir)/../versions.txt" ;;
-    *) die "unknown group $g (controlplane, node)" ;;
+    tools)
+      build_group "tools" "$(testbed_tools_bin_dir)" "helm" ""
+      {
+        echo "HELM_VERSION=$HELM_VERSION"
+        echo "GO=$(go env GOVERSION)"
+      } > "$(testbed_tools_bin_dir)/../versions.txt" ;;
+    *) die "unknown group $g (controlplane, node, tools)" ;;
   esac
 done
 if ((own_gocache)) && [[ "${DBOP_TESTBED_KEEP_GOCACHE:-0}" != 1 ]] && [[ -d "$GOCACHE" ]]; then

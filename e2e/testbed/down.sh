@@ -81,7 +81,7 @@ if [[ -f "$DIR/ports.env" ]]; then
 fi
 
 # Remove only what up.sh creates (the directory may have been given by the user).
-STATE=(.lock ready bin kubeconfig ports.env pki etcd pv pids storage.yaml nodes.yaml audit.log node node-bin crictl.yaml)
+STATE=(.lock ready bin tools-bin helm kubeconfig ports.env pki etcd pv pids storage.yaml nodes.yaml audit.log node node-bin crictl.yaml)
 if [[ "${DBOP_TESTBED_KEEP:-0}" == "1" ]]; then
   [[ -f "$DIR/audit.log" ]] && mkdir -p "$DIR/logs" && mv -f "$DIR/audit.log" "$DIR/logs/audit.log"
   for e in "${STATE[@]}"; do rm -rf "${DIR:?}/$e"; done

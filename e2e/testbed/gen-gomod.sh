@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the wrapper Go modules under e2e/testbed/gomod/ from versions.env.
 # Run after changing a version in versions.env, then commit gomod/*/go.mod and go.sum.
-# Arguments: only these modules (kubernetes kubelet etcd kwok containerd coredns cri-tools).
+# Arguments: only these modules (kubernetes kubelet etcd kwok containerd coredns cri-tools helm).
 #
 # k8s.io/kubernetes cannot be `go install`ed: its go.mod requires its staging modules
 # (k8s.io/api, k8s.io/client-go, ...) at v0.0.0 with `replace => ./staging/...`, and replace
@@ -128,4 +128,5 @@ want containerd && plain_module containerd github.com/containerd/containerd/v2 "
   github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
 want coredns && plain_module coredns github.com/coredns/coredns "$COREDNS_VERSION" github.com/coredns/coredns
 want cri-tools && plain_module cri-tools sigs.k8s.io/cri-tools "$CRI_TOOLS_VERSION" sigs.k8s.io/cri-tools/cmd/crictl
+want helm && plain_module helm helm.sh/helm/v4 "$HELM_VERSION" helm.sh/helm/v4/cmd/helm
 log "done; commit e2e/testbed/gomod/*/go.mod and go.sum"

@@ -19,7 +19,11 @@
 #                              <repo>/target/release) that has it, with their shared libraries, and
 #                              `cp` (the init containers copy the binaries into pods with it)
 #
-# Usage: images.sh [postgres] [s3s-fs] [socat] [pause] [dbop]   (default: all; dbop only when its binaries exist)
+#   dbop.local/dbop:<version>  `release` only (never by default): the Dockerfile's image from the static
+#                              binaries of `make static` (build_release below)
+#
+# Usage: images.sh [postgres] [s3s-fs] [socat] [pause] [dbop] [release]   (default: all but release;
+# dbop only when its binaries exist)
 # Needs root (files owned by uid 999 in the postgres image), apt-get (Debian), jq, ldd, ldconfig.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -224,6 +228,45 @@ build_dbop() {
   echo "$ref $out"
 }
 
+# --- dbop's release image -----------------------------------------------------------------------
+# What the Dockerfile describes, without Docker: the static binaries of `make static`
+# (DBOP_RELEASE_BIN_DIR, default target/x86_64-unknown-linux-musl/release) in /usr/local/bin,
+# root-owned 0755, busybox's static `cp` at /usr/bin/cp, a passwd with distroless's nonroot
+# (65532), the CA bundle; user 65532:65532, entrypoint dbop, command `run`. check-image.sh then
+# compares it with the Dockerfile (paths, owners, modes, static binaries, user, entrypoint, cmd).
+build_release() {
+  local dir="${DBOP_RELEASE_BIN_DIR:-$REPO_ROOT/target/x86_64-unknown-linux-musl/release}"
+  local version ref bins=() key out root b busybox=/bin/busybox
+  version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO_ROOT/Cargo.toml" | head -n 1)"
+  ref="dbop.local/dbop:$version"
+  for b in dbop dbop-backup dbop-instance; do
+    [[ -x "$dir/$b" ]] || die "no $dir/$b: run make static first (or set DBOP_RELEASE_BIN_DIR)"
+    file -L "$dir/$b" | grep -Eq 'statically linked|static-pie linked' || die "$dir/$b is not static: $(file -L "$dir/$b")"
+    bins+=("$dir/$b")
+  done
+  [[ -x "$busybox" ]] || die "no $busybox: e2e/testbed/install-deps.sh installs busybox-static"
+  key="$( { echo "$SELF_HASH"; sha256sum "${bins[@]}" "$busybox" /etc/ssl/certs/ca-certificates.crt | cut -c1-64; } | sha256sum | cut -c1-12)"
+  out="$IMAGES/dbop-release-$key.tar"
+  if [[ ! -f "$out" ]]; then
+    root="$WORK/rootfs-release"
+    mkdir -p "$root/etc/ssl/certs" "$root/tmp" "$root/home/nonroot" "$root/usr/local/bin" "$root/usr/bin"
+    chmod 1777 "$root/tmp"
+    chown 65532:65532 "$root/home/nonroot"
+    printf 'root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' > "$root/etc/passwd"
+    printf 'root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n' > "$root/etc/group"
+    cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
+    for b in "${bins[@]}"; do install -o 0 -g 0 -m 0755 "$b" "$root/usr/local/bin/"; done
+    install -o 0 -g 0 -m 0755 "$busybox" "$root/usr/bin/cp"
+    oci_image "$ref" "$root" "$out" "$(jq -cn --arg v "$version" '{
+      User: "65532:65532", Entrypoint: ["/usr/local/bin/dbop"], Cmd: ["run"],
+      Env: ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"],
+      Labels: {"org.opencontainers.image.title": "dbop", "org.opencontainers.image.version": $v,
+               "org.opencontainers.image.licenses": "Apache-2.0"}}')"
+  fi
+  "$TESTBED_SRC/check-image.sh" "$out" >&2 || die "the release image $out does not match the Dockerfile"
+  echo "$ref $out"
+}
+
 which=("$@")
 ((${#which[@]})) || which=(pause postgres s3s-fs socat dbop)
 [[ $(id -u) -eq 0 ]] || die "images.sh needs root (the postgres image holds files owned by uid 999)"
@@ -235,6 +278,7 @@ for w in "${which[@]}"; do
     socat) build_socat ;;
     pause) build_pause ;;
     dbop) build_dbop ;;
-    *) die "unknown image $w (postgres, s3s-fs, socat, pause, dbop)" ;;
+    release) build_release ;;
+    *) die "unknown image $w (postgres, s3s-fs, socat, pause, dbop, release)" ;;
   esac
 done

@@ -19,8 +19,11 @@ command -v conntrack >/dev/null || need+=(conntrack)
 command -v modprobe >/dev/null || need+=(kmod)
 command -v jq >/dev/null || need+=(jq)
 command -v socat >/dev/null || need+=(socat) # the TLS front image of the data-plane suite
+# dbop's release image (images.sh release, check-image.sh): busybox's static `cp`, as the Dockerfile.
+[[ -x /bin/busybox ]] || need+=(busybox-static)
+command -v file >/dev/null || need+=(file)
 if ((${#need[@]} == 0)); then
-  echo "[testbed] install-deps: everything present (openssl, curl, ss, flock, setsid, git, runc, CNI plugins, iptables, conntrack, jq, socat)"
+  echo "[testbed] install-deps: everything present (openssl, curl, ss, flock, setsid, git, runc, CNI plugins, iptables, conntrack, jq, socat, busybox-static, file)"
   exit 0
 fi
 if [[ $(id -u) -ne 0 ]]; then

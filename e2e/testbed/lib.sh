@@ -37,10 +37,14 @@ TESTBED_CONTAINERD_TAGS="no_btrfs,no_devmapper,no_zfs"
 TESTBED_CONTAINERD_LDFLAGS="-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION -X github.com/containerd/containerd/v2/version.Revision=module"
 TESTBED_COREDNS_LDFLAGS="-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION"
 TESTBED_CRICTL_LDFLAGS="-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS_VERSION"
+# As helm's Makefile for a tagged release (no git metadata: module zips carry none).
+TESTBED_HELM_LDFLAGS="-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION -X helm.sh/helm/v4/internal/version.metadata= -X helm.sh/helm/v4/internal/version.gitTreeState=clean"
 # Two groups of binaries, each cached in its own directory keyed by its own inputs, so adding or
 # changing a node component never moves the control plane's binaries (and the reverse).
 TESTBED_BINARIES=(etcd kwok kube-apiserver kube-controller-manager kube-scheduler kubectl)
 TESTBED_NODE_BINARIES=(kubelet kube-proxy containerd containerd-shim-runc-v2 ctr coredns crictl)
+# A third group, the tools the tests drive (helm), with its own key likewise.
+TESTBED_TOOL_BINARIES=(helm)
 
 # The version key of a cache directory: a hash of the group's pinned versions, its wrapper modules'
 # go.mod/go.sum, its build flags and the Go toolchain pin.
@@ -58,8 +62,11 @@ testbed_node_cache_key() {
   printf 'node-k8s-%s-containerd-%s-coredns-%s-%s' "$KUBERNETES_VERSION" "$CONTAINERD_VERSION" "$COREDNS_VERSION" \
     "$(testbed_hash "$KUBERNETES_VERSION $CONTAINERD_VERSION $COREDNS_VERSION $CRI_TOOLS_VERSION $TESTBED_GO_TAGS $TESTBED_K8S_LDFLAGS $TESTBED_CONTAINERD_TAGS $TESTBED_CONTAINERD_LDFLAGS $TESTBED_COREDNS_LDFLAGS $TESTBED_CRICTL_LDFLAGS" kubelet containerd coredns cri-tools)"
 }
+testbed_tools_cache_key() {
+  printf 'tools-helm-%s-%s' "$HELM_VERSION" "$(testbed_hash "$HELM_VERSION $TESTBED_HELM_LDFLAGS" helm)"
+}
 TESTBED_CACHE="${DBOP_TESTBED_CACHE:-$HOME/.cache/dbop-testbed}"
-# DBOP_TESTBED_BIN_DIR / DBOP_TESTBED_NODE_BIN_DIR override where the binaries are taken from.
+# DBOP_TESTBED_BIN_DIR / DBOP_TESTBED_NODE_BIN_DIR / DBOP_TESTBED_TOOLS_BIN_DIR override where the binaries are taken from.
 testbed_bin_dir() {
   if [[ -n "${DBOP_TESTBED_BIN_DIR:-}" ]]; then printf '%s' "$DBOP_TESTBED_BIN_DIR"
   else printf '%s/%s/bin' "$TESTBED_CACHE" "$(testbed_cache_key)"; fi
@@ -67,6 +74,11 @@ testbed_bin_dir() {
 testbed_node_bin_dir() {
   if [[ -n "${DBOP_TESTBED_NODE_BIN_DIR:-}" ]]; then printf '%s' "$DBOP_TESTBED_NODE_BIN_DIR"
   else printf '%s/%s/bin' "$TESTBED_CACHE" "$(testbed_node_cache_key)"; fi
+}
+
+testbed_tools_bin_dir() {
+  if [[ -n "${DBOP_TESTBED_TOOLS_BIN_DIR:-}" ]]; then printf '%s' "$DBOP_TESTBED_TOOLS_BIN_DIR"
+  else printf '%s/%s/bin' "$TESTBED_CACHE" "$(testbed_tools_cache_key)"; fi
 }
 
 # Seconds since $1 (an epoch with fraction), one decimal.

@@ -80,7 +80,12 @@ unmount_all() {
   return 0
 }
 for _ in 1 2 3; do unmount_all; done
-# 7. Network: pod veths die with their netns; the bridge and our chain go here.
+# 7. Network: pod veths die with their netns; the bridge and our chain go here. The API server
+#    listens on the bridge's address (up.sh, API_ADDR): it and its clients stop first, since a
+#    stopping API server still talks to itself there (down.sh would stop them next anyway).
+if grep -qx "API_ADDR=$(ip -4 -o addr show dev "$NODE_BRIDGE" 2>/dev/null | awk '{print $4}' | cut -d/ -f1)" "$DIR/ports.env" 2>/dev/null; then
+  stop kwok kube-scheduler kube-controller-manager kube-apiserver
+fi
 if ip link show "$NODE_BRIDGE" >/dev/null 2>&1; then ip link del "$NODE_BRIDGE" || log "cannot delete $NODE_BRIDGE"; fi
 # kube-proxy --cleanup leaves the kubelet's chains (KUBE-FIREWALL, KUBE-KUBELET-CANARY, ...): remove
 # every KUBE-* chain and the rules that jump to them, in IPv4 and IPv6, plus our own chain.

@@ -1,6 +1,7 @@
 # The real node of the test bed: containerd + kubelet + kube-proxy + CoreDNS on this host, beside
-# the kwok nodes. Sourced by up.sh after the control plane is up (uses its start/wait_for/sign/
-# kubeconfig helpers and variables); torn down by node-down.sh.
+# the kwok nodes. Sourced by up.sh: node_prepare (the bridge) before the control plane starts,
+# node_up after (uses its start/wait_for/sign/kubeconfig helpers and variables); torn down by
+# node-down.sh.
 #
 # Network: bridge dbopbr0 10.244.0.1/24 (pods 10.244.0.0/24, host-local IPAM), Services 10.96.0.0/16
 # through kube-proxy (iptables), DNS through CoreDNS listening on 10.244.0.1:53. Nothing is routed off
@@ -281,16 +282,21 @@ node_ready() {
   [[ "$("${KUBECTL[@]}" get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]]
 }
 
-# Brings the real node up; called by up.sh with the control plane running.
-node_up() {
-  local t0
-  t0=$(date +%s.%N)
+# The node's network before the control plane starts: the API server listens on the bridge's
+# address ($NODE_GW), so that pods reach it through the `kubernetes` Service. Called by up.sh.
+node_prepare() {
   [[ -x "$NODE_BIN/kubelet" ]] || fail_node "missing $NODE_BIN/kubelet: run e2e/testbed/build.sh node"
   node_claim
   node_check_network
   node_save_host_state
-  node_cgroups
   node_network
+}
+
+# Brings the real node up; called by up.sh with the control plane running (after node_prepare).
+node_up() {
+  local t0
+  t0=$(date +%s.%N)
+  node_cgroups
   node_containerd
   node_images
   node_pki

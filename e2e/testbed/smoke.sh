@@ -204,7 +204,7 @@ until_ok 60 bash -c "[[ \"\$('$BIN/kubectl' --kubeconfig '$KC' get pv $pv -o jso
 # shellcheck disable=SC1091
 . "$DIR/ports.env"
 curl -fsS -o /dev/null -A "dbop-smoke/0.0 (audit check)" --cacert "$DIR/pki/ca.crt" --cert "$DIR/pki/admin.crt" --key "$DIR/pki/admin.key" \
-  -H 'Content-Type: application/json' -X POST "https://127.0.0.1:$API_PORT/api/v1/namespaces/$NS/configmaps" \
+  -H 'Content-Type: application/json' -X POST "https://${API_ADDR:-127.0.0.1}:$API_PORT/api/v1/namespaces/$NS/configmaps" \
   -d '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"audited"}}'
 n=$(grep -c '"userAgent":"dbop-smoke/0.0 (audit check)"' "$DIR/audit.log")
 line=$(grep '"userAgent":"dbop-smoke/0.0 (audit check)"' "$DIR/audit.log" | tail -1)

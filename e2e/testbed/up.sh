@@ -64,6 +64,7 @@ if [[ -d "$PIDS" || -f "$DIR/ports.env" ]]; then
 fi
 mkdir -p "$PKI" "$LOGS" "$PIDS" "$DIR/pv" "$DIR/etcd"
 ln -sfn "$BIN" "$DIR/bin" # $DBOP_TESTBED_DIR/bin/kubectl etc. for tests and humans
+ln -sfn "$(testbed_tools_bin_dir)" "$DIR/tools-bin" # $DBOP_TESTBED_DIR/tools-bin/helm (build.sh tools)
 chmod 700 "$PKI" "$DIR/etcd"
 
 # --- ports -------------------------------------------------------------------------------------
@@ -102,7 +103,31 @@ PROXY_HEALTHZ_PORT=$PROXY_HEALTHZ_PORT
 PROXY_METRICS_PORT=$PROXY_METRICS_PORT
 DNS_HEALTH_PORT=$DNS_HEALTH_PORT
 PORTS
-SERVER="https://127.0.0.1:$API_PORT"
+
+# --- the API server's address ----------------------------------------------------------------------
+# kwok only: 127.0.0.1. With the real node: the bridge's address 10.244.0.1 (internal to this host,
+# never the external interface), so that pods reach it through the `kubernetes` Service
+# (10.96.0.1:443, routed by kube-proxy to the endpoint the API server keeps for itself).
+api_address() {
+  if ((REAL_NODE)); then
+    node_prepare
+    API_ADDR="$NODE_GW"
+  else
+    API_ADDR=127.0.0.1
+  fi
+  echo "API_ADDR=$API_ADDR" >> "$DIR/ports.env"
+  SERVER="https://$API_ADDR:$API_PORT"
+}
+# The API server's flags that depend on it: with the real node it advertises the bridge address
+# and keeps the `kubernetes` Service's endpoints (a lease), else there are none to keep.
+api_address_flags() {
+  if [[ "$API_ADDR" == 127.0.0.1 ]]; then
+    echo "--bind-address 127.0.0.1 --advertise-address 127.0.0.1 --endpoint-reconciler-type none"
+  else
+    echo "--bind-address $API_ADDR --advertise-address $API_ADDR --endpoint-reconciler-type lease"
+  fi
+}
+api_address
 
 # --- certificates ------------------------------------------------------------------------------
 ossl() { openssl "$@" 2>>"$LOGS/openssl.log" >/dev/null || die "openssl $1 failed (see $LOGS/openssl.log)"; }
@@ -120,7 +145,7 @@ sign() { # name subject extensions
   rm -f "$PKI/$1.csr" "$PKI/$1.ext"
 }
 sign apiserver "/CN=kube-apiserver" "extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+subjectAltName=IP:127.0.0.1,DNS:localhost,$([[ $API_ADDR == 127.0.0.1 ]] || echo "IP:$API_ADDR,")IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
 sign admin "/O=system:masters/CN=dbop-testbed-admin" "extendedKeyUsage=clientAuth"
 sign kube-controller-manager "/CN=system:kube-controller-manager" "extendedKeyUsage=clientAuth"
 sign kube-scheduler "/CN=system:kube-scheduler" "extendedKeyUsage=clientAuth"
@@ -211,7 +236,7 @@ wait_for etcd /health curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
 # --- kube-apiserver ----------------------------------------------------------------------------
 start kube-apiserver "$BIN/kube-apiserver" \
   --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
+  $(api_address_flags) --secure-port "$API_PORT" \
   --cert-dir "$PKI" --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
   --client-ca-file "$PKI/ca.crt" \
   --requestheader-client-ca-file "$PKI/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
@@ -225,7 +250,6 @@ start kube-apiserver "$BIN/kube-apiserver" \
   --enable-admission-plugins PodNodeSelector,PodTolerationRestriction \
   --kubelet-preferred-address-types InternalIP \
   --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
-  --endpoint-reconciler-type none \
   --audit-log-path "$DIR/audit.log" --audit-policy-file "$TESTBED_SRC/audit-policy.yaml" \
   --audit-log-format json --audit-log-mode blocking --audit-log-maxsize 0 \
   --profiling=false

@@ -1,7 +1,8 @@
 //! Operating the operator: its Prometheus metrics, its HTTP endpoints (`/metrics`, `/healthz`,
-//! `/readyz`) and its leader election. Depends only on `api`; the controllers record into
-//! `Metrics` through the `Context`, and `operator` wires the three together.
+//! `/readyz`), its leader election and its API request budget. Depends only on `api`; the
+//! controllers record into `Metrics` through the `Context`, and `operator` wires them together.
 
 pub mod leader;
 pub mod metrics;
+pub mod rate_limit;
 pub mod server;

@@ -59,35 +59,44 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/*
 What the operator does, and nothing more (the same rules for the ClusterRole and for the Role of
-watchNamespace mode). Keep in step with the code: src/controller.rs and src/backup/controller.rs
-(watches), src/reconcile/{observe,act,cleanup}.rs (reads and writes).
+watchNamespace mode). docs/install.md lists the call site of every verb; e2e/tests/helm.rs runs
+the operator as this chart's ServiceAccount and fails on any Forbidden in the audit log.
 */}}
 {{- define "dbop.rules" -}}
-# The API: Databases (read, finalizer patch) and DatabaseBackups (the schedule creates and
-# prunes backups), their status, and the dbop.dev/cleanup finalizer.
+# Databases: watched (list, watch), read by the backup controller (get), the dbop.dev/cleanup
+# finalizer (patch), their status (patch).
 - apiGroups: ["dbop.dev"]
   resources: ["databases"]
   verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["dbop.dev"]
-  resources: ["databasebackups"]
-  verbs: ["get", "list", "watch", "patch", "update", "create", "delete"]
-- apiGroups: ["dbop.dev"]
   resources: ["databases/status", "databasebackups/status"]
-  verbs: ["get", "patch", "update"]
+  verbs: ["patch"]
+# DatabaseBackups: watched, made by the schedule (create) and pruned by retention (delete).
+- apiGroups: ["dbop.dev"]
+  resources: ["databasebackups"]
+  verbs: ["list", "watch", "create", "delete"]
+# Owner references with blockOwnerDeletion (the objects a Database or a backup owns) need
+# update on the owner's finalizers where OwnerReferencesPermissionEnforcement is on.
 - apiGroups: ["dbop.dev"]
   resources: ["databases/finalizers", "databasebackups/finalizers"]
   verbs: ["update"]
-# Owned objects: the credentials Secret (also reads users' credentials and S3 Secrets, keys only),
-# the Services, the data claims (expansion; deleted by deletionPolicy Delete).
+# Secrets: the generated credentials (create; owner reference adopted or released: patch), the
+# users' credentials and S3 Secrets (get), dbop's own watched (list, watch: label-selected).
 - apiGroups: [""]
-  resources: ["secrets", "services"]
+  resources: ["secrets"]
   verbs: ["get", "list", "watch", "create", "patch"]
+# Services and StatefulSets: server-side apply (patch; create when they do not exist yet).
 - apiGroups: [""]
-  resources: ["persistentvolumeclaims"]
-  verbs: ["get", "list", "watch", "patch", "delete"]
+  resources: ["services"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: ["apps"]
   resources: ["statefulsets"]
   verbs: ["get", "list", "watch", "create", "patch"]
+# Data claims: made by the StatefulSet controller; dbop expands (patch) and, with
+# deletionPolicy Delete, deletes them.
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["get", "list", "watch", "patch", "delete"]
 # The init Job and the backup Jobs.
 - apiGroups: ["batch"]
   resources: ["jobs"]
@@ -101,6 +110,7 @@ watchNamespace mode). Keep in step with the code: src/controller.rs and src/back
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "create"]
+# Events (a repeated one is patched into a series).
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
