@@ -71,10 +71,11 @@ the operator as this chart's ServiceAccount and fails on any Forbidden in the au
 - apiGroups: ["dbop.dev"]
   resources: ["databases/status", "databasebackups/status"]
   verbs: ["patch"]
-# DatabaseBackups: watched, made by the schedule (create) and pruned by retention (delete).
+# DatabaseBackups: watched, read as a restore's source (get), made by the schedule (create) and
+# pruned by retention (delete).
 - apiGroups: ["dbop.dev"]
   resources: ["databasebackups"]
-  verbs: ["list", "watch", "create", "delete"]
+  verbs: ["get", "list", "watch", "create", "delete"]
 # Owner references with blockOwnerDeletion (the objects a Database or a backup owns) need
 # update on the owner's finalizers where OwnerReferencesPermissionEnforcement is on.
 - apiGroups: ["dbop.dev"]
