@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
     doc = "A PostgreSQL database run by dbop with its whole lifecycle.",
     validation = Rule::new("self.metadata.name.size() <= 40").message("metadata.name must be at most 40 characters: dbop derives the names of Services, Pods and Jobs from it"),
     validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name must be a DNS-1035 label (lower-case letters, digits and '-', starting with a letter, no dots): it names the Database's Services"),
+    validation = Rule::new("!has(self.spec.deletionPolicy) || self.spec.deletionPolicy != 'Snapshot' || has(self.spec.backup)").message("deletionPolicy Snapshot needs spec.backup: the final backup is stored where spec.backup.s3 says"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase", description = "Where the database is in its lifecycle"),
     printcolumn(name = "Version", type_ = "string", json_path = ".status.currentVersion", description = "The version the running server is on"),
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status", description = "Whether the database accepts connections"),
@@ -85,7 +86,9 @@ pub struct DatabaseSpec {
     pub init: Option<InitSpec>,
 
     /// What happens to the data when the Database is deleted: `Retain` (default) keeps the
-    /// volume and the credentials Secret, `Delete` removes them.
+    /// volume, the credentials Secret and the `DatabaseBackup`s; `Delete` removes them;
+    /// `Snapshot` takes a final backup first and removes the volume only once it succeeded
+    /// (the `DatabaseBackup`s are kept). Dumps in object storage are never deleted.
     #[serde(default)]
     pub deletion_policy: DeletionPolicy,
 
@@ -93,8 +96,8 @@ pub struct DatabaseSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_metadata: Option<PodMetadata>,
 
-    /// Scheduled backups to S3-compatible storage. Without it, dbop makes no scheduled backups
-    /// and `BackupHealthy` is False (`BackupNotConfigured`).
+    /// Scheduled backups to S3-compatible storage. Without it, dbop makes no backups and the
+    /// Database has no `BackupHealthy` condition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<BackupSpec>,
 }
@@ -188,6 +191,11 @@ pub enum DeletionPolicy {
     Retain,
     /// Delete the volumes and the generated credentials Secret.
     Delete,
+    /// Take a final backup (a `DatabaseBackup` with reason `Final`), then delete the volumes
+    /// and the generated credentials Secret. If the final backup fails or does not finish
+    /// within `spec.backup.timeout`, nothing is deleted and the Database stays, saying so.
+    /// Needs `spec.backup`.
+    Snapshot,
 }
 
 /// Extra metadata for the pods dbop creates.

@@ -202,7 +202,7 @@ pub(super) fn name_of(b: &DatabaseBackup) -> String {
     b.metadata.name.clone().unwrap_or_default()
 }
 
-pub(super) fn to_chrono(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> DateTime<Utc> {
+pub(crate) fn to_chrono(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> DateTime<Utc> {
     DateTime::from_timestamp(t.0.as_second(), 0).unwrap_or_default()
 }
 

@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Resource};
 use rand::Rng;
@@ -184,7 +185,10 @@ pub fn next_status(db: &Database, decision: &Decision, now: DateTime<Utc>) -> Da
     let generation = db.metadata.generation;
     DatabaseStatus {
         phase: Some(decision.phase),
-        conditions: merge(&previous.conditions, &decision.conditions, generation, now),
+        conditions: without_backup_health(
+            merge(&previous.conditions, &decision.conditions, generation, now),
+            decision,
+        ),
         observed_generation: generation,
         current_version: decision.current_version.clone(),
         target_version: Some(db.spec.version.clone()),
@@ -195,6 +199,19 @@ pub fn next_status(db: &Database, decision: &Decision, now: DateTime<Utc>) -> Da
             None => previous.backup,
         },
     }
+}
+
+/// Removes `BackupHealthy` when the backup plan has none (no `spec.backup`): `merge` keeps the
+/// types a decision does not mention, so an absent condition must be dropped here.
+fn without_backup_health(mut conditions: Vec<Condition>, decision: &Decision) -> Vec<Condition> {
+    if decision
+        .backup
+        .as_ref()
+        .is_some_and(|p| p.condition.is_none())
+    {
+        conditions.retain(|c| c.type_ != ConditionType::BackupHealthy.label());
+    }
+    conditions
 }
 
 /// Creates the due scheduled `DatabaseBackup` and deletes the ones the history policy drops.

@@ -5,7 +5,7 @@
 //!   conditions and the steps to take — all the domain knowledge lives there;
 //! - `act` builds the desired objects, writes only what drifted, patches status only when it
 //!   changed, and emits Events on transitions;
-//! - `cleanup` is the finalizer's deletion policy.
+//! - `deletion` decides the deletion policy (pure); `cleanup` is the finalizer's I/O for it.
 //!
 //! Writes go through `kube_io`; `backup::plan` decides the backup part. Must not import
 //! `controller` (it runs this, not the other way round).
@@ -13,6 +13,7 @@
 pub mod act;
 pub mod cleanup;
 pub mod decide;
+pub mod deletion;
 pub mod events;
 pub mod observe;
 pub mod quantity;
