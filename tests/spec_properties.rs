@@ -874,6 +874,7 @@ fn backup_facts() -> BoxedStrategy<BackupFacts> {
             database,
             ahead,
             job,
+            stale_job: false,
         })
         .boxed()
 }

@@ -24,6 +24,9 @@ pub struct BackupFacts {
     /// Unfinished backups of the same Database that go first: (name, running).
     pub ahead: Vec<(String, bool)>,
     pub job: Option<JobFacts>,
+    /// A Job of this name exists but belongs to an earlier `DatabaseBackup` of the same name
+    /// (deleted and made again, e.g. to retry a final backup): wait until it is collected.
+    pub stale_job: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -65,7 +68,8 @@ pub async fn observe(
     let job = Api::<Job>::namespaced(client.clone(), &ns)
         .get_opt(&job_name(&name_of(backup)))
         .await?;
-    let job = match job {
+    let stale_job = job.as_ref().is_some_and(|j| !owned_by(j, backup));
+    let job = match job.filter(|j| owned_by(j, backup)) {
         Some(job) => Some(observe_job(client, &ns, &job).await?),
         None => None,
     };
@@ -83,8 +87,20 @@ pub async fn observe(
         database: database_facts,
         ahead,
         job,
+        stale_job,
     };
     Ok(Observed { facts, database })
+}
+
+/// Whether the Job belongs to this very `DatabaseBackup` (its owner's uid), not to an earlier
+/// one of the same name.
+fn owned_by(job: &Job, backup: &DatabaseBackup) -> bool {
+    let uid = backup.metadata.uid.as_deref();
+    job.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "DatabaseBackup" && Some(o.uid.as_str()) == uid)
 }
 
 /// The Job's state, times and (once it ended) its pod's termination message.
