@@ -267,6 +267,63 @@ pub struct BackupSpec {
     /// The compression of the dumps.
     #[serde(default)]
     pub compression: Compression,
+
+    /// Proof that the backups restore: a Job restores the latest backup into a scratch
+    /// database and checks it. No verification when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<VerifySpec>,
+}
+
+/// When the latest backup is restored into a scratch database to prove it restores: on a
+/// schedule or after every Nth successful backup (exactly one of them).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.schedule) != has(self.everyNthBackup)",
+    "message": "verify needs exactly one of schedule or everyNthBackup"
+}]))]
+pub struct VerifySpec {
+    /// A standard 5-field cron expression (or `@daily`, `@weekly`, …), read in
+    /// `spec.backup.timeZone`: verify the latest successful backup at these times.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    #[schemars(regex(
+        pattern = r"^\s*(@(yearly|monthly|weekly|daily|hourly)|\S+\s+\S+\s+\S+\s+\S+\s+\S+)\s*$"
+    ))]
+    pub schedule: Option<String>,
+    /// Verify after every Nth successful backup (1: after each one). At most
+    /// `retention.keepLast` is counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub every_nth_backup: Option<u32>,
+}
+
+/// The latest verification of a backup (`spec.backup.verify`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VerificationStatus {
+    /// When the latest verification succeeded (the agent's completion time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_verified_time: Option<DateTime<Utc>>,
+    /// The backup id that verification restored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_verified_backup_id: Option<String>,
+    /// When the latest verification failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure_time: Option<DateTime<Utc>>,
+    /// The outcome of the latest finished verification: `Succeeded` or `Failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    /// What the latest finished verification reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The verify Job of the latest trigger.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    /// The time of the latest trigger: the scheduled time, or the completion of the backup
+    /// that made it the Nth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_trigger_time: Option<DateTime<Utc>>,
 }
 
 /// An S3-compatible bucket (AWS S3, MinIO, any S3 API).
@@ -499,6 +556,10 @@ pub struct DatabaseStatus {
     /// The schedule's progress and the latest backup outcomes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<BackupStatus>,
+
+    /// The latest verification of a backup (`spec.backup.verify`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<VerificationStatus>,
 }
 
 impl Database {

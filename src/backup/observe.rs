@@ -223,7 +223,7 @@ pub(crate) fn to_chrono(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time
 }
 
 /// The backup container's termination message in the newest of the Job's pods.
-fn termination_message(pods: &[Pod]) -> Option<String> {
+pub(crate) fn termination_message(pods: &[Pod]) -> Option<String> {
     pods.iter()
         .filter_map(|p| {
             let statuses = p.status.as_ref()?.container_statuses.as_ref()?;

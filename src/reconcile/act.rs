@@ -198,6 +198,8 @@ pub fn next_status(db: &Database, decision: &Decision, now: DateTime<Utc>) -> Da
             Some(plan) => plan.status.clone(),
             None => previous.backup,
         },
+        // Written by the verification step (`backup::verify`), kept otherwise.
+        verification: previous.verification,
     }
 }
 
