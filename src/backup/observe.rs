@@ -157,16 +157,22 @@ fn job_facts(job: &Job, state: JobState, pods: &[Pod]) -> JobFacts {
     JobFacts {
         state,
         start_time: status.start_time.as_ref().map(to_chrono),
-        completion_time: status.completion_time.as_ref().map(to_chrono).or_else(|| {
-            status
-                .conditions
-                .iter()
-                .flatten()
-                .filter(|c| c.type_ == "Failed" && c.status == "True")
-                .find_map(|c| c.last_transition_time.as_ref().map(to_chrono))
-        }),
+        completion_time: finished_at(job),
         termination_message: termination_message(pods),
     }
+}
+
+/// When a Job ended: its completion time, or when it was marked Failed.
+pub(crate) fn finished_at(job: &Job) -> Option<DateTime<Utc>> {
+    let status = job.status.as_ref()?;
+    status.completion_time.as_ref().map(to_chrono).or_else(|| {
+        status
+            .conditions
+            .iter()
+            .flatten()
+            .filter(|c| c.type_ == "Failed" && c.status == "True")
+            .find_map(|c| c.last_transition_time.as_ref().map(to_chrono))
+    })
 }
 
 fn database_facts(db: &Database, s3_problem: Option<S3SecretProblem>) -> DatabaseFacts {

@@ -10,7 +10,7 @@ use kube::Api;
 use kube::api::ListParams;
 
 use super::job::verify_job;
-use super::observe::{termination_message, to_chrono};
+use super::observe::{finished_at, termination_message, to_chrono};
 use super::verify::{VerifyFacts, VerifyJobFact, VerifyPlan};
 use crate::api::{BackupPhase, Database, Phase};
 use crate::context::Context;
@@ -87,18 +87,6 @@ pub fn succeeded_backups(
         .filter(|r| r.phase == Some(BackupPhase::Succeeded))
         .map(|r| (r.name.clone(), r.completed.unwrap_or(r.created)))
         .collect()
-}
-
-fn finished_at(job: &Job) -> Option<DateTime<Utc>> {
-    let status = job.status.as_ref()?;
-    status.completion_time.as_ref().map(to_chrono).or_else(|| {
-        status
-            .conditions
-            .iter()
-            .flatten()
-            .filter(|c| c.type_ == "Failed" && c.status == "True")
-            .find_map(|c| c.last_transition_time.as_ref().map(to_chrono))
-    })
 }
 
 /// Creates the verify Job the plan asks for (once: "already exists" is success).

@@ -23,7 +23,7 @@ use crate::api::conditions::{ConditionStatus, ConditionType};
 use crate::api::{BackupPhase, DeletionPolicy};
 use crate::kube_io::EventSpec;
 
-/// The `DatabaseBackup` name prefix part of a final backup.
+/// The word that marks a final backup in its `DatabaseBackup` name.
 const FINAL_SUFFIX: &str = "final";
 /// A final backup in progress is woken by its watch; this is a safety net (and the clock that
 /// notices the bound).
