@@ -203,9 +203,14 @@ fn snapshot(facts: &DeletionFacts) -> DeletionPlan {
             ),
         ),
         Some(BackupPhase::Pending | BackupPhase::Running) | None => {
-            let left = (deadline - facts.now).num_seconds().max(0);
+            // An absolute deadline, not a countdown: the status changes only when the backup's does.
             let state = backup.message.as_deref().unwrap_or("not started yet");
-            waiting(facts, false, format!("{state}; at most {left}s more"))
+            let until = deadline.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            waiting(
+                facts,
+                false,
+                format!("{state}; waiting until {until} at most"),
+            )
         }
     }
 }
@@ -411,6 +416,22 @@ mod tests {
         );
         assert!(m.contains("Retain") && m.contains("Delete"), "{m}");
         assert!(!plan.ready.status);
+    }
+
+    #[test]
+    fn waiting_says_the_same_thing_on_every_pass() {
+        // A countdown in the message would rewrite the status on every requeue.
+        let mut f = facts(DeletionPolicy::Snapshot);
+        f.final_backup = backup(Some(BackupPhase::Running), 30);
+        let first = decide_deletion(&f);
+        f.now += chrono::TimeDelta::seconds(15);
+        let later = decide_deletion(&f);
+        assert_eq!(first, later);
+        assert!(
+            first.ready.message.contains("2025-05-01T02:09:30Z"),
+            "{}",
+            first.ready.message
+        );
     }
 
     #[test]
