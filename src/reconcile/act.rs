@@ -303,6 +303,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_database_without_backups_loses_an_old_backup_not_configured_condition() {
+        use crate::reconcile::observe::{CredentialsFact, Facts, InitSourceFact};
+        use chrono::TimeZone;
+        let mut db = crate::resources::testing::minimal();
+        let old = ConditionStatus::new(
+            ConditionType::BackupHealthy,
+            false,
+            "BackupNotConfigured",
+            "spec.backup is not set",
+        );
+        let t = Utc.timestamp_opt(0, 0).unwrap();
+        db.status = Some(DatabaseStatus {
+            conditions: merge(&[], &[old], Some(1), t),
+            ..DatabaseStatus::default()
+        });
+        let facts = Facts {
+            credentials: CredentialsFact::Usable,
+            init_source: InitSourceFact::Available,
+            statefulset: None,
+            volume: None,
+            init_job: None,
+            backups: Default::default(),
+        };
+        let decision =
+            crate::reconcile::decide::decide(&db, &facts, &crate::resources::Settings::default());
+        let status = next_status(&db, &decision, t);
+        assert_eq!(find(&status.conditions, ConditionType::BackupHealthy), None);
+        assert!(find(&status.conditions, ConditionType::Ready).is_some());
+    }
+
+    #[test]
     fn passwords_are_long_and_distinct() {
         let a = new_password();
         assert_eq!(a.len(), PASSWORD_LENGTH);
