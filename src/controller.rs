@@ -167,20 +167,13 @@ async fn reconcile_guarded(guard: &DeserializeGuard<Database>, ctx: &Context) ->
         Err(invalid) => return handle_invalid(ctx, guard, &invalid.error).await,
     };
     let api: Api<Database> = Api::namespaced(ctx.client.clone(), &db.namespace_or_default());
-    let result = finalizer(&api, FINALIZER, db.clone(), |event| async {
-        match event {
-            FinalizerEvent::Apply(db) => reconcile_database(ctx, &db).await,
-            FinalizerEvent::Cleanup(db) => {
-                let done = cleanup::cleanup(ctx, &db).await;
-                if done.is_ok() {
-                    ctx.metrics.database_phase(key_of(guard), None);
-                }
-                done
-            }
-        }
-    })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)));
+    // A deletion that still waits for its final backup keeps the finalizer: the pass ends
+    // before kube's finalizer helper, which would remove it.
+    let result = match cleanup::await_final_backup(ctx, &db).await {
+        Ok(Some(waiting)) => Ok(waiting),
+        Ok(None) => apply_or_clean_up(ctx, &api, db.clone(), guard).await,
+        Err(error) => Err(error),
+    };
     match &result {
         Ok(_) => ctx.reset_failures(&key_of(guard)),
         Err(error) => {
@@ -193,6 +186,30 @@ async fn reconcile_guarded(guard: &DeserializeGuard<Database>, ctx: &Context) ->
         }
     }
     result
+}
+
+/// kube's finalizer helper: `reconcile_database` while the Database lives, the deletion policy
+/// (then the finalizer's removal) once it is deleted.
+async fn apply_or_clean_up(
+    ctx: &Context,
+    api: &Api<Database>,
+    db: Arc<Database>,
+    guard: &DeserializeGuard<Database>,
+) -> Result<Action> {
+    finalizer(api, FINALIZER, db, |event| async {
+        match event {
+            FinalizerEvent::Apply(db) => reconcile_database(ctx, &db).await,
+            FinalizerEvent::Cleanup(db) => {
+                let done = cleanup::cleanup(ctx, &db).await;
+                if done.is_ok() {
+                    ctx.metrics.database_phase(key_of(guard), None);
+                }
+                done
+            }
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
 /// A Database this version of dbop cannot read (an edit the schema let through, a newer CRD):
@@ -232,7 +249,7 @@ async fn handle_invalid(
     if meta.deletion_timestamp.is_some() && finalizers.iter().any(|f| f == FINALIZER) {
         // Deletion of an unreadable object proceeds as Retain: nothing is destroyed, and the
         // generated credentials are released so they outlive it with the data.
-        cleanup::release_generated_secret(ctx, &ns, &name, meta.uid.as_deref()).await?;
+        cleanup::release_for_retain(ctx, &ns, &name, meta.uid.as_deref()).await?;
         let api: Api<Database> = Api::namespaced(ctx.client.clone(), &ns);
         let remaining: Vec<_> = finalizers.into_iter().filter(|f| f != FINALIZER).collect();
         let patch = json!({"metadata": {"finalizers": remaining, "resourceVersion": meta.resource_version}});

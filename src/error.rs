@@ -15,6 +15,10 @@ pub enum Error {
         source: serde_json::Error,
     },
 
+    /// The deletion policy still waits (for the final backup): the finalizer stays.
+    #[error("deletion waits: {0}")]
+    DeletionWaiting(String),
+
     #[error("finalizer {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
 }
@@ -25,6 +29,7 @@ impl Error {
         match self {
             Error::Kube(_) => "KubeApiError",
             Error::Serialize { .. } => "SerializationError",
+            Error::DeletionWaiting(_) => "DeletionWaiting",
             Error::Finalizer(_) => "FinalizerError",
         }
     }

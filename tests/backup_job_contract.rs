@@ -254,6 +254,7 @@ fn the_backup_job_runs_the_agent_for_real() {
             completion_time: None,
             termination_message: Some(message.clone()),
         }),
+        stale_job: false,
     };
     let status = decide(&backup("orders-202505010200"), &facts).status;
     assert_eq!(status.phase, Some(BackupPhase::Succeeded));

@@ -599,7 +599,8 @@ fn check_decision(db: &Database, d: &Decision) -> Result<(), TestCaseError> {
         && let (Err(problem), Some(plan)) = (BackupSettings::parse(spec), &d.backup)
     {
         prop_assert!(problem.contains("spec.backup."), "{problem}");
-        prop_assert_eq!(&plan.condition.message, &problem);
+        let message = plan.condition.as_ref().map(|c| c.message.clone());
+        prop_assert_eq!(message.as_ref(), Some(&problem));
         prop_assert!(plan.create.is_none(), "a run planned from an invalid spec");
     }
     if let Some(plan) = &d.backup {
@@ -874,6 +875,7 @@ fn backup_facts() -> BoxedStrategy<BackupFacts> {
             database,
             ahead,
             job,
+            stale_job: false,
         })
         .boxed()
 }

@@ -431,3 +431,28 @@ fn verify_reports_the_first_difference() {
     );
     assert_eq!(leftovers, "0", "scratch database dropped");
 }
+
+#[test]
+fn verify_refuses_a_tampered_object() {
+    // One flipped byte in the stored dump: verify fails on integrity before any row is counted,
+    // and the scratch database is dropped.
+    let (pg, s3, r) = backed_up(S3Kind::S3sFs);
+    let key = r.key.clone().unwrap();
+    let mut object = s3.get(&key);
+    let at = object.len() / 2;
+    object[at] ^= 0x01;
+    s3.put(&key, object);
+    let run = agent(
+        &["verify", "latest", "--source-database", "app"],
+        &env_of(&pg, "postgres", &s3),
+    );
+    run.failed();
+    let m = run.message();
+    assert!(m.contains("integrity check failed"), "{m}");
+    assert!(!m.contains("row counts match"), "{m}");
+    let leftovers = pg.psql(
+        "postgres",
+        "SELECT count(*) FROM pg_database WHERE datname LIKE 'dbop_verify_%'",
+    );
+    assert_eq!(leftovers, "0", "scratch database dropped");
+}

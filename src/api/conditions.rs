@@ -20,15 +20,18 @@ pub enum ConditionType {
     BackupHealthy,
     /// A version change is being rolled out.
     Upgrading,
+    /// The latest backup verification restored the backup and its row counts matched.
+    BackupVerified,
 }
 
 impl ConditionType {
-    pub const ALL: [ConditionType; 5] = [
+    pub const ALL: [ConditionType; 6] = [
         ConditionType::Ready,
         ConditionType::StorageReady,
         ConditionType::Initialized,
         ConditionType::BackupHealthy,
         ConditionType::Upgrading,
+        ConditionType::BackupVerified,
     ];
 
     pub fn label(self) -> &'static str {
@@ -38,6 +41,7 @@ impl ConditionType {
             ConditionType::Initialized => "Initialized",
             ConditionType::BackupHealthy => "BackupHealthy",
             ConditionType::Upgrading => "Upgrading",
+            ConditionType::BackupVerified => "BackupVerified",
         }
     }
 }

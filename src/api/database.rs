@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
     doc = "A PostgreSQL database run by dbop with its whole lifecycle.",
     validation = Rule::new("self.metadata.name.size() <= 40").message("metadata.name must be at most 40 characters: dbop derives the names of Services, Pods and Jobs from it"),
     validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name must be a DNS-1035 label (lower-case letters, digits and '-', starting with a letter, no dots): it names the Database's Services"),
+    validation = Rule::new("!has(self.spec.deletionPolicy) || self.spec.deletionPolicy != 'Snapshot' || has(self.spec.backup)").message("deletionPolicy Snapshot needs spec.backup: the final backup is stored where spec.backup.s3 says"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase", description = "Where the database is in its lifecycle"),
     printcolumn(name = "Version", type_ = "string", json_path = ".status.currentVersion", description = "The version the running server is on"),
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status", description = "Whether the database accepts connections"),
@@ -85,7 +86,9 @@ pub struct DatabaseSpec {
     pub init: Option<InitSpec>,
 
     /// What happens to the data when the Database is deleted: `Retain` (default) keeps the
-    /// volume and the credentials Secret, `Delete` removes them.
+    /// volume, the credentials Secret and the `DatabaseBackup`s; `Delete` removes them;
+    /// `Snapshot` takes a final backup first and removes the volume only once it succeeded
+    /// (the `DatabaseBackup`s are kept). Dumps in object storage are never deleted.
     #[serde(default)]
     pub deletion_policy: DeletionPolicy,
 
@@ -93,8 +96,8 @@ pub struct DatabaseSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_metadata: Option<PodMetadata>,
 
-    /// Scheduled backups to S3-compatible storage. Without it, dbop makes no scheduled backups
-    /// and `BackupHealthy` is False (`BackupNotConfigured`).
+    /// Scheduled backups to S3-compatible storage. Without it, dbop makes no backups and the
+    /// Database has no `BackupHealthy` condition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<BackupSpec>,
 
@@ -194,6 +197,11 @@ pub enum DeletionPolicy {
     Retain,
     /// Delete the volumes and the generated credentials Secret.
     Delete,
+    /// Take a final backup (a `DatabaseBackup` with reason `Final`), then delete the volumes
+    /// and the generated credentials Secret. If the final backup fails or does not finish
+    /// within `spec.backup.timeout`, nothing is deleted and the Database stays, saying so.
+    /// Needs `spec.backup`.
+    Snapshot,
 }
 
 /// Extra metadata for the pods dbop creates.
@@ -265,6 +273,63 @@ pub struct BackupSpec {
     /// The compression of the dumps.
     #[serde(default)]
     pub compression: Compression,
+
+    /// Proof that the backups restore: a Job restores the latest backup into a scratch
+    /// database and checks it. No verification when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<VerifySpec>,
+}
+
+/// When the latest backup is restored into a scratch database to prove it restores: on a
+/// schedule or after every Nth successful backup (exactly one of them).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.schedule) != has(self.everyNthBackup)",
+    "message": "verify needs exactly one of schedule or everyNthBackup"
+}]))]
+pub struct VerifySpec {
+    /// A standard 5-field cron expression (or `@daily`, `@weekly`, …), read in
+    /// `spec.backup.timeZone`: verify the latest successful backup at these times.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    #[schemars(regex(
+        pattern = r"^\s*(@(yearly|monthly|weekly|daily|hourly)|\S+\s+\S+\s+\S+\s+\S+\s+\S+)\s*$"
+    ))]
+    pub schedule: Option<String>,
+    /// Verify after every Nth successful backup (1: after each one). At most
+    /// `retention.keepLast` is counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub every_nth_backup: Option<u32>,
+}
+
+/// The latest verification of a backup (`spec.backup.verify`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VerificationStatus {
+    /// When the latest verification succeeded (the agent's completion time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_verified_time: Option<DateTime<Utc>>,
+    /// The backup id that verification restored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_verified_backup_id: Option<String>,
+    /// When the latest verification failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure_time: Option<DateTime<Utc>>,
+    /// The outcome of the latest finished verification: `Succeeded` or `Failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    /// What the latest finished verification reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The verify Job of the latest trigger.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    /// The time of the latest trigger: the scheduled time, or the completion of the backup
+    /// that made it the Nth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_trigger_time: Option<DateTime<Utc>>,
 }
 
 /// An S3-compatible bucket (AWS S3, MinIO, any S3 API).
@@ -501,6 +566,9 @@ pub struct DatabaseStatus {
     /// The backup `spec.bootstrap.fromBackup` restored, once it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bootstrap: Option<BootstrapStatus>,
+    /// The latest verification of a backup (`spec.backup.verify`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<VerificationStatus>,
 }
 
 impl Database {

@@ -13,7 +13,7 @@ pub use backup::{
 pub use database::{
     BackupSpec, BackupStatus, CaSource, Compression, CredentialsSpec, Database, DatabaseSpec,
     DatabaseStatus, DeletionPolicy, Engine, InitSpec, KeyRef, Phase, PodMetadata, RetentionSpec,
-    S3CredentialsRef, S3Spec, StorageSpec,
+    S3CredentialsRef, S3Spec, StorageSpec, VerificationStatus, VerifySpec,
 };
 pub use database::{BootstrapSpec, BootstrapStatus, FromBackupSpec};
 

@@ -72,6 +72,9 @@ pub fn decide(backup: &DatabaseBackup, facts: &BackupFacts) -> BackupDecision {
     if let Some(job) = &facts.job {
         return follow_job(backup, previous, job, facts.now);
     }
+    if facts.stale_job {
+        return stale_job_wait(backup, previous);
+    }
     let database = &backup.spec.database;
     match start(backup, facts.database.as_ref(), &facts.ahead) {
         Start::Refused(refusal) => failed(previous, refusal_message(&refusal, database), facts.now),
@@ -85,6 +88,23 @@ pub fn decide(backup: &DatabaseBackup, facts: &BackupFacts) -> BackupDecision {
             requeue_after: Some(REQUEUE_QUEUED),
         },
         Start::Now => running(backup, previous, Some(facts.now), true),
+    }
+}
+
+/// A Job of this name is left by an earlier `DatabaseBackup` of the same name: its outcome is
+/// not this backup's, so wait until garbage collection removes it.
+fn stale_job_wait(backup: &DatabaseBackup, previous: DatabaseBackupStatus) -> BackupDecision {
+    BackupDecision {
+        status: DatabaseBackupStatus {
+            phase: Some(BackupPhase::Pending),
+            message: Some(format!(
+                "waiting for Job {} of an earlier DatabaseBackup of this name to be deleted",
+                job_name(&name_of(backup))
+            )),
+            ..previous
+        },
+        create_job: false,
+        requeue_after: Some(REQUEUE_QUEUED),
     }
 }
 
@@ -337,6 +357,7 @@ mod tests {
             database,
             ahead: vec![],
             job,
+            stale_job: false,
         }
     }
 
@@ -448,6 +469,17 @@ mod tests {
                 Pending,
                 false,
                 "does not exist: create it with the keys",
+            ),
+            (
+                "a Job left by an earlier backup of this name",
+                manual.clone(),
+                BackupFacts {
+                    stale_job: true,
+                    ..facts(Some(ready_db()), None)
+                },
+                Pending,
+                false,
+                "of an earlier DatabaseBackup of this name",
             ),
             (
                 "Job running",

@@ -106,33 +106,13 @@ pub fn backup_job(
     let parsed = BackupSettings::parse(spec).map_err(JobProblem::InvalidSpec)?;
     let image = running_image(db, settings).ok_or(JobProblem::NoRunningVersion)?;
     let backup_name = backup.metadata.name.clone().unwrap_or_default();
-    let (copy_agent, agent) = copy_binary(settings, "dbop-backup");
-    debug_assert_eq!(agent, AGENT_PATH);
     let args = agent_args(db, spec, &parsed, &backup_id(&backup_name, created));
-    let container = Container {
-        image: Some(image),
-        args: Some(args),
-        env: Some(agent_env(db, &spec.s3)),
-        resources: Some(settings.job_resources.clone()),
-        volume_mounts: Some(agent_mounts(spec.s3.ca.is_some())),
-        ..agent_container()
-    };
-    let mut volumes = vec![scratch(DBOP_BIN_VOLUME), scratch("tmp")];
-    volumes.extend(spec.s3.ca.as_ref().map(ca_volume));
-    let pod = PodSpec {
-        init_containers: Some(vec![copy_agent]),
-        containers: vec![container],
-        image_pull_secrets: pull_secrets(settings),
-        volumes: Some(volumes),
-        ..job_pod_spec()
-    };
+    let pod = agent_pod(settings, spec, image, args, agent_env(db, &spec.s3));
     Ok(Job {
         metadata: job_meta(db, backup, &backup_name),
         spec: Some(JobSpec {
             backoff_limit: Some(BACKOFF_LIMIT),
-            active_deadline_seconds: Some(
-                i64::try_from(parsed.timeout.as_secs().max(60)).unwrap_or(i64::MAX),
-            ),
+            active_deadline_seconds: Some(job_deadline(&parsed)),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(with_backup_label(
@@ -150,25 +130,111 @@ pub fn backup_job(
     })
 }
 
-/// The agent's arguments: where the dump goes, its id, retention. Nothing secret.
-fn agent_args(db: &Database, spec: &BackupSpec, parsed: &BackupSettings, id: &str) -> Vec<String> {
+/// How long a finished verify Job stays (its outcome is in the Database's status by then).
+const VERIFY_JOB_TTL_SECONDS: i32 = 86_400;
+
+/// The verify Job `name`, owned by the Database: `dbop-backup verify latest` restores the
+/// latest backup into a scratch database on the server (created and dropped by the agent) and
+/// compares the row counts with the manifest's. Same image, agent, credentials and S3 settings
+/// as a backup Job.
+pub fn verify_job(db: &Database, name: &str, settings: &Settings) -> Result<Job, JobProblem> {
+    let spec = db.spec.backup.as_ref().ok_or(JobProblem::NoBackupSpec)?;
+    let parsed = BackupSettings::parse(spec).map_err(JobProblem::InvalidSpec)?;
+    let image = running_image(db, settings).ok_or(JobProblem::NoRunningVersion)?;
+    let credentials = secret_name(db);
+    let mut env = agent_env(db, &spec.s3);
+    // The application database (named after the superuser): the scratch database is made from
+    // a connection to it, and its backups are the ones verified.
+    env.push(secret_env("PGDATABASE", &credentials, USERNAME_KEY, true));
+    env.push(secret_env(
+        "DBOP_BACKUP_SOURCE_DATABASE",
+        &credentials,
+        USERNAME_KEY,
+        true,
+    ));
+    let mut args = vec!["verify".to_string(), "latest".to_string()];
+    args.extend(s3_args(db, spec));
+    let pod = agent_pod(settings, spec, image, args, env);
+    Ok(Job {
+        metadata: crate::resources::owned_meta(db, name.to_string(), "verify"),
+        spec: Some(JobSpec {
+            backoff_limit: Some(BACKOFF_LIMIT),
+            active_deadline_seconds: Some(job_deadline(&parsed)),
+            ttl_seconds_after_finished: Some(VERIFY_JOB_TTL_SECONDS),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(job_pod_labels(db, "verify")),
+                    annotations: pod_annotations(db),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(pod),
+            },
+            ..JobSpec::default()
+        }),
+        ..Job::default()
+    })
+}
+
+/// The pod of an agent Job: the agent copied in by an init container, run from the
+/// database `image` with `args` and `env`, the S3 CA mounted when there is one.
+fn agent_pod(
+    settings: &Settings,
+    spec: &BackupSpec,
+    image: String,
+    args: Vec<String>,
+    env: Vec<EnvVar>,
+) -> PodSpec {
+    let (copy_agent, agent) = copy_binary(settings, "dbop-backup");
+    debug_assert_eq!(agent, AGENT_PATH);
+    let container = Container {
+        image: Some(image),
+        args: Some(args),
+        env: Some(env),
+        resources: Some(settings.job_resources.clone()),
+        volume_mounts: Some(agent_mounts(spec.s3.ca.is_some())),
+        ..agent_container()
+    };
+    let mut volumes = vec![scratch(DBOP_BIN_VOLUME), scratch("tmp")];
+    volumes.extend(spec.s3.ca.as_ref().map(ca_volume));
+    PodSpec {
+        init_containers: Some(vec![copy_agent]),
+        containers: vec![container],
+        image_pull_secrets: pull_secrets(settings),
+        volumes: Some(volumes),
+        ..job_pod_spec()
+    }
+}
+
+/// An agent Job's deadline: `spec.backup.timeout`, at least a minute.
+fn job_deadline(parsed: &BackupSettings) -> i64 {
+    i64::try_from(parsed.timeout.as_secs().max(60)).unwrap_or(i64::MAX)
+}
+
+/// Where the backups are and how to reach them, for every agent command. Nothing secret.
+fn s3_args(db: &Database, spec: &BackupSpec) -> Vec<String> {
     let s3 = &spec.s3;
-    let mut args: Vec<String> = vec![
-        "dump".into(),
+    let mut args = vec![
         format!("--bucket={}", s3.bucket),
         format!("--prefix={}", storage_prefix(db, spec)),
-        format!("--backup-id={id}"),
         format!("--result-file={TERMINATION_LOG}"),
-        format!("--keep-last={}", parsed.history.keep_last),
     ];
-    if let Some(max_age) = parsed.history.max_age {
-        args.push(format!("--max-age={}", format_duration(max_age)));
-    }
     if s3.force_path_style {
         args.push("--path-style".into());
     }
     if s3.ca.is_some() {
         args.push(format!("--ca-file={CA_FILE}"));
+    }
+    args
+}
+
+/// The agent's arguments: where the dump goes, its id, retention. Nothing secret.
+fn agent_args(db: &Database, spec: &BackupSpec, parsed: &BackupSettings, id: &str) -> Vec<String> {
+    let mut args = vec!["dump".to_string()];
+    args.extend(s3_args(db, spec));
+    args.push(format!("--backup-id={id}"));
+    args.push(format!("--keep-last={}", parsed.history.keep_last));
+    if let Some(max_age) = parsed.history.max_age {
+        args.push(format!("--max-age={}", format_duration(max_age)));
     }
     args
 }
@@ -576,6 +642,49 @@ pub(crate) mod tests {
             }
             other => panic!("expected InvalidSpec, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn the_verify_job_restores_the_latest_backup_of_the_application_database() {
+        let db = with_backup(serde_json::json!({}));
+        let job = verify_job(&db, "orders-verify-202505010300", &Settings::default()).unwrap();
+        assert_eq!(
+            job.metadata.owner_references.as_ref().unwrap()[0].kind,
+            "Database"
+        );
+        assert_eq!(
+            job.metadata.labels.as_ref().unwrap()["app.kubernetes.io/component"],
+            "verify"
+        );
+        let spec = job.spec.as_ref().unwrap();
+        assert!(spec.ttl_seconds_after_finished.is_some());
+        let c = container(&job);
+        let args = c.args.clone().unwrap();
+        assert_eq!(&args[..2], ["verify", "latest"]);
+        for want in [
+            "--bucket=backups",
+            "--prefix=team-a/shop/orders",
+            "--result-file=/dev/termination-log",
+            "--path-style",
+        ] {
+            assert!(
+                args.iter().any(|a| a == want),
+                "{want} missing from {args:?}"
+            );
+        }
+        let env = c.env.unwrap();
+        for name in ["PGDATABASE", "DBOP_BACKUP_SOURCE_DATABASE"] {
+            let e = env.iter().find(|e| e.name == name).unwrap();
+            let r = e.value_from.clone().unwrap().secret_key_ref.unwrap();
+            assert_eq!(
+                (r.name.as_str(), r.key.as_str()),
+                ("orders-credentials", "username")
+            );
+        }
+        assert!(
+            env.iter()
+                .all(|e| e.name != "PGPASSWORD" || e.value.is_none())
+        );
     }
 
     #[test]

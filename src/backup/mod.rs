@@ -7,6 +7,7 @@
 //! - `settings` parses `spec.backup` once for the plan and the Job (pure);
 //! - `plan` is the pure backup part of a Database's reconcile (the due run, history, health);
 //! - `job` is the pure builder of the backup Job; `ca` reads whether the `s3.ca` source exists;
+//! - `verify` decides backup verification (pure), `verify_io` reads its Jobs and creates them;
 //! - `s3_secret` is the pure check of the S3 credentials Secret, read by both controllers;
 //! - the `DatabaseBackup` controller: `observe` (reads) → `decide` (pure) → `act` (writes),
 //!   run by `controller` (the watches).
@@ -25,3 +26,5 @@ pub mod schedule;
 pub mod settings;
 #[cfg(test)]
 pub(crate) mod testing;
+pub mod verify;
+pub mod verify_io;

@@ -31,6 +31,9 @@ pub struct BackupFacts {
     /// Unfinished backups of the same Database that go first: (name, running).
     pub ahead: Vec<(String, bool)>,
     pub job: Option<JobFacts>,
+    /// A Job of this name exists but belongs to an earlier `DatabaseBackup` of the same name
+    /// (deleted and made again, e.g. to retry a final backup): wait until it is collected.
+    pub stale_job: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -73,7 +76,9 @@ pub async fn observe(
         Some(DeserializeGuard(Err(invalid))) => return Err(unreadable(invalid.error)),
         None => None,
     };
-    let job = match get(&caches.jobs, &ns, &job_name(&name_of(backup))) {
+    let job = get(&caches.jobs, &ns, &job_name(&name_of(backup)));
+    let stale_job = job.as_ref().is_some_and(|j| !owned_by(j, backup));
+    let job = match job.filter(|j| owned_by(j, backup)) {
         Some(job) => Some(observe_job(client, &ns, &job).await?),
         None => None,
     };
@@ -91,6 +96,7 @@ pub async fn observe(
         database: database_facts,
         ahead,
         job,
+        stale_job,
     };
     Ok(Observed { facts, database })
 }
@@ -99,6 +105,17 @@ pub async fn observe(
 fn unreadable(message: String) -> crate::error::Error {
     let error = <serde_json::Error as serde::de::Error>::custom(message);
     crate::error::Error::Kube(kube::Error::SerdeError(error))
+}
+
+/// Whether the Job belongs to this very `DatabaseBackup` (its owner's uid), not to an earlier
+/// one of the same name.
+fn owned_by(job: &Job, backup: &DatabaseBackup) -> bool {
+    let uid = backup.metadata.uid.as_deref();
+    job.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "DatabaseBackup" && Some(o.uid.as_str()) == uid)
 }
 
 /// The Job's state, times and (once it ended) its pod's termination message.
@@ -155,16 +172,22 @@ fn job_facts(job: &Job, state: JobState, pods: &[Pod]) -> JobFacts {
     JobFacts {
         state,
         start_time: status.start_time.as_ref().map(to_chrono),
-        completion_time: status.completion_time.as_ref().map(to_chrono).or_else(|| {
-            status
-                .conditions
-                .iter()
-                .flatten()
-                .filter(|c| c.type_ == "Failed" && c.status == "True")
-                .find_map(|c| c.last_transition_time.as_ref().map(to_chrono))
-        }),
+        completion_time: finished_at(job),
         termination_message: termination_message(pods),
     }
+}
+
+/// When a Job ended: its completion time, or when it was marked Failed.
+pub(crate) fn finished_at(job: &Job) -> Option<DateTime<Utc>> {
+    let status = job.status.as_ref()?;
+    status.completion_time.as_ref().map(to_chrono).or_else(|| {
+        status
+            .conditions
+            .iter()
+            .flatten()
+            .filter(|c| c.type_ == "Failed" && c.status == "True")
+            .find_map(|c| c.last_transition_time.as_ref().map(to_chrono))
+    })
 }
 
 fn database_facts(db: &Database, s3_problem: Option<S3SecretProblem>) -> DatabaseFacts {
@@ -216,12 +239,12 @@ pub(super) fn name_of(b: &DatabaseBackup) -> String {
     b.metadata.name.clone().unwrap_or_default()
 }
 
-pub(super) fn to_chrono(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> DateTime<Utc> {
+pub(crate) fn to_chrono(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> DateTime<Utc> {
     DateTime::from_timestamp(t.0.as_second(), 0).unwrap_or_default()
 }
 
 /// The backup container's termination message in the newest of the Job's pods.
-fn termination_message(pods: &[Pod]) -> Option<String> {
+pub(crate) fn termination_message(pods: &[Pod]) -> Option<String> {
     pods.iter()
         .filter_map(|p| {
             let statuses = p.status.as_ref()?.container_statuses.as_ref()?;

@@ -48,7 +48,9 @@ pub struct NewBackup {
 /// The backup part of a Database's decision.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BackupPlan {
-    pub condition: ConditionStatus,
+    /// `BackupHealthy`; None without `spec.backup`: the condition is then absent (a Database
+    /// that never asked for backups is not unhealthy, and alerts on False stay quiet).
+    pub condition: Option<ConditionStatus>,
     pub status: Option<BackupStatus>,
     pub create: Option<NewBackup>,
     pub prune: Vec<String>,
@@ -78,7 +80,7 @@ pub fn plan_backups(db: &Database, fact: &BackupHistoryFact, phase: Phase) -> Ba
     );
     let (condition, health_requeue) = health(fact, &settings, &outcomes, &schedule);
     BackupPlan {
-        condition,
+        condition: Some(condition),
         events: skipped_event(&schedule, &previous).into_iter().collect(),
         create: match &schedule.run {
             Run::Start { at, name } => Some(NewBackup {
@@ -100,7 +102,8 @@ pub fn plan_backups(db: &Database, fact: &BackupHistoryFact, phase: Phase) -> Ba
     }
 }
 
-/// No `spec.backup`: only the outcomes of earlier backups are kept in the status.
+/// No `spec.backup`: no `BackupHealthy` condition, and only the outcomes of earlier backups
+/// are kept in the status.
 fn not_configured(outcomes: BackupStatus) -> BackupPlan {
     let status = BackupStatus {
         last_schedule_time: None,
@@ -108,12 +111,7 @@ fn not_configured(outcomes: BackupStatus) -> BackupPlan {
         ..outcomes
     };
     BackupPlan {
-        condition: ConditionStatus::new(
-            ConditionType::BackupHealthy,
-            false,
-            "BackupNotConfigured",
-            "spec.backup is not set: no scheduled backups are made",
-        ),
+        condition: None,
         status: (status != BackupStatus::default()).then_some(status),
         create: None,
         prune: vec![],
@@ -125,12 +123,12 @@ fn not_configured(outcomes: BackupStatus) -> BackupPlan {
 /// A `spec.backup` that cannot be read: nothing is scheduled until it is fixed.
 fn invalid_spec(message: String, previous: &BackupStatus, outcomes: BackupStatus) -> BackupPlan {
     BackupPlan {
-        condition: ConditionStatus::new(
+        condition: Some(ConditionStatus::new(
             ConditionType::BackupHealthy,
             false,
             "InvalidBackupSpec",
             message,
-        ),
+        )),
         status: Some(BackupStatus {
             next_schedule_time: None,
             last_schedule_time: previous.last_schedule_time,
@@ -296,6 +294,7 @@ fn rfc3339(t: DateTime<Utc>) -> String {
 
 /// The Events of a `BackupHealthy` change: a Warning whenever it turns False or is False for a
 /// new reason (the backup controller reports individual failures itself).
+/// `BackupNotConfigured` is the reason earlier versions wrote without `spec.backup`: no Event.
 pub fn health_events(old: Option<&ConditionStatus>, new: &ConditionStatus) -> Vec<EventSpec> {
     let changed = old.is_none_or(|o| o.status != new.status || o.reason != new.reason);
     if !changed || new.reason == "BackupNotConfigured" {
@@ -359,6 +358,7 @@ mod tests {
             Some(Utc.with_ymd_and_hms(2025, 5, 1, 2, 0, 0).unwrap()),
         );
         let plan = plan_backups(&db, &fact(), Phase::Ready);
+        let condition = plan.condition.clone().unwrap();
         assert_eq!(plan.create.as_ref().unwrap().name, "orders-202505010200");
         let status = plan.status.unwrap();
         assert_eq!(
@@ -370,7 +370,7 @@ mod tests {
             Some(Utc.with_ymd_and_hms(2025, 5, 2, 2, 0, 0).unwrap())
         );
         // No success yet although a run was due.
-        assert_eq!(plan.condition.reason, "NoSuccessfulBackup");
+        assert_eq!(condition.reason, "NoSuccessfulBackup");
     }
 
     #[test]
@@ -391,9 +391,10 @@ mod tests {
         };
         let plan = plan_backups(&db, &f, Phase::Ready);
         assert!(plan.create.is_none());
-        assert!(!plan.condition.status);
-        assert_eq!(plan.condition.reason, "S3CredentialsSecretNotFound");
-        let events = health_events(None, &plan.condition);
+        let condition = plan.condition.unwrap();
+        assert!(!condition.status);
+        assert_eq!(condition.reason, "S3CredentialsSecretNotFound");
+        let events = health_events(None, &condition);
         assert!(events[0].warning && events[0].reason == "S3CredentialsSecretNotFound");
     }
 
@@ -419,20 +420,22 @@ mod tests {
     }
 
     #[test]
-    fn invalid_and_missing_specs_are_conditions() {
+    fn an_invalid_spec_is_a_condition_and_a_missing_one_none() {
         let db = with_backup(serde_json::json!({"schedule": "0 2 1 * 1"}));
-        let plan = plan_backups(&db, &fact(), Phase::Ready);
-        assert_eq!(plan.condition.reason, "InvalidBackupSpec");
-        assert!(plan.condition.message.contains("set one of them to *"));
+        let condition = plan_backups(&db, &fact(), Phase::Ready).condition.unwrap();
+        assert_eq!(condition.reason, "InvalidBackupSpec");
+        assert!(condition.message.contains("set one of them to *"));
         let db = with_backup(serde_json::json!({"timeZone": "Nowhere/Land"}));
         assert!(
             plan_backups(&db, &fact(), Phase::Ready)
                 .condition
+                .unwrap()
                 .message
                 .contains("timeZone")
         );
+        // Without spec.backup there is no BackupHealthy at all (not False: nothing to alert on).
         let plan = plan_backups(&crate::resources::testing::minimal(), &fact(), Phase::Ready);
-        assert_eq!(plan.condition.reason, "BackupNotConfigured");
+        assert_eq!(plan.condition, None);
         assert_eq!(plan.status, None);
     }
 
@@ -465,7 +468,7 @@ mod tests {
         assert_eq!(status.last_successful.as_deref(), Some("b"));
         assert_eq!(status.last_successful_time, Some(at(1)));
         assert_eq!(status.last_failure.as_deref(), Some("c"));
-        assert_eq!(plan.condition.reason, "BackupSucceeded");
+        assert_eq!(plan.condition.as_ref().unwrap().reason, "BackupSucceeded");
         assert_eq!(plan.prune, vec!["a".to_string()]);
         // The same world gives the same plan: a second pass writes nothing.
         db.status.as_mut().unwrap().backup = plan.status.clone();

@@ -66,6 +66,7 @@ pub struct Metrics {
     backup_time: Family<DatabaseLabels, Gauge<f64, AtomicU64>>,
     backup_size: Family<DatabaseLabels, Gauge>,
     backup_scheduled: Family<DatabaseLabels, Gauge>,
+    backup_verified: Family<DatabaseLabels, Gauge<f64, AtomicU64>>,
     conditions: Family<ConditionLabels, Gauge>,
     /// The last phase seen per Database, from which `databases` is counted.
     phases: Mutex<HashMap<DatabaseKey, Phase>>,
@@ -89,6 +90,7 @@ impl Metrics {
         let backup_time = Family::<DatabaseLabels, Gauge<f64, AtomicU64>>::default();
         let backup_size = Family::<DatabaseLabels, Gauge>::default();
         let backup_scheduled = Family::<DatabaseLabels, Gauge>::default();
+        let backup_verified = Family::<DatabaseLabels, Gauge<f64, AtomicU64>>::default();
         let conditions = Family::<ConditionLabels, Gauge>::default();
         registry.register(
             "database_condition",
@@ -129,6 +131,12 @@ impl Metrics {
             Unit::Bytes,
             backup_size.clone(),
         );
+        registry.register_with_unit(
+            "backup_last_verified_timestamp",
+            "When the latest backup verification of a Database succeeded (Unix time)",
+            Unit::Seconds,
+            backup_verified.clone(),
+        );
         let metrics = Self {
             registry,
             reconciles,
@@ -138,6 +146,7 @@ impl Metrics {
             backup_time,
             backup_size,
             backup_scheduled,
+            backup_verified,
             conditions,
             phases: Mutex::new(HashMap::new()),
         };
@@ -176,6 +185,7 @@ impl Metrics {
             self.backup_time.remove(&labels);
             self.backup_size.remove(&labels);
             self.backup_scheduled.remove(&labels);
+            self.backup_verified.remove(&labels);
             for type_ in ConditionType::ALL {
                 self.conditions
                     .remove(&condition_labels(&labels, type_.label()));
@@ -227,6 +237,13 @@ impl Metrics {
                 self.backup_size.get_or_create(&labels).set(size);
             }
         }
+    }
+
+    /// A verification of a Database's latest backup succeeded at `verified` (Unix seconds).
+    pub fn backup_verified(&self, key: DatabaseKey, verified: f64) {
+        self.backup_verified
+            .get_or_create(&database_labels(key))
+            .set(verified);
     }
 
     /// The metrics in the text exposition format (OpenMetrics 1.0, which Prometheus reads).

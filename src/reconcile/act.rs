@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Resource};
 use rand::Rng;
@@ -192,7 +193,10 @@ pub fn next_status(db: &Database, decision: &Decision, now: DateTime<Utc>) -> Da
     let generation = db.metadata.generation;
     DatabaseStatus {
         phase: Some(decision.phase),
-        conditions: merge(&previous.conditions, &decision.conditions, generation, now),
+        conditions: without_backup_health(
+            merge(&previous.conditions, &decision.conditions, generation, now),
+            decision,
+        ),
         observed_generation: generation,
         current_version: decision.current_version.clone(),
         target_version: Some(db.spec.version.clone()),
@@ -203,7 +207,22 @@ pub fn next_status(db: &Database, decision: &Decision, now: DateTime<Utc>) -> Da
             None => previous.backup,
         },
         bootstrap: decision.bootstrap.clone().or(previous.bootstrap),
+        // Written by the verification step (`backup::verify`), kept otherwise.
+        verification: previous.verification,
     }
+}
+
+/// Removes `BackupHealthy` when the backup plan has none (no `spec.backup`): `merge` keeps the
+/// types a decision does not mention, so an absent condition must be dropped here.
+fn without_backup_health(mut conditions: Vec<Condition>, decision: &Decision) -> Vec<Condition> {
+    if decision
+        .backup
+        .as_ref()
+        .is_some_and(|p| p.condition.is_none())
+    {
+        conditions.retain(|c| c.type_ != ConditionType::BackupHealthy.label());
+    }
+    conditions
 }
 
 /// Creates the due scheduled `DatabaseBackup` and deletes the ones the history policy drops.
@@ -291,6 +310,38 @@ fn new_password() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_database_without_backups_loses_an_old_backup_not_configured_condition() {
+        use crate::reconcile::observe::{CredentialsFact, Facts, InitSourceFact};
+        use chrono::TimeZone;
+        let mut db = crate::resources::testing::minimal();
+        let old = ConditionStatus::new(
+            ConditionType::BackupHealthy,
+            false,
+            "BackupNotConfigured",
+            "spec.backup is not set",
+        );
+        let t = Utc.timestamp_opt(0, 0).unwrap();
+        db.status = Some(DatabaseStatus {
+            conditions: merge(&[], &[old], Some(1), t),
+            ..DatabaseStatus::default()
+        });
+        let facts = Facts {
+            credentials: CredentialsFact::Usable,
+            init_source: InitSourceFact::Available,
+            statefulset: None,
+            volume: None,
+            init_job: None,
+            backups: Default::default(),
+            bootstrap: None,
+        };
+        let decision =
+            crate::reconcile::decide::decide(&db, &facts, &crate::resources::Settings::default());
+        let status = next_status(&db, &decision, t);
+        assert_eq!(find(&status.conditions, ConditionType::BackupHealthy), None);
+        assert!(find(&status.conditions, ConditionType::Ready).is_some());
+    }
 
     #[test]
     fn passwords_are_long_and_distinct() {

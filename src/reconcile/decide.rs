@@ -164,13 +164,15 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
         .map_or(requeue_after, |b| b.min(requeue_after));
     Decision {
         phase,
-        conditions: vec![
+        conditions: [
             ready,
             storage_condition(db, facts),
             init.condition,
             rollout.condition(db),
-            backup.condition.clone(),
-        ],
+        ]
+        .into_iter()
+        .chain(backup.condition.clone())
+        .collect(),
         steps,
         current_version: rollout.new_version(db),
         requeue_after,

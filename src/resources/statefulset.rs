@@ -54,6 +54,8 @@ pub fn statefulset(
     let claim_policy = match db.spec.deletion_policy {
         DeletionPolicy::Retain => "Retain",
         DeletionPolicy::Delete => "Delete",
+        // The finalizer deletes the claims itself, and only after a succeeded final backup.
+        DeletionPolicy::Snapshot => "Retain",
     };
     StatefulSet {
         metadata: meta,
