@@ -32,6 +32,7 @@ pub mod plugin;
 pub mod reconcile;
 pub mod resources;
 pub mod telemetry;
+pub mod upgrade;
 
 /// The field manager of every server-side apply dbop sends.
 pub const FIELD_MANAGER: &str = "dbop";

@@ -15,6 +15,7 @@ pub use database::{
     DatabaseStatus, DeletionPolicy, Engine, InitSpec, KeyRef, Phase, PodMetadata, RetentionSpec,
     S3CredentialsRef, S3Spec, StorageSpec,
 };
+pub use database::{UpgradeSpec, UpgradeStage, UpgradeStageTime, UpgradeStatus};
 
 /// The API group of every dbop resource.
 pub const GROUP: &str = "dbop.dev";

@@ -6,7 +6,7 @@
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use kube::api::ListParams;
 use kube::{Api, Client};
 
@@ -18,7 +18,8 @@ use crate::error::Error;
 use crate::kube_io::{JobState, job_state};
 use crate::resources::credentials::{self, SecretProblem};
 use crate::resources::statefulset::template_image;
-use crate::resources::{Names, owner_reference};
+use crate::resources::{Names, owner_reference, selector_labels};
+use crate::upgrade::facts::{self as upgrade_facts, UpgradeFacts};
 
 /// The objects of one Database as the API server has them now.
 #[derive(Clone, Debug, Default)]
@@ -39,6 +40,82 @@ pub struct Snapshot {
     pub s3_ca_problem: Option<String>,
     /// When the snapshot was read: the `now` of every time-based decision of this pass.
     pub observed_at: DateTime<Utc>,
+    /// What an upgrade under way reads (empty when none is).
+    pub upgrade: UpgradeObjects,
+}
+
+/// The objects an upgrade under way reads: the database pods, its preflight Job and that
+/// Job's pods.
+#[derive(Clone, Debug, Default)]
+pub struct UpgradeObjects {
+    pub pods: Vec<Pod>,
+    pub preflight_job: Option<Job>,
+    pub preflight_pods: Vec<Pod>,
+}
+
+/// Reads the upgrade's objects, only while an upgrade is under way (an idle Database reads
+/// no pods).
+pub async fn upgrade_objects(client: &Client, db: &Database) -> Result<UpgradeObjects, Error> {
+    let Some(upgrade) = db
+        .status
+        .as_ref()
+        .and_then(|s| s.upgrade.as_ref())
+        .filter(|u| !u.stage.is_finished())
+    else {
+        return Ok(UpgradeObjects::default());
+    };
+    let ns = db.namespace_or_default();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let selector = selector_labels(&db.name())
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let database_pods = pods.list(&ListParams::default().labels(&selector)).await?;
+    let (preflight_job, preflight_pods) = match &upgrade.preflight_job {
+        Some(name) if upgrade.stage == crate::api::UpgradeStage::Preflight => {
+            let job = Api::<Job>::namespaced(client.clone(), &ns)
+                .get_opt(name)
+                .await?;
+            let job_pods = pods
+                .list(
+                    &ListParams::default().labels(&format!("batch.kubernetes.io/job-name={name}")),
+                )
+                .await?;
+            (job, job_pods.items)
+        }
+        _ => (None, vec![]),
+    };
+    Ok(UpgradeObjects {
+        pods: database_pods.items,
+        preflight_job,
+        preflight_pods,
+    })
+}
+
+/// The upgrade's facts: its preflight Job and backup, the StatefulSet's revisions, the pods.
+fn upgrade_fact(db: &Database, snap: &Snapshot) -> UpgradeFacts {
+    let upgrade = db.status.as_ref().and_then(|s| s.upgrade.as_ref());
+    let backup_name = upgrade.and_then(|u| u.pre_upgrade_backup.as_deref());
+    UpgradeFacts {
+        preflight: snap
+            .upgrade
+            .preflight_job
+            .as_ref()
+            .map(|job| upgrade_facts::preflight_fact(job, &snap.upgrade.preflight_pods)),
+        backup: snap
+            .backups
+            .iter()
+            .find(|b| b.metadata.name.as_deref() == backup_name && backup_name.is_some())
+            .map(upgrade_facts::backup_fact),
+        statefulset: snap.statefulset.as_ref().map(upgrade_facts::revision_fact),
+        pods: snap
+            .upgrade
+            .pods
+            .iter()
+            .filter_map(upgrade_facts::pod_fact)
+            .collect(),
+    }
 }
 
 /// Reads the snapshot. Reads only; a missing object is `None`, not an error.
@@ -97,6 +174,7 @@ pub async fn snapshot(client: &Client, db: &Database) -> Result<Snapshot, Error>
         statefulset: statefulsets.get_opt(&names.statefulset()).await?,
         init_job: jobs.get_opt(&names.init_job()).await?,
         data_claims,
+        upgrade: upgrade_objects(client, db).await?,
     })
 }
 
@@ -161,6 +239,7 @@ pub struct Facts {
     pub volume: Option<VolumeFact>,
     pub init_job: Option<JobState>,
     pub backups: BackupHistoryFact,
+    pub upgrade: UpgradeFacts,
 }
 
 impl Facts {
@@ -172,6 +251,7 @@ impl Facts {
             volume: snap.data_claims.first().map(|pvc| volume_fact(db, pvc)),
             init_job: snap.init_job.as_ref().map(job_state),
             backups: backups_fact(db, snap),
+            upgrade: upgrade_fact(db, snap),
         }
     }
 }

@@ -7,6 +7,7 @@
 pub mod credentials;
 pub mod init_job;
 pub mod pod;
+pub mod preflight_job;
 pub mod services;
 pub mod statefulset;
 

@@ -1,0 +1,566 @@
+//! The stage machine of one upgrade: from the Database (its spec, `status.upgrade`), the
+//! observed `UpgradeFacts` and `now`, the next `status.upgrade`, the pod template to run (image
+//! and StatefulSet partition), what to create or delete, and the `Upgrading` condition.
+//!
+//! Stages: Preflight → PreUpgradeBackup (when backups are configured and wanted) → RollingOut
+//! (highest ordinal first) → Verifying → Complete; a failure before RollingOut → Failed (nothing
+//! that serves was touched); a failure from RollingOut on → RollingBack → RolledBack, or Failed
+//! when `rollbackOnFailure` is false.
+//!
+//! A new `spec.version` during an upgrade: before RollingOut the upgrade is abandoned (nothing
+//! that serves was touched) and the new version is judged afresh; from RollingOut on, the
+//! upgrade in progress runs to its end first.
+//!
+//! Resumable: every name derives from `status.upgrade.startedAt`, which is written before
+//! anything is created, so a restarted operator finds what it made instead of making it twice.
+//!
+//! Pure: no client, no clock.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::facts::{PodFact, UpgradeFacts};
+use super::policy::{Transition, image_of, transition};
+use crate::api::conditions::{ConditionStatus, ConditionType};
+use crate::api::{BackupPhase, Database, UpgradeStage, UpgradeStageTime, UpgradeStatus};
+use crate::kube_io::JobState;
+use crate::resources::Settings;
+
+use UpgradeStage::{
+    Complete, Failed, PreUpgradeBackup, Preflight, RolledBack, RollingBack, RollingOut, Verifying,
+};
+
+/// How long an updated pod may take to be Ready when `upgrade.podReadyTimeout` is not set.
+pub const DEFAULT_POD_READY_TIMEOUT: Duration = Duration::from_secs(600);
+/// How often an upgrade under way looks again (pods and image pulls are not watched).
+pub const REQUEUE_UPGRADING: Duration = Duration::from_secs(5);
+
+/// What the StatefulSet's pod template runs (image, version, partition).
+pub use crate::resources::statefulset::PodRun as Template;
+
+/// The outcome of `plan`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpgradePlan {
+    pub template: Template,
+    /// The next `status.upgrade`.
+    pub status: Option<UpgradeStatus>,
+    /// The `Upgrading` condition, when the upgrade has something to say (None: no upgrade).
+    pub condition: Option<ConditionStatus>,
+    /// An upgrade is under way: the phase is Upgrading, scheduled backups wait.
+    pub active: bool,
+    /// Create the preflight Job of this name.
+    pub create_preflight: Option<String>,
+    /// Create the pre-upgrade `DatabaseBackup` of this name.
+    pub create_backup: Option<String>,
+    /// Delete these pods (stuck on the image being rolled back).
+    pub delete_pods: Vec<String>,
+    pub requeue_after: Option<Duration>,
+}
+
+/// The `spec.upgrade` settings with their defaults.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    pub pre_upgrade_backup: bool,
+    pub pod_ready_timeout: Duration,
+    pub rollback_on_failure: bool,
+}
+
+impl Options {
+    pub fn of(db: &Database) -> Options {
+        let spec = db.spec.upgrade.clone().unwrap_or_default();
+        Options {
+            pre_upgrade_backup: spec.pre_upgrade_backup.unwrap_or(true),
+            pod_ready_timeout: spec
+                .pod_ready_timeout
+                .as_deref()
+                .and_then(|t| dbop_contract::units::parse_duration(t).ok())
+                .unwrap_or(DEFAULT_POD_READY_TIMEOUT),
+            rollback_on_failure: spec.rollback_on_failure.unwrap_or(true),
+        }
+    }
+}
+
+/// The preflight Job of the upgrade started at `started`.
+pub fn preflight_job_name(database: &str, started: DateTime<Utc>) -> String {
+    format!("{database}-preflight-{}", started.timestamp())
+}
+
+/// The pre-upgrade `DatabaseBackup` of the upgrade started at `started`.
+pub fn backup_name(database: &str, started: DateTime<Utc>) -> String {
+    format!("{database}-preupgrade-{}", started.timestamp())
+}
+
+/// Everything `plan` reads.
+pub struct Input<'a> {
+    pub db: &'a Database,
+    pub settings: &'a Settings,
+    pub facts: &'a UpgradeFacts,
+    pub now: DateTime<Utc>,
+}
+
+impl Input<'_> {
+    fn running(&self) -> Option<&str> {
+        self.db.status.as_ref()?.current_version.as_deref()
+    }
+
+    fn previous(&self) -> Option<&UpgradeStatus> {
+        self.db.status.as_ref()?.upgrade.as_ref()
+    }
+
+    fn wanted_image(&self) -> String {
+        image_of(self.db, self.settings, &self.db.spec.version)
+    }
+
+    /// The image the running version runs: what the StatefulSet has, else the version's.
+    fn running_image(&self, running: &str) -> String {
+        self.facts
+            .statefulset
+            .as_ref()
+            .and_then(|s| s.image.clone())
+            .unwrap_or_else(|| image_of(self.db, self.settings, running))
+    }
+}
+
+/// Decides the next step of the Database's upgrade, if it has one.
+pub fn plan(input: &Input) -> UpgradePlan {
+    if let Some(previous) = input.previous().filter(|u| !u.stage.is_finished()) {
+        let abandoned = previous.partition.is_none()
+            && (previous.to != input.db.spec.version || previous.to_image != input.wanted_image());
+        if !abandoned {
+            return advance(input, previous);
+        }
+        let mut out = judge(input);
+        if out.status.as_ref() == Some(previous) {
+            let message = format!(
+                "abandoned before any pod changed: spec.version is now {}",
+                input.db.spec.version
+            );
+            let mut superseded = enter(previous, Failed, input.now, message);
+            superseded.reason = Some("Superseded".into());
+            out.status = Some(superseded);
+        }
+        return out;
+    }
+    judge(input)
+}
+
+/// No upgrade under way: is `spec.version` one to start?
+fn judge(input: &Input) -> UpgradePlan {
+    let spec_version = input.db.spec.version.clone();
+    match transition(input.running(), &spec_version) {
+        Transition::Stay => idle(input, spec_version),
+        Transition::Refused { refusal, from } => {
+            let mut out = idle(input, from.clone());
+            out.template.image = input.running_image(&from);
+            out.condition = Some(upgrading(
+                false,
+                refusal.reason(),
+                refusal.message(&from, &spec_version),
+            ));
+            out
+        }
+        Transition::Upgrade { from, to } => match input.previous() {
+            // The same upgrade stopped before: it stays stopped until the spec changes.
+            Some(p) if p.stage != Complete && p.to == to && p.to_image == input.wanted_image() => {
+                stopped(input, p)
+            }
+            _ => start(input, from, to),
+        },
+    }
+}
+
+/// Nothing to do: the template runs `version`; the last upgrade (if any) is history.
+fn idle(input: &Input, version: String) -> UpgradePlan {
+    UpgradePlan {
+        template: Template {
+            image: image_of(input.db, input.settings, &version),
+            version,
+            partition: None,
+        },
+        status: input.previous().cloned(),
+        condition: None,
+        active: false,
+        create_preflight: None,
+        create_backup: None,
+        delete_pods: vec![],
+        requeue_after: None,
+    }
+}
+
+/// An upgrade that ended without reaching its version, with the spec still asking for it.
+fn stopped(input: &Input, u: &UpgradeStatus) -> UpgradePlan {
+    let mut out = idle(input, u.from.clone());
+    out.template = template_of(u);
+    out.condition = Some(upgrading(
+        false,
+        u.reason.as_deref().unwrap_or(u.stage.label()),
+        u.message.clone().unwrap_or_default(),
+    ));
+    out
+}
+
+/// Records a new upgrade; nothing is created until this status is written (names derive
+/// from `startedAt`).
+fn start(input: &Input, from: String, to: String) -> UpgradePlan {
+    let started = input.now;
+    let u = UpgradeStatus {
+        from_image: input.running_image(&from),
+        to_image: input.wanted_image(),
+        stage: Preflight,
+        started_at: started,
+        stages: vec![UpgradeStageTime {
+            stage: Preflight,
+            started_at: started,
+        }],
+        reason: None,
+        message: Some(format!(
+            "checking that image {} runs PostgreSQL {to}",
+            input.wanted_image()
+        )),
+        preflight_job: Some(preflight_job_name(&input.db.name(), started)),
+        verified_image_id: None,
+        pre_upgrade_backup: None,
+        partition: None,
+        partition_since: None,
+        from,
+        to,
+    };
+    under_way(input, u)
+}
+
+/// The plan for an upgrade whose stage is `u.stage`, with nothing to create.
+fn under_way(input: &Input, u: UpgradeStatus) -> UpgradePlan {
+    let condition = if u.stage.is_finished() {
+        stage_condition(&u)
+    } else {
+        upgrading(true, u.stage.label(), u.message.clone().unwrap_or_default())
+    };
+    let active = !u.stage.is_finished();
+    let mut out = idle(input, u.from.clone());
+    out.template = template_of(&u);
+    out.condition = Some(condition);
+    out.active = active;
+    out.requeue_after = active.then_some(REQUEUE_UPGRADING);
+    out.status = Some(u);
+    out
+}
+
+/// The `Upgrading` condition of a finished upgrade.
+fn stage_condition(u: &UpgradeStatus) -> ConditionStatus {
+    let message = u.message.clone().unwrap_or_default();
+    match u.stage {
+        Complete => upgrading(false, "UpgradeComplete", message),
+        _ => upgrading(
+            false,
+            u.reason.as_deref().unwrap_or("UpgradeFailed"),
+            message,
+        ),
+    }
+}
+
+/// What the pod template runs in each stage: the old image until the rollout, the new one
+/// from then on, the old one again once rolling back.
+fn template_of(u: &UpgradeStatus) -> Template {
+    let old = Template {
+        image: u.from_image.clone(),
+        version: u.from.clone(),
+        partition: None,
+    };
+    let new = Template {
+        image: u.to_image.clone(),
+        version: u.to.clone(),
+        partition: u.partition.filter(|p| *p > 0),
+    };
+    match u.stage {
+        Preflight | PreUpgradeBackup | RollingBack | RolledBack => old,
+        RollingOut | Verifying | Complete => new,
+        // Stopped without rollback: as it was left (the old image when nothing was touched).
+        Failed if u.partition.is_some() => new,
+        Failed => old,
+    }
+}
+
+fn upgrading(status: bool, reason: &str, message: impl Into<String>) -> ConditionStatus {
+    ConditionStatus::new(ConditionType::Upgrading, status, reason, message)
+}
+
+/// Moves `u` to `stage` at `now` with `message`.
+fn enter(
+    u: &UpgradeStatus,
+    stage: UpgradeStage,
+    now: DateTime<Utc>,
+    message: String,
+) -> UpgradeStatus {
+    let mut next = u.clone();
+    next.stage = stage;
+    next.message = Some(message);
+    next.stages.push(UpgradeStageTime {
+        stage,
+        started_at: now,
+    });
+    next
+}
+
+/// A stop: with `reason`, to RollingBack when pods changed and rollback is on, else Failed.
+fn stop(input: &Input, u: &UpgradeStatus, reason: &str, why: String) -> UpgradeStatus {
+    let touched = u.partition.is_some();
+    let rollback = touched && Options::of(input.db).rollback_on_failure;
+    let (stage, message) = if rollback {
+        (
+            RollingBack,
+            format!("{why}; rolling back to {} ({})", u.from, u.from_image),
+        )
+    } else if touched {
+        (
+            Failed,
+            format!(
+                "{why}; rollbackOnFailure is false: the pods are left as they are. Set \
+                 spec.version back to {} to return to it",
+                u.from
+            ),
+        )
+    } else {
+        (
+            Failed,
+            format!(
+                "{why}; nothing that serves was touched: the database runs {}. Fix the image, \
+                 or set spec.version back to {}",
+                u.from, u.from
+            ),
+        )
+    };
+    let mut next = enter(u, stage, input.now, message);
+    next.reason = Some(reason.to_string());
+    next
+}
+
+/// One step of the upgrade under way.
+fn advance(input: &Input, u: &UpgradeStatus) -> UpgradePlan {
+    match u.stage {
+        Preflight => preflight(input, u),
+        PreUpgradeBackup => pre_upgrade_backup(input, u),
+        RollingOut => rolling_out(input, u),
+        Verifying => verifying(input, u),
+        RollingBack => rolling_back(input, u),
+        Complete | RolledBack | Failed => under_way(input, u.clone()),
+    }
+}
+
+fn preflight(input: &Input, u: &UpgradeStatus) -> UpgradePlan {
+    let name = preflight_job_name(&input.db.name(), u.started_at);
+    let Some(fact) = &input.facts.preflight else {
+        let mut out = under_way(input, u.clone());
+        out.create_preflight = Some(name);
+        return out;
+    };
+    let failed = |why: String| under_way(input, stop(input, u, "PreflightFailed", why));
+    if let Some(pull) = &fact.pull_error {
+        return failed(format!("the image {} cannot be pulled: {pull}", u.to_image));
+    }
+    match &fact.job {
+        JobState::Running => under_way(input, u.clone()),
+        JobState::Failed { reason, detail } => {
+            let found = match &fact.reported {
+                Some(text) => format!("it reports {text:?}"),
+                None => JobState::failure_text(reason, detail),
+            };
+            failed(format!(
+                "preflight Job {name}: image {} does not run PostgreSQL {} ({found})",
+                u.to_image, u.to
+            ))
+        }
+        JobState::Succeeded => {
+            let mut next = after_preflight(input, u);
+            next.verified_image_id = fact.image_id.clone();
+            under_way(input, next)
+        }
+    }
+}
+
+/// After a passed preflight: the backup when configured and wanted, else the rollout.
+fn after_preflight(input: &Input, u: &UpgradeStatus) -> UpgradeStatus {
+    let wanted = Options::of(input.db).pre_upgrade_backup && input.db.spec.backup.is_some();
+    if wanted {
+        let name = backup_name(&input.db.name(), u.started_at);
+        let mut next = enter(
+            u,
+            PreUpgradeBackup,
+            input.now,
+            format!("taking backup {name} before any pod changes"),
+        );
+        next.pre_upgrade_backup = Some(name);
+        next
+    } else {
+        begin_rollout(input, u)
+    }
+}
+
+fn pre_upgrade_backup(input: &Input, u: &UpgradeStatus) -> UpgradePlan {
+    let name = backup_name(&input.db.name(), u.started_at);
+    let Some(fact) = &input.facts.backup else {
+        let mut out = under_way(input, u.clone());
+        out.create_backup = Some(name);
+        return out;
+    };
+    match fact.phase {
+        Some(BackupPhase::Succeeded) => under_way(input, begin_rollout(input, u)),
+        Some(BackupPhase::Failed) => {
+            let why = format!(
+                "pre-upgrade backup {name} failed: {}",
+                fact.message.as_deref().unwrap_or("see the DatabaseBackup")
+            );
+            under_way(input, stop(input, u, "PreUpgradeBackupFailed", why))
+        }
+        _ => {
+            let mut next = u.clone();
+            next.message = Some(format!(
+                "waiting for backup {name}: {}",
+                fact.message.as_deref().unwrap_or("pending")
+            ));
+            under_way(input, next)
+        }
+    }
+}
+
+/// Releases the highest ordinal to the target image.
+fn begin_rollout(input: &Input, u: &UpgradeStatus) -> UpgradeStatus {
+    let highest = input.db.spec.replicas.max(1) - 1;
+    let mut next = enter(u, RollingOut, input.now, rollout_message(u, highest));
+    next.partition = Some(highest);
+    next.partition_since = Some(input.now);
+    next
+}
+
+fn rollout_message(u: &UpgradeStatus, ordinal: i32) -> String {
+    format!(
+        "moving instance {ordinal} to {} ({}), highest ordinal first",
+        u.to, u.to_image
+    )
+}
+
+/// The StatefulSet runs `image` and its controller has seen that spec.
+fn template_applied(input: &Input, image: &str) -> Option<String> {
+    let sts = input.facts.statefulset.as_ref()?;
+    (sts.observed_current && sts.image.as_deref() == Some(image))
+        .then(|| sts.update_revision.clone())
+        .flatten()
+}
+
+/// The pod is Ready on the update revision.
+fn pod_done(pod: &PodFact, revision: &str) -> bool {
+    pod.ready && !pod.terminating && pod.revision.as_deref() == Some(revision)
+}
+
+fn pod_at<'a>(input: &'a Input, ordinal: i32) -> Option<&'a PodFact> {
+    input.facts.pods.iter().find(|p| p.ordinal == ordinal)
+}
+
+/// Past the Ready deadline of the ordinal being updated (or of verification).
+fn overdue(input: &Input, since: Option<DateTime<Utc>>) -> bool {
+    let timeout = Options::of(input.db).pod_ready_timeout;
+    since.is_some_and(|s| (input.now - s).to_std().unwrap_or_default() > timeout)
+}
+
+fn rolling_out(input: &Input, u: &UpgradeStatus) -> UpgradePlan {
+    let ordinal = u.partition.unwrap_or(0);
+    let revision = template_applied(input, &u.to_image);
+    let done = revision
+        .as_deref()
+        .is_some_and(|r| pod_at(input, ordinal).is_some_and(|p| pod_done(p, r)));
+    if done {
+        let next = if ordinal > 0 {
+            let mut next = u.clone();
+            next.partition = Some(ordinal - 1);
+            next.partition_since = Some(input.now);
+            next.message = Some(rollout_message(u, ordinal - 1));
+            next
+        } else {
+            let message = format!("every instance runs {}: confirming the version", u.to_image);
+            enter(u, Verifying, input.now, message)
+        };
+        return under_way(input, next);
+    }
+    if overdue(input, u.partition_since) {
+        let why = format!(
+            "instance {ordinal} was not Ready on {} within podReadyTimeout",
+            u.to_image
+        );
+        return under_way(input, stop(input, u, "PodNotReady", why));
+    }
+    under_way(input, u.clone())
+}
+
+/// Why a pod does not run the verified server, if it does not.
+fn wrong_version(u: &UpgradeStatus, pod: &PodFact) -> Option<String> {
+    let mismatch = match (&u.verified_image_id, &pod.image_id) {
+        (Some(want), Some(have)) => want != have,
+        _ => false,
+    };
+    mismatch.then(|| {
+        format!(
+            "instance {} runs image {} which is not the one preflight proved to be PostgreSQL {}",
+            pod.ordinal,
+            pod.image_id.as_deref().unwrap_or("?"),
+            u.to
+        )
+    })
+}
+
+/// Every pod Ready on the update revision, running the image preflight proved: Complete.
+fn verifying(input: &Input, u: &UpgradeStatus) -> UpgradePlan {
+    let replicas = input.db.spec.replicas.max(1);
+    if let Some(why) = input.facts.pods.iter().find_map(|p| wrong_version(u, p)) {
+        return under_way(input, stop(input, u, "WrongVersion", why));
+    }
+    let revision = template_applied(input, &u.to_image);
+    let all_done = revision
+        .as_deref()
+        .is_some_and(|r| (0..replicas).all(|o| pod_at(input, o).is_some_and(|p| pod_done(p, r))));
+    if all_done {
+        let message = format!("upgraded from {} to {}", u.from, u.to);
+        return under_way(input, enter(u, Complete, input.now, message));
+    }
+    let since = u.stages.last().map(|s| s.started_at);
+    if overdue(input, since) {
+        let why = format!(
+            "not every instance is Ready on {} within podReadyTimeout",
+            u.to
+        );
+        return under_way(input, stop(input, u, "PodNotReady", why));
+    }
+    under_way(input, u.clone())
+}
+
+/// The template is back on the old image; pods the StatefulSet controller would wait on forever
+/// (not Ready on another revision) are deleted so they come back on the old one.
+fn rolling_back(input: &Input, u: &UpgradeStatus) -> UpgradePlan {
+    let replicas = input.db.spec.replicas.max(1);
+    let Some(revision) = template_applied(input, &u.from_image) else {
+        return under_way(input, u.clone());
+    };
+    if (0..replicas).all(|o| pod_at(input, o).is_some_and(|p| pod_done(p, &revision))) {
+        let message = format!(
+            "{}; every instance runs {} again. The pre-upgrade backup{} is kept. Set spec.version \
+             back to {} (or fix the image and set it again)",
+            u.message.as_deref().unwrap_or("the upgrade failed"),
+            u.from,
+            u.pre_upgrade_backup
+                .as_deref()
+                .map(|b| format!(" {b}"))
+                .unwrap_or_default(),
+            u.from
+        );
+        return under_way(input, enter(u, RolledBack, input.now, message));
+    }
+    let stuck = input
+        .facts
+        .pods
+        .iter()
+        .filter(|p| !p.ready && !p.terminating && p.revision.as_deref() != Some(&revision))
+        .map(|p| p.name.clone())
+        .collect();
+    let mut out = under_way(input, u.clone());
+    out.delete_pods = stuck;
+    out
+}
