@@ -527,6 +527,7 @@ fn facts() -> BoxedStrategy<Facts> {
                 volume,
                 init_job,
                 backups,
+                upgrade: Default::default(),
             },
         )
         .boxed()

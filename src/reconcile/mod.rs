@@ -16,6 +16,7 @@ pub mod decide;
 pub mod events;
 pub mod observe;
 pub mod quantity;
+pub mod upgrade_gate;
 
 use chrono::Utc;
 use kube::ResourceExt;
@@ -51,5 +52,7 @@ fn record(ctx: &Context, db: &Database, key: (String, String), status: &Database
         let seconds = time.timestamp_millis() as f64 / 1000.0;
         ctx.metrics.backup_succeeded(key.clone(), seconds, None);
     }
+    let stage = status.upgrade.as_ref().map(|u| u.stage);
+    ctx.metrics.upgrade_stage(key.clone(), stage);
     ctx.metrics.database_phase(key, status.phase);
 }

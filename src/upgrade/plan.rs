@@ -192,11 +192,7 @@ fn idle(input: &Input, version: String) -> UpgradePlan {
 fn stopped(input: &Input, u: &UpgradeStatus) -> UpgradePlan {
     let mut out = idle(input, u.from.clone());
     out.template = template_of(u);
-    out.condition = Some(upgrading(
-        false,
-        u.reason.as_deref().unwrap_or(u.stage.label()),
-        u.message.clone().unwrap_or_default(),
-    ));
+    out.condition = Some(stage_condition(u));
     out
 }
 
@@ -251,6 +247,7 @@ fn stage_condition(u: &UpgradeStatus) -> ConditionStatus {
     let message = u.message.clone().unwrap_or_default();
     match u.stage {
         Complete => upgrading(false, "UpgradeComplete", message),
+        RolledBack => upgrading(false, "RolledBack", message),
         _ => upgrading(
             false,
             u.reason.as_deref().unwrap_or("UpgradeFailed"),
@@ -563,4 +560,361 @@ fn rolling_back(input: &Input, u: &UpgradeStatus) -> UpgradePlan {
     let mut out = under_way(input, u.clone());
     out.delete_pods = stuck;
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{BackupPhase, DatabaseStatus};
+    use crate::resources::testing;
+    use crate::upgrade::facts::{BackupFact, PodFact, PreflightFact, RevisionFact};
+    use chrono::TimeZone;
+
+    const OLD: &str = "dbop.local/postgres:15.18";
+    const NEW: &str = "dbop.local/postgres:15.20";
+
+    fn t(s: i64) -> DateTime<Utc> {
+        Utc.timestamp_opt(1_000_000 + s, 0).unwrap()
+    }
+
+    fn settings() -> Settings {
+        Settings {
+            postgres_image_template: "dbop.local/postgres:{version}".into(),
+            ..Settings::default()
+        }
+    }
+
+    /// A Database running 15.18 whose spec asks for `version`, with `upgrade` in its status.
+    fn db(version: &str, upgrade: Option<UpgradeStatus>, extra: serde_json::Value) -> Database {
+        let mut spec = serde_json::json!({"version": version, "storage": {"size": "1Gi"}});
+        for (k, v) in extra.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        let mut db = testing::database(spec);
+        db.status = Some(DatabaseStatus {
+            current_version: Some("15.18".into()),
+            upgrade,
+            ..DatabaseStatus::default()
+        });
+        db
+    }
+
+    fn with_backups() -> serde_json::Value {
+        serde_json::json!({"backup": {"schedule": "@daily", "s3": {"bucket": "bkt",
+            "credentials": {"secretName": "s3"}}}})
+    }
+
+    fn at(stage: UpgradeStage) -> UpgradeStatus {
+        let touched = matches!(stage, RollingOut | Verifying | RollingBack | RolledBack);
+        UpgradeStatus {
+            from: "15.18".into(),
+            to: "15.20".into(),
+            from_image: OLD.into(),
+            to_image: NEW.into(),
+            stage,
+            started_at: t(0),
+            stages: vec![UpgradeStageTime {
+                stage,
+                started_at: t(10),
+            }],
+            reason: None,
+            message: None,
+            preflight_job: Some("orders-preflight-1000000".into()),
+            verified_image_id: Some("sha256:new".into()),
+            pre_upgrade_backup: None,
+            partition: touched.then_some(0),
+            partition_since: touched.then(|| t(10)),
+        }
+    }
+
+    fn sts(image: &str, revision: &str) -> Option<RevisionFact> {
+        Some(RevisionFact {
+            image: Some(image.into()),
+            observed_current: true,
+            update_revision: Some(revision.into()),
+        })
+    }
+
+    fn pod(ordinal: i32, ready: bool, revision: &str, image_id: &str) -> PodFact {
+        PodFact {
+            name: format!("orders-{ordinal}"),
+            ordinal,
+            ready,
+            terminating: false,
+            revision: Some(revision.into()),
+            image: None,
+            image_id: Some(image_id.into()),
+        }
+    }
+
+    fn preflight(job: JobState, pull_error: Option<&str>) -> Option<PreflightFact> {
+        Some(PreflightFact {
+            job,
+            pull_error: pull_error.map(Into::into),
+            reported: Some("15.18".into()),
+            image_id: Some("sha256:new".into()),
+        })
+    }
+
+    fn backup(phase: BackupPhase) -> Option<BackupFact> {
+        Some(BackupFact {
+            phase: Some(phase),
+            message: Some("m".into()),
+        })
+    }
+
+    fn run(db: &Database, facts: UpgradeFacts, now: i64) -> UpgradePlan {
+        plan(&Input {
+            db,
+            settings: &settings(),
+            facts: &facts,
+            now: t(now),
+        })
+    }
+
+    /// What a plan says, in short: (stage, template image, partition, Upgrading reason,
+    /// preflight to create, backup to create, pods to delete, active).
+    type Summary = (
+        Option<UpgradeStage>,
+        String,
+        Option<i32>,
+        Option<String>,
+        bool,
+        bool,
+        Vec<String>,
+        bool,
+    );
+
+    fn summary(p: &UpgradePlan) -> Summary {
+        (
+            p.status.as_ref().map(|u| u.stage),
+            p.template.image.clone(),
+            p.template.partition,
+            p.condition.as_ref().map(|c| c.reason.clone()),
+            p.create_preflight.is_some(),
+            p.create_backup.is_some(),
+            p.delete_pods.clone(),
+            p.active,
+        )
+    }
+
+    #[test]
+    fn stage_transitions_table() {
+        let none = UpgradeFacts::default;
+        let on_new = |pods: Vec<PodFact>| UpgradeFacts {
+            statefulset: sts(NEW, "r2"),
+            pods,
+            ..UpgradeFacts::default()
+        };
+        let on_old = |pods: Vec<PodFact>| UpgradeFacts {
+            statefulset: sts(OLD, "r1"),
+            pods,
+            ..UpgradeFacts::default()
+        };
+        let no_rollback = serde_json::json!({"upgrade": {"rollbackOnFailure": false}});
+        let no = serde_json::json!({});
+        let s = |x: &str| Some(x.to_string());
+        let v = Vec::<String>::new;
+        let failed_job = JobState::Failed {
+            reason: "BackoffLimitExceeded".into(),
+            detail: String::new(),
+        };
+        let mut no_pre_backup = with_backups();
+        no_pre_backup["upgrade"] = serde_json::json!({"preUpgradeBackup": false});
+        let short_timeout = serde_json::json!({"upgrade": {"podReadyTimeout": "30s"}});
+        #[rustfmt::skip]
+        let table: Vec<(&str, Database, UpgradeFacts, i64, Summary)> = vec![
+            ("same version: nothing",
+             db("15.18", None, no.clone()), none(), 0,
+             (None, OLD.into(), None, None, false, false, v(), false)),
+            ("downgrade refused, keeps the running image",
+             db("15.16", None, no.clone()), on_old(vec![]), 0,
+             (None, OLD.into(), None, s("DowngradeRefused"), false, false, v(), false)),
+            ("major change refused",
+             db("16.4", None, no.clone()), on_old(vec![]), 0,
+             (None, OLD.into(), None, s("MajorUpgradeUnsupported"), false, false, v(), false)),
+            ("newer minor: recorded first, nothing created, old image",
+             db("15.20", None, no.clone()), on_old(vec![]), 0,
+             (Some(Preflight), OLD.into(), None, s("Preflight"), false, false, v(), true)),
+            ("preflight: the Job is created once the upgrade is recorded",
+             db("15.20", Some(at(Preflight)), no.clone()), none(), 5,
+             (Some(Preflight), OLD.into(), None, s("Preflight"), true, false, v(), true)),
+            ("preflight running: nothing to create (resumed)",
+             db("15.20", Some(at(Preflight)), no.clone()),
+             UpgradeFacts { preflight: preflight(JobState::Running, None), ..none() }, 5,
+             (Some(Preflight), OLD.into(), None, s("Preflight"), false, false, v(), true)),
+            ("image does not pull: stopped, nothing touched",
+             db("15.20", Some(at(Preflight)), no.clone()),
+             UpgradeFacts { preflight: preflight(JobState::Running, Some("ErrImagePull")), ..none() }, 5,
+             (Some(Failed), OLD.into(), None, s("PreflightFailed"), false, false, v(), false)),
+            ("image reports another version: stopped",
+             db("15.20", Some(at(Preflight)), no.clone()),
+             UpgradeFacts { preflight: preflight(failed_job, None), ..none() }, 5,
+             (Some(Failed), OLD.into(), None, s("PreflightFailed"), false, false, v(), false)),
+            ("preflight passed, backups configured: the backup",
+             db("15.20", Some(at(Preflight)), with_backups()),
+             UpgradeFacts { preflight: preflight(JobState::Succeeded, None), ..none() }, 5,
+             (Some(PreUpgradeBackup), OLD.into(), None, s("PreUpgradeBackup"), false, false, v(), true)),
+            ("preflight passed, no backups: the rollout",
+             db("15.20", Some(at(Preflight)), no.clone()),
+             UpgradeFacts { preflight: preflight(JobState::Succeeded, None), ..none() }, 5,
+             (Some(RollingOut), NEW.into(), None, s("RollingOut"), false, false, v(), true)),
+            ("preflight passed, preUpgradeBackup false: the rollout",
+             db("15.20", Some(at(Preflight)), no_pre_backup),
+             UpgradeFacts { preflight: preflight(JobState::Succeeded, None), ..none() }, 5,
+             (Some(RollingOut), NEW.into(), None, s("RollingOut"), false, false, v(), true)),
+            ("backup stage: created once",
+             db("15.20", Some(at(PreUpgradeBackup)), with_backups()), none(), 5,
+             (Some(PreUpgradeBackup), OLD.into(), None, s("PreUpgradeBackup"), false, true, v(), true)),
+            ("backup running: no pod changes",
+             db("15.20", Some(at(PreUpgradeBackup)), with_backups()),
+             UpgradeFacts { backup: backup(BackupPhase::Running), ..none() }, 5,
+             (Some(PreUpgradeBackup), OLD.into(), None, s("PreUpgradeBackup"), false, false, v(), true)),
+            ("backup failed: stopped on the old version",
+             db("15.20", Some(at(PreUpgradeBackup)), with_backups()),
+             UpgradeFacts { backup: backup(BackupPhase::Failed), ..none() }, 5,
+             (Some(Failed), OLD.into(), None, s("PreUpgradeBackupFailed"), false, false, v(), false)),
+            ("backup succeeded: the rollout",
+             db("15.20", Some(at(PreUpgradeBackup)), with_backups()),
+             UpgradeFacts { backup: backup(BackupPhase::Succeeded), ..none() }, 5,
+             (Some(RollingOut), NEW.into(), None, s("RollingOut"), false, false, v(), true)),
+            ("rollout: the StatefulSet not applied yet, the old pod Ready is no proof",
+             db("15.20", Some(at(RollingOut)), no.clone()),
+             on_old(vec![pod(0, true, "r1", "sha256:old")]), 20,
+             (Some(RollingOut), NEW.into(), None, s("RollingOut"), false, false, v(), true)),
+            ("rollout: the pod Ready on the update revision",
+             db("15.20", Some(at(RollingOut)), no.clone()),
+             on_new(vec![pod(0, true, "r2", "sha256:new")]), 20,
+             (Some(Verifying), NEW.into(), None, s("Verifying"), false, false, v(), true)),
+            ("rollout: not Ready in time, rolled back",
+             db("15.20", Some(at(RollingOut)), no.clone()),
+             on_new(vec![pod(0, false, "r2", "sha256:new")]), 10 + 601,
+             (Some(RollingBack), OLD.into(), None, s("RollingBack"), false, false, v(), true)),
+            ("rollout: not Ready yet, within the timeout",
+             db("15.20", Some(at(RollingOut)), no.clone()),
+             on_new(vec![pod(0, false, "r2", "sha256:new")]), 10 + 599,
+             (Some(RollingOut), NEW.into(), None, s("RollingOut"), false, false, v(), true)),
+            ("rollout: not Ready in time, no rollback wanted",
+             db("15.20", Some(at(RollingOut)), no_rollback),
+             on_new(vec![pod(0, false, "r2", "sha256:new")]), 10 + 601,
+             (Some(Failed), NEW.into(), None, s("PodNotReady"), false, false, v(), false)),
+            ("rollout: a shorter podReadyTimeout",
+             db("15.20", Some(at(RollingOut)), short_timeout),
+             on_new(vec![pod(0, false, "r2", "sha256:new")]), 10 + 31,
+             (Some(RollingBack), OLD.into(), None, s("RollingBack"), false, false, v(), true)),
+            ("verifying: the proven image, Ready: complete",
+             db("15.20", Some(at(Verifying)), no.clone()),
+             on_new(vec![pod(0, true, "r2", "sha256:new")]), 20,
+             (Some(Complete), NEW.into(), None, s("UpgradeComplete"), false, false, v(), false)),
+            ("verifying: another image digest: wrong version, rolled back",
+             db("15.20", Some(at(Verifying)), no.clone()),
+             on_new(vec![pod(0, true, "r2", "sha256:other")]), 20,
+             (Some(RollingBack), OLD.into(), None, s("RollingBack"), false, false, v(), true)),
+            ("rolling back: the pod stuck on the new revision is deleted",
+             db("15.20", Some(at(RollingBack)), no.clone()),
+             on_old(vec![pod(0, false, "r2", "sha256:new")]), 20,
+             (Some(RollingBack), OLD.into(), None, s("RollingBack"), false, false, vec!["orders-0".into()], true)),
+            ("rolling back: template not applied yet, nothing deleted",
+             db("15.20", Some(at(RollingBack)), no.clone()),
+             on_new(vec![pod(0, false, "r2", "sha256:new")]), 20,
+             (Some(RollingBack), OLD.into(), None, s("RollingBack"), false, false, v(), true)),
+            ("rolled back once the old pod is Ready",
+             db("15.20", Some(at(RollingBack)), no.clone()),
+             on_old(vec![pod(0, true, "r1", "sha256:old")]), 20,
+             (Some(RolledBack), OLD.into(), None, s("RolledBack"), false, false, v(), false)),
+            ("rolled back, spec unchanged: stays stopped on the old image",
+             db("15.20", Some(at(RolledBack)), no.clone()), on_old(vec![]), 30,
+             (Some(RolledBack), OLD.into(), None, s("RolledBack"), false, false, v(), false)),
+            ("rolled back, spec set back to the running version: idle",
+             db("15.18", Some(at(RolledBack)), no.clone()), on_old(vec![]), 30,
+             (Some(RolledBack), OLD.into(), None, None, false, false, v(), false)),
+            ("stopped, spec moves to another newer version: a new upgrade",
+             db("15.19", Some(at(Failed)), no.clone()), on_old(vec![]), 30,
+             (Some(Preflight), OLD.into(), None, s("Preflight"), false, false, v(), true)),
+            ("new version during preflight: superseded, the new one starts",
+             db("15.19", Some(at(Preflight)), no.clone()), on_old(vec![]), 30,
+             (Some(Preflight), OLD.into(), None, s("Preflight"), false, false, v(), true)),
+            ("back to the running version during preflight: superseded, idle",
+             db("15.18", Some(at(Preflight)), no.clone()), on_old(vec![]), 30,
+             (Some(Failed), OLD.into(), None, None, false, false, v(), false)),
+            ("new version during the rollout: the rollout runs to its end",
+             db("15.21", Some(at(RollingOut)), no.clone()),
+             on_new(vec![pod(0, false, "r2", "sha256:new")]), 20,
+             (Some(RollingOut), NEW.into(), None, s("RollingOut"), false, false, v(), true)),
+        ];
+        let mut reached = std::collections::HashSet::new();
+        for (name, db, facts, now, want) in table {
+            let got = run(&db, facts, now);
+            assert_eq!(summary(&got), want, "{name}");
+            reached.extend(got.status.map(|u| u.stage));
+        }
+        for stage in UpgradeStage::ALL {
+            assert!(reached.contains(&stage), "{stage:?} is never reached");
+        }
+    }
+
+    #[test]
+    fn the_highest_ordinal_goes_first_then_one_at_a_time() {
+        let mut db = db("15.20", Some(at(PreUpgradeBackup)), with_backups());
+        db.spec.replicas = 3;
+        let facts = UpgradeFacts {
+            backup: backup(BackupPhase::Succeeded),
+            ..UpgradeFacts::default()
+        };
+        let p = run(&db, facts, 5);
+        let u = p.status.clone().unwrap();
+        assert_eq!(
+            (u.stage, u.partition, p.template.partition),
+            (RollingOut, Some(2), Some(2))
+        );
+        db.status.as_mut().unwrap().upgrade = Some(u);
+        let facts = UpgradeFacts {
+            statefulset: sts(NEW, "r2"),
+            pods: vec![
+                pod(0, true, "r1", "sha256:old"),
+                pod(1, true, "r1", "sha256:old"),
+                pod(2, true, "r2", "sha256:new"),
+            ],
+            ..UpgradeFacts::default()
+        };
+        let u = run(&db, facts, 6).status.unwrap();
+        assert_eq!(
+            (u.stage, u.partition, u.partition_since),
+            (RollingOut, Some(1), Some(t(6)))
+        );
+    }
+
+    #[test]
+    fn names_derive_from_the_start_and_everything_is_recorded() {
+        let db = db("15.20", None, with_backups());
+        let p = run(&db, UpgradeFacts::default(), 0);
+        let u = p.status.unwrap();
+        assert_eq!((u.from.as_str(), u.to.as_str()), ("15.18", "15.20"));
+        assert_eq!((u.from_image.as_str(), u.to_image.as_str()), (OLD, NEW));
+        assert_eq!(u.preflight_job, Some(preflight_job_name("orders", t(0))));
+        assert_eq!(u.stages.len(), 1);
+        assert_eq!(backup_name("orders", t(0)), "orders-preupgrade-1000000");
+        assert_eq!(p.requeue_after, Some(REQUEUE_UPGRADING));
+        // The same pass again (status not written yet) decides the same: deterministic.
+        assert_eq!(run(&db, UpgradeFacts::default(), 0).status.unwrap(), u);
+    }
+
+    #[test]
+    fn spec_image_overrides_the_target_image_never_the_policy() {
+        let up = db(
+            "15.20",
+            None,
+            serde_json::json!({"image": "mirror/pg:15.20-x"}),
+        );
+        let u = run(&up, UpgradeFacts::default(), 0).status.unwrap();
+        assert_eq!(u.to_image, "mirror/pg:15.20-x");
+        let refused = db(
+            "15.10",
+            None,
+            serde_json::json!({"image": "mirror/pg:15.10"}),
+        );
+        let p = run(&refused, UpgradeFacts::default(), 0);
+        assert_eq!(p.condition.unwrap().reason, "DowngradeRefused");
+        assert_eq!(p.template.image, OLD);
+    }
 }
