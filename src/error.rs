@@ -17,6 +17,11 @@ pub enum Error {
 
     #[error("finalizer {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+
+    /// Not a failure: a deleted Database's pods are changing version, and the finalizer must
+    /// not finish yet (kube's finalizer helper removes the finalizer on any `Ok`).
+    #[error("{0}")]
+    DeletionWaitsForUpgrade(String),
 }
 
 impl Error {
@@ -25,7 +30,12 @@ impl Error {
         match self {
             Error::Kube(_) => "KubeApiError",
             Error::Serialize { .. } => "SerializationError",
-            Error::Finalizer(_) => "FinalizerError",
+            Error::Finalizer(inner) => match inner.as_ref() {
+                kube::runtime::finalizer::Error::CleanupFailed(e)
+                | kube::runtime::finalizer::Error::ApplyFailed(e) => e.label(),
+                _ => "FinalizerError",
+            },
+            Error::DeletionWaitsForUpgrade(_) => "DeletionWaitsForUpgrade",
         }
     }
 }

@@ -33,9 +33,7 @@ pub fn claims_selector(database: &str) -> String {
 
 pub async fn cleanup(ctx: &Context, db: &Database) -> Result<Action> {
     // Pods changing version: the upgrade reaches a safe point first (bounded).
-    if let Some(wait) = super::upgrade_gate::wait_for_safe_point(ctx, db).await? {
-        return Ok(wait);
-    }
+    super::upgrade_gate::wait_for_safe_point(ctx, db).await?;
     let ns = db.namespace_or_default();
     let policy = db.spec.deletion_policy;
     update_status(ctx, db, deleting_status(db, Utc::now())).await?;

@@ -3,17 +3,17 @@
 //! `upgrade::gate` decides, bounded.
 
 use chrono::Utc;
-use kube::runtime::controller::Action;
 
 use super::act::publish;
 use crate::api::Database;
 use crate::context::Context;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kube_io::EventSpec;
-use crate::upgrade::gate::{DeletionGate, REQUEUE_DELETION_WAIT, deletion_gate};
+use crate::upgrade::gate::{DeletionGate, deletion_gate};
 
-/// `Some(action)` when the deletion must wait; None when the deletion policy may run now.
-pub async fn wait_for_safe_point(ctx: &Context, db: &Database) -> Result<Option<Action>> {
+/// Ok when the deletion policy may run now; `Error::DeletionWaitsForUpgrade` (after a pass of
+/// the upgrade) while it must wait.
+pub async fn wait_for_safe_point(ctx: &Context, db: &Database) -> Result<()> {
     let now = Utc::now();
     let deleted_at = db
         .metadata
@@ -22,7 +22,7 @@ pub async fn wait_for_safe_point(ctx: &Context, db: &Database) -> Result<Option<
         .and_then(|t| chrono::DateTime::from_timestamp(t.0.as_second(), 0))
         .unwrap_or(now);
     match deletion_gate(db, deleted_at, now) {
-        DeletionGate::Proceed => Ok(None),
+        DeletionGate::Proceed => Ok(()),
         DeletionGate::GiveUp { message } => {
             let event = EventSpec {
                 warning: true,
@@ -30,17 +30,13 @@ pub async fn wait_for_safe_point(ctx: &Context, db: &Database) -> Result<Option<
                 note: message,
             };
             publish(ctx, db, &event).await;
-            Ok(None)
+            Ok(())
         }
         DeletionGate::Wait { message } => {
-            let event = EventSpec {
-                warning: false,
-                reason: "DeletionWaitsForUpgrade".into(),
-                note: message,
-            };
-            publish(ctx, db, &event).await;
+            // Keep the upgrade going, then refuse to finish: the error path requeues, and its
+            // Event (reason DeletionWaitsForUpgrade) says why the deletion waits.
             super::reconcile_database(ctx, db).await?;
-            Ok(Some(Action::requeue(REQUEUE_DELETION_WAIT)))
+            Err(Error::DeletionWaitsForUpgrade(message))
         }
     }
 }

@@ -3,8 +3,6 @@
 //! rollback), before the deletion policy runs. Before the rollout nothing that serves has
 //! changed, so deletion proceeds at once. Pure.
 
-use std::time::Duration;
-
 use chrono::{DateTime, Utc};
 
 use super::plan::Options;
@@ -20,9 +18,6 @@ pub enum DeletionGate {
     /// Waited as long as allowed: apply the deletion policy anyway, and say so.
     GiveUp { message: String },
 }
-
-/// How often a waiting deletion looks again.
-pub const REQUEUE_DELETION_WAIT: Duration = Duration::from_secs(5);
 
 /// The gate for `db`, deleted at `deleted_at`.
 pub fn deletion_gate(db: &Database, deleted_at: DateTime<Utc>, now: DateTime<Utc>) -> DeletionGate {
