@@ -137,7 +137,7 @@ pub fn plan(input: &Input) -> UpgradePlan {
                 input.db.spec.version
             );
             let mut superseded = enter(previous, Failed, input.now, message);
-            superseded.reason = Some("Superseded".into());
+            superseded.reason = Some(SUPERSEDED.into());
             out.status = Some(superseded);
         }
         return out;
@@ -149,7 +149,13 @@ pub fn plan(input: &Input) -> UpgradePlan {
 fn judge(input: &Input) -> UpgradePlan {
     let spec_version = input.db.spec.version.clone();
     match transition(input.running(), &spec_version) {
-        Transition::Stay => idle(input, spec_version),
+        Transition::Stay => {
+            let mut out = idle(input, spec_version);
+            if let Some(p) = input.previous().filter(|p| is_stopped(p)) {
+                out.status = Some(abandoned(input, p));
+            }
+            out
+        }
         Transition::Refused { refusal, from } => {
             let mut out = idle(input, from.clone());
             out.template.image = input.running_image(&from);
@@ -161,13 +167,39 @@ fn judge(input: &Input) -> UpgradePlan {
             out
         }
         Transition::Upgrade { from, to } => match input.previous() {
-            // The same upgrade stopped before: it stays stopped until the spec changes.
-            Some(p) if p.stage != Complete && p.to == to && p.to_image == input.wanted_image() => {
+            // The same upgrade stopped before: it stays stopped until the spec asks for
+            // something else (the running version, to abandon it; then this one again retries).
+            Some(p) if is_stopped(p) && p.to == to && p.to_image == input.wanted_image() => {
                 stopped(input, p)
             }
             _ => start(input, from, to),
         },
     }
+}
+
+/// An upgrade that ended without reaching its version and was not abandoned since.
+fn is_stopped(u: &UpgradeStatus) -> bool {
+    matches!(u.stage, RolledBack | Failed)
+        && !matches!(u.reason.as_deref(), Some(ABANDONED | SUPERSEDED))
+}
+
+/// The reason of a stopped upgrade the spec gave up (set back to the running version).
+pub const ABANDONED: &str = "Abandoned";
+/// The reason of an upgrade replaced by a new `spec.version` before any pod changed.
+pub const SUPERSEDED: &str = "Superseded";
+
+/// A stopped upgrade given up: the spec is back at the running version. Its stage stays; its
+/// reason says so, and setting the same version again starts a new attempt.
+fn abandoned(input: &Input, u: &UpgradeStatus) -> UpgradeStatus {
+    let mut next = u.clone();
+    next.message = Some(format!(
+        "abandoned: spec.version is back at {} (it had stopped: {}: {})",
+        input.db.spec.version,
+        u.reason.as_deref().unwrap_or(u.stage.label()),
+        u.message.as_deref().unwrap_or("")
+    ));
+    next.reason = Some(ABANDONED.into());
+    next
 }
 
 /// Nothing to do: the template runs `version`; the last upgrade (if any) is history.
@@ -627,6 +659,13 @@ mod tests {
         }
     }
 
+    fn abandoned_at(stage: UpgradeStage) -> UpgradeStatus {
+        UpgradeStatus {
+            reason: Some(ABANDONED.into()),
+            ..at(stage)
+        }
+    }
+
     fn sts(image: &str, revision: &str) -> Option<RevisionFact> {
         Some(RevisionFact {
             image: Some(image.into()),
@@ -828,6 +867,9 @@ mod tests {
             ("rolled back, spec set back to the running version: idle",
              db("15.18", Some(at(RolledBack)), no.clone()), on_old(vec![]), 30,
              (Some(RolledBack), OLD.into(), None, None, false, false, v(), false)),
+            ("rolled back, set back, then the same version again: a new attempt",
+             db("15.20", Some(abandoned_at(RolledBack)), no.clone()), on_old(vec![]), 40,
+             (Some(Preflight), OLD.into(), None, s("Preflight"), false, false, v(), true)),
             ("stopped, spec moves to another newer version: a new upgrade",
              db("15.19", Some(at(Failed)), no.clone()), on_old(vec![]), 30,
              (Some(Preflight), OLD.into(), None, s("Preflight"), false, false, v(), true)),
@@ -842,6 +884,13 @@ mod tests {
              on_new(vec![pod(0, false, "r2", "sha256:new")]), 20,
              (Some(RollingOut), NEW.into(), None, s("RollingOut"), false, false, v(), true)),
         ];
+        // Set back to the running version, a stopped upgrade is marked abandoned.
+        let back = run(
+            &db("15.18", Some(at(RolledBack)), no.clone()),
+            on_old(vec![]),
+            30,
+        );
+        assert_eq!(back.status.unwrap().reason.as_deref(), Some(ABANDONED));
         let mut reached = std::collections::HashSet::new();
         for (name, db, facts, now, want) in table {
             let got = run(&db, facts, now);
