@@ -289,10 +289,17 @@ impl Rollout {
         self.settled || self.already_initialized || self.was_ready_once()
     }
 
-    /// The version to record: the template's once settled on it (an upgrade settles only
-    /// once verified), else the one that ran.
+    /// The version to record: a verified upgrade's target; the template's once settled on it;
+    /// else the one that ran. (A verified upgrade does not wait for the StatefulSet's own
+    /// revision bookkeeping: seen as not yet current, it would be started again.)
     fn new_version(&self, upgrade: &UpgradePlan) -> Option<String> {
-        if self.settled && !upgrade.active {
+        let verified = upgrade
+            .status
+            .as_ref()
+            .filter(|u| u.stage == crate::api::UpgradeStage::Complete);
+        if let Some(u) = verified.filter(|u| u.to == self.template_version) {
+            Some(u.to.clone())
+        } else if self.settled && !upgrade.active {
             Some(self.template_version.clone())
         } else {
             self.current_version.clone()
@@ -1144,6 +1151,14 @@ mod tests {
         assert_eq!(d.current_version.as_deref(), Some("16.4"));
         assert_eq!(d.upgrade.as_ref().unwrap().stage, UpgradeStage::Complete);
         assert!(!cond(&d, Upgrading).status);
+        // Verified while the StatefulSet's status still lags (current revision not yet the
+        // update one): the version is recorded all the same, or the next pass would start again.
+        let lagging = Facts {
+            statefulset: Some(sts(1, false, IMAGE)),
+            ..verified.clone()
+        };
+        let d = decide(&db, &lagging, &Settings::default());
+        assert_eq!(d.current_version.as_deref(), Some("16.4"));
         // Not yet Ready on the new revision: still Verifying, still the old version.
         verified.upgrade.pods[0].ready = false;
         let d = decide(&db, &verified, &Settings::default());
