@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use dbop::api::{BackupPhase, BackupReason, Database, DatabaseBackup, Phase, UpgradeStage};
-use dbop_e2e::backup_jobs::{finish_pod, running_backup_pod, s3_secret};
+use dbop_e2e::backup_jobs::{finish_pod, running_backup_pod, running_pod, s3_secret};
 use dbop_e2e::{TestBed, WAIT, condition, database_manifest, testbed, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
@@ -87,17 +87,8 @@ async fn serving(bed: &TestBed, ns: &str, name: &str) -> (String, String) {
 
 /// The running (held) pod of the upgrade's preflight Job.
 async fn running_preflight_pod(bed: &TestBed, ns: &str, job: &str) -> Pod {
-    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), ns);
     let selector = format!("batch.kubernetes.io/job-name={job}");
-    wait_until("the preflight pod running", WAIT, || async {
-        pods.list(&ListParams::default().labels(&selector))
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-    })
-    .await
+    running_pod(bed, ns, &selector, "the preflight pod running").await
 }
 
 async fn count<K>(bed: &TestBed, ns: &str, selector: &str) -> usize

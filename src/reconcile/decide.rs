@@ -1114,16 +1114,9 @@ mod tests {
             to: "16.4".into(),
             from_image: "docker.io/library/postgres:16.3".into(),
             to_image: IMAGE.into(),
-            stage: UpgradeStage::Verifying,
-            started_at: started,
-            stages: vec![],
-            reason: None,
-            message: None,
-            preflight_job: None,
-            verified_image_id: None,
-            pre_upgrade_backup: None,
             partition: Some(0),
             partition_since: Some(started),
+            ..crate::upgrade::testing::upgrade(UpgradeStage::Verifying, started)
         });
         let mut verified = Facts {
             statefulset: Some(sts(1, true, IMAGE)),

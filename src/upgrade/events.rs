@@ -72,20 +72,9 @@ mod tests {
 
     fn upgrade(stage: UpgradeStage, started: i64) -> UpgradeStatus {
         UpgradeStatus {
-            from: "15.18".into(),
-            to: "15.20".into(),
-            from_image: "pg:15.18".into(),
-            to_image: "pg:15.20".into(),
-            stage,
-            started_at: Utc.timestamp_opt(started, 0).unwrap(),
-            stages: vec![],
             reason: Some("PreflightFailed".into()),
             message: Some("m".into()),
-            preflight_job: None,
-            verified_image_id: None,
-            pre_upgrade_backup: None,
-            partition: None,
-            partition_since: None,
+            ..crate::upgrade::testing::upgrade(stage, Utc.timestamp_opt(started, 0).unwrap())
         }
     }
 

@@ -56,7 +56,7 @@ pub fn deletion_gate(db: &Database, deleted_at: DateTime<Utc>, now: DateTime<Utc
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{DatabaseStatus, UpgradeStatus};
+    use crate::api::DatabaseStatus;
     use crate::resources::testing;
     use chrono::TimeZone;
 
@@ -66,21 +66,8 @@ mod tests {
             "upgrade": {"podReadyTimeout": "60s"}
         }));
         db.status = Some(DatabaseStatus {
-            upgrade: stage.map(|stage| UpgradeStatus {
-                from: "15.18".into(),
-                to: "15.20".into(),
-                from_image: "a".into(),
-                to_image: "b".into(),
-                stage,
-                started_at: Utc.timestamp_opt(0, 0).unwrap(),
-                stages: vec![],
-                reason: None,
-                message: None,
-                preflight_job: None,
-                verified_image_id: None,
-                pre_upgrade_backup: None,
-                partition: None,
-                partition_since: None,
+            upgrade: stage.map(|stage| {
+                crate::upgrade::testing::upgrade(stage, Utc.timestamp_opt(0, 0).unwrap())
             }),
             ..DatabaseStatus::default()
         });

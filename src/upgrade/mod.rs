@@ -16,3 +16,31 @@ pub mod facts;
 pub mod gate;
 pub mod plan;
 pub mod policy;
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! An upgrade record for the tests of the modules that read one.
+    use chrono::{DateTime, Utc};
+
+    use crate::api::{UpgradeStage, UpgradeStatus};
+
+    /// An upgrade 15.18 → 15.20 (images `pg:15.18`, `pg:15.20`) at `stage`, started at `started`.
+    pub fn upgrade(stage: UpgradeStage, started: DateTime<Utc>) -> UpgradeStatus {
+        UpgradeStatus {
+            from: "15.18".into(),
+            to: "15.20".into(),
+            from_image: "pg:15.18".into(),
+            to_image: "pg:15.20".into(),
+            stage,
+            started_at: started,
+            stages: vec![],
+            reason: None,
+            message: None,
+            preflight_job: None,
+            verified_image_id: None,
+            pre_upgrade_backup: None,
+            partition: None,
+            partition_since: None,
+        }
+    }
+}

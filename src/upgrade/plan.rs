@@ -639,23 +639,17 @@ mod tests {
     fn at(stage: UpgradeStage) -> UpgradeStatus {
         let touched = matches!(stage, RollingOut | Verifying | RollingBack | RolledBack);
         UpgradeStatus {
-            from: "15.18".into(),
-            to: "15.20".into(),
             from_image: OLD.into(),
             to_image: NEW.into(),
-            stage,
-            started_at: t(0),
             stages: vec![UpgradeStageTime {
                 stage,
                 started_at: t(10),
             }],
-            reason: None,
-            message: None,
             preflight_job: Some("orders-preflight-1000000".into()),
             verified_image_id: Some("sha256:new".into()),
-            pre_upgrade_backup: None,
             partition: touched.then_some(0),
             partition_since: touched.then(|| t(10)),
+            ..crate::upgrade::testing::upgrade(stage, t(0))
         }
     }
 
