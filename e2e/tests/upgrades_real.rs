@@ -29,13 +29,19 @@ async fn patch_spec(bed: &TestBed, ns: &str, spec: Value) -> Database {
         .unwrap_or_else(|e| panic!("spec {spec} refused: {e}"))
 }
 
-/// Waits until the upgrade to `to` ended in `stage`.
-async fn wait_upgrade_end(bed: &TestBed, ns: &str, to: &str, stage: UpgradeStage) -> Database {
+/// Sets the version (and more of the spec), then waits until the upgrade that change started
+/// (not an earlier one) ended in `stage`.
+async fn upgrade(bed: &TestBed, ns: &str, spec: Value, stage: UpgradeStage) -> Database {
     let api = bed.databases(ns);
+    let before = api.get("ledger").await.unwrap();
+    let earlier = before.status.and_then(|s| s.upgrade).map(|u| u.started_at);
+    let to = spec["version"].as_str().unwrap().to_string();
+    patch_spec(bed, ns, spec).await;
     let found = dbop_e2e::wait_until_or_none(WAIT, || async {
         let db = api.get("ledger").await.ok()?;
         let u = db.status.as_ref()?.upgrade.clone()?;
-        (u.to == to && u.stage.is_finished()).then_some(db)
+        let this_one = Some(u.started_at) != earlier && u.to == to;
+        (this_one && u.stage.is_finished()).then_some(db)
     })
     .await
     .unwrap_or_else(|| {
@@ -125,8 +131,7 @@ async fn a_real_minor_upgrade_backs_up_first_rolls_back_on_failure_and_stops_a_t
     let first_pod = pod_uid(&pods.get("ledger-0").await.unwrap());
 
     // 1. A typo: the image does not exist. Stopped at Preflight; the server never went down.
-    patch_spec(&bed, &ns, json!({"version": "15.99"})).await;
-    let db = wait_upgrade_end(&bed, &ns, "15.99", UpgradeStage::Failed).await;
+    let db = upgrade(&bed, &ns, json!({"version": "15.99"}), UpgradeStage::Failed).await;
     let u = db.status.as_ref().unwrap().upgrade.clone().unwrap();
     assert_eq!(u.reason.as_deref(), Some("PreflightFailed"), "{u:#?}");
     assert!(
@@ -144,13 +149,8 @@ async fn a_real_minor_upgrade_backs_up_first_rolls_back_on_failure_and_stops_a_t
     patch_spec(&bed, &ns, json!({"version": "15.18"})).await;
 
     // 2. The new version not Ready in time (1s is shorter than any real start): rolled back.
-    patch_spec(
-        &bed,
-        &ns,
-        json!({"version": "15.20", "upgrade": {"podReadyTimeout": "1s"}}),
-    )
-    .await;
-    let db = wait_upgrade_end(&bed, &ns, "15.20", UpgradeStage::RolledBack).await;
+    let spec = json!({"version": "15.20", "upgrade": {"podReadyTimeout": "1s"}});
+    let db = upgrade(&bed, &ns, spec, UpgradeStage::RolledBack).await;
     let u = db.status.as_ref().unwrap().upgrade.clone().unwrap();
     assert_eq!(u.reason.as_deref(), Some("PodNotReady"), "{u:#?}");
     assert!(u.pre_upgrade_backup.is_some(), "{u:#?}");
@@ -171,16 +171,10 @@ async fn a_real_minor_upgrade_backs_up_first_rolls_back_on_failure_and_stops_a_t
         &bed.databases(&ns).get("ledger").await.unwrap(),
         "BackupHealthy",
     );
-    patch_spec(
-        &bed,
-        &ns,
-        json!({"version": "15.18", "upgrade": {"podReadyTimeout": "5m"}}),
-    )
-    .await;
 
-    // 3. The real upgrade.
-    patch_spec(&bed, &ns, json!({"version": "15.20"})).await;
-    let db = wait_upgrade_end(&bed, &ns, "15.20", UpgradeStage::Complete).await;
+    // 3. The real upgrade: the same version again, after a change of the spec.
+    let spec = json!({"version": "15.20", "upgrade": {"podReadyTimeout": "5m"}});
+    let db = upgrade(&bed, &ns, spec, UpgradeStage::Complete).await;
     let status = db.status.clone().unwrap();
     assert_eq!(status.current_version.as_deref(), Some("15.20"));
     let u = status.upgrade.unwrap();

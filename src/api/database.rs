@@ -640,6 +640,10 @@ pub struct UpgradeStatus {
     /// When the current ordinal was released to the target image (its Ready deadline starts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition_since: Option<DateTime<Utc>>,
+    /// The Database's `metadata.generation` when the upgrade stopped: it stays stopped until
+    /// the spec changes again, then the version it asks for is tried afresh.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_at_generation: Option<i64>,
 }
 
 impl Database {

@@ -41,6 +41,7 @@ pub(crate) mod testing {
             pre_upgrade_backup: None,
             partition: None,
             partition_since: None,
+            stopped_at_generation: None,
         }
     }
 }

@@ -167,9 +167,10 @@ fn judge(input: &Input) -> UpgradePlan {
             out
         }
         Transition::Upgrade { from, to } => match input.previous() {
-            // The same upgrade stopped before: it stays stopped until the spec asks for
-            // something else (the running version, to abandon it; then this one again retries).
-            Some(p) if is_stopped(p) && p.to == to && p.to_image == input.wanted_image() => {
+            // The same upgrade stopped before: it stays stopped until the spec changes.
+            Some(p)
+                if still_stopped(input, p) && p.to == to && p.to_image == input.wanted_image() =>
+            {
                 stopped(input, p)
             }
             _ => start(input, from, to),
@@ -181,6 +182,14 @@ fn judge(input: &Input) -> UpgradePlan {
 fn is_stopped(u: &UpgradeStatus) -> bool {
     matches!(u.stage, RolledBack | Failed)
         && !matches!(u.reason.as_deref(), Some(ABANDONED | SUPERSEDED))
+}
+
+/// A stopped upgrade whose spec has not changed since it stopped: it stays stopped. Any later
+/// change of the spec (set the version back and forth, raise `podReadyTimeout`) tries again.
+fn still_stopped(input: &Input, u: &UpgradeStatus) -> bool {
+    is_stopped(u)
+        && u.stopped_at_generation
+            .is_none_or(|g| Some(g) == input.db.metadata.generation)
 }
 
 /// The reason of a stopped upgrade the spec gave up (set back to the running version).
@@ -251,6 +260,7 @@ fn start(input: &Input, from: String, to: String) -> UpgradePlan {
         pre_upgrade_backup: None,
         partition: None,
         partition_since: None,
+        stopped_at_generation: None,
         from,
         to,
     };
@@ -258,7 +268,10 @@ fn start(input: &Input, from: String, to: String) -> UpgradePlan {
 }
 
 /// The plan for an upgrade whose stage is `u.stage`, with nothing to create.
-fn under_way(input: &Input, u: UpgradeStatus) -> UpgradePlan {
+fn under_way(input: &Input, mut u: UpgradeStatus) -> UpgradePlan {
+    if matches!(u.stage, RolledBack | Failed) && u.stopped_at_generation.is_none() {
+        u.stopped_at_generation = input.db.metadata.generation;
+    }
     let condition = if u.stage.is_finished() {
         stage_condition(&u)
     } else {
@@ -864,6 +877,14 @@ mod tests {
             ("rolled back, set back, then the same version again: a new attempt",
              db("15.20", Some(abandoned_at(RolledBack)), no.clone()), on_old(vec![]), 40,
              (Some(Preflight), OLD.into(), None, s("Preflight"), false, false, v(), true)),
+            ("rolled back, spec changed since (generation 1 → 2): a new attempt",
+             { let mut d = db("15.20", Some(UpgradeStatus { stopped_at_generation: Some(1), ..at(RolledBack) }), no.clone()); d.metadata.generation = Some(2); d },
+             on_old(vec![]), 40,
+             (Some(Preflight), OLD.into(), None, s("Preflight"), false, false, v(), true)),
+            ("rolled back at this generation: stays stopped",
+             db("15.20", Some(UpgradeStatus { stopped_at_generation: Some(1), ..at(RolledBack) }), no.clone()),
+             on_old(vec![]), 40,
+             (Some(RolledBack), OLD.into(), None, s("RolledBack"), false, false, v(), false)),
             ("stopped, spec moves to another newer version: a new upgrade",
              db("15.19", Some(at(Failed)), no.clone()), on_old(vec![]), 30,
              (Some(Preflight), OLD.into(), None, s("Preflight"), false, false, v(), true)),
