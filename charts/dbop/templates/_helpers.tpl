@@ -60,7 +60,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/*
 What the operator does, and nothing more (the same rules for the ClusterRole and for the Role of
 watchNamespace mode). Keep in step with the code: src/controller.rs and src/backup/controller.rs
-(watches), src/reconcile/{observe,act,cleanup}.rs (reads and writes).
+(watches), src/reconcile/{observe,act,cleanup}.rs (reads and writes), src/upgrade/ (decides).
 */}}
 {{- define "dbop.rules" -}}
 # The API: Databases (read, finalizer patch) and DatabaseBackups (the schedule creates and
@@ -88,14 +88,16 @@ watchNamespace mode). Keep in step with the code: src/controller.rs and src/back
 - apiGroups: ["apps"]
   resources: ["statefulsets"]
   verbs: ["get", "list", "watch", "create", "patch"]
-# The init Job and the backup Jobs.
+# The init Job, the backup Jobs and the upgrade preflight Jobs.
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create"]
-# Backup Job pods: the agent's result is in their termination message.
+# Job pods: the agent's result is in their termination message, a preflight's image pull error
+# in its waiting state. Database pods during an upgrade: their revision and readiness; a rollback
+# deletes the pods stuck on the image being rolled back (src/upgrade/plan.rs).
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list"]
+  verbs: ["list", "delete"]
 # ConfigMaps: read those referenced by spec.init.configMapRef and s3.ca; create the one holding
 # inline init SQL (mounted into the init Job as a file).
 - apiGroups: [""]
