@@ -5,9 +5,11 @@
 //!   conditions and the steps to take — all the domain knowledge lives there;
 //! - `act` builds the desired objects, writes only what drifted, patches status only when it
 //!   changed, and emits Events on transitions;
-//! - `cleanup` is the finalizer's deletion policy.
+//! - `cleanup` is the finalizer's deletion policy; `upgrade_gate` makes it wait while an
+//!   upgrade's pods change version.
 //!
-//! Writes go through `kube_io`; `backup::plan` decides the backup part. Must not import
+//! Writes go through `kube_io`; `backup::plan` decides the backup part, `upgrade::plan` the
+//! version upgrade (its stages, the image and partition the pods run). Must not import
 //! `controller` (it runs this, not the other way round).
 
 pub mod act;
