@@ -21,6 +21,11 @@ pub enum Error {
 
     #[error("finalizer {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+
+    /// Not a failure: a deleted Database's pods are changing version, and the finalizer must
+    /// not finish yet (kube's finalizer helper removes the finalizer on any `Ok`).
+    #[error("{0}")]
+    DeletionWaitsForUpgrade(String),
 }
 
 impl Error {
@@ -30,7 +35,12 @@ impl Error {
             Error::Kube(_) => "KubeApiError",
             Error::Serialize { .. } => "SerializationError",
             Error::DeletionWaiting(_) => "DeletionWaiting",
-            Error::Finalizer(_) => "FinalizerError",
+            Error::Finalizer(inner) => match inner.as_ref() {
+                kube::runtime::finalizer::Error::CleanupFailed(e)
+                | kube::runtime::finalizer::Error::ApplyFailed(e) => e.label(),
+                _ => "FinalizerError",
+            },
+            Error::DeletionWaitsForUpgrade(_) => "DeletionWaitsForUpgrade",
         }
     }
 }

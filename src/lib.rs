@@ -8,6 +8,7 @@
 //!   that writes: apply what drifted, create once, patch status, Events, a Job's state);
 //! - `backup`: the schedule, the backup Job and the `DatabaseBackup` controller
 //!   (observe → decide → act);
+//! - `upgrade`: the version policy and the stage machine of a minor upgrade (pure);
 //! - `reconcile`: the Database controller's observe → decide → act, and its finalizer's cleanup;
 //! - `controller`: the watches and the runtime that run both controllers;
 //! - `operator`: the process — endpoints, leader election, then the controllers.
@@ -32,6 +33,7 @@ pub mod plugin;
 pub mod reconcile;
 pub mod resources;
 pub mod telemetry;
+pub mod upgrade;
 
 /// The field manager of every server-side apply dbop sends.
 pub const FIELD_MANAGER: &str = "dbop";

@@ -528,6 +528,7 @@ fn facts() -> BoxedStrategy<Facts> {
                 init_job,
                 backups,
                 bootstrap: None,
+                upgrade: Default::default(),
             },
         )
         .boxed()

@@ -63,10 +63,20 @@ pub async fn finish_pod(bed: &TestBed, ns: &str, pod: &Pod, outcome: &str, messa
 
 /// The running pod of a DatabaseBackup (held by the test bed).
 pub async fn running_backup_pod(bed: &TestBed, ns: &str, backup: &str) -> Pod {
+    running_pod(
+        bed,
+        ns,
+        &format!("dbop.dev/backup={backup}"),
+        "the backup pod running",
+    )
+    .await
+}
+
+/// The first running pod matching the label `selector` (a held Job pod).
+pub async fn running_pod(bed: &TestBed, ns: &str, selector: &str, what: &str) -> Pod {
     let pods: Api<Pod> = Api::namespaced(bed.client.clone(), ns);
-    let selector = format!("dbop.dev/backup={backup}");
-    wait_until("the backup pod running", WAIT, || async {
-        pods.list(&ListParams::default().labels(&selector))
+    wait_until(what, WAIT, || async {
+        pods.list(&ListParams::default().labels(selector))
             .await
             .ok()?
             .items

@@ -11,3 +11,4 @@ pub mod password;
 pub mod process;
 pub mod run;
 pub mod shutdown;
+pub mod version;

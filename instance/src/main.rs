@@ -25,6 +25,21 @@ enum Cmd {
     Run(Common),
     /// Exit 0 when the instance is ready (for Kubernetes probes).
     Probe(Common),
+    /// Print the version the image's `postgres` reports to the termination log; exit 0 when
+    /// it is the expected one (dbop's upgrade preflight).
+    ServerVersion(VersionArgs),
+}
+
+#[derive(Args)]
+struct VersionArgs {
+    /// The PostgreSQL major version whose binaries to look for.
+    #[arg(long)]
+    major: u32,
+    /// The `MAJOR.MINOR` the binary must report.
+    #[arg(long)]
+    expect: String,
+    #[arg(long, default_value = "/dev/termination-log")]
+    termination_log: PathBuf,
 }
 
 #[derive(Args)]
@@ -82,6 +97,9 @@ fn main() -> std::process::ExitCode {
     let code = match Cli::parse().command {
         Cmd::Run(c) => run::run(&c.options()),
         Cmd::Probe(c) => run::probe(&c.options()),
+        Cmd::ServerVersion(v) => {
+            dbop_instance::version::check(v.major, &v.expect, &v.termination_log)
+        }
     };
     std::process::ExitCode::from(u8::try_from(code).unwrap_or(1))
 }

@@ -11,6 +11,18 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// `spec.version` may move to a newer minor of the same major, or back (not below) to the version
+/// the server runs (`status.currentVersion`): that is how a failed upgrade is abandoned.
+/// A root rule, because a field's rule cannot see the status.
+pub const VERSION_TRANSITION_RULE: &str = "self.spec.version == oldSelf.spec.version || \
+(int(self.spec.version.split('.')[0]) == int(oldSelf.spec.version.split('.')[0]) && \
+(int(self.spec.version.split('.')[1]) >= int(oldSelf.spec.version.split('.')[1]) || \
+(has(self.status) && has(self.status.currentVersion) && \
+self.spec.version.split('.')[0] == self.status.currentVersion.split('.')[0] && \
+int(self.spec.version.split('.')[1]) >= int(self.status.currentVersion.split('.')[1]))))";
+/// What the API server says when `VERSION_TRANSITION_RULE` refuses a change.
+pub const VERSION_TRANSITION_MESSAGE: &str = "spec.version may only move to a newer minor release of the same major version, or back to the running version (status.currentVersion) to abandon a failed upgrade; a major upgrade needs a new Database restored from a backup";
+
 /// A PostgreSQL database run by dbop: storage, credentials, the server itself and its lifecycle.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
@@ -24,6 +36,7 @@ use serde::{Deserialize, Serialize};
     derive = "PartialEq",
     doc = "A PostgreSQL database run by dbop with its whole lifecycle.",
     validation = Rule::new("self.metadata.name.size() <= 40").message("metadata.name must be at most 40 characters: dbop derives the names of Services, Pods and Jobs from it"),
+    validation = Rule::new(VERSION_TRANSITION_RULE).message(VERSION_TRANSITION_MESSAGE).field_path(".spec.version"),
     validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name must be a DNS-1035 label (lower-case letters, digits and '-', starting with a letter, no dots): it names the Database's Services"),
     validation = Rule::new("!has(self.spec.deletionPolicy) || self.spec.deletionPolicy != 'Snapshot' || has(self.spec.backup)").message("deletionPolicy Snapshot needs spec.backup: the final backup is stored where spec.backup.s3 says"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase", description = "Where the database is in its lifecycle"),
@@ -45,13 +58,11 @@ pub struct DatabaseSpec {
     #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "engine is immutable"}]))]
     pub engine: Engine,
 
-    /// The engine version as `MAJOR.MINOR`, e.g. `"16.4"`. It selects the image
-    /// (`<image repository>:<version>`). It may only move forward within the same major version.
+    /// The engine version as `MAJOR.MINOR`, e.g. `"16.4"`. It selects the image (the operator's
+    /// `--postgres-image-template`). It may only move forward within the same major version, or
+    /// back to the version the server runs (`status.currentVersion`) after a failed upgrade. A
+    /// newer minor starts a staged upgrade (see `upgrade` and docs/upgrades.md).
     #[schemars(regex(pattern = r"^[0-9]{1,3}\.[0-9]{1,3}$"), length(max = 7))]
-    #[schemars(extend("x-kubernetes-validations" = [{
-        "rule": "int(self.split('.')[0]) == int(oldSelf.split('.')[0]) && int(self.split('.')[1]) >= int(oldSelf.split('.')[1])",
-        "message": "version may only move to a newer minor release of the same major version; a major upgrade needs a new Database restored from a backup"
-    }]))]
     pub version: String,
 
     /// A container image to run instead of the one derived from `version` (a mirror, a build with
@@ -95,6 +106,11 @@ pub struct DatabaseSpec {
     /// Labels and annotations added to the database's pods and Job pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_metadata: Option<PodMetadata>,
+
+    /// How a version upgrade proceeds: the pre-upgrade backup, the time each updated pod has to
+    /// become Ready, and the automatic rollback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<UpgradeSpec>,
 
     /// Scheduled backups to S3-compatible storage. Without it, dbop makes no backups and the
     /// Database has no `BackupHealthy` condition.
@@ -545,6 +561,7 @@ pub struct DatabaseStatus {
 
     /// The version every instance runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 7))]
     pub current_version: Option<String>,
 
     /// The version the spec asks for.
@@ -569,6 +586,141 @@ pub struct DatabaseStatus {
     /// The latest verification of a backup (`spec.backup.verify`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verification: Option<VerificationStatus>,
+    /// The latest version upgrade: where it stands, or how it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<UpgradeStatus>,
+}
+
+/// How a version upgrade proceeds (all optional; see docs/upgrades.md).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeSpec {
+    /// Take a `DatabaseBackup` (reason `PreUpgrade`) before any pod changes, when `spec.backup`
+    /// is set (default true). A failed backup stops the upgrade on the old version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_upgrade_backup: Option<bool>,
+
+    /// How long each updated pod has to become Ready on the new version (a duration such as
+    /// `10m`; default `10m`). A pod not Ready in time stops the upgrade.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]{1,6}[smhdw])+$"), length(max = 32))]
+    pub pod_ready_timeout: Option<String>,
+
+    /// Return the updated pods to the previous image when the upgrade fails (default true;
+    /// safe within a major version: the data format is the same).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback_on_failure: Option<bool>,
+}
+
+/// The stages of a version upgrade, in order; the last four end it.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum UpgradeStage {
+    /// A short Job in the target image proves it pulls and reports the target version.
+    Preflight,
+    /// A `DatabaseBackup` with reason `PreUpgrade` is being taken.
+    PreUpgradeBackup,
+    /// The pods move to the target image one at a time, highest ordinal first.
+    RollingOut,
+    /// Every pod runs the target image and is Ready; the version is being confirmed.
+    Verifying,
+    /// Every instance runs the target version.
+    Complete,
+    /// A pod failed on the target version: the pods are returning to the previous image.
+    RollingBack,
+    /// The upgrade failed and every pod runs the previous version again.
+    RolledBack,
+    /// The upgrade stopped; `message` says why and what to do.
+    Failed,
+}
+
+impl UpgradeStage {
+    pub const ALL: [UpgradeStage; 8] = [
+        UpgradeStage::Preflight,
+        UpgradeStage::PreUpgradeBackup,
+        UpgradeStage::RollingOut,
+        UpgradeStage::Verifying,
+        UpgradeStage::Complete,
+        UpgradeStage::RollingBack,
+        UpgradeStage::RolledBack,
+        UpgradeStage::Failed,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            UpgradeStage::Preflight => "Preflight",
+            UpgradeStage::PreUpgradeBackup => "PreUpgradeBackup",
+            UpgradeStage::RollingOut => "RollingOut",
+            UpgradeStage::Verifying => "Verifying",
+            UpgradeStage::Complete => "Complete",
+            UpgradeStage::RollingBack => "RollingBack",
+            UpgradeStage::RolledBack => "RolledBack",
+            UpgradeStage::Failed => "Failed",
+        }
+    }
+
+    /// Complete, RolledBack and Failed end an upgrade.
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            UpgradeStage::Complete | UpgradeStage::RolledBack | UpgradeStage::Failed
+        )
+    }
+}
+
+/// When an upgrade entered one of its stages.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeStageTime {
+    pub stage: UpgradeStage,
+    pub started_at: DateTime<Utc>,
+}
+
+/// One version upgrade: what it moves between, where it stands, and the objects it made.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeStatus {
+    /// The version the server ran when the upgrade started.
+    pub from: String,
+    /// The version it moves to.
+    pub to: String,
+    /// The image the pods ran when it started (the rollback target).
+    pub from_image: String,
+    /// The image of the target version.
+    pub to_image: String,
+    /// Where it stands.
+    pub stage: UpgradeStage,
+    /// When it started.
+    pub started_at: DateTime<Utc>,
+    /// When each stage it went through began.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<UpgradeStageTime>,
+    /// The machine reason of a stop (`PreflightFailed`, `PreUpgradeBackupFailed`,
+    /// `PodNotReady`, `WrongVersion`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// What is happening, or why it stopped and what to do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The preflight Job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preflight_job: Option<String>,
+    /// The image digest the preflight Job ran: the updated pods must run the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified_image_id: Option<String>,
+    /// The `DatabaseBackup` taken before any pod changed (restore it by hand if needed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_upgrade_backup: Option<String>,
+    /// During the rollout: the lowest ordinal allowed on the target image (the StatefulSet's
+    /// partition); updated one ordinal at a time, highest first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<i32>,
+    /// When the current ordinal was released to the target image (its Ready deadline starts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition_since: Option<DateTime<Utc>>,
+    /// The Database's `metadata.generation` when the upgrade stopped: it stays stopped until
+    /// the spec changes again, then the version it asks for is tried afresh.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_at_generation: Option<i64>,
 }
 
 impl Database {

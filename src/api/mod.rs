@@ -16,6 +16,7 @@ pub use database::{
     S3CredentialsRef, S3Spec, StorageSpec, VerificationStatus, VerifySpec,
 };
 pub use database::{BootstrapSpec, BootstrapStatus, FromBackupSpec};
+pub use database::{UpgradeSpec, UpgradeStage, UpgradeStageTime, UpgradeStatus};
 
 /// The API group of every dbop resource.
 pub const GROUP: &str = "dbop.dev";

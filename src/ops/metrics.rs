@@ -17,8 +17,8 @@ use prometheus_client::registry::{Registry, Unit};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use crate::api::Phase;
 use crate::api::conditions::ConditionType;
+use crate::api::{Phase, UpgradeStage};
 
 /// The controllers, as the `controller` label names them.
 pub const DATABASE_CONTROLLER: &str = "database";
@@ -53,6 +53,13 @@ struct ConditionLabels {
     condition: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StageLabels {
+    namespace: String,
+    database: String,
+    stage: String,
+}
+
 /// A Database's key: (namespace, name).
 pub type DatabaseKey = (String, String);
 
@@ -68,6 +75,7 @@ pub struct Metrics {
     backup_scheduled: Family<DatabaseLabels, Gauge>,
     backup_verified: Family<DatabaseLabels, Gauge<f64, AtomicU64>>,
     conditions: Family<ConditionLabels, Gauge>,
+    upgrade_stage: Family<StageLabels, Gauge>,
     /// The last phase seen per Database, from which `databases` is counted.
     phases: Mutex<HashMap<DatabaseKey, Phase>>,
 }
@@ -92,6 +100,12 @@ impl Metrics {
         let backup_scheduled = Family::<DatabaseLabels, Gauge>::default();
         let backup_verified = Family::<DatabaseLabels, Gauge<f64, AtomicU64>>::default();
         let conditions = Family::<ConditionLabels, Gauge>::default();
+        let upgrade_stage = Family::<StageLabels, Gauge>::default();
+        registry.register(
+            "database_upgrade_stage",
+            "The stage of a Database's latest upgrade: 1 for the stage it is in, 0 for the others",
+            upgrade_stage.clone(),
+        );
         registry.register(
             "database_condition",
             "A Database's condition: 1 True, 0 False (absent: not set)",
@@ -148,6 +162,7 @@ impl Metrics {
             backup_scheduled,
             backup_verified,
             conditions,
+            upgrade_stage,
             phases: Mutex::new(HashMap::new()),
         };
         metrics.count_phases(&HashMap::new());
@@ -181,7 +196,7 @@ impl Metrics {
         };
         self.count_phases(&phases);
         if phase.is_none() {
-            let labels = database_labels(key);
+            let labels = database_labels(key.clone());
             self.backup_time.remove(&labels);
             self.backup_size.remove(&labels);
             self.backup_scheduled.remove(&labels);
@@ -189,6 +204,27 @@ impl Metrics {
             for type_ in ConditionType::ALL {
                 self.conditions
                     .remove(&condition_labels(&labels, type_.label()));
+            }
+            self.upgrade_stage(key, None);
+        }
+    }
+
+    /// The stage of a Database's latest upgrade (None: it has none, or it is gone).
+    pub fn upgrade_stage(&self, (namespace, database): DatabaseKey, stage: Option<UpgradeStage>) {
+        for s in UpgradeStage::ALL {
+            let labels = StageLabels {
+                namespace: namespace.clone(),
+                database: database.clone(),
+                stage: s.label().into(),
+            };
+            match stage {
+                Some(current) => {
+                    let value = i64::from(current == s);
+                    self.upgrade_stage.get_or_create(&labels).set(value);
+                }
+                None => {
+                    self.upgrade_stage.remove(&labels);
+                }
             }
         }
     }
@@ -270,5 +306,27 @@ fn condition_labels(database: &DatabaseLabels, condition: &str) -> ConditionLabe
         namespace: database.namespace.clone(),
         database: database.database.clone(),
         condition: condition.into(),
+    }
+}
+
+#[cfg(test)]
+mod upgrade_stage_tests {
+    use super::*;
+
+    #[test]
+    fn the_upgrade_stage_gauge_marks_one_stage_and_goes_with_the_database() {
+        let m = Metrics::new();
+        let key = ("shop".to_string(), "orders".to_string());
+        m.upgrade_stage(key.clone(), Some(UpgradeStage::RollingOut));
+        let text = m.encode();
+        let line = |stage: &str, v: u8| {
+            format!(
+                "dbop_database_upgrade_stage{{namespace=\"shop\",database=\"orders\",stage=\"{stage}\"}} {v}"
+            )
+        };
+        assert!(text.contains(&line("RollingOut", 1)), "{text}");
+        assert!(text.contains(&line("Preflight", 0)), "{text}");
+        m.database_phase(key, None);
+        assert!(!m.encode().contains("stage=\"RollingOut\""));
     }
 }

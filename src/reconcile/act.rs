@@ -6,7 +6,7 @@
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Resource};
@@ -28,9 +28,11 @@ use crate::kube_io::{self, EventSpec, apply_if_drifted, create_once, patch_statu
 use crate::resources::credentials::{generated_secret, secret_name};
 use crate::resources::init_job::{init_job, init_sql_config_map};
 use crate::resources::restore_job::restore_job;
+use crate::resources::preflight_job::preflight_job;
 use crate::resources::services::{headless, read_write};
-use crate::resources::statefulset::statefulset;
+use crate::resources::statefulset::{PodRun, statefulset_running};
 use crate::resources::{Names, owned_meta, owner_reference};
+use crate::upgrade::events::upgrade_events;
 
 /// Length of generated passwords: 32 alphanumerics, about 190 bits.
 const PASSWORD_LENGTH: usize = 32;
@@ -53,6 +55,9 @@ pub async fn apply_steps(
         expand_volumes,
         create_init_job,
         create_restore_job,
+        create_preflight_job,
+        create_pre_upgrade_backup,
+        delete_pods,
     } = &decision.steps;
     let ns = db.namespace_or_default();
     let client = &ctx.client;
@@ -68,8 +73,17 @@ pub async fn apply_steps(
         apply_if_drifted(&services, &read_write(db), snap.rw_service.as_ref()).await?;
     }
     if *apply_statefulset {
-        apply_statefulset_of(ctx, db, snap.statefulset.as_ref()).await?;
+        apply_statefulset_of(ctx, db, snap.statefulset.as_ref(), &decision.pod_run).await?;
     }
+    upgrade_steps(
+        ctx,
+        db,
+        create_preflight_job,
+        create_pre_upgrade_backup,
+        delete_pods,
+        decision,
+    )
+    .await?;
     let mut overrides = Vec::new();
     if let Some(size) = expand_volumes {
         overrides.extend(expand_claims(ctx, db, &snap.data_claims, size).await?);
@@ -94,12 +108,55 @@ async fn apply_statefulset_of(
     ctx: &Context,
     db: &Database,
     observed: Option<&StatefulSet>,
+    run: &PodRun,
 ) -> Result<()> {
     let statefulsets: Api<StatefulSet> =
         Api::namespaced(ctx.client.clone(), &db.namespace_or_default());
     let existing_claims = observed.and_then(|s| s.spec.volume_claim_templates.clone());
-    let desired = statefulset(db, &ctx.settings, existing_claims);
+    let desired = statefulset_running(db, &ctx.settings, existing_claims, run);
     apply_if_drifted(&statefulsets, &desired, observed).await
+}
+
+/// The upgrade's writes: its preflight Job and its pre-upgrade backup (each created once, under
+/// a name derived from the upgrade's start), and the deletion of pods stuck on a rolled-back image.
+async fn upgrade_steps(
+    ctx: &Context,
+    db: &Database,
+    preflight: &Option<String>,
+    backup: &Option<String>,
+    delete_pods: &[String],
+    decision: &Decision,
+) -> Result<()> {
+    let ns = db.namespace_or_default();
+    let upgrade = decision.upgrade.as_ref();
+    if let (Some(name), Some(u)) = (preflight, upgrade) {
+        let job = preflight_job(db, &ctx.settings, name, &u.to_image, &u.to);
+        create_once(&Api::<Job>::namespaced(ctx.client.clone(), &ns), &job).await?;
+    }
+    if let Some(name) = backup {
+        let backup = DatabaseBackup {
+            metadata: owned_meta(db, name.clone(), "backup"),
+            spec: DatabaseBackupSpec {
+                database: db.name(),
+                reason: BackupReason::PreUpgrade,
+            },
+            status: None,
+        };
+        create_once(
+            &Api::<DatabaseBackup>::namespaced(ctx.client.clone(), &ns),
+            &backup,
+        )
+        .await?;
+    }
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    for name in delete_pods {
+        match pods.delete(name, &DeleteParams::default()).await {
+            Ok(_) => info!(pod = %name, "deleted a pod stuck on the image being rolled back"),
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// Creates the generated credentials Secret; says so when a server that ran lost it.
@@ -209,6 +266,7 @@ pub fn next_status(db: &Database, decision: &Decision, now: DateTime<Utc>) -> Da
         bootstrap: decision.bootstrap.clone().or(previous.bootstrap),
         // Written by the verification step (`backup::verify`), kept otherwise.
         verification: previous.verification,
+        upgrade: decision.upgrade.clone(),
     }
 }
 
@@ -275,7 +333,10 @@ pub async fn update_status(ctx: &Context, db: &Database, status: DatabaseStatus)
     }
     let api: Api<Database> = Api::namespaced(ctx.client.clone(), &db.namespace_or_default());
     patch_status(&api, &db.name(), &status).await?;
-    for event in transition_events(&previous, &status) {
+    for event in transition_events(&previous, &status)
+        .into_iter()
+        .chain(upgrade_events(&previous, &status))
+    {
         publish(ctx, db, &event).await;
     }
     let backup_healthy = |s: &DatabaseStatus| {
@@ -335,6 +396,7 @@ mod tests {
             init_job: None,
             backups: Default::default(),
             bootstrap: None,
+            upgrade: Default::default(),
         };
         let decision =
             crate::reconcile::decide::decide(&db, &facts, &crate::resources::Settings::default());

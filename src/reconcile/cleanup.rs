@@ -57,6 +57,8 @@ pub async fn await_final_backup(ctx: &Context, db: &Database) -> Result<Option<A
     if db.metadata.deletion_timestamp.is_none() || !ours {
         return Ok(None);
     }
+    // Pods changing version: the upgrade reaches a safe point first (bounded).
+    super::upgrade_gate::wait_for_safe_point(ctx, db).await?;
     let plan = decide_deletion(&observe(ctx, db).await?);
     if let Step::Finish(_) = plan.step {
         return Ok(None);

@@ -10,10 +10,13 @@
 use std::time::Duration;
 
 use crate::api::Phase;
+use crate::api::UpgradeStatus;
 use crate::api::conditions::{self, ConditionStatus, ConditionType};
 use crate::api::{BootstrapStatus, Database};
 use crate::resources::credentials::{SecretProblem, secret_name};
-use crate::resources::{Names, SUPPORTED_MAJORS, Settings, VersionProblem, check_version, image};
+use crate::resources::statefulset::PodRun;
+use crate::resources::{Names, SUPPORTED_MAJORS, Settings, VersionProblem, check_version};
+use crate::upgrade::plan::{Input as UpgradeInput, UpgradePlan, plan as plan_upgrade};
 
 use crate::backup::plan::{BackupPlan, plan_backups};
 use crate::kube_io::JobState;
@@ -39,6 +42,12 @@ pub struct Steps {
     pub create_init_job: bool,
     /// Create the restore Job of `spec.bootstrap.fromBackup` (in the init Job's place).
     pub create_restore_job: bool,
+    /// Create the upgrade's preflight Job of this name.
+    pub create_preflight_job: Option<String>,
+    /// Create the upgrade's pre-upgrade `DatabaseBackup` of this name.
+    pub create_pre_upgrade_backup: Option<String>,
+    /// Delete these pods (stuck on an image being rolled back).
+    pub delete_pods: Vec<String>,
 }
 
 /// The outcome of `decide`.
@@ -58,6 +67,10 @@ pub struct Decision {
     /// What the restore of `spec.bootstrap.fromBackup` restored, when it just finished (None:
     /// keep what the status says).
     pub bootstrap: Option<BootstrapStatus>,
+    /// What the StatefulSet's pods run (the upgrade decides the image and the partition).
+    pub pod_run: PodRun,
+    /// The next `status.upgrade`.
+    pub upgrade: Option<UpgradeStatus>,
 }
 
 impl Decision {
@@ -148,7 +161,16 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
     steps.apply_statefulset = true;
     steps.expand_volumes = volume_to_expand(db, facts);
 
-    let rollout = Rollout::of(db, facts, settings);
+    let upgrade = plan_upgrade(&UpgradeInput {
+        db,
+        settings,
+        facts: &facts.upgrade,
+        now: facts.backups.now,
+    });
+    steps.create_preflight_job = upgrade.create_preflight.clone();
+    steps.create_pre_upgrade_backup = upgrade.create_backup.clone();
+    steps.delete_pods = upgrade.delete_pods.clone();
+    let rollout = Rollout::of(db, facts, &upgrade);
     let init = decide_init(db, facts, rollout.server_has_run());
     // With spec.bootstrap, the restore Job takes the init Job's place.
     steps.create_init_job = init.create_job && db.spec.bootstrap.is_none();
@@ -159,25 +181,31 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
     // Backups: the due run, the history and BackupHealthy; a run waits while the phase says
     // the database is being rolled out.
     let backup = plan_backups(db, &facts.backups, phase);
-    let requeue_after = backup
-        .requeue_after
-        .map_or(requeue_after, |b| b.min(requeue_after));
+    let requeue_after = [backup.requeue_after, upgrade.requeue_after]
+        .into_iter()
+        .flatten()
+        .fold(requeue_after, Duration::min);
     Decision {
         phase,
         conditions: [
             ready,
             storage_condition(db, facts),
             init.condition,
-            rollout.condition(db),
+            upgrade
+                .condition
+                .clone()
+                .unwrap_or_else(|| rollout.condition(db)),
         ]
         .into_iter()
         .chain(backup.condition.clone())
         .collect(),
         steps,
-        current_version: rollout.new_version(db),
+        current_version: rollout.new_version(&upgrade),
         requeue_after,
         backup: Some(backup),
         bootstrap: init.restored,
+        pod_run: upgrade.template,
+        upgrade: upgrade.status,
     }
 }
 
@@ -212,6 +240,12 @@ fn blocked(db: &Database, blocker: &Blocker, current_version: Option<String>) ->
         requeue_after: blocker.requeue_after(),
         backup: None,
         bootstrap: None,
+        pod_run: PodRun {
+            image: String::new(),
+            version: db.spec.version.clone(),
+            partition: None,
+        },
+        upgrade: db.status.as_ref().and_then(|s| s.upgrade.clone()),
     }
 }
 
@@ -230,26 +264,31 @@ struct Rollout {
     upgrading: bool,
     /// `Initialized` was True before this pass.
     already_initialized: bool,
+    /// The version the pod template runs.
+    template_version: String,
 }
 
 impl Rollout {
-    fn of(db: &Database, facts: &Facts, settings: &Settings) -> Rollout {
+    /// Where the StatefulSet stands against what the upgrade plan says the pods run. A version
+    /// upgrade under way is `upgrade.active`; a stopped or refused one leaves the pods on the
+    /// old version, which is then not a rollout.
+    fn of(db: &Database, facts: &Facts, upgrade: &UpgradePlan) -> Rollout {
         let status = db.status.clone().unwrap_or_default();
         let current_version = status.current_version;
         let was_ready_once = current_version.is_some();
-        let desired_image = image(db, settings);
         let sts = facts.statefulset.as_ref();
         let serving = sts.is_some_and(|s| s.ready_replicas >= db.spec.replicas);
-        let rolled_out = sts.is_some_and(|s| is_rolled_out(s, &desired_image));
-        let version_changed =
-            was_ready_once && current_version.as_deref() != Some(db.spec.version.as_str());
+        let rolled_out = sts.is_some_and(|s| is_rolled_out(s, &upgrade.template.image));
+        let template_change =
+            was_ready_once && upgrade.condition.is_none() && sts.is_some() && !rolled_out;
         Rollout {
             serving,
-            settled: serving && rolled_out,
-            version_changed,
-            upgrading: version_changed || (was_ready_once && sts.is_some() && !rolled_out),
+            settled: serving && rolled_out && !upgrade.active,
+            version_changed: upgrade.active,
+            upgrading: upgrade.active || template_change,
             already_initialized: conditions::is_true(&status.conditions, Initialized),
             current_version,
+            template_version: upgrade.template.version.clone(),
         }
     }
 
@@ -262,10 +301,18 @@ impl Rollout {
         self.settled || self.already_initialized || self.was_ready_once()
     }
 
-    /// The version to record: the spec's once settled on it, else the one that ran.
-    fn new_version(&self, db: &Database) -> Option<String> {
-        if self.settled {
-            Some(db.spec.version.clone())
+    /// The version to record: a verified upgrade's target; the template's once settled on it;
+    /// else the one that ran. (A verified upgrade does not wait for the StatefulSet's own
+    /// revision bookkeeping: seen as not yet current, it would be started again.)
+    fn new_version(&self, upgrade: &UpgradePlan) -> Option<String> {
+        let verified = upgrade
+            .status
+            .as_ref()
+            .filter(|u| u.stage == crate::api::UpgradeStage::Complete);
+        if let Some(u) = verified.filter(|u| u.to == self.template_version) {
+            Some(u.to.clone())
+        } else if self.settled && !upgrade.active {
+            Some(self.template_version.clone())
         } else {
             self.current_version.clone()
         }
@@ -358,6 +405,12 @@ fn stage_outcome(
             Phase::Failed,
             not_ready(reason, message.clone()),
             REQUEUE_FAILED,
+        ),
+        // Ready says whether the database serves, throughout an upgrade.
+        Stage::Upgrading if rollout.serving => (
+            Phase::Upgrading,
+            ready_condition(db, &names),
+            REQUEUE_IN_PROGRESS,
         ),
         Stage::Upgrading => (
             Phase::Upgrading,
@@ -716,6 +769,7 @@ mod tests {
             init_job: None,
             backups: Default::default(),
             bootstrap: None,
+            upgrade: Default::default(),
         }
     }
 
@@ -883,17 +937,17 @@ mod tests {
                 "RollingOut",
             ),
             (
-                "upgrade applied, old pods",
+                "new version: the upgrade starts, still serving the old image",
                 &upgraded,
                 serving_old_image.clone(),
                 Phase::Upgrading,
-                "RollingOut",
+                "DatabaseReady",
             ),
             (
-                "upgrade done",
+                "new version, pods already on it: still staged (preflight first)",
                 &upgraded,
                 serving.clone(),
-                Phase::Ready,
+                Phase::Upgrading,
                 "DatabaseReady",
             ),
             (
@@ -956,7 +1010,7 @@ mod tests {
             assert_eq!(cond(&d, Ready).reason, reason, "{name}");
             assert_eq!(
                 cond(&d, Ready).status,
-                phase == Phase::Ready,
+                reason == "DatabaseReady",
                 "{name}: Ready status"
             );
             reached.insert(d.phase);
@@ -1175,25 +1229,65 @@ mod tests {
     }
 
     #[test]
-    fn current_version_moves_only_when_rolled_out() {
+    fn current_version_moves_only_when_the_upgrade_is_verified() {
+        use crate::api::{UpgradeStage, UpgradeStatus};
+        use crate::upgrade::facts::{PodFact, RevisionFact, UpgradeFacts};
         let mut db = with_status(testing::minimal(), Some("16.3"), true);
         db.spec.version = "16.4".into();
-        let rolling = Facts {
-            statefulset: Some(sts(0, false, IMAGE)),
-            ..facts()
-        };
-        let d = decide(&db, &rolling, &Settings::default());
+        // A new version alone starts the upgrade: current stays, the pods keep the old image.
+        let d = decide(&db, &facts(), &Settings::default());
         assert_eq!(d.current_version.as_deref(), Some("16.3"));
-        assert!(cond(&d, Upgrading).status);
-        let done = Facts {
+        assert_eq!(d.pod_run.image, "docker.io/library/postgres:16.3");
+        assert_eq!(cond(&d, Upgrading).reason, "Preflight");
+        let started = Utc.timestamp_opt(1000, 0).unwrap();
+        db.status.as_mut().unwrap().upgrade = Some(UpgradeStatus {
+            from: "16.3".into(),
+            to: "16.4".into(),
+            from_image: "docker.io/library/postgres:16.3".into(),
+            to_image: IMAGE.into(),
+            partition: Some(0),
+            partition_since: Some(started),
+            ..crate::upgrade::testing::upgrade(UpgradeStage::Verifying, started)
+        });
+        let mut verified = Facts {
             statefulset: Some(sts(1, true, IMAGE)),
             ..facts()
         };
-        let d = decide(&db, &done, &Settings::default());
+        verified.backups.now = started;
+        verified.upgrade = UpgradeFacts {
+            statefulset: Some(RevisionFact {
+                image: Some(IMAGE.into()),
+                observed_current: true,
+                update_revision: Some("r2".into()),
+            }),
+            pods: vec![PodFact {
+                name: "orders-0".into(),
+                ordinal: 0,
+                ready: true,
+                terminating: false,
+                revision: Some("r2".into()),
+                image: Some(IMAGE.into()),
+                image_id: None,
+            }],
+            ..UpgradeFacts::default()
+        };
+        let d = decide(&db, &verified, &Settings::default());
         assert_eq!(d.current_version.as_deref(), Some("16.4"));
-        // The new version is current; the next pass sees no upgrade.
-        let db = with_status(testing::minimal(), Some("16.4"), true);
-        assert!(!cond(&decide(&db, &done, &Settings::default()), Upgrading).status);
+        assert_eq!(d.upgrade.as_ref().unwrap().stage, UpgradeStage::Complete);
+        assert!(!cond(&d, Upgrading).status);
+        // Verified while the StatefulSet's status still lags (current revision not yet the
+        // update one): the version is recorded all the same, or the next pass would start again.
+        let lagging = Facts {
+            statefulset: Some(sts(1, false, IMAGE)),
+            ..verified.clone()
+        };
+        let d = decide(&db, &lagging, &Settings::default());
+        assert_eq!(d.current_version.as_deref(), Some("16.4"));
+        // Not yet Ready on the new revision: still Verifying, still the old version.
+        verified.upgrade.pods[0].ready = false;
+        let d = decide(&db, &verified, &Settings::default());
+        assert_eq!(d.current_version.as_deref(), Some("16.3"));
+        assert_eq!(d.phase, Phase::Upgrading);
     }
 
     #[test]
@@ -1341,6 +1435,7 @@ mod tests {
             version_changed: false,
             upgrading,
             already_initialized: false,
+            template_version: "16.4".into(),
         };
         let blocked = InitOutcome::Blocked {
             reason: "InitConfigMapNotFound",

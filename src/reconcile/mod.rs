@@ -6,10 +6,12 @@
 //! - `act` builds the desired objects, writes only what drifted, patches status only when it
 //!   changed, and emits Events on transitions;
 //! - `deletion` decides the deletion policy (pure); `cleanup` is the finalizer's I/O for it;
+//!   `upgrade_gate` makes it wait while an upgrade's pods change version;
 //! - `bootstrap` decides a restore from a backup (`spec.bootstrap.fromBackup`), which takes the
 //!   init SQL's place.
 //!
-//! Writes go through `kube_io`; `backup::plan` decides the backup part. Must not import
+//! Writes go through `kube_io`; `backup::plan` decides the backup part, `upgrade::plan` the
+//! version upgrade (its stages, the image and partition the pods run). Must not import
 //! `controller` (it runs this, not the other way round).
 
 pub mod act;
@@ -20,6 +22,7 @@ pub mod deletion;
 pub mod events;
 pub mod observe;
 pub mod quantity;
+pub mod upgrade_gate;
 
 use chrono::Utc;
 use kube::ResourceExt;
@@ -116,5 +119,7 @@ fn record(ctx: &Context, db: &Database, key: (String, String), status: &Database
         let seconds = time.timestamp_millis() as f64 / 1000.0;
         ctx.metrics.backup_verified(key.clone(), seconds);
     }
+    let stage = status.upgrade.as_ref().map(|u| u.stage);
+    ctx.metrics.upgrade_stage(key.clone(), stage);
     ctx.metrics.database_phase(key, status.phase);
 }

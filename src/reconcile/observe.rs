@@ -23,7 +23,8 @@ use crate::error::Error;
 use crate::kube_io::{JobState, job_state};
 use crate::resources::credentials::{self, SecretProblem};
 use crate::resources::statefulset::template_image;
-use crate::resources::{Names, owner_reference};
+use crate::resources::{Names, owner_reference, selector_labels};
+use crate::upgrade::facts::{self as upgrade_facts, UpgradeFacts};
 
 /// The objects of one Database as they were read (the owned ones as the watch caches have them).
 #[derive(Clone, Debug, Default)]
@@ -46,6 +47,82 @@ pub struct Snapshot {
     pub observed_at: DateTime<Utc>,
     /// What `spec.bootstrap.fromBackup` needs, read only until the Database is initialised.
     pub restore: RestoreSnapshot,
+    /// What an upgrade under way reads (empty when none is).
+    pub upgrade: UpgradeObjects,
+}
+
+/// The objects an upgrade under way reads: the database pods, its preflight Job and that
+/// Job's pods.
+#[derive(Clone, Debug, Default)]
+pub struct UpgradeObjects {
+    pub pods: Vec<Pod>,
+    pub preflight_job: Option<Job>,
+    pub preflight_pods: Vec<Pod>,
+}
+
+/// Reads the upgrade's objects, only while an upgrade is under way (an idle Database reads
+/// no pods).
+pub async fn upgrade_objects(client: &Client, db: &Database) -> Result<UpgradeObjects, Error> {
+    let Some(upgrade) = db
+        .status
+        .as_ref()
+        .and_then(|s| s.upgrade.as_ref())
+        .filter(|u| !u.stage.is_finished())
+    else {
+        return Ok(UpgradeObjects::default());
+    };
+    let ns = db.namespace_or_default();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let selector = selector_labels(&db.name())
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let database_pods = pods.list(&ListParams::default().labels(&selector)).await?;
+    let (preflight_job, preflight_pods) = match &upgrade.preflight_job {
+        Some(name) if upgrade.stage == crate::api::UpgradeStage::Preflight => {
+            let job = Api::<Job>::namespaced(client.clone(), &ns)
+                .get_opt(name)
+                .await?;
+            let job_pods = pods
+                .list(
+                    &ListParams::default().labels(&format!("batch.kubernetes.io/job-name={name}")),
+                )
+                .await?;
+            (job, job_pods.items)
+        }
+        _ => (None, vec![]),
+    };
+    Ok(UpgradeObjects {
+        pods: database_pods.items,
+        preflight_job,
+        preflight_pods,
+    })
+}
+
+/// The upgrade's facts: its preflight Job and backup, the StatefulSet's revisions, the pods.
+fn upgrade_fact(db: &Database, snap: &Snapshot) -> UpgradeFacts {
+    let upgrade = db.status.as_ref().and_then(|s| s.upgrade.as_ref());
+    let backup_name = upgrade.and_then(|u| u.pre_upgrade_backup.as_deref());
+    UpgradeFacts {
+        preflight: snap
+            .upgrade
+            .preflight_job
+            .as_ref()
+            .map(|job| upgrade_facts::preflight_fact(job, &snap.upgrade.preflight_pods)),
+        backup: snap
+            .backups
+            .iter()
+            .find(|b| b.metadata.name.as_deref() == backup_name && backup_name.is_some())
+            .map(upgrade_facts::backup_fact),
+        statefulset: snap.statefulset.as_ref().map(upgrade_facts::revision_fact),
+        pods: snap
+            .upgrade
+            .pods
+            .iter()
+            .filter_map(upgrade_facts::pod_fact)
+            .collect(),
+    }
 }
 
 /// Reads the snapshot: what dbop labels from the watch caches, the user's objects (a Secret
@@ -97,6 +174,7 @@ pub async fn snapshot(ctx: &Context, db: &Database) -> Result<Snapshot, Error> {
         statefulset: get(&caches.statefulsets, &ns, &names.statefulset()),
         init_job: get(&caches.jobs, &ns, &names.init_job()),
         data_claims,
+        upgrade: upgrade_objects(client, db).await?,
     })
 }
 
@@ -183,6 +261,7 @@ pub struct Facts {
     pub backups: BackupHistoryFact,
     /// The restore of `spec.bootstrap.fromBackup` (None without one).
     pub bootstrap: Option<BootstrapFact>,
+    pub upgrade: UpgradeFacts,
 }
 
 impl Facts {
@@ -195,6 +274,7 @@ impl Facts {
             init_job: snap.init_job.as_ref().map(job_state),
             backups: backups_fact(db, snap),
             bootstrap: bootstrap::fact(db, &snap.restore),
+            upgrade: upgrade_fact(db, snap),
         }
     }
 }

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{
-    StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
-    StatefulSetUpdateStrategy,
+    RollingUpdateStatefulSetStrategy, StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy,
+    StatefulSetSpec, StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, ExecAction, PersistentVolumeClaim, PersistentVolumeClaimSpec,
@@ -37,19 +37,56 @@ const TERMINATION_GRACE_SECONDS: i64 = 60;
 const SMART_SHUTDOWN_SECONDS: i64 = 30;
 const FAST_SHUTDOWN_SECONDS: i64 = 20;
 
-/// The desired StatefulSet.
-///
-/// `existing_claims` are the volumeClaimTemplates of the StatefulSet as it exists: they are
-/// immutable, so once created they are kept verbatim and storage grows by expanding the PVCs.
+/// What the pod template runs and how far the rollout may go: the upgrade decides both (the
+/// old image until its rollout; a partition to move one ordinal at a time).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodRun {
+    pub image: String,
+    /// The version that image is for.
+    pub version: String,
+    /// Pods with an ordinal at or above it follow the template; None: all of them.
+    pub partition: Option<i32>,
+}
+
+impl PodRun {
+    /// The spec's version and image, every pod.
+    pub fn of_spec(db: &Database, settings: &Settings) -> PodRun {
+        PodRun {
+            image: image(db, settings),
+            version: db.spec.version.clone(),
+            partition: None,
+        }
+    }
+}
+
+/// The desired StatefulSet running the spec's version (see `statefulset_running`).
 pub fn statefulset(
     db: &Database,
     settings: &Settings,
     existing_claims: Option<Vec<PersistentVolumeClaim>>,
 ) -> StatefulSet {
+    statefulset_running(
+        db,
+        settings,
+        existing_claims,
+        &PodRun::of_spec(db, settings),
+    )
+}
+
+/// The desired StatefulSet, its pods running `run`.
+///
+/// `existing_claims` are the volumeClaimTemplates of the StatefulSet as it exists: they are
+/// immutable, so once created they are kept verbatim and storage grows by expanding the PVCs.
+pub fn statefulset_running(
+    db: &Database,
+    settings: &Settings,
+    existing_claims: Option<Vec<PersistentVolumeClaim>>,
+    run: &PodRun,
+) -> StatefulSet {
     let names = Names::of(db);
     let mut meta = owned_meta(db, names.statefulset(), "database");
     if let Some(l) = meta.labels.as_mut() {
-        l.insert(LABEL_VERSION.into(), db.spec.version.clone());
+        l.insert(LABEL_VERSION.into(), run.version.clone());
     }
     let claim_policy = match db.spec.deletion_policy {
         DeletionPolicy::Retain => "Retain",
@@ -67,9 +104,14 @@ pub fn statefulset(
                 ..LabelSelector::default()
             },
             pod_management_policy: Some("OrderedReady".into()),
+            // The partition is always explicit: a drift check that only compares the fields
+            // we set would otherwise never lower a partition back to 0.
             update_strategy: Some(StatefulSetUpdateStrategy {
                 type_: Some("RollingUpdate".into()),
-                ..StatefulSetUpdateStrategy::default()
+                rolling_update: Some(RollingUpdateStatefulSetStrategy {
+                    partition: Some(run.partition.unwrap_or(0)),
+                    ..RollingUpdateStatefulSetStrategy::default()
+                }),
             }),
             persistent_volume_claim_retention_policy: Some(
                 StatefulSetPersistentVolumeClaimRetentionPolicy {
@@ -77,7 +119,7 @@ pub fn statefulset(
                     when_scaled: Some("Retain".into()),
                 },
             ),
-            template: pod_template(db, settings),
+            template: pod_template(db, settings, &run.image),
             volume_claim_templates: Some(
                 existing_claims.unwrap_or_else(|| vec![data_claim_template(db)]),
             ),
@@ -153,13 +195,13 @@ fn credentials_volume(db: &Database) -> Volume {
     }
 }
 
-fn pod_template(db: &Database, settings: &Settings) -> PodTemplateSpec {
+fn pod_template(db: &Database, settings: &Settings, image: &str) -> PodTemplateSpec {
     let (copy, manager) = copy_binary(settings, "dbop-instance");
     let mut command = vec![manager.clone(), "run".into()];
     command.extend(manager_args(db));
     let container = Container {
         name: "postgres".into(),
-        image: Some(image(db, settings)),
+        image: Some(image.to_string()),
         command: Some(command),
         ports: Some(vec![ContainerPort {
             name: Some("postgresql".into()),
@@ -356,6 +398,31 @@ mod tests {
         let policy = sts.spec.persistent_volume_claim_retention_policy.unwrap();
         assert_eq!(policy.when_deleted.as_deref(), Some("Delete"));
         assert_eq!(policy.when_scaled.as_deref(), Some("Retain"));
+    }
+
+    #[test]
+    fn an_upgrade_sets_the_image_and_the_partition() {
+        let db = testing::minimal();
+        let run = PodRun {
+            image: "pg:16.5".into(),
+            version: "16.5".into(),
+            partition: Some(2),
+        };
+        let sts = statefulset_running(&db, &Settings::default(), None, &run);
+        assert_eq!(template_image(&sts).as_deref(), Some("pg:16.5"));
+        assert_eq!(sts.metadata.labels.as_ref().unwrap()[LABEL_VERSION], "16.5");
+        let partition = |s: &StatefulSet| {
+            s.spec
+                .update_strategy
+                .clone()
+                .unwrap()
+                .rolling_update
+                .unwrap()
+                .partition
+        };
+        assert_eq!(partition(&sts), Some(2));
+        // Without an upgrade the partition is explicitly 0, so a finished rollout lowers it.
+        assert_eq!(partition(&build()), Some(0));
     }
 
     #[test]

@@ -98,14 +98,16 @@ the operator as this chart's ServiceAccount and fails on any Forbidden in the au
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get", "list", "watch", "patch", "delete"]
-# The init Job and the backup Jobs.
+# The init Job, the restore Job, the backup and verify Jobs and the upgrade preflight Jobs.
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create"]
-# Backup Job pods: the agent's result is in their termination message.
+# Job pods: the agent's result is in their termination message, a preflight's image pull error
+# in its waiting state. Database pods during an upgrade: their revision and readiness; a rollback
+# deletes the pods stuck on the image being rolled back (src/upgrade/plan.rs).
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list"]
+  verbs: ["list", "delete"]
 # ConfigMaps: read those referenced by spec.init.configMapRef and s3.ca; create the one holding
 # inline init SQL (mounted into the init Job as a file).
 - apiGroups: [""]
