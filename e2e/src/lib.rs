@@ -19,6 +19,7 @@ use rand::Rng;
 use serde_json::Value;
 
 pub mod backup_jobs;
+pub mod chaos;
 pub mod node;
 
 /// The user agent of the test's own requests (the operator's start with `dbop/`).
