@@ -44,12 +44,8 @@ pub const USER_AGENT: &str = concat!("dbop/", env!("CARGO_PKG_VERSION"));
 
 /// A client from the kubeconfig or the in-cluster config, identifying itself as dbop.
 pub async fn client() -> Result<kube::Client, kube::Error> {
-    let mut config = kube::Config::infer()
+    let config = kube::Config::infer()
         .await
         .map_err(kube::Error::InferConfig)?;
-    config.headers.push((
-        http::header::USER_AGENT,
-        http::HeaderValue::from_static(USER_AGENT),
-    ));
-    kube::Client::try_from(config)
+    kube_io::client::build(config, USER_AGENT)
 }
