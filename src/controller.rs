@@ -81,6 +81,7 @@ pub async fn run_observed(
     let backups = crate::backup::controller::run(ctx.clone(), namespace.clone());
     // No debounce: a deleted or edited child is repaired from its watch event at once.
     let database_controller = Controller::new(databases, watcher::Config::default().any_semantic())
+        .trigger_backoff(crate::kube_io::watch::backoff())
         .owns(owned::<StatefulSet>(&client, &namespace), managed.clone())
         .owns(owned::<Service>(&client, &namespace), managed.clone())
         .owns(owned::<Secret>(&client, &namespace), managed.clone())

@@ -42,6 +42,7 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
         ))
         .any_semantic();
     Controller::new(backups, watcher::Config::default().any_semantic())
+        .trigger_backoff(crate::kube_io::watch::backoff())
         .with_config(ControllerConfig::default().debounce(Duration::from_millis(200)))
         .owns(jobs, owned_jobs)
         .shutdown_on_signal()

@@ -4,6 +4,7 @@
 
 pub mod client;
 pub mod drift;
+pub mod watch;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ObjectReference;
