@@ -180,7 +180,7 @@ fn a_slow_server_still_gives_a_complete_and_correct_backup() {
     let run = agent(&["dump", "--part-size", "5MiB"], &env);
     let took = started.elapsed();
     let result = run.ok();
-    let size = result.size_bytes.unwrap() as u64;
+    let size = result.size_bytes.unwrap();
     println!("storage-faults: slow server: {size} bytes in {took:.1?}");
     assert!(
         took >= Duration::from_millis(20 * size / (16 * 1024)),
