@@ -72,13 +72,22 @@ impl Context {
 
     /// The error policy of both controllers: count the failure, log it, retry after the
     /// backoff for that many failures in a row.
+    /// A conflict (a write built from a stale read) is no failure: it is reconciled again
+    /// after [`CONFLICT_RETRY`], from the fresh object, without counting.
     pub fn retry_after_failure(&self, key: FailureKey, error: &Error, what: &str) -> Action {
+        if error.is_conflict() {
+            tracing::info!(%error, retry_in = ?CONFLICT_RETRY, "{what} changed meanwhile: reconciling again");
+            return Action::requeue(CONFLICT_RETRY);
+        }
         let failures = self.record_failure(key);
         let delay = backoff(failures);
         warn!(%error, label = error.label(), failures, retry_in = ?delay, "{what} reconcile failed");
         Action::requeue(delay)
     }
 }
+
+/// When an object whose write conflicted is reconciled again.
+pub const CONFLICT_RETRY: Duration = Duration::from_millis(500);
 
 /// The retry delay after `failures` consecutive failures: 5 s doubling, at most 5 minutes.
 pub fn backoff(failures: u32) -> Duration {

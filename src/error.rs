@@ -45,4 +45,26 @@ impl Error {
     }
 }
 
+impl Error {
+    /// A conflict (HTTP 409, not "already exists"): the write was built from a stale read.
+    /// Sending it again would fail the same way; reconciling again from a fresh read will not.
+    pub fn is_conflict(&self) -> bool {
+        use kube::runtime::finalizer::Error as Finalizer;
+        let kube_conflict = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.is_conflict() && !s.is_already_exists());
+        match self {
+            Error::Kube(e) => kube_conflict(e),
+            Error::Serialize { .. }
+            | Error::DeletionWaiting(_)
+            | Error::DeletionWaitsForUpgrade(_) => false,
+            Error::Finalizer(e) => match e.as_ref() {
+                Finalizer::ApplyFailed(inner) | Finalizer::CleanupFailed(inner) => {
+                    inner.is_conflict()
+                }
+                Finalizer::AddFinalizer(e) | Finalizer::RemoveFinalizer(e) => kube_conflict(e),
+                Finalizer::UnnamedObject | Finalizer::InvalidFinalizer => false,
+            },
+        }
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;

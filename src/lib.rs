@@ -43,15 +43,3 @@ pub const FINALIZER: &str = "dbop.dev/cleanup";
 /// The user agent of every request dbop sends, so the API server's audit log can tell them
 /// apart.
 pub const USER_AGENT: &str = concat!("dbop/", env!("CARGO_PKG_VERSION"));
-
-/// A client from the kubeconfig or the in-cluster config, identifying itself as dbop.
-pub async fn client() -> Result<kube::Client, kube::Error> {
-    let mut config = kube::Config::infer()
-        .await
-        .map_err(kube::Error::InferConfig)?;
-    config.headers.push((
-        http::header::USER_AGENT,
-        http::HeaderValue::from_static(USER_AGENT),
-    ));
-    kube::Client::try_from(config)
-}

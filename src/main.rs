@@ -5,9 +5,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use dbop::kube_io::rate_limit::ApiLimits;
 use dbop::operator::{ProcessSettings, Stopped};
 use dbop::ops::leader::{self, LeaseSettings};
-use dbop::ops::rate_limit::ApiLimits;
 use dbop::resources::Settings;
 use dbop::telemetry::{self, LogFormat};
 

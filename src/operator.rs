@@ -8,9 +8,9 @@ use std::sync::Arc;
 use kube::Client;
 use tracing::{error, info};
 
+use crate::kube_io::rate_limit::ApiLimits;
 use crate::ops::leader::{self, LeaseSettings};
 use crate::ops::metrics::Metrics;
-use crate::ops::rate_limit::{ApiLimits, RateLimitLayer};
 use crate::ops::server::{self, Readiness};
 use crate::resources::Settings;
 
@@ -33,18 +33,13 @@ pub enum Stopped {
     Endpoints,
 }
 
-/// The operator's client (kubeconfig or in-cluster, dbop's user agent) behind its request budget.
+/// The operator's client (kubeconfig or in-cluster, dbop's user agent): its request budget and
+/// retries (`kube_io::client`).
 pub async fn client(limits: ApiLimits) -> Result<Client, kube::Error> {
-    let mut config = kube::Config::infer()
+    let config = kube::Config::infer()
         .await
         .map_err(kube::Error::InferConfig)?;
-    config.headers.push((
-        http::header::USER_AGENT,
-        http::HeaderValue::from_static(crate::USER_AGENT),
-    ));
-    Ok(kube::client::ClientBuilder::try_from(config)?
-        .with_layer(&RateLimitLayer(limits))
-        .build())
+    crate::kube_io::client::build(config, crate::USER_AGENT, limits)
 }
 
 /// Runs until SIGTERM/SIGINT or, with election, until the Lease is lost.

@@ -19,6 +19,7 @@ use rand::Rng;
 use serde_json::Value;
 
 pub mod backup_jobs;
+pub mod chaos;
 pub mod fingerprint;
 pub mod node;
 

@@ -123,7 +123,10 @@ impl Watches {
             senders.push(sender);
             trigger.map(Ok).boxed()
         });
-        let events = events.default_backoff().modify(slim::<K>).reflect(writer);
+        let events = events
+            .backoff(crate::kube_io::watch::backoff())
+            .modify(slim::<K>)
+            .reflect(writer);
         self.0.push(tokio::spawn(async move {
             let mut events = std::pin::pin!(events);
             while let Some(event) = events.next().await {

@@ -2,7 +2,10 @@
 //! behalf: server-side apply of what drifted, create-once, the status patch, Events, and the
 //! one reading of a Job's state. Depends only on `context` and `error`: no controller logic.
 
+pub mod client;
 pub mod drift;
+pub mod rate_limit;
+pub mod watch;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ObjectReference;

@@ -4,5 +4,4 @@
 
 pub mod leader;
 pub mod metrics;
-pub mod rate_limit;
 pub mod server;

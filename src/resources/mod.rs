@@ -7,8 +7,8 @@
 pub mod credentials;
 pub mod init_job;
 pub mod pod;
-pub mod restore_job;
 pub mod preflight_job;
+pub mod restore_job;
 pub mod services;
 pub mod statefulset;
 
