@@ -71,11 +71,12 @@ the operator as this chart's ServiceAccount and fails on any Forbidden in the au
 - apiGroups: ["dbop.dev"]
   resources: ["databases/status", "databasebackups/status"]
   verbs: ["patch"]
-# DatabaseBackups: watched, read as a restore's source (get), made by the schedule (create) and
-# pruned by retention (delete).
+# DatabaseBackups: watched, read as a restore's or a deletion's source (get), made by the
+# schedule, an upgrade and a Snapshot deletion (create), pruned by retention (delete), released
+# from a deleted Database under Retain/Snapshot (patch: the owner reference).
 - apiGroups: ["dbop.dev"]
   resources: ["databasebackups"]
-  verbs: ["get", "list", "watch", "create", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Owner references with blockOwnerDeletion (the objects a Database or a backup owns) need
 # update on the owner's finalizers where OwnerReferencesPermissionEnforcement is on.
 - apiGroups: ["dbop.dev"]
