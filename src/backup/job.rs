@@ -13,33 +13,28 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use dbop_contract::layout;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, EnvVar, KeyToPath, PodSpec, PodTemplateSpec,
-    SecretVolumeSource, Volume, VolumeMount,
-};
+use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 
 use super::schedule::format_duration;
 use super::settings::BackupSettings;
-use crate::api::{BackupSpec, CaSource, Database, DatabaseBackup, S3Spec};
-use crate::resources::credentials::{PASSWORD_KEY, USERNAME_KEY, secret_name};
+use crate::api::{BackupSpec, Database, DatabaseBackup};
+pub use crate::resources::agent::{CA_DIR, TERMINATION_LOG};
+use crate::resources::agent::{CA_FILE, agent_env, agent_mounts, ca_volume};
+use crate::resources::credentials::{USERNAME_KEY, secret_name};
 use crate::resources::pod::{
-    DBOP_BIN_DIR, DBOP_BIN_VOLUME, container_security_context, copy_binary, env as plain, mount,
-    pod_security_context, pull_secrets, scratch, secret_env,
+    DBOP_BIN_VOLUME, container_security_context, copy_binary, pod_security_context, pull_secrets,
+    scratch, secret_env,
 };
-use crate::resources::{Names, POSTGRES_PORT, Settings, job_pod_labels, labels, pod_annotations};
+use crate::resources::{Settings, job_pod_labels, labels, pod_annotations};
 
 /// Where the init container puts the agent, and where the backup container runs it from.
 pub const AGENT_PATH: &str = "/dbop/dbop-backup";
-/// The file Kubernetes turns into the container's termination message.
-pub const TERMINATION_LOG: &str = "/dev/termination-log";
 /// A retry covers a pod lost with its node; a dump that fails twice fails for a reason.
 pub const BACKOFF_LIMIT: i32 = 1;
 /// The name of the backup container (the one whose termination message holds the result).
 pub const BACKUP_CONTAINER: &str = "backup";
-const CA_DIR: &str = "/etc/dbop/s3-ca";
-const CA_FILE: &str = "/etc/dbop/s3-ca/ca.pem";
 /// Kubernetes label values and Job names are at most 63 characters.
 const MAX_JOB_NAME: usize = 63;
 /// The agent accepts backup ids of at most 128 characters.
@@ -107,7 +102,13 @@ pub fn backup_job(
     let image = running_image(db, settings).ok_or(JobProblem::NoRunningVersion)?;
     let backup_name = backup.metadata.name.clone().unwrap_or_default();
     let args = agent_args(db, spec, &parsed, &backup_id(&backup_name, created));
-    let pod = agent_pod(settings, spec, image, args, agent_env(db, &spec.s3));
+    let pod = agent_pod(
+        settings,
+        spec,
+        image,
+        args,
+        agent_env(db, &spec.s3, "dbop-backup"),
+    );
     Ok(Job {
         metadata: job_meta(db, backup, &backup_name),
         spec: Some(JobSpec {
@@ -142,7 +143,7 @@ pub fn verify_job(db: &Database, name: &str, settings: &Settings) -> Result<Job,
     let parsed = BackupSettings::parse(spec).map_err(JobProblem::InvalidSpec)?;
     let image = running_image(db, settings).ok_or(JobProblem::NoRunningVersion)?;
     let credentials = secret_name(db);
-    let mut env = agent_env(db, &spec.s3);
+    let mut env = agent_env(db, &spec.s3, "dbop-backup");
     // The application database (named after the superuser): the scratch database is made from
     // a connection to it, and its backups are the ones verified.
     env.push(secret_env("PGDATABASE", &credentials, USERNAME_KEY, true));
@@ -239,43 +240,6 @@ fn agent_args(db: &Database, spec: &BackupSpec, parsed: &BackupSettings, id: &st
     args
 }
 
-/// The agent's environment: libpq and AWS SDK settings, credentials only as Secret references.
-fn agent_env(db: &Database, s3: &S3Spec) -> Vec<EnvVar> {
-    let names = Names::of(db);
-    let credentials = secret_name(db);
-    let keys = &s3.credentials;
-    let mut env = vec![
-        plain("PGHOST", &names.endpoint(&db.namespace_or_default())),
-        plain("PGPORT", &POSTGRES_PORT.to_string()),
-        plain("PGCONNECT_TIMEOUT", "10"),
-        plain("PGAPPNAME", "dbop-backup"),
-        secret_env("PGUSER", &credentials, USERNAME_KEY, true),
-        secret_env("PGPASSWORD", &credentials, PASSWORD_KEY, false),
-        secret_env(
-            "AWS_ACCESS_KEY_ID",
-            &keys.secret_name,
-            keys.access_key_id_key(),
-            false,
-        ),
-        secret_env(
-            "AWS_SECRET_ACCESS_KEY",
-            &keys.secret_name,
-            keys.secret_access_key_key(),
-            false,
-        ),
-        plain("AWS_REGION", s3.region.as_deref().unwrap_or("us-east-1")),
-        // Credentials come from the Secret only: no instance metadata, no shared files.
-        plain("AWS_EC2_METADATA_DISABLED", "true"),
-        plain("AWS_CONFIG_FILE", "/dev/null"),
-        plain("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
-        plain("DBOP_BACKUP_LOG_FORMAT", "json"),
-    ];
-    if let Some(endpoint) = &s3.endpoint {
-        env.push(plain("AWS_ENDPOINT_URL", endpoint));
-    }
-    env
-}
-
 /// The backup container without what depends on the Database: the agent as its command, the
 /// result in the termination message.
 fn agent_container() -> Container {
@@ -286,49 +250,6 @@ fn agent_container() -> Container {
         termination_message_path: Some(TERMINATION_LOG.into()),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         ..Container::default()
-    }
-}
-
-fn agent_mounts(with_ca: bool) -> Vec<VolumeMount> {
-    let mut mounts = vec![
-        mount(DBOP_BIN_VOLUME, DBOP_BIN_DIR, true),
-        mount("tmp", "/tmp", false),
-    ];
-    if with_ca {
-        mounts.push(mount("s3-ca", CA_DIR, true));
-    }
-    mounts
-}
-
-/// The `s3.ca` source as a volume holding `ca.pem`.
-fn ca_volume(ca: &CaSource) -> Volume {
-    let items = |key: &str| {
-        Some(vec![KeyToPath {
-            key: key.into(),
-            path: "ca.pem".into(),
-            ..KeyToPath::default()
-        }])
-    };
-    match (&ca.secret_key_ref, &ca.config_map_key_ref) {
-        (Some(r), _) => Volume {
-            name: "s3-ca".into(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(r.name.clone()),
-                items: items(&r.key),
-                ..SecretVolumeSource::default()
-            }),
-            ..Volume::default()
-        },
-        (None, Some(r)) => Volume {
-            name: "s3-ca".into(),
-            config_map: Some(ConfigMapVolumeSource {
-                name: r.name.clone(),
-                items: items(&r.key),
-                ..ConfigMapVolumeSource::default()
-            }),
-            ..Volume::default()
-        },
-        (None, None) => scratch("s3-ca"),
     }
 }
 

@@ -4,6 +4,7 @@
 //! Pure: a builder is a plain function of the Database, the operator's settings and observed
 //! facts. No client, no clock, no randomness (the caller passes a generated password in).
 
+pub mod agent;
 pub mod credentials;
 pub mod init_job;
 pub mod pod;

@@ -10,31 +10,24 @@
 //! Pure: a function of the Database, the resolved source and the operator's settings.
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, EnvVar, KeyToPath, PodSpec, PodTemplateSpec,
-    SecretVolumeSource, Volume, VolumeMount,
-};
+use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::credentials::{PASSWORD_KEY, USERNAME_KEY, secret_name};
+use super::agent::{CA_FILE, TERMINATION_LOG, agent_env, agent_mounts, ca_volume};
 use super::pod::{
-    DBOP_BIN_DIR, DBOP_BIN_VOLUME, container_security_context, copy_binary, env, mount,
-    pod_security_context, pull_secrets, scratch, secret_env,
+    DBOP_BIN_VOLUME, container_security_context, copy_binary, pod_security_context, pull_secrets,
+    scratch,
 };
-use super::{Names, POSTGRES_PORT, Settings, image, job_pod_labels, owned_meta, pod_annotations};
-use crate::api::{CaSource, Database, S3Spec};
+use super::{Names, Settings, image, job_pod_labels, owned_meta, pod_annotations};
+use crate::api::{Database, S3Spec};
 
 /// The name of the restore container (the one whose termination message holds the result).
 pub const RESTORE_CONTAINER: &str = "restore";
-/// The file Kubernetes turns into the container's termination message.
-const TERMINATION_LOG: &str = "/dev/termination-log";
 /// A retry covers a pod lost with its node; the restore is one transaction, and recreating
 /// the roles is idempotent, so a second run starts from the same empty database.
 pub const BACKOFF_LIMIT: i32 = 1;
 /// A restore that hangs (a lock, an S3 server that stops answering) fails instead.
 pub const ACTIVE_DEADLINE_SECONDS: i64 = 6 * 3600;
-const CA_DIR: &str = "/etc/dbop/s3-ca";
-const CA_FILE: &str = "/etc/dbop/s3-ca/ca.pem";
 
 /// Where the backup to restore is, resolved from `spec.bootstrap.fromBackup`.
 #[derive(Clone, Debug, PartialEq)]
@@ -70,12 +63,12 @@ pub fn restore_job(db: &Database, source: &RestoreSource, settings: &Settings) -
         image: Some(image(db, settings)),
         command: Some(vec![agent]),
         args: Some(agent_args(source)),
-        env: Some(agent_env(db, &source.s3)),
+        env: Some(agent_env(db, &source.s3, "dbop-restore")),
         resources: Some(settings.job_resources.clone()),
         security_context: Some(container_security_context()),
         termination_message_path: Some(TERMINATION_LOG.into()),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
-        volume_mounts: Some(mounts(source.s3.ca.is_some())),
+        volume_mounts: Some(agent_mounts(source.s3.ca.is_some())),
         ..Container::default()
     };
     let mut volumes = vec![scratch(DBOP_BIN_VOLUME), scratch("tmp")];
@@ -131,86 +124,6 @@ fn agent_args(source: &RestoreSource) -> Vec<String> {
         args.push(format!("--ca-file={CA_FILE}"));
     }
     args
-}
-
-/// libpq and AWS SDK settings; credentials only as Secret references. No PGDATABASE: the
-/// agent restores into the database libpq connects to by default, the superuser's name (the
-/// application database).
-fn agent_env(db: &Database, s3: &S3Spec) -> Vec<EnvVar> {
-    let credentials = secret_name(db);
-    let keys = &s3.credentials;
-    let mut vars = vec![
-        env(
-            "PGHOST",
-            &Names::of(db).endpoint(&db.namespace_or_default()),
-        ),
-        env("PGPORT", &POSTGRES_PORT.to_string()),
-        env("PGCONNECT_TIMEOUT", "10"),
-        env("PGAPPNAME", "dbop-restore"),
-        secret_env("PGUSER", &credentials, USERNAME_KEY, true),
-        secret_env("PGPASSWORD", &credentials, PASSWORD_KEY, false),
-        secret_env(
-            "AWS_ACCESS_KEY_ID",
-            &keys.secret_name,
-            keys.access_key_id_key(),
-            false,
-        ),
-        secret_env(
-            "AWS_SECRET_ACCESS_KEY",
-            &keys.secret_name,
-            keys.secret_access_key_key(),
-            false,
-        ),
-        env("AWS_REGION", s3.region.as_deref().unwrap_or("us-east-1")),
-        // Credentials come from the Secret only: no instance metadata, no shared files.
-        env("AWS_EC2_METADATA_DISABLED", "true"),
-        env("AWS_CONFIG_FILE", "/dev/null"),
-        env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
-        env("DBOP_BACKUP_LOG_FORMAT", "json"),
-    ];
-    if let Some(endpoint) = &s3.endpoint {
-        vars.push(env("AWS_ENDPOINT_URL", endpoint));
-    }
-    vars
-}
-
-fn mounts(with_ca: bool) -> Vec<VolumeMount> {
-    let mut mounts = vec![
-        mount(DBOP_BIN_VOLUME, DBOP_BIN_DIR, true),
-        mount("tmp", "/tmp", false),
-    ];
-    if with_ca {
-        mounts.push(mount("s3-ca", CA_DIR, true));
-    }
-    mounts
-}
-
-/// The `s3.ca` source as a volume holding `ca.pem`.
-fn ca_volume(ca: &CaSource) -> Volume {
-    let items = |key: &str| {
-        Some(vec![KeyToPath {
-            key: key.into(),
-            path: "ca.pem".into(),
-            ..KeyToPath::default()
-        }])
-    };
-    let mut volume = scratch("s3-ca");
-    if let Some(r) = &ca.secret_key_ref {
-        volume.empty_dir = None;
-        volume.secret = Some(SecretVolumeSource {
-            secret_name: Some(r.name.clone()),
-            items: items(&r.key),
-            ..SecretVolumeSource::default()
-        });
-    } else if let Some(r) = &ca.config_map_key_ref {
-        volume.empty_dir = None;
-        volume.config_map = Some(ConfigMapVolumeSource {
-            name: r.name.clone(),
-            items: items(&r.key),
-            ..ConfigMapVolumeSource::default()
-        });
-    }
-    volume
 }
 
 #[cfg(test)]
