@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::Controller;
-use kube::runtime::controller::Action;
+use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef;
@@ -90,6 +90,7 @@ pub async fn run_observed(
     let backup_controller = crate::backup::controller::run(ctx.clone(), backups_self, backup_jobs);
     // No debounce: a deleted or edited child is repaired from its watch event at once.
     let database_controller = Controller::for_stream(databases, ctx.caches.databases.clone())
+        .with_config(ControllerConfig::default().concurrency(reconcile_concurrency()))
         .owns_stream(statefulsets)
         .owns_stream(services)
         .owns_stream(secrets)
@@ -121,6 +122,18 @@ pub async fn run_observed(
         });
     futures::join!(database_controller, backup_controller);
     info!("dbop controller stopped");
+}
+
+/// How many Databases are reconciled at once (`DBOP_RECONCILE_CONCURRENCY`, default 16; 0 is
+/// unbounded). Bounded because a thousand Databases created at once otherwise send a thousand
+/// first reconciles' writes together, and an API server that times some of them out (a Service's
+/// cluster IP allocation is the first to) makes each of those wait out a retry backoff; a
+/// bounded queue drains steadily instead (see docs/benchmarks.md).
+fn reconcile_concurrency() -> u16 {
+    std::env::var("DBOP_RECONCILE_CONCURRENCY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(16)
 }
 
 /// Ready once both kinds the controllers watch can be listed (the API server answers, RBAC

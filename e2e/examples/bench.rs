@@ -207,8 +207,14 @@ async fn create_namespace(client: &Client, name: &str) {
     }
 }
 
-/// RSS with no Database: start, wait for /readyz, let it settle 5 s, sample.
+/// RSS with no Database: start, wait for /readyz, let it settle 5 s, sample. (On a test bed
+/// that already holds the Databases of an earlier run, `databases_present` says how many.)
 async fn startup(bed: &TestBed, first_namespace: &str) -> Value {
+    let present = Api::<Database>::all(bed.client.clone())
+        .list_metadata(&kube::api::ListParams::default().labels(LABEL))
+        .await
+        .map(|l| l.items.len())
+        .unwrap_or(0);
     let operator = Operator::start(bed);
     let ready = operator.wait_ready().await;
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -217,7 +223,7 @@ async fn startup(bed: &TestBed, first_namespace: &str) -> Value {
     // The Database the restarted operator reconciles first.
     let db = manifest("db-0000");
     bed.apply_database(first_namespace, db).await;
-    json!({"to_ready_ms": ready.as_millis(), "rss_no_databases_mib": round(idle_rss)})
+    json!({"to_ready_ms": ready.as_millis(), "rss_no_databases_mib": round(idle_rss), "databases_present": present})
 }
 
 fn manifest(name: &str) -> Value {

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
+use kube::core::PartialObjectMeta;
 use kube::runtime::Controller;
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use tracing::{info, instrument};
@@ -27,7 +28,11 @@ use crate::ops::metrics::BACKUP_CONTROLLER;
 
 /// Runs the `DatabaseBackup` controller until SIGTERM/SIGINT, woken by `backups` (its own
 /// objects, read from the cache in `ctx`) and `jobs` (the Jobs they own).
-pub async fn run(ctx: Arc<Context>, backups: Trigger<DatabaseBackup>, jobs: Trigger<Job>) {
+pub async fn run(
+    ctx: Arc<Context>,
+    backups: Trigger<DatabaseBackup>,
+    jobs: Trigger<PartialObjectMeta<Job>>,
+) {
     Controller::for_stream(backups, ctx.caches.backups.clone())
         .with_config(ControllerConfig::default().debounce(Duration::from_millis(200)))
         .owns_stream(jobs)

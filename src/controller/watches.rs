@@ -11,6 +11,9 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, Service};
+use std::marker::PhantomData;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::{DeserializeGuard, PartialObjectMeta};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::store::Writer;
@@ -23,15 +26,20 @@ use crate::api::{Database, DatabaseBackup};
 use crate::context::caches::{SyncedMarker, Trigger, Writers, slim};
 use crate::resources::MANAGED_SELECTOR;
 
+/// What an owned object's trigger carries: the metadata that names its owner (and its labels,
+/// for the claims). Triggers queue while every reconcile slot is busy (a restart lists
+/// everything at once), so they must not be a second copy of the caches.
+pub type Meta<K> = PartialObjectMeta<K>;
+
 /// The triggers of both controllers, one per (controller, kind).
 pub struct Triggers {
     pub databases: Trigger<DeserializeGuard<Database>>,
-    pub statefulsets: Trigger<StatefulSet>,
-    pub services: Trigger<Service>,
-    pub secrets: Trigger<PartialObjectMeta<Secret>>,
-    pub claims: Trigger<PersistentVolumeClaim>,
+    pub statefulsets: Trigger<Meta<StatefulSet>>,
+    pub services: Trigger<Meta<Service>>,
+    pub secrets: Trigger<Meta<PartialObjectMeta<Secret>>>,
+    pub claims: Trigger<Meta<PersistentVolumeClaim>>,
     /// Jobs wake the Database that owns them (init) and the backup that owns them.
-    pub jobs: [Trigger<Job>; 2],
+    pub jobs: [Trigger<Meta<Job>>; 2],
     /// Backups wake their Database (history, health) and themselves.
     pub backups: [Trigger<DatabaseBackup>; 2],
 }
@@ -71,17 +79,14 @@ pub fn start(client: &Client, namespace: &Option<String>, writers: Writers) -> (
         ..
     } = writers;
     let c = (client, namespace);
-    let [databases] = watches.spawn(watcher(api(c), all.clone()), databases, m1);
-    let backups = watches.spawn(watcher(api(c), all), backups, m2);
-    let [statefulsets] = watches.spawn(watcher(api(c), managed.clone()), statefulsets, m3);
-    let [services] = watches.spawn(watcher(api(c), managed.clone()), services, m4);
-    let [secrets] = watches.spawn(
-        watcher(api::<PartialObjectMeta<Secret>>(c), managed.clone()),
-        secrets,
-        m5,
-    );
-    let jobs = watches.spawn(watcher(api(c), managed.clone()), jobs, m6);
-    let [claims] = watches.spawn(watcher(api(c), managed), claims, m7);
+    let [databases] = watches.spawn(watcher(api(c), all.clone()), databases, m1, Clone::clone);
+    let backups = watches.spawn(watcher(api(c), all), backups, m2, Clone::clone);
+    let [statefulsets] = watches.spawn(watcher(api(c), managed.clone()), statefulsets, m3, meta);
+    let [services] = watches.spawn(watcher(api(c), managed.clone()), services, m4, meta);
+    let secrets_meta = api::<PartialObjectMeta<Secret>>(c);
+    let [secrets] = watches.spawn(watcher(secrets_meta, managed.clone()), secrets, m5, meta);
+    let jobs = watches.spawn(watcher(api(c), managed.clone()), jobs, m6, meta);
+    let [claims] = watches.spawn(watcher(api(c), managed), claims, m7, meta);
     let triggers = Triggers {
         databases,
         statefulsets,
@@ -107,15 +112,18 @@ where
 
 impl Watches {
     /// Runs one watch in its own task: it fills the store through `writer`, marks the kind
-    /// listed after its first complete list, and hands each object it sees to `N` triggers.
-    fn spawn<K, const N: usize>(
+    /// listed after its first complete list, and hands `trigger(object)` of each object it
+    /// sees to `N` triggers.
+    fn spawn<K, T, const N: usize>(
         &mut self,
         events: impl Stream<Item = watcher::Result<Event<K>>> + Send + 'static,
         writer: Writer<K>,
         mut synced: SyncedMarker,
-    ) -> [Trigger<K>; N]
+        trigger: fn(&K) -> T,
+    ) -> [Trigger<T>; N]
     where
         K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+        T: Clone + Send + 'static,
     {
         let mut senders = Vec::with_capacity(N);
         let triggers = std::array::from_fn(|_| {
@@ -132,8 +140,9 @@ impl Watches {
             while let Some(event) = events.next().await {
                 match event {
                     Ok(Event::Apply(o) | Event::InitApply(o) | Event::Delete(o)) => {
+                        let t = trigger(&o);
                         for sender in &senders {
-                            let _ = sender.unbounded_send(o.clone());
+                            let _ = sender.unbounded_send(t.clone());
                         }
                     }
                     Ok(Event::InitDone) => synced.listed(),
@@ -145,5 +154,21 @@ impl Watches {
             }
         }));
         triggers
+    }
+}
+
+/// The trigger of an owned object: its name, namespace, owners and labels.
+fn meta<K: Resource>(object: &K) -> Meta<K> {
+    let m = object.meta();
+    PartialObjectMeta {
+        types: None,
+        metadata: ObjectMeta {
+            name: m.name.clone(),
+            namespace: m.namespace.clone(),
+            owner_references: m.owner_references.clone(),
+            labels: m.labels.clone(),
+            ..ObjectMeta::default()
+        },
+        _phantom: PhantomData,
     }
 }
