@@ -58,14 +58,17 @@ where
 /// Runs the controller until SIGTERM/SIGINT. `namespace` limits it to one namespace.
 pub async fn run(client: Client, settings: Settings, namespace: Option<String>) {
     let (metrics, ready) = (Arc::new(Metrics::new()), Arc::new(Readiness::default()));
-    run_observed(client, settings, namespace, metrics, ready).await;
+    let concurrency = DEFAULT_RECONCILE_CONCURRENCY;
+    run_observed(client, settings, namespace, concurrency, metrics, ready).await;
 }
 
 /// `run`, recording into `metrics`; `ready` turns true once both watched kinds can be listed.
+/// `concurrency` bounds the Database reconciles at once (0: unbounded).
 pub async fn run_observed(
     client: Client,
     settings: Settings,
     namespace: Option<String>,
+    concurrency: u16,
     metrics: Arc<Metrics>,
     ready: Arc<Readiness>,
 ) {
@@ -90,7 +93,7 @@ pub async fn run_observed(
     let backup_controller = crate::backup::controller::run(ctx.clone(), backups_self, backup_jobs);
     // No debounce: a deleted or edited child is repaired from its watch event at once.
     let database_controller = Controller::for_stream(databases, ctx.caches.databases.clone())
-        .with_config(ControllerConfig::default().concurrency(reconcile_concurrency()))
+        .with_config(ControllerConfig::default().concurrency(concurrency))
         .owns_stream(statefulsets)
         .owns_stream(services)
         .owns_stream(secrets)
@@ -124,17 +127,12 @@ pub async fn run_observed(
     info!("dbop controller stopped");
 }
 
-/// How many Databases are reconciled at once (`DBOP_RECONCILE_CONCURRENCY`, default 16; 0 is
+/// How many Databases are reconciled at once by default (`--reconcile-concurrency`; 0 is
 /// unbounded). Bounded because a thousand Databases created at once otherwise send a thousand
 /// first reconciles' writes together, and an API server that times some of them out (a Service's
 /// cluster IP allocation is the first to) makes each of those wait out a retry backoff; a
 /// bounded queue drains steadily instead (see docs/benchmarks.md).
-fn reconcile_concurrency() -> u16 {
-    std::env::var("DBOP_RECONCILE_CONCURRENCY")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(16)
-}
+pub const DEFAULT_RECONCILE_CONCURRENCY: u16 = 16;
 
 /// Ready once both kinds the controllers watch can be listed (the API server answers, RBAC
 /// allows it). Not the stores' own readiness: kube-runtime's `Store::wait_until_ready` wakes

@@ -63,6 +63,10 @@ struct RunArgs {
     /// API requests at once above `--api-qps` (the token bucket's size).
     #[arg(long, env = "DBOP_API_BURST", default_value_t = 100)]
     api_burst: u32,
+    /// Database reconciles at once (0: unbounded). Bounded so that thousands of new Databases
+    /// drain steadily instead of timing each other out (docs/benchmarks.md).
+    #[arg(long, env = "DBOP_RECONCILE_CONCURRENCY", default_value_t = dbop::controller::DEFAULT_RECONCILE_CONCURRENCY)]
+    reconcile_concurrency: u16,
     /// Log format.
     #[arg(long, env = "DBOP_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -154,6 +158,7 @@ async fn run(args: RunArgs) -> ExitCode {
         metrics_addr: args.metrics_addr,
         lease,
         namespace: args.namespace,
+        reconcile_concurrency: args.reconcile_concurrency,
     };
     match dbop::operator::run(client, settings, process).await {
         Stopped::Signal => ExitCode::SUCCESS,

@@ -20,6 +20,8 @@ pub struct ProcessSettings {
     /// `None`: no election, this process runs the controllers at once.
     pub lease: Option<LeaseSettings>,
     pub namespace: Option<String>,
+    /// Database reconciles at once (0: unbounded).
+    pub reconcile_concurrency: u16,
 }
 
 /// Why the process stopped.
@@ -54,6 +56,7 @@ pub async fn run(client: Client, settings: Settings, process: ProcessSettings) -
         client.clone(),
         settings,
         process.namespace,
+        process.reconcile_concurrency,
         metrics,
         ready.clone(),
     );
