@@ -1,6 +1,7 @@
 //! Random crash-resume on kwok: the real `dbop` binary is killed with SIGKILL at seeded random
-//! moments (`dbop_e2e::chaos`) and restarted at once, during provisioning, on-demand backups
-//! and scheduled backups; ≥ 50 kills in all. After the last kill each scenario checks that
+//! moments (`dbop_e2e::chaos`) and restarted at once, during provisioning, on-demand backups,
+//! scheduled backups and restores; ≥ 50 kills in all (upgrades: `e2e/tests/upgrades.rs` kills
+//! at each of their stages). After the last kill each scenario checks that
 //! everything converged: the phase it should reach, no object created twice (from the audit
 //! log: no duplicate Job or DatabaseBackup, no regenerated Secret), exactly the Jobs expected,
 //! and a status that says what happened.
@@ -23,7 +24,7 @@ use std::time::Duration;
 
 use chrono::{SecondsFormat, Utc};
 use dbop::api::{BackupPhase, DatabaseBackup, Phase};
-use dbop_e2e::backup_jobs::{finish_pod, s3_secret};
+use dbop_e2e::backup_jobs::{finish_pod, running_pod, s3_secret};
 use dbop_e2e::chaos::{
     KillPlan, Survived, assert_each_created_once, seed, stream, with_random_kills,
 };
@@ -351,6 +352,91 @@ async fn scheduled(bed: TestBed, ns: String, mut rng: StdRng) -> Survived {
     survived
 }
 
+/// Restores: Databases bootstrapped from an S3 location, one after another, while the operator
+/// is killed; each (held) restore pod is ended with a good result at a random moment. Each must
+/// end Ready and `RestoredFromBackup` with exactly one restore Job and no init Job.
+async fn restores(bed: TestBed, ns: String, mut rng: StdRng) -> Survived {
+    let (bed, ns) = (&bed, ns.as_str());
+    s3_secret(bed, ns).await;
+    let plan = quick_kills(10);
+    let made = std::sync::Mutex::new(Vec::new());
+    let made_ref = &made;
+    let mut pod_rng = stream(rng.random(), "restore pods");
+    let survived = with_random_kills(bed, ns, &[], &mut rng, &plan, |spent| async move {
+        let mut i = 0;
+        while i < 2 || !spent.load(Ordering::SeqCst) {
+            let name = format!("copy-{i}");
+            bed.apply_database(ns, database_manifest(&name, restored_from_s3()))
+                .await;
+            let job = format!("{name}-restore");
+            let selector = format!("batch.kubernetes.io/job-name={job}");
+            let pod = running_pod(bed, ns, &selector, &job).await;
+            tokio::time::sleep(Duration::from_millis(pod_rng.random_range(0..1500))).await;
+            finish_pod(bed, ns, &pod, "Succeeded", &restore_result(ns)).await;
+            bed.wait_for_phase(ns, &name, Phase::Ready, WAIT).await;
+            made_ref.lock().unwrap().push(name);
+            i += 1;
+        }
+    })
+    .await;
+    for name in made.into_inner().unwrap() {
+        assert_restored_once(bed, ns, &name).await;
+    }
+    finish(bed, ns, &survived, &plan);
+    survived
+}
+
+/// The id of the backup the restore scenario restores.
+const RESTORED_ID: &str = "20260101T020000Z-orders-manual";
+
+/// A Database restored from backup [`RESTORED_ID`] of `orders`, with init SQL that must not run.
+fn restored_from_s3() -> serde_json::Value {
+    let mut spec = with_backups(None);
+    let s3 = spec["backup"]["s3"].take();
+    json!({
+        "init": {"sql": "CREATE TABLE must_not_run (id int);"},
+        "podMetadata": hold_pods(),
+        "bootstrap": {"fromBackup": {"s3": s3, "backupId": RESTORED_ID, "database": "orders"}}
+    })
+}
+
+/// The result the agent would write for a good restore of [`RESTORED_ID`].
+fn restore_result(ns: &str) -> String {
+    let now = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
+    json!({
+        "outcome": "Succeeded", "operation": "restore", "backupId": RESTORED_ID,
+        "key": format!("{ns}/orders/postgres/{RESTORED_ID}/dump.pgc.zst"),
+        "completedAt": now, "message": "restored"
+    })
+    .to_string()
+}
+
+/// One restore Job that succeeded once, no init Job, and a status that names the backup.
+async fn assert_restored_once(bed: &TestBed, ns: &str, name: &str) {
+    let s = ListParams::default().labels(&format!("app.kubernetes.io/instance={name}"));
+    let jobs = Api::<Job>::namespaced(bed.client.clone(), ns)
+        .list(&s)
+        .await
+        .expect("list Jobs");
+    let names: Vec<_> = jobs
+        .iter()
+        .filter_map(|j| j.metadata.name.clone())
+        .collect();
+    assert_eq!(names, vec![format!("{name}-restore")], "{name}: its Jobs");
+    let succeeded = jobs.items[0].status.as_ref().and_then(|s| s.succeeded);
+    assert_eq!(succeeded, Some(1), "{name}: the restore ran once");
+    let db = bed.wait_for_phase(ns, name, Phase::Ready, WAIT).await;
+    assert_eq!(
+        condition(&db, "Initialized"),
+        Some(("True".into(), "RestoredFromBackup".into()))
+    );
+    let restored = db
+        .status
+        .and_then(|s| s.bootstrap)
+        .expect("status.bootstrap");
+    assert_eq!(restored.restored_backup_id.as_deref(), Some(RESTORED_ID));
+}
+
 /// Scheduled backups are named `orders-<yyyymmddhhmm>`: one per minute, none skipped.
 fn assert_consecutive_minutes(backups: &[DatabaseBackup]) {
     let minutes: Vec<chrono::NaiveDateTime> = backups
@@ -379,6 +465,11 @@ async fn random_kills_during_provisioning() {
 #[tokio::test]
 async fn random_kills_during_on_demand_backups() {
     run("on-demand", on_demand).await;
+}
+
+#[tokio::test]
+async fn random_kills_during_restores() {
+    run("restores", restores).await;
 }
 
 #[tokio::test]
