@@ -169,7 +169,8 @@ async fn watch_namespace_mode_grants_only_a_role_in_that_namespace() {
     let docs = rendered(&bed, "dbop-system", &[]);
     let cluster = of_kind(&docs, "ClusterRole");
     assert_eq!(cluster.len(), 1);
-    assert_eq!(verbs(&cluster[0]["rules"], "pods"), ["list"]);
+    // Pods: read for Job results and upgrades; deleted only by an upgrade's rollback.
+    assert_eq!(verbs(&cluster[0]["rules"], "pods"), ["list", "delete"]);
 
     let docs = rendered(
         &bed,
