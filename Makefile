@@ -71,7 +71,7 @@ test-e2e: ## end-to-end suites against the local control plane (brings it up and
 	  else hoststate=$$(mktemp); e2e/testbed/check-clean.sh snapshot $$hoststate; fi; \
 	  $(MAKE) --no-print-directory testbed-up || status=$$?; \
 	  if [ $$status = 0 ]; then DBOP_IMAGE_BIN_DIR=$(E2E_IMAGE_BIN_DIR) e2e/testbed/dbop-image.sh || status=$$?; fi; \
-	  if [ $$status = 0 ]; then KUBECONFIG=$(TESTBED_DIR)/kubeconfig $(CARGO) test -p dbop-e2e -- --test-threads=4 --nocapture || status=$$?; fi; \
+	  if [ $$status = 0 ]; then KUBECONFIG=$(TESTBED_DIR)/kubeconfig $(CARGO) test -p dbop-e2e --no-fail-fast -- --test-threads=4 --nocapture || status=$$?; fi; \
 	  $(MAKE) --no-print-directory testbed-down || status=$$?; \
 	  if [ -n "$$hoststate" ]; then e2e/testbed/check-clean.sh verify $$hoststate || status=$$?; rm -f $$hoststate; fi; exit $$status
 
