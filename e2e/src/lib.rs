@@ -18,6 +18,7 @@ use kube::{Api, Client};
 use rand::Rng;
 use serde_json::Value;
 
+pub mod agent_restore;
 pub mod backup_jobs;
 pub mod chaos;
 pub mod fingerprint;

@@ -9,10 +9,7 @@
 use std::time::Duration;
 
 use dbop::api::{BackupPhase, DatabaseBackup, Phase};
-use dbop_e2e::node::{
-    DBOP_IMAGE, POD_WAIT, POSTGRES_15_20, PrivateCa, REAL_NODE, REAL_NODE_STORAGE_CLASS, pod_ready,
-    small_resources,
-};
+use dbop_e2e::node::{POD_WAIT, PrivateCa, REAL_NODE, REAL_NODE_STORAGE_CLASS, pod_ready};
 use dbop_e2e::{TestBed, testbed, wait_until, wait_until_or_none};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ResourceQuota, Secret};
 use k8s_openapi::api::events::v1::Event;
@@ -255,56 +252,6 @@ async fn a_database_runs_for_real_keeps_its_data_and_takes_a_new_password() {
     assert!(err.contains("password authentication failed"), "{err}");
 }
 
-/// A restore pod: `dbop-backup` copied from dbop's image (as the backup Job does), run in the
-/// operand image against the `-rw` Service into a new database `restored`.
-async fn restore(bed: &TestBed, ns: &str, database: &str, endpoint: &str) {
-    let script = "createdb restored && exec /dbop/dbop-backup restore --bucket backups \
-                  --prefix \"$0\" --source-database postgres --path-style=true latest";
-    let secret_env = |name: &str, secret: &str, key: &str| json!({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}});
-    let credentials = format!("{database}-credentials");
-    bed.create_pod(
-        ns,
-        "restore",
-        json!({}),
-        json!({
-            "restartPolicy": "Never",
-            "securityContext": {"runAsUser": 999, "runAsGroup": 999},
-            "initContainers": [{"name": "copy", "image": DBOP_IMAGE,
-                "command": ["cp", "/usr/local/bin/dbop-backup", "/dbop/dbop-backup"],
-                "resources": small_resources(),
-                "volumeMounts": [{"name": "bin", "mountPath": "/dbop"}]}],
-            "containers": [{
-                "name": "restore", "image": POSTGRES_15_20,
-                "command": ["sh", "-c", script, format!("{ns}/{database}")],
-                "resources": small_resources(),
-                "env": [
-                    {"name": "PGHOST", "value": format!("{database}-rw")},
-                    {"name": "PGDATABASE", "value": "restored"},
-                    secret_env("PGUSER", &credentials, "username"),
-                    secret_env("PGPASSWORD", &credentials, "password"),
-                    secret_env("AWS_ACCESS_KEY_ID", "s3-creds", "AWS_ACCESS_KEY_ID"),
-                    secret_env("AWS_SECRET_ACCESS_KEY", "s3-creds", "AWS_SECRET_ACCESS_KEY"),
-                    {"name": "AWS_ENDPOINT_URL", "value": endpoint},
-                    {"name": "AWS_REGION", "value": "us-east-1"},
-                ],
-                "volumeMounts": [{"name": "bin", "mountPath": "/dbop"}],
-            }],
-            "volumes": [{"name": "bin", "emptyDir": {}}],
-        }),
-    )
-    .await;
-    let pod = bed
-        .wait_pod_phase(ns, "restore", &["Succeeded", "Failed"])
-        .await;
-    let phase = pod.status.and_then(|s| s.phase);
-    assert_eq!(
-        phase.as_deref(),
-        Some("Succeeded"),
-        "dbop-backup restore: {}",
-        bed.logs(ns, "restore")
-    );
-}
-
 /// A scheduled backup Job uploads a real dump to an S3 server in a pod; the dump restores with
 /// `dbop-backup restore` into a scratch database with identical content.
 #[tokio::test]
@@ -350,7 +297,8 @@ async fn a_scheduled_backup_restores_to_identical_content() {
             .and_then(|s| s.size_bytes)
             .unwrap_or(0)
     );
-    restore(&bed, &ns, "ledger", &endpoint).await;
+    bed.restore_with_agent(&ns, "ledger", &format!("{ns}/ledger"), "latest", &endpoint)
+        .await;
     assert_eq!(
         bed.fingerprint(&ns, "client", "restored").await,
         source,

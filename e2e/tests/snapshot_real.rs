@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use dbop::api::{BackupPhase, BackupReason, DatabaseBackup, DatabaseBackupSpec, Phase};
-use dbop_e2e::node::{DBOP_IMAGE, POSTGRES_15_20, REAL_NODE_STORAGE_CLASS, small_resources};
+use dbop_e2e::node::REAL_NODE_STORAGE_CLASS;
 use dbop_e2e::{TestBed, condition, testbed, wait_until};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::Api;
@@ -52,55 +52,6 @@ async fn backup_phase(bed: &TestBed, ns: &str, name: &str) -> DatabaseBackup {
         status.message
     );
     b
-}
-
-/// `dbop-backup restore <id>` of `source`'s backups into a new database `restored` on the
-/// server of Database `host`.
-async fn restore_into(bed: &TestBed, ns: &str, host: &str, source: &str, id: &str, s3: &str) {
-    let script = "createdb restored && exec /dbop/dbop-backup restore --bucket backups \
-                  --prefix \"$0\" --source-database postgres --path-style=true \"$1\"";
-    let secret_env = |name: &str, secret: &str, key: &str| json!({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}});
-    let credentials = format!("{host}-credentials");
-    bed.create_pod(
-        ns,
-        "restore",
-        json!({}),
-        json!({
-            "restartPolicy": "Never",
-            "securityContext": {"runAsUser": 999, "runAsGroup": 999},
-            "initContainers": [{"name": "copy", "image": DBOP_IMAGE,
-                "command": ["cp", "/usr/local/bin/dbop-backup", "/dbop/dbop-backup"],
-                "resources": small_resources(),
-                "volumeMounts": [{"name": "bin", "mountPath": "/dbop"}]}],
-            "containers": [{
-                "name": "restore", "image": POSTGRES_15_20,
-                "command": ["sh", "-c", script, format!("{ns}/{source}"), id],
-                "resources": small_resources(),
-                "env": [
-                    {"name": "PGHOST", "value": format!("{host}-rw")},
-                    {"name": "PGDATABASE", "value": "restored"},
-                    secret_env("PGUSER", &credentials, "username"),
-                    secret_env("PGPASSWORD", &credentials, "password"),
-                    secret_env("AWS_ACCESS_KEY_ID", "s3-creds", "AWS_ACCESS_KEY_ID"),
-                    secret_env("AWS_SECRET_ACCESS_KEY", "s3-creds", "AWS_SECRET_ACCESS_KEY"),
-                    {"name": "AWS_ENDPOINT_URL", "value": s3},
-                    {"name": "AWS_REGION", "value": "us-east-1"},
-                ],
-                "volumeMounts": [{"name": "bin", "mountPath": "/dbop"}],
-            }],
-            "volumes": [{"name": "bin", "emptyDir": {}}],
-        }),
-    )
-    .await;
-    let pod = bed
-        .wait_pod_phase(ns, "restore", &["Succeeded", "Failed"])
-        .await;
-    assert_eq!(
-        pod.status.and_then(|s| s.phase).as_deref(),
-        Some("Succeeded"),
-        "dbop-backup restore: {}",
-        bed.logs(ns, "restore")
-    );
 }
 
 #[tokio::test]
@@ -182,7 +133,8 @@ async fn a_verified_backup_and_a_final_backup_that_restores_to_the_same_content(
     bed.wait_for_phase(&ns, "spare", Phase::Ready, READY_WAIT)
         .await;
     let id = final_backup.status.unwrap().backup_id.unwrap();
-    restore_into(&bed, &ns, "spare", "ledger", &id, &s3).await;
+    bed.restore_with_agent(&ns, "spare", &format!("{ns}/ledger"), &id, &s3)
+        .await;
     bed.psql_client(&ns, "spare-client", "spare", "spare-credentials")
         .await;
     assert_eq!(

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use dbop::api::{BackupPhase, Database, DatabaseBackup, Phase, UpgradeStage};
-use dbop_e2e::node::{DBOP_IMAGE, POSTGRES_15_20, REAL_NODE_STORAGE_CLASS, small_resources};
+use dbop_e2e::node::REAL_NODE_STORAGE_CLASS;
 use dbop_e2e::{TestBed, condition, testbed};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -57,43 +57,6 @@ async fn upgrade(bed: &TestBed, ns: &str, spec: Value, stage: UpgradeStage) -> D
 
 fn pod_uid(pod: &Pod) -> String {
     pod.metadata.uid.clone().unwrap_or_default()
-}
-
-/// `dbop-backup restore` of the prefix's latest backup into a new database `restored` (the
-/// agent copied from dbop's image, run in the operand image, as the backup Job does).
-async fn restore_latest(bed: &TestBed, ns: &str, endpoint: &str) {
-    let script = "createdb restored && exec /dbop/dbop-backup restore --bucket backups \
-                  --prefix \"$0\" --source-database postgres --path-style=true latest";
-    let from_secret = |name: &str, secret: &str, key: &str| json!({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}});
-    let env = json!([
-        {"name": "PGHOST", "value": "ledger-rw"},
-        {"name": "PGDATABASE", "value": "restored"},
-        from_secret("PGUSER", "ledger-credentials", "username"),
-        from_secret("PGPASSWORD", "ledger-credentials", "password"),
-        from_secret("AWS_ACCESS_KEY_ID", "s3-creds", "AWS_ACCESS_KEY_ID"),
-        from_secret("AWS_SECRET_ACCESS_KEY", "s3-creds", "AWS_SECRET_ACCESS_KEY"),
-        {"name": "AWS_ENDPOINT_URL", "value": endpoint},
-        {"name": "AWS_REGION", "value": "us-east-1"},
-    ]);
-    let bin = json!([{"name": "bin", "mountPath": "/dbop"}]);
-    bed.create_pod(ns, "restore", json!({}), json!({
-        "restartPolicy": "Never",
-        "securityContext": {"runAsUser": 999, "runAsGroup": 999},
-        "initContainers": [{"name": "copy", "image": DBOP_IMAGE, "resources": small_resources(),
-            "command": ["cp", "/usr/local/bin/dbop-backup", "/dbop/dbop-backup"],
-            "volumeMounts": bin}],
-        "containers": [{"name": "restore", "image": POSTGRES_15_20, "resources": small_resources(),
-            "command": ["sh", "-c", script, format!("{ns}/ledger")], "env": env,
-            "volumeMounts": bin}],
-        "volumes": [{"name": "bin", "emptyDir": {}}],
-    }))
-    .await;
-    let pod = bed
-        .wait_pod_phase(ns, "restore", &["Succeeded", "Failed"])
-        .await;
-    let phase = pod.status.and_then(|s| s.phase);
-    let logs = bed.logs(ns, "restore");
-    assert_eq!(phase.as_deref(), Some("Succeeded"), "restore: {logs}");
 }
 
 #[tokio::test]
@@ -221,7 +184,8 @@ async fn a_real_minor_upgrade_backs_up_first_rolls_back_on_failure_and_stops_a_t
     );
 
     // The pre-upgrade backup (the latest) restores to identical content.
-    restore_latest(&bed, &ns, &endpoint).await;
+    bed.restore_with_agent(&ns, "ledger", &format!("{ns}/ledger"), "latest", &endpoint)
+        .await;
     assert_eq!(bed.fingerprint(&ns, "client", "restored").await, data);
     drop(operator);
 }
