@@ -366,13 +366,17 @@ pub fn plan_schedule(schedule: &BackupSchedule, facts: &ScheduleFacts) -> Schedu
     };
     match why {
         Some(why) => {
-            // Look again when the run's deadline passes, or sooner.
-            let expires = (at + deadline - now).to_std().unwrap_or_default();
+            // Look again when the run's deadline passes, or sooner (a deadline past the end of
+            // the calendar never passes).
+            let expires = match at.checked_add_signed(deadline) {
+                Some(end) => (end - now).to_std().unwrap_or_default(),
+                None => WAIT_POLL,
+            };
             SchedulePlan {
                 run: Run::Wait { at, why },
                 last_schedule_time: facts.last_schedule_time,
                 next_schedule_time: Some(at),
-                requeue_after: Some(WAIT_POLL.min(expires + Duration::from_secs(1))),
+                requeue_after: Some(WAIT_POLL.min(expires.saturating_add(Duration::from_secs(1)))),
             }
         }
         None => started(Run::Start { at, name }),
@@ -560,6 +564,17 @@ mod tests {
             active_backup: None,
             existing: vec![],
         }
+    }
+
+    /// Found by tests/spec_properties.rs: a held run with a starting deadline of centuries.
+    #[test]
+    fn a_held_run_with_an_endless_deadline_polls_instead_of_overflowing() {
+        let mut f = facts(utc(2025, 5, 1, 2, 0, 5), Some(utc(2025, 4, 30, 2, 0, 0)));
+        f.hold = Some(Hold::Upgrading);
+        f.starting_deadline = Duration::from_secs(60 * 137_051_513_739);
+        let plan = plan_schedule(&schedule("0 2 * * *", None), &f);
+        assert_eq!(plan.requeue_after, Some(WAIT_POLL));
+        assert!(matches!(plan.run, Run::Wait { .. }), "{:?}", plan.run);
     }
 
     #[test]
