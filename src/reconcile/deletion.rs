@@ -164,7 +164,11 @@ fn snapshot(facts: &DeletionFacts) -> DeletionPlan {
     let Some(backup) = &facts.final_backup else {
         return waiting(facts, true, "creating it".into());
     };
-    let deadline = backup.created + bound;
+    // A timeout past the end of the calendar never expires (and must not overflow).
+    let deadline = chrono::TimeDelta::from_std(bound)
+        .ok()
+        .and_then(|bound| backup.created.checked_add_signed(bound))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC);
     match backup.phase {
         Some(BackupPhase::Succeeded) => finish(
             facts,
@@ -456,6 +460,15 @@ mod tests {
             vec![(true, "FinalBackupFailed".to_string())]
         );
         assert!(reasons(Some("FinalBackupFailed"), &held).is_empty());
+    }
+
+    #[test]
+    fn a_final_backup_timeout_past_the_calendar_waits_instead_of_overflowing() {
+        let mut f = facts(DeletionPolicy::Snapshot);
+        f.backup_bound = Ok(Duration::from_secs(u64::MAX / 2));
+        f.final_backup = backup(Some(BackupPhase::Running), 30);
+        let plan = decide_deletion(&f);
+        assert_eq!(summary(&plan), "await create=false");
     }
 
     #[test]
