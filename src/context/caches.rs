@@ -1,6 +1,7 @@
 //! The watch caches both controllers read instead of the API server: one reflector store per
 //! kind, filled by the controllers' own watches (`controller::watches`: one watch per kind,
-//! shared by both controllers), with `managedFields` dropped. A read here is a lookup in memory.
+//! shared by both controllers), slimmed to what readers look at (`Slim`). A read here is a
+//! lookup in memory.
 //!
 //! A cache can lag the API server by the events still in flight; each of those events triggers
 //! another reconcile, which then sees it. Objects dbop does not label (the user's Secrets and
@@ -14,6 +15,7 @@ use futures::stream::BoxStream;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::core::{DeserializeGuard, PartialObjectMeta};
 use kube::runtime::reflector::{self, Lookup, ObjectRef, Store, store::Writer};
@@ -133,10 +135,44 @@ where
         .collect()
 }
 
-/// Drops what no reader looks at before an object is stored: `managedFields` (often half of
-/// an object's size).
-pub fn slim<K: Resource>(object: &mut K) {
-    object.meta_mut().managed_fields = None;
+/// What the cache keeps of an object: what its readers look at, nothing more. Dropped before
+/// an object is stored, for every kind: `managedFields` (often half of an object) and
+/// kubectl's last-applied annotation (a second copy of what a user applied).
+pub trait Slim: Resource {
+    fn slim(&mut self) {
+        slim_meta(self.meta_mut());
+    }
+}
+
+fn slim_meta(meta: &mut ObjectMeta) {
+    meta.managed_fields = None;
+    if let Some(annotations) = &mut meta.annotations {
+        annotations.remove(LAST_APPLIED);
+    }
+}
+
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+impl Slim for DeserializeGuard<Database> {}
+impl Slim for DatabaseBackup {}
+impl Slim for StatefulSet {}
+impl Slim for Service {}
+impl Slim for PartialObjectMeta<Secret> {}
+impl Slim for PersistentVolumeClaim {}
+
+/// A Job keeps its metadata and status only: readers ask whether it ran and when (`job_state`,
+/// `finished_at`, its owner); dbop creates a Job once and never compares its spec, and the pod
+/// template is most of a Job's size (a thousand init Jobs, one backup Job per retained backup).
+impl Slim for Job {
+    fn slim(&mut self) {
+        slim_meta(&mut self.metadata);
+        self.spec = None;
+    }
+}
+
+/// Drops what no reader looks at before an object is stored (`Slim`).
+pub fn slim<K: Slim>(object: &mut K) {
+    object.slim();
 }
 
 #[cfg(test)]
@@ -155,6 +191,36 @@ mod tests {
         assert!(get(&caches.services, "other", "orders-rw").is_none());
         assert_eq!(list(&caches.services, "shop", |_| true).len(), 1);
         assert!(list(&caches.services, "other", |_| true).is_empty());
+    }
+
+    #[test]
+    fn a_cached_job_keeps_its_metadata_and_status_only() {
+        let mut job: Job = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "orders-init", "namespace": "shop",
+                         "managedFields": [{"manager": "dbop"}],
+                         "annotations": {LAST_APPLIED: "{}", "keep": "me"}},
+            "spec": {"template": {"spec": {"containers": [{"name": "init", "image": "pg"}]}}},
+            "status": {"succeeded": 1},
+        }))
+        .unwrap();
+        slim(&mut job);
+        assert_eq!(job.spec, None);
+        assert_eq!(job.status.and_then(|s| s.succeeded), Some(1));
+        assert_eq!(job.metadata.managed_fields, None);
+        let annotations = job.metadata.annotations.unwrap();
+        assert_eq!(annotations.keys().collect::<Vec<_>>(), ["keep"]);
+    }
+
+    #[test]
+    fn other_kinds_keep_their_spec() {
+        let mut statefulset: StatefulSet = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "orders", "managedFields": [{"manager": "dbop"}]},
+            "spec": {"selector": {}, "serviceName": "orders-hl", "template": {}},
+        }))
+        .unwrap();
+        slim(&mut statefulset);
+        assert_eq!(statefulset.spec.service_name.as_deref(), Some("orders-hl"));
+        assert_eq!(statefulset.metadata.managed_fields, None);
     }
 
     #[tokio::test]

@@ -1,5 +1,5 @@
 //! The watches of both controllers: one per kind, each filling its store in the watch caches
-//! (`context::caches`, `managedFields` dropped) and handing every object it sees — added,
+//! (`context::caches`, slimmed: `Slim`) and handing every object it sees — added,
 //! changed or deleted — at once to each controller that kind triggers. Owned objects are
 //! selected by dbop's label; Secrets are watched as metadata only.
 //!
@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 use tracing::warn;
 
 use crate::api::{Database, DatabaseBackup};
-use crate::context::caches::{SyncedMarker, Trigger, Writers, slim};
+use crate::context::caches::{Slim, SyncedMarker, Trigger, Writers, slim};
 use crate::resources::MANAGED_SELECTOR;
 
 /// What an owned object's trigger carries: the metadata that names its owner (and its labels,
@@ -122,7 +122,7 @@ impl Watches {
         trigger: fn(&K) -> T,
     ) -> [Trigger<T>; N]
     where
-        K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+        K: Resource<DynamicType = ()> + Slim + Clone + Send + Sync + 'static,
         T: Clone + Send + 'static,
     {
         let mut senders = Vec::with_capacity(N);
