@@ -21,6 +21,8 @@ build: ## build the binaries (release)
 	$(CARGO) build --release --bins
 
 static: ## build dbop, dbop-backup and dbop-instance static (musl, release) into target/x86_64-unknown-linux-musl/release
+	@rustup target list --installed 2>/dev/null | grep -qx $(MUSL_TARGET) && command -v musl-gcc >/dev/null || \
+	  { echo "make static needs the $(MUSL_TARGET) target and musl-gcc: rustup target add $(MUSL_TARGET); apt-get install musl-tools"; exit 1; }
 	CC_x86_64_unknown_linux_musl=musl-gcc $(CARGO) build --release --locked --target $(MUSL_TARGET) -p dbop -p dbop-backup -p dbop-instance --bins
 	@for b in $(STATIC_BINS); do \
 	  f=target/$(MUSL_TARGET)/release/$$b; \
@@ -65,12 +67,14 @@ E2E_IMAGE_BIN_DIR := $(if $(MUSL_INSTALLED),$(CURDIR)/target/$(MUSL_TARGET)/debu
 
 test-e2e: ## end-to-end suites against the local control plane (brings it up and down; checks that down leaves nothing behind)
 	$(CARGO) build --bins
+	@# The release image (the Dockerfile's, from `make static`) is what the in-cluster Helm install runs.
+	$(MAKE) --no-print-directory static
 	$(if $(MUSL_INSTALLED),$(CARGO) build --target $(MUSL_TARGET) -p dbop-instance)
 	@set -o pipefail; status=0; hoststate=; \
 	  if [ -f $(TESTBED_DIR)/ready ]; then echo "test bed already up: no before/after host-state check this time"; \
 	  else hoststate=$$(mktemp); e2e/testbed/check-clean.sh snapshot $$hoststate; fi; \
 	  $(MAKE) --no-print-directory testbed-up || status=$$?; \
-	  if [ $$status = 0 ]; then DBOP_IMAGE_BIN_DIR=$(E2E_IMAGE_BIN_DIR) e2e/testbed/dbop-image.sh || status=$$?; fi; \
+	  if [ $$status = 0 ]; then DBOP_IMAGE_BIN_DIR=$(E2E_IMAGE_BIN_DIR) e2e/testbed/dbop-image.sh dev release || status=$$?; fi; \
 	  if [ $$status = 0 ]; then KUBECONFIG=$(TESTBED_DIR)/kubeconfig $(CARGO) test -p dbop-e2e --no-fail-fast -- --test-threads=4 --nocapture || status=$$?; fi; \
 	  $(MAKE) --no-print-directory testbed-down || status=$$?; \
 	  if [ -n "$$hoststate" ]; then e2e/testbed/check-clean.sh verify $$hoststate || status=$$?; rm -f $$hoststate; fi; exit $$status

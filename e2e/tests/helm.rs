@@ -358,8 +358,10 @@ fn requests_of(bed: &TestBed, user: &str) -> Vec<(String, String, u64)> {
         .collect()
 }
 
-/// `helm install` for real: the operator runs in the cluster (two replicas, leader election
-/// on) as the chart's ServiceAccount, reaching the API server through the `kubernetes`
+/// `helm install` for real: the release image (the Dockerfile's: `make static`'s binaries,
+/// loaded by `e2e/testbed/dbop-image.sh release`) runs the operator in the cluster (two
+/// replicas, leader election on) as the chart's ServiceAccount, and its `dbop-instance` runs
+/// the database pod, reaching the API server through the `kubernetes`
 /// Service; it provisions a real PostgreSQL and backs it up to an S3 server in a pod; none of
 /// its writes is forbidden (audit log) nor any read (its logs); `kubectl dbop psql` runs a
 /// query in the database pod.
@@ -368,11 +370,15 @@ async fn helm_install_runs_the_operator_in_the_cluster_through_provisioning_and_
     let bed = testbed().await;
     bed.require_real_node().await;
     let ns = bed.real_node_namespace("helm").await;
+    let image = release_image(&bed);
+    let (repository, tag) = image
+        .rsplit_once(':')
+        .expect("an image reference with a tag");
     let values = values_file(
         &bed,
         &ns,
         &json!({
-            "image": {"repository": "dbop.local/dbop", "tag": "dev", "pullPolicy": "Never"},
+            "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
             "postgresImageTemplate": "dbop.local/postgres:{version}",
             "watchNamespace": ns,
             "replicaCount": 2,
@@ -601,36 +607,41 @@ async fn psql_through_the_plugin(bed: &TestBed, ns: &str) {
     assert_eq!(out.trim(), "42");
 }
 
-/// The install image, built without Docker (`images.sh release`), is what the Dockerfile
-/// describes (`check-image.sh`: same files, owners, modes, static binaries, user, entrypoint,
-/// command). From `make static`'s binaries when they exist; otherwise from static stand-ins
-/// (busybox) under the same names, which checks the layout and the Dockerfile all the same.
+/// The release image on the real node: `dbop.local/dbop:<version>`, never the debug `:dev`.
+fn release_image(bed: &TestBed) -> String {
+    let image = bed.real_node_image(&format!("dbop.local/dbop:{}", workspace_version()));
+    assert_ne!(image, "dbop.local/dbop:dev");
+    image
+}
+
+/// The workspace's version (this crate's is the workspace's), which tags the release image.
+fn workspace_version() -> &'static str {
+    env!("CARGO_PKG_VERSION")
+}
+
+/// The install image, built without Docker (`images.sh release`) from `make static`'s
+/// binaries (`make test-e2e` builds them), is what the Dockerfile describes (`check-image.sh`:
+/// same files, owners, modes, static binaries, user, entrypoint, command).
 #[tokio::test]
 async fn the_release_image_built_without_docker_matches_the_dockerfile() {
-    let bed = testbed().await;
+    let _bed = testbed().await;
     let release = workspace_root().join("target/x86_64-unknown-linux-musl/release");
-    let bin_dir = if ["dbop", "dbop-backup", "dbop-instance"]
-        .iter()
-        .all(|b| release.join(b).exists())
-    {
-        release
-    } else {
-        let dir = bed.dir.join("helm/stand-ins");
-        std::fs::create_dir_all(&dir).unwrap();
-        for b in ["dbop", "dbop-backup", "dbop-instance"] {
-            std::fs::copy("/bin/busybox", dir.join(b))
-                .expect("/bin/busybox (busybox-static: e2e/testbed/install-deps.sh)");
-        }
-        dir
-    };
+    for b in ["dbop", "dbop-backup", "dbop-instance"] {
+        assert!(
+            release.join(b).exists(),
+            "no {}: `make static` builds the release binaries (make test-e2e runs it)",
+            release.join(b).display()
+        );
+    }
     let out = Command::new(workspace_root().join("e2e/testbed/images.sh"))
         .arg("release")
-        .env("DBOP_RELEASE_BIN_DIR", &bin_dir)
+        .env("DBOP_RELEASE_BIN_DIR", &release)
         .output()
         .expect("images.sh release");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "images.sh release failed:\n{stderr}");
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("dbop.local/dbop:"));
+    let reference = format!("dbop.local/dbop:{} ", workspace_version());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with(&reference));
     assert!(stderr.contains("matches the Dockerfile"), "{stderr}");
 }
 
