@@ -32,6 +32,7 @@ use crate::ops::server::Readiness;
 use crate::reconcile::{act, cleanup, reconcile_database};
 use crate::resources::{LABEL_INSTANCE, Settings};
 
+pub mod queue;
 pub mod watches;
 
 use self::watches::Triggers;

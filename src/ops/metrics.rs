@@ -1,5 +1,5 @@
 //! The operator's Prometheus metrics: what the controllers record (reconciles, errors and their
-//! duration per controller; each Database's phase, conditions and last successful backup) and
+//! duration per controller; the work-queue depth per controller; each Database's phase, conditions and last successful backup) and
 //! their encoding in the text exposition format. No I/O: the HTTP server (`ops::server`) serves
 //! `encode()`.
 
@@ -76,6 +76,7 @@ pub struct Metrics {
     backup_verified: Family<DatabaseLabels, Gauge<f64, AtomicU64>>,
     conditions: Family<ConditionLabels, Gauge>,
     upgrade_stage: Family<StageLabels, Gauge>,
+    workqueue_depth: Family<ControllerLabels, Gauge>,
     /// The last phase seen per Database, from which `databases` is counted.
     phases: Mutex<HashMap<DatabaseKey, Phase>>,
 }
@@ -101,6 +102,12 @@ impl Metrics {
         let backup_verified = Family::<DatabaseLabels, Gauge<f64, AtomicU64>>::default();
         let conditions = Family::<ConditionLabels, Gauge>::default();
         let upgrade_stage = Family::<StageLabels, Gauge>::default();
+        let workqueue_depth = Family::<ControllerLabels, Gauge>::default();
+        registry.register(
+            "workqueue_depth",
+            "Objects a trigger woke whose reconcile has not started yet, by controller (a requeue timer is a delay, not queued)",
+            workqueue_depth.clone(),
+        );
         registry.register(
             "database_upgrade_stage",
             "The stage of a Database's latest upgrade: 1 for the stage it is in, 0 for the others",
@@ -163,9 +170,13 @@ impl Metrics {
             backup_verified,
             conditions,
             upgrade_stage,
+            workqueue_depth,
             phases: Mutex::new(HashMap::new()),
         };
         metrics.count_phases(&HashMap::new());
+        for controller in [DATABASE_CONTROLLER, BACKUP_CONTROLLER] {
+            metrics.workqueue_depth(controller);
+        }
         metrics
     }
 
@@ -185,6 +196,14 @@ impl Metrics {
             };
             self.errors.get_or_create(&labels).inc();
         }
+    }
+
+    /// The gauge of `controller`'s work-queue depth (set by `controller::queue`).
+    pub fn workqueue_depth(&self, controller: &str) -> Gauge {
+        let labels = ControllerLabels {
+            controller: controller.into(),
+        };
+        self.workqueue_depth.get_or_create(&labels).clone()
     }
 
     /// A Database is now in `phase`; `None` when it is gone.
