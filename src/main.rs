@@ -33,7 +33,10 @@ enum Command {
 /// The flags of `dbop run` (each also read from a `DBOP_*` variable; docs/configuration.md).
 #[derive(clap::Args)]
 struct RunArgs {
-    /// Watch only this namespace (default: all namespaces).
+    /// Watch only these namespaces (comma-separated; default: all namespaces).
+    #[arg(long, env = "DBOP_WATCH_NAMESPACES", value_delimiter = ',')]
+    watch_namespaces: Vec<String>,
+    /// One namespace to watch: the older spelling of `--watch-namespaces`, added to its list.
     #[arg(long, env = "DBOP_NAMESPACE")]
     namespace: Option<String>,
     /// The PostgreSQL image of a version: `{version}` becomes the Database's `MAJOR.MINOR`
@@ -157,13 +160,28 @@ async fn run(args: RunArgs) -> ExitCode {
     let process = ProcessSettings {
         metrics_addr: args.metrics_addr,
         lease,
-        namespace: args.namespace,
+        namespaces: watched_namespaces(args.watch_namespaces, args.namespace),
         reconcile_concurrency: args.reconcile_concurrency,
     };
     match dbop::operator::run(client, settings, process).await {
         Stopped::Signal => ExitCode::SUCCESS,
         Stopped::LostLease | Stopped::Endpoints => ExitCode::FAILURE,
     }
+}
+
+/// `--watch-namespaces` and `--namespace` together, each name once, blanks dropped (none: all).
+fn watched_namespaces(list: Vec<String>, single: Option<String>) -> Vec<String> {
+    let mut namespaces: Vec<String> = Vec::new();
+    for ns in list
+        .into_iter()
+        .chain(single)
+        .map(|ns| ns.trim().to_string())
+    {
+        if !ns.is_empty() && !namespaces.contains(&ns) {
+            namespaces.push(ns);
+        }
+    }
+    namespaces
 }
 
 /// The Lease of `--leader-elect`: in the pod's namespace unless one is given.
