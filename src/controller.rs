@@ -1,5 +1,6 @@
-//! The runtime of both controllers: the watches (`watches`: one per kind, filling the caches
-//! observe reads and triggering the controllers), the Database controller's triggers (Databases
+//! The runtime of both controllers: the watches (`watches`: one per kind and watched namespace,
+//! filling the caches observe reads and triggering the controllers), the work-queue depth
+//! (`queue`), the Database controller's triggers (Databases
 //! and everything they own, so a deleted or edited child is repaired from its watch event;
 //! `DatabaseBackup`s, which wake their Database), its finalizer and its Events for errors, and
 //! the start of the `DatabaseBackup` controller beside it, the readiness once both kinds can be
@@ -162,8 +163,9 @@ pub async fn run_observed(
 pub const DEFAULT_RECONCILE_CONCURRENCY: u16 = 16;
 
 /// Ready once both kinds the controllers watch can be listed in every watched namespace (the
-/// API server answers, RBAC allows it). Not the stores' own readiness: kube-runtime's `Store::wait_until_ready` wakes
-/// one waiter only, and the controller's runner is already waiting on it.
+/// API server answers, RBAC allows it). Not the stores' own readiness: kube-runtime's
+/// `Store::wait_until_ready` wakes one waiter only, and the controller's runner is already
+/// waiting on it.
 async fn mark_ready_once_listed(client: Client, namespaces: Vec<String>, ready: Arc<Readiness>) {
     let mut failures = 0;
     loop {

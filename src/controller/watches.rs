@@ -189,7 +189,8 @@ impl Watches {
                     }
                     Err(error) => {
                         let namespace = scope.as_deref().unwrap_or("<all>");
-                        warn!(%error, kind = %<K as Resource>::kind(&()), namespace, "watch failed, retrying")
+                        let kind = <K as Resource>::kind(&());
+                        warn!(%error, %kind, namespace, "watch failed, retrying")
                     }
                 }
             }

@@ -1,7 +1,7 @@
 //! The operator's Prometheus metrics: what the controllers record (reconciles, errors and their
-//! duration per controller; the work-queue depth per controller; each Database's phase, conditions and last successful backup) and
-//! their encoding in the text exposition format. No I/O: the HTTP server (`ops::server`) serves
-//! `encode()`.
+//! duration per controller; the work-queue depth per controller; each Database's phase,
+//! conditions and last successful backup) and their encoding in the text exposition format. No
+//! I/O: the HTTP server (`ops::server`) serves `encode()`.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -105,7 +105,8 @@ impl Metrics {
         let workqueue_depth = Family::<ControllerLabels, Gauge>::default();
         registry.register(
             "workqueue_depth",
-            "Objects a trigger woke whose reconcile has not started yet, by controller (a requeue timer is a delay, not queued)",
+            "Objects a trigger woke whose reconcile has not started yet, by controller \
+             (a requeue timer is a delay, not queued)",
             workqueue_depth.clone(),
         );
         registry.register(
@@ -347,5 +348,33 @@ mod upgrade_stage_tests {
         assert!(text.contains(&line("Preflight", 0)), "{text}");
         m.database_phase(key, None);
         assert!(!m.encode().contains("stage=\"RollingOut\""));
+    }
+}
+
+#[cfg(test)]
+mod workqueue_tests {
+    use super::*;
+
+    #[test]
+    fn both_work_queues_are_exported_from_the_start_and_follow_their_gauge() {
+        let m = Metrics::new();
+        let text = m.encode();
+        assert!(
+            text.contains("dbop_workqueue_depth{controller=\"database\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("dbop_workqueue_depth{controller=\"backup\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("a requeue timer is a delay, not queued"),
+            "{text}"
+        );
+        m.workqueue_depth(DATABASE_CONTROLLER).set(3);
+        assert!(
+            m.encode()
+                .contains("dbop_workqueue_depth{controller=\"database\"} 3")
+        );
     }
 }
