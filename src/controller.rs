@@ -84,9 +84,10 @@ pub async fn run_observed(
     // One watch per kind and namespace, shared by both controllers; stopped when this returns.
     let (triggers, _watches) = watches::start(&client, namespaces, writers);
     let ctx = Arc::new(Context::new(client.clone(), settings, caches).with_metrics(metrics));
-    let watched = match namespaces {
-        [] => "<all>".to_string(),
-        some => some.join(","),
+    let watched = if namespaces.is_empty() {
+        "<all>".into()
+    } else {
+        namespaces.join(",")
     };
     info!(namespaces = %watched, "dbop controller starting");
     let Triggers {
@@ -132,8 +133,20 @@ pub async fn run_observed(
         namespaces.to_vec(),
         ready,
     ));
+    let database_controller = run_database_controller(database_controller, queue, ctx);
+    futures::join!(database_controller, backup_controller);
+    info!("dbop controller stopped");
+}
+
+/// Runs the Database controller until SIGTERM/SIGINT; an object leaves `queue` when its
+/// reconcile starts, or when the controller finds it gone from the store.
+async fn run_database_controller(
+    controller: Controller<DeserializeGuard<Database>>,
+    queue: Arc<WorkQueue>,
+    ctx: Arc<Context>,
+) {
     let started = queue.clone();
-    let database_controller = database_controller
+    controller
         .shutdown_on_signal()
         .run(
             move |guard, ctx| {
@@ -150,9 +163,8 @@ pub async fn run_observed(
                     tracing::debug!(%error, "reconcile error (handled by the error policy)");
                 }
             }
-        });
-    futures::join!(database_controller, backup_controller);
-    info!("dbop controller stopped");
+        })
+        .await;
 }
 
 /// How many Databases are reconciled at once by default (`--reconcile-concurrency`; 0 is
