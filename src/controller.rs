@@ -36,7 +36,7 @@ use crate::resources::{LABEL_INSTANCE, Settings};
 pub mod queue;
 pub mod watches;
 
-use self::queue::{WorkQueue, own_key};
+use self::queue::WorkQueue;
 use self::watches::{Meta, Triggers};
 
 fn key_of(guard: &DeserializeGuard<Database>) -> FailureKey {
@@ -145,17 +145,9 @@ async fn run_database_controller(
     queue: Arc<WorkQueue>,
     ctx: Arc<Context>,
 ) {
-    let started = queue.clone();
     controller
         .shutdown_on_signal()
-        .run(
-            move |guard, ctx| {
-                started.started(&own_key(guard.as_ref()));
-                reconcile(guard, ctx)
-            },
-            error_policy,
-            ctx,
-        )
+        .run(queue.starting(reconcile), error_policy, ctx)
         .for_each(move |result| {
             queue::forget_if_gone(&queue, &result);
             async move {

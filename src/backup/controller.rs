@@ -23,7 +23,7 @@ use super::observe::{name_of, observe};
 use crate::api::{BackupPhase, DatabaseBackup};
 use crate::context::caches::Trigger;
 use crate::context::{Context, FailureKey};
-use crate::controller::queue::{WorkQueue, forget_if_gone, own_key};
+use crate::controller::queue::{WorkQueue, forget_if_gone};
 use crate::error::{Error, Result};
 use crate::ops::metrics::BACKUP_CONTROLLER;
 
@@ -37,19 +37,11 @@ pub async fn run(
     let queue = WorkQueue::new(ctx.metrics.workqueue_depth(BACKUP_CONTROLLER));
     let backups = queue.own(backups);
     let jobs = queue.owned::<DatabaseBackup, _>(jobs);
-    let started = queue.clone();
     Controller::for_stream(backups, ctx.caches.backups.clone())
         .with_config(ControllerConfig::default().debounce(Duration::from_millis(200)))
         .owns_stream(jobs)
         .shutdown_on_signal()
-        .run(
-            move |backup, ctx| {
-                started.started(&own_key(backup.as_ref()));
-                reconcile(backup, ctx)
-            },
-            error_policy,
-            ctx,
-        )
+        .run(queue.starting(reconcile), error_policy, ctx)
         .for_each(move |result| {
             forget_if_gone(&queue, &result);
             async move {

@@ -90,6 +90,22 @@ impl WorkQueue {
         self.recording(trigger, owner_keys::<Owner, T>)
     }
 
+    /// `reconcile`, taking its object out of the queue as it starts.
+    pub fn starting<K, C, F, R>(
+        self: &Arc<Self>,
+        reconcile: R,
+    ) -> impl FnMut(Arc<K>, C) -> F + use<K, C, F, R>
+    where
+        K: Resource,
+        R: Fn(Arc<K>, C) -> F,
+    {
+        let queue = self.clone();
+        move |object, ctx| {
+            queue.started(&own_key(object.as_ref()));
+            reconcile(object, ctx)
+        }
+    }
+
     /// A `watches_stream` mapper that records the object it maps to as queued.
     pub fn mapping<T, K>(
         self: &Arc<Self>,
