@@ -242,6 +242,16 @@ mod tests {
         assert_eq!(own_key(&sts), key("shop", "orders"));
     }
 
+    #[test]
+    fn a_wrapped_reconcile_takes_its_object_out_of_the_queue_as_it_starts() {
+        let queue = WorkQueue::new(Gauge::default());
+        queue.queued([key("shop", "orders"), key("shop", "users")]);
+        let mut reconcile = queue.starting(|sts: Arc<StatefulSet>, ctx: u8| (own_key(&*sts), ctx));
+        let sts = Arc::new(owned_by(&[]));
+        assert_eq!(reconcile(sts, 7), (key("shop", "orders"), 7));
+        assert_eq!(queue.depth(), 1);
+    }
+
     #[tokio::test]
     async fn a_recorded_trigger_queues_what_passes_through_it_and_a_mapper_what_it_maps_to() {
         let queue = WorkQueue::new(Gauge::default());
