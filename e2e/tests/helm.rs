@@ -294,6 +294,7 @@ fn service_account_kubeconfig(bed: &TestBed, ns: &str, sa: &str) -> PathBuf {
         "contexts": [{"name": "sa", "context": {"cluster": "testbed", "user": sa, "namespace": ns}}],
     });
     let path = bed.dir.join("helm").join(format!("{ns}-{sa}.kubeconfig"));
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, config.to_string()).unwrap();
     path
 }
