@@ -1,5 +1,6 @@
-//! The runtime of both controllers: the watches (`watches`: one per kind, filling the caches
-//! observe reads and triggering the controllers), the Database controller's triggers (Databases
+//! The runtime of both controllers: the watches (`watches`: one per kind and watched namespace,
+//! filling the caches observe reads and triggering the controllers), the work-queue depth
+//! (`queue`), the Database controller's triggers (Databases
 //! and everything they own, so a deleted or edited child is repaired from its watch event;
 //! `DatabaseBackup`s, which wake their Database), its finalizer and its Events for errors, and
 //! the start of the `DatabaseBackup` controller beside it, the readiness once both kinds can be
@@ -9,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::Controller;
@@ -32,9 +33,11 @@ use crate::ops::server::Readiness;
 use crate::reconcile::{act, cleanup, reconcile_database};
 use crate::resources::{LABEL_INSTANCE, Settings};
 
+pub mod queue;
 pub mod watches;
 
-use self::watches::Triggers;
+use self::queue::WorkQueue;
+use self::watches::{Meta, Triggers};
 
 fn key_of(guard: &DeserializeGuard<Database>) -> FailureKey {
     let meta = guard.meta();
@@ -44,42 +47,49 @@ fn key_of(guard: &DeserializeGuard<Database>) -> FailureKey {
     )
 }
 
-/// `K`s in the watched namespace, or in all.
-fn owned<K>(client: &Client, namespace: &Option<String>) -> Api<K>
+/// `K`s in each watched namespace, or in all (no namespaces).
+fn owned<K>(client: &Client, namespaces: &[String]) -> Vec<Api<K>>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
 {
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
+    if namespaces.is_empty() {
+        return vec![Api::all(client.clone())];
     }
+    namespaces
+        .iter()
+        .map(|ns| Api::namespaced(client.clone(), ns))
+        .collect()
 }
 
 /// Runs the controller until SIGTERM/SIGINT. `namespace` limits it to one namespace.
 pub async fn run(client: Client, settings: Settings, namespace: Option<String>) {
     let (metrics, ready) = (Arc::new(Metrics::new()), Arc::new(Readiness::default()));
     let concurrency = DEFAULT_RECONCILE_CONCURRENCY;
-    run_observed(client, settings, namespace, concurrency, metrics, ready).await;
+    let namespaces: Vec<String> = namespace.into_iter().collect();
+    run_observed(client, settings, &namespaces, concurrency, metrics, ready).await;
 }
 
 /// `run`, recording into `metrics`; `ready` turns true once both watched kinds can be listed.
-/// `concurrency` bounds the Database reconciles at once (0: unbounded).
+/// `namespaces` are the watched namespaces (none: all). `concurrency` bounds the Database
+/// reconciles at once (0: unbounded).
 pub async fn run_observed(
     client: Client,
     settings: Settings,
-    namespace: Option<String>,
+    namespaces: &[String],
     concurrency: u16,
     metrics: Arc<Metrics>,
     ready: Arc<Readiness>,
 ) {
     let (caches, writers) = caches();
-    // One watch per kind, shared by both controllers; stopped when this returns.
-    let (triggers, _watches) = watches::start(&client, &namespace, writers);
+    // One watch per kind and namespace, shared by both controllers; stopped when this returns.
+    let (triggers, _watches) = watches::start(&client, namespaces, writers);
     let ctx = Arc::new(Context::new(client.clone(), settings, caches).with_metrics(metrics));
-    info!(
-        namespace = namespace.as_deref().unwrap_or("<all>"),
-        "dbop controller starting"
-    );
+    let watched = if namespaces.is_empty() {
+        "<all>".into()
+    } else {
+        namespaces.join(",")
+    };
+    info!(namespaces = %watched, "dbop controller starting");
     let Triggers {
         databases,
         statefulsets,
@@ -91,40 +101,62 @@ pub async fn run_observed(
     } = triggers;
     // Both controllers stop on SIGTERM/SIGINT (each has `shutdown_on_signal`).
     let backup_controller = crate::backup::controller::run(ctx.clone(), backups_self, backup_jobs);
+    let queue = WorkQueue::new(ctx.metrics.workqueue_depth(DATABASE_CONTROLLER));
     // No debounce: a deleted or edited child is repaired from its watch event at once.
-    let database_controller = Controller::for_stream(databases, ctx.caches.databases.clone())
-        .with_config(ControllerConfig::default().concurrency(concurrency))
-        .owns_stream(statefulsets)
-        .owns_stream(services)
-        .owns_stream(secrets)
-        .owns_stream(jobs)
-        // Claims are made by the StatefulSet controller and carry our labels, not an owner.
-        .watches_stream(claims, |pvc| {
-            let name = pvc.metadata.labels.as_ref()?.get(LABEL_INSTANCE)?.clone();
-            let ns = pvc.metadata.namespace.clone()?;
-            Some(ObjectRef::new(&name).within(&ns))
-        })
-        // A backup that finishes, or one a user applies, wakes its Database (history,
-        // BackupHealthy, the next scheduled run).
-        .watches_stream(backups, |backup| {
-            let ns = backup.metadata.namespace.clone()?;
-            Some(ObjectRef::new(&backup.spec.database).within(&ns))
-        });
+    let database_controller =
+        Controller::for_stream(queue.own(databases), ctx.caches.databases.clone())
+            .with_config(ControllerConfig::default().concurrency(concurrency))
+            .owns_stream(queue.owned::<DeserializeGuard<Database>, _>(statefulsets))
+            .owns_stream(queue.owned::<DeserializeGuard<Database>, _>(services))
+            .owns_stream(queue.owned::<DeserializeGuard<Database>, _>(secrets))
+            .owns_stream(queue.owned::<DeserializeGuard<Database>, _>(jobs))
+            // Claims are made by the StatefulSet controller and carry our labels, not an owner.
+            .watches_stream(
+                claims,
+                queue.mapping(|pvc: Meta<PersistentVolumeClaim>| {
+                    let name = pvc.metadata.labels.as_ref()?.get(LABEL_INSTANCE)?.clone();
+                    let ns = pvc.metadata.namespace.clone()?;
+                    Some(ObjectRef::new(&name).within(&ns))
+                }),
+            )
+            // A backup that finishes, or one a user applies, wakes its Database (history,
+            // BackupHealthy, the next scheduled run).
+            .watches_stream(
+                backups,
+                queue.mapping(|backup: DatabaseBackup| {
+                    let ns = backup.metadata.namespace.clone()?;
+                    Some(ObjectRef::new(&backup.spec.database).within(&ns))
+                }),
+            );
     tokio::spawn(mark_ready_once_listed(
         client.clone(),
-        namespace.clone(),
+        namespaces.to_vec(),
         ready,
     ));
-    let database_controller = database_controller
-        .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "reconcile error (handled by the error policy)");
-            }
-        });
+    let database_controller = run_database_controller(database_controller, queue, ctx);
     futures::join!(database_controller, backup_controller);
     info!("dbop controller stopped");
+}
+
+/// Runs the Database controller until SIGTERM/SIGINT; an object leaves `queue` when its
+/// reconcile starts, or when the controller finds it gone from the store.
+async fn run_database_controller(
+    controller: Controller<DeserializeGuard<Database>>,
+    queue: Arc<WorkQueue>,
+    ctx: Arc<Context>,
+) {
+    controller
+        .shutdown_on_signal()
+        .run(queue.starting(reconcile), error_policy, ctx)
+        .for_each(move |result| {
+            queue::forget_if_gone(&queue, &result);
+            async move {
+                if let Err(error) = result {
+                    tracing::debug!(%error, "reconcile error (handled by the error policy)");
+                }
+            }
+        })
+        .await;
 }
 
 /// How many Databases are reconciled at once by default (`--reconcile-concurrency`; 0 is
@@ -134,21 +166,15 @@ pub async fn run_observed(
 /// bounded queue drains steadily instead (see docs/benchmarks.md).
 pub const DEFAULT_RECONCILE_CONCURRENCY: u16 = 16;
 
-/// Ready once both kinds the controllers watch can be listed (the API server answers, RBAC
-/// allows it). Not the stores' own readiness: kube-runtime's `Store::wait_until_ready` wakes
-/// one waiter only, and the controller's runner is already waiting on it.
-async fn mark_ready_once_listed(client: Client, namespace: Option<String>, ready: Arc<Readiness>) {
-    let one = ListParams::default().limit(1);
+/// Ready once both kinds the controllers watch can be listed in every watched namespace (the
+/// API server answers, RBAC allows it). Not the stores' own readiness: kube-runtime's
+/// `Store::wait_until_ready` wakes one waiter only, and the controller's runner is already
+/// waiting on it.
+async fn mark_ready_once_listed(client: Client, namespaces: Vec<String>, ready: Arc<Readiness>) {
     let mut failures = 0;
     loop {
-        let databases = owned::<Database>(&client, &namespace)
-            .list_metadata(&one)
-            .await;
-        let backups = owned::<DatabaseBackup>(&client, &namespace)
-            .list_metadata(&one)
-            .await;
-        match databases.and(backups) {
-            Ok(_) => {
+        match list_both_kinds(&client, &namespaces).await {
+            Ok(()) => {
                 info!("Databases and DatabaseBackups listed: ready");
                 ready.set(true);
                 return;
@@ -160,6 +186,18 @@ async fn mark_ready_once_listed(client: Client, namespace: Option<String>, ready
             }
         }
     }
+}
+
+/// Lists one Database and one `DatabaseBackup` in every watched namespace (or in all).
+async fn list_both_kinds(client: &Client, namespaces: &[String]) -> Result<(), kube::Error> {
+    let one = ListParams::default().limit(1);
+    for api in owned::<Database>(client, namespaces) {
+        api.list_metadata(&one).await?;
+    }
+    for api in owned::<DatabaseBackup>(client, namespaces) {
+        api.list_metadata(&one).await?;
+    }
+    Ok(())
 }
 
 #[instrument(skip_all, fields(namespace = %key_of(&guard).0, database = %key_of(&guard).1))]

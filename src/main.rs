@@ -33,7 +33,10 @@ enum Command {
 /// The flags of `dbop run` (each also read from a `DBOP_*` variable; docs/configuration.md).
 #[derive(clap::Args)]
 struct RunArgs {
-    /// Watch only this namespace (default: all namespaces).
+    /// Watch only these namespaces (comma-separated; default: all namespaces).
+    #[arg(long, env = "DBOP_WATCH_NAMESPACES", value_delimiter = ',')]
+    watch_namespaces: Vec<String>,
+    /// One namespace to watch: the older spelling of `--watch-namespaces`, added to its list.
     #[arg(long, env = "DBOP_NAMESPACE")]
     namespace: Option<String>,
     /// The PostgreSQL image of a version: `{version}` becomes the Database's `MAJOR.MINOR`
@@ -139,6 +142,14 @@ async fn run(args: RunArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let namespaces = match watched_namespaces(args.watch_namespaces.clone(), args.namespace.clone())
+    {
+        Ok(namespaces) => namespaces,
+        Err(problem) => {
+            tracing::error!("{problem}");
+            return ExitCode::FAILURE;
+        }
+    };
     let lease = args.leader_elect.then(|| lease_settings(&args, &client));
     if let Some(Err(problem)) = lease.as_ref().map(LeaseSettings::check) {
         tracing::error!("--leader-elect-lease-duration / --leader-elect-renew-grace: {problem}");
@@ -157,13 +168,41 @@ async fn run(args: RunArgs) -> ExitCode {
     let process = ProcessSettings {
         metrics_addr: args.metrics_addr,
         lease,
-        namespace: args.namespace,
+        namespaces,
         reconcile_concurrency: args.reconcile_concurrency,
     };
     match dbop::operator::run(client, settings, process).await {
         Stopped::Signal => ExitCode::SUCCESS,
         Stopped::LostLease | Stopped::Endpoints => ExitCode::FAILURE,
     }
+}
+
+/// `--watch-namespaces` and `--namespace` together, each name once, blanks dropped (none: all);
+/// a name that cannot be a namespace is refused.
+fn watched_namespaces(list: Vec<String>, single: Option<String>) -> Result<Vec<String>, String> {
+    let mut namespaces: Vec<String> = Vec::new();
+    for ns in list
+        .into_iter()
+        .chain(single)
+        .map(|ns| ns.trim().to_string())
+    {
+        if ns.is_empty() || namespaces.contains(&ns) {
+            continue;
+        }
+        if !is_namespace_name(&ns) {
+            return Err(format!(
+                "--watch-namespaces / --namespace: {ns:?} is not a namespace name (lowercase letters, digits and '-', at most 63)"
+            ));
+        }
+        namespaces.push(ns);
+    }
+    Ok(namespaces)
+}
+
+/// A DNS-1123 label, as namespace names are.
+fn is_namespace_name(name: &str) -> bool {
+    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+    name.len() <= 63 && name.chars().all(allowed) && !name.starts_with('-') && !name.ends_with('-')
 }
 
 /// The Lease of `--leader-elect`: in the pod's namespace unless one is given.
@@ -178,5 +217,51 @@ fn lease_settings(args: &RunArgs, client: &kube::Client) -> LeaseSettings {
         identity: leader::default_identity(),
         duration: Duration::from_secs(args.leader_elect_lease_duration),
         grace: Duration::from_secs(args.leader_elect_renew_grace),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn both_namespace_flags_make_one_list_each_name_once() {
+        let list = strings(&["apps", " shop", ""]);
+        let merged = watched_namespaces(list, Some("apps".into()));
+        assert_eq!(merged.unwrap(), ["apps", "shop"]);
+        assert_eq!(
+            watched_namespaces(vec![], Some("one".into())).unwrap(),
+            ["one"]
+        );
+        assert!(watched_namespaces(vec![], None).unwrap().is_empty(), "all");
+    }
+
+    #[test]
+    fn a_name_that_cannot_be_a_namespace_is_refused_with_its_name() {
+        for bad in ["apps,", "Apps", "-a", &"a".repeat(64)] {
+            let error = watched_namespaces(strings(&[bad]), None).unwrap_err();
+            assert!(error.contains(&format!("{bad:?}")), "{error}");
+        }
+    }
+
+    #[test]
+    fn watch_namespaces_splits_on_commas() {
+        let cli = Cli::try_parse_from([
+            "dbop",
+            "run",
+            "--watch-namespaces",
+            "a,b",
+            "--namespace",
+            "c",
+        ]);
+        let Command::Run(args) = cli.unwrap().command else {
+            panic!("not run")
+        };
+        assert_eq!(args.watch_namespaces, ["a", "b"]);
+        assert_eq!(args.namespace.as_deref(), Some("c"));
     }
 }

@@ -19,7 +19,8 @@ pub struct ProcessSettings {
     pub metrics_addr: SocketAddr,
     /// `None`: no election, this process runs the controllers at once.
     pub lease: Option<LeaseSettings>,
-    pub namespace: Option<String>,
+    /// The watched namespaces (none: all).
+    pub namespaces: Vec<String>,
     /// Database reconciles at once (0: unbounded).
     pub reconcile_concurrency: u16,
 }
@@ -55,7 +56,7 @@ pub async fn run(client: Client, settings: Settings, process: ProcessSettings) -
     let controllers = crate::controller::run_observed(
         client.clone(),
         settings,
-        process.namespace,
+        &process.namespaces,
         process.reconcile_concurrency,
         metrics,
         ready.clone(),

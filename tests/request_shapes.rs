@@ -624,7 +624,7 @@ async fn a_deleted_service_is_reapplied_with_no_delay_after_its_watch_event() {
     let operator = tokio::spawn(dbop::controller::run_observed(
         client,
         Settings::default(),
-        None,
+        &[],
         dbop::controller::DEFAULT_RECONCILE_CONCURRENCY,
         metrics.clone(),
         ready,

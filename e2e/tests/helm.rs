@@ -108,6 +108,7 @@ async fn the_chart_passes_helm_lint_in_every_mode() {
     for set in [
         "replicaCount=2",
         "watchNamespace=apps",
+        "watchNamespaces={apps,shop}",
         "leaderElection.enabled=false",
         "metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true",
         "imagePullSecrets[0].name=regcred,operandImagePullSecrets[0]=regcred",
@@ -141,7 +142,8 @@ async fn helm_show_values_documents_every_top_level_value() {
 }
 
 /// watchNamespace: a Role and RoleBinding in that namespace, no ClusterRole at all (so no
-/// cluster-wide Secret read); without it a ClusterRole. Pull secrets reach the operator's pod
+/// cluster-wide Secret read); watchNamespaces: one of each per namespace; without either a
+/// ClusterRole. Pull secrets reach the operator's pod
 /// and, as DBOP_IMAGE_PULL_SECRETS, the pods dbop creates.
 #[tokio::test]
 async fn watch_namespace_mode_grants_only_a_role_in_that_namespace() {
@@ -165,6 +167,43 @@ async fn watch_namespace_mode_grants_only_a_role_in_that_namespace() {
         ["get", "create", "patch"]
     );
     assert!(verbs(&lease_role["rules"], "secrets").is_empty());
+
+    // watchNamespaces: one Role and RoleBinding per namespace (the old single value joins the
+    // list once), the operator told all of them, still no ClusterRole.
+    let docs = rendered(
+        &bed,
+        "dbop-system",
+        &["watchNamespaces={apps,shop}", "watchNamespace=apps"],
+    );
+    assert!(
+        of_kind(&docs, "ClusterRole").is_empty() && of_kind(&docs, "ClusterRoleBinding").is_empty()
+    );
+    let in_namespaces = |kind: &str| {
+        let mut namespaces: Vec<String> = of_kind(&docs, kind)
+            .iter()
+            .filter(|d| d["metadata"]["name"] == "rel-dbop")
+            .map(|d| {
+                d["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .collect();
+        namespaces.sort();
+        namespaces
+    };
+    assert_eq!(in_namespaces("Role"), ["apps", "shop"]);
+    assert_eq!(in_namespaces("RoleBinding"), ["apps", "shop"]);
+    for role in of_kind(&docs, "Role") {
+        if role["metadata"]["name"] == "rel-dbop" {
+            assert!(verbs(&role["rules"], "secrets").contains(&"get".to_string()));
+        }
+    }
+    let env = of_kind(&docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(env.contains(&json!({"name": "DBOP_WATCH_NAMESPACES", "value": "apps,shop"})));
 
     let docs = rendered(&bed, "dbop-system", &[]);
     let cluster = of_kind(&docs, "ClusterRole");
@@ -255,6 +294,7 @@ fn service_account_kubeconfig(bed: &TestBed, ns: &str, sa: &str) -> PathBuf {
         "contexts": [{"name": "sa", "context": {"cluster": "testbed", "user": sa, "namespace": ns}}],
     });
     let path = bed.dir.join("helm").join(format!("{ns}-{sa}.kubeconfig"));
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, config.to_string()).unwrap();
     path
 }

@@ -1,11 +1,13 @@
-//! Operating dbop: the real binary's `/metrics` scraped and parsed once a Database is Ready, and
-//! leader election between two real binaries (only the leader reconciles; `kill -9` the leader
-//! and the standby takes over within the lease duration, measured).
+//! Operating dbop: the real binary's `/metrics` scraped and parsed once a Database is Ready, the
+//! work-queue depth while many Databases wait, several watched namespaces (and one not watched),
+//! and leader election between two real binaries (only the leader reconciles; `kill -9` the
+//! leader and the standby takes over within the lease duration, measured).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dbop::api::Phase;
@@ -16,7 +18,8 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// A `dbop run` process with its endpoints on a free loopback port; killed (SIGKILL) on drop.
+/// A `dbop run` process watching `namespace` (a comma-separated list is several), with its
+/// endpoints on a free loopback port; killed (SIGKILL) on drop.
 struct Operator {
     child: Child,
     log_path: PathBuf,
@@ -30,7 +33,9 @@ impl Operator {
             .join(format!("{identity}-{namespace}.log"));
         let _ = std::fs::create_dir_all(log_path.parent().unwrap());
         let log = std::fs::File::create(&log_path).expect("operator log file");
-        let mut args = vec!["run", "--namespace", namespace, "--log-format", "json"];
+        let watched = ["--watch-namespaces", namespace];
+        let mut args = vec!["run", "--log-format", "json"];
+        args.extend(watched);
         args.extend(["--metrics-addr", "127.0.0.1:0"]);
         args.extend(extra);
         let child = std::process::Command::new(operator_binary_path())
@@ -186,6 +191,100 @@ async fn metrics_of_a_running_operator_show_its_reconciles_and_the_ready_databas
     let histogram = r#"dbop_reconcile_duration_seconds_count{controller="database"}"#;
     assert!(samples.get(histogram).copied().unwrap_or(0.0) > 0.0);
     assert_eq!(samples.get(r#"dbop_databases{phase="Failed"}"#), Some(&0.0));
+}
+
+/// The Database controller's `dbop_workqueue_depth`.
+fn queue_depth(samples: &HashMap<String, f64>) -> Option<f64> {
+    let key = r#"dbop_workqueue_depth{controller="database"}"#;
+    samples.get(key).copied()
+}
+
+/// With one reconcile at a time, 20 Databases applied at once wait in the work queue: its
+/// depth rises above 0 (sampled while they are provisioned) and is 0 again once all are Ready.
+#[tokio::test]
+async fn the_work_queue_depth_rises_while_databases_wait_and_returns_to_zero() {
+    let bed = testbed().await;
+    let ns = bed.namespace("queue").await;
+    let operator = Operator::start(&bed, &ns, "dbop-queue", &["--reconcile-concurrency", "1"]);
+    let addr = operator.endpoints().await;
+    wait_until("/readyz", WAIT, || async {
+        (get(addr, "/readyz").await.0 == 200).then_some(())
+    })
+    .await;
+    assert_eq!(queue_depth(&scrape(addr).await), Some(0.0));
+    let backup_depth = r#"dbop_workqueue_depth{controller="backup"}"#;
+    assert_eq!(scrape(addr).await.get(backup_depth), Some(&0.0));
+
+    let deepest = Arc::new(Mutex::new(0.0_f64));
+    let sampler = tokio::spawn({
+        let deepest = deepest.clone();
+        async move {
+            loop {
+                let depth = queue_depth(&scrape(addr).await).unwrap_or(0.0);
+                {
+                    let mut max = deepest.lock().unwrap();
+                    *max = max.max(depth);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    });
+    let names: Vec<String> = (0..20).map(|i| format!("queued-{i:02}")).collect();
+    let applies = names
+        .iter()
+        .map(|name| bed.apply_database(&ns, database_manifest(name, json!({}))));
+    futures::future::join_all(applies).await;
+    for name in &names {
+        bed.wait_for_phase(&ns, name, Phase::Ready, WAIT).await;
+    }
+    sampler.abort();
+    let deepest = *deepest.lock().unwrap();
+    println!("deepest work queue seen: {deepest}");
+    assert!(deepest > 0.0, "the queue never rose above 0");
+    wait_until("the work queue empty again", WAIT, || async {
+        (queue_depth(&scrape(addr).await)? == 0.0).then_some(())
+    })
+    .await;
+}
+
+/// `--watch-namespaces a,b`: Databases in both namespaces reach Ready; a Database in a third
+/// namespace is left alone (no finalizer, no status).
+#[tokio::test]
+async fn an_operator_watching_two_namespaces_runs_both_and_leaves_a_third_alone() {
+    let bed = testbed().await;
+    let a = bed.namespace("watch-a").await;
+    let b = bed.namespace("watch-b").await;
+    let other = bed.namespace("watch-other").await;
+    bed.apply_database(&other, database_manifest("left-alone", json!({})))
+        .await;
+    let both = format!("{a},{b}");
+    let operator = Operator::start(&bed, &both, "dbop-two", &[]);
+    let addr = operator.endpoints().await;
+    wait_until("/readyz", WAIT, || async {
+        (get(addr, "/readyz").await.0 == 200).then_some(())
+    })
+    .await;
+    bed.apply_database(&a, database_manifest("in-a", json!({})))
+        .await;
+    bed.apply_database(&b, database_manifest("in-b", json!({})))
+        .await;
+    bed.wait_for_phase(&a, "in-a", Phase::Ready, WAIT).await;
+    bed.wait_for_phase(&b, "in-b", Phase::Ready, WAIT).await;
+
+    let alone = bed.databases(&other).get("left-alone").await.unwrap();
+    assert!(
+        alone.metadata.finalizers.unwrap_or_default().is_empty(),
+        "the unwatched Database got a finalizer"
+    );
+    assert!(
+        alone.status.is_none(),
+        "the unwatched Database got a status"
+    );
+    wait_until("Databases per phase: Ready 2", WAIT, || async {
+        let samples = scrape(addr).await;
+        (samples.get(r#"dbop_databases{phase="Ready"}"#) == Some(&2.0)).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@
 //!
 //! The runtime only: the watches (the backups and the Jobs they own) and one pass of
 //! `observe` (reads) → `decide` (pure) → `act` (writes through `kube_io`), and a metric per
-//! reconcile and per successful backup.
+//! reconcile and per successful backup, and its work-queue depth (`controller::queue`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,6 +23,7 @@ use super::observe::{name_of, observe};
 use crate::api::{BackupPhase, DatabaseBackup};
 use crate::context::caches::Trigger;
 use crate::context::{Context, FailureKey};
+use crate::controller::queue::{WorkQueue, forget_if_gone};
 use crate::error::{Error, Result};
 use crate::ops::metrics::BACKUP_CONTROLLER;
 
@@ -33,14 +34,20 @@ pub async fn run(
     backups: Trigger<DatabaseBackup>,
     jobs: Trigger<PartialObjectMeta<Job>>,
 ) {
+    let queue = WorkQueue::new(ctx.metrics.workqueue_depth(BACKUP_CONTROLLER));
+    let backups = queue.own(backups);
+    let jobs = queue.owned::<DatabaseBackup, _>(jobs);
     Controller::for_stream(backups, ctx.caches.backups.clone())
         .with_config(ControllerConfig::default().debounce(Duration::from_millis(200)))
         .owns_stream(jobs)
         .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "backup reconcile error (handled by the error policy)");
+        .run(queue.starting(reconcile), error_policy, ctx)
+        .for_each(move |result| {
+            forget_if_gone(&queue, &result);
+            async move {
+                if let Err(error) = result {
+                    tracing::debug!(%error, "backup reconcile error (handled by the error policy)");
+                }
             }
         })
         .await;

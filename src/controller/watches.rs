@@ -1,13 +1,16 @@
-//! The watches of both controllers: one per kind, each filling its store in the watch caches
-//! (`context::caches`, slimmed: `Slim`) and handing every object it sees — added,
-//! changed or deleted — at once to each controller that kind triggers. Owned objects are
-//! selected by dbop's label; Secrets are watched as metadata only.
+//! The watches of both controllers: one per kind and watched namespace (or one per kind for
+//! all namespaces), each kind's watches filling its one store in the watch caches
+//! (`context::caches`, slimmed: `Slim`; `merge` keeps several namespaces' lists in one
+//! store) and handing every object they see — added, changed or deleted — at once to each
+//! controller that kind triggers. Owned objects are selected by dbop's label; Secrets are
+//! watched as metadata only.
 //!
 //! Adding a kind: its store in `context::caches`, one `spawn` line in `start` and its field in
 //! `Triggers`.
 
+use futures::StreamExt;
 use futures::channel::mpsc;
-use futures::{Stream, StreamExt};
+use futures::stream::BoxStream;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, Service};
@@ -25,6 +28,10 @@ use tracing::warn;
 use crate::api::{Database, DatabaseBackup};
 use crate::context::caches::{Slim, SyncedMarker, Trigger, Writers, slim};
 use crate::resources::MANAGED_SELECTOR;
+
+use self::merge::Merge;
+
+mod merge;
 
 /// What an owned object's trigger carries: the metadata that names its owner (and its labels,
 /// for the claims). Triggers queue while every reconcile slot is busy (a restart lists
@@ -53,8 +60,14 @@ impl Drop for Watches {
     }
 }
 
-/// Starts one watch per kind, in `namespace` or in all.
-pub fn start(client: &Client, namespace: &Option<String>, writers: Writers) -> (Triggers, Watches) {
+/// One watch of one kind: its scope (a namespace, or all) and its events.
+type Watch<K> = (
+    Option<String>,
+    BoxStream<'static, watcher::Result<Event<K>>>,
+);
+
+/// Starts one watch per kind and namespace of `namespaces` (none: one per kind, in all).
+pub fn start(client: &Client, namespaces: &[String], writers: Writers) -> (Triggers, Watches) {
     let all = watcher::Config::default().any_semantic();
     let managed = all.clone().labels(MANAGED_SELECTOR);
     let mut watches = Watches(Vec::new());
@@ -78,15 +91,19 @@ pub fn start(client: &Client, namespace: &Option<String>, writers: Writers) -> (
         claims,
         ..
     } = writers;
-    let c = (client, namespace);
-    let [databases] = watches.spawn(watcher(api(c), all.clone()), databases, m1, Clone::clone);
-    let backups = watches.spawn(watcher(api(c), all), backups, m2, Clone::clone);
-    let [statefulsets] = watches.spawn(watcher(api(c), managed.clone()), statefulsets, m3, meta);
-    let [services] = watches.spawn(watcher(api(c), managed.clone()), services, m4, meta);
-    let secrets_meta = api::<PartialObjectMeta<Secret>>(c);
-    let [secrets] = watches.spawn(watcher(secrets_meta, managed.clone()), secrets, m5, meta);
-    let jobs = watches.spawn(watcher(api(c), managed.clone()), jobs, m6, meta);
-    let [claims] = watches.spawn(watcher(api(c), managed), claims, m7, meta);
+    let scopes: Vec<Option<String>> = match namespaces {
+        [] => vec![None],
+        some => some.iter().cloned().map(Some).collect(),
+    };
+    let c = (client, scopes.as_slice());
+    let [databases] = watches.spawn(watch(c, &all), databases, m1, Clone::clone);
+    let backups = watches.spawn(watch(c, &all), backups, m2, Clone::clone);
+    let [statefulsets] = watches.spawn(watch(c, &managed), statefulsets, m3, meta);
+    let [services] = watches.spawn(watch(c, &managed), services, m4, meta);
+    let secrets_meta = watch::<PartialObjectMeta<Secret>>(c, &managed);
+    let [secrets] = watches.spawn(secrets_meta, secrets, m5, meta);
+    let jobs = watches.spawn(watch(c, &managed), jobs, m6, meta);
+    let [claims] = watches.spawn(watch(c, &managed), claims, m7, meta);
     let triggers = Triggers {
         databases,
         statefulsets,
@@ -99,24 +116,38 @@ pub fn start(client: &Client, namespace: &Option<String>, writers: Writers) -> (
     (triggers, watches)
 }
 
-/// `K`s in the watched namespace, or in all.
-fn api<K>((client, namespace): (&Client, &Option<String>)) -> Api<K>
+/// The watches of `K`: one per scope (a namespace, or all).
+fn watch<K>(
+    (client, scopes): (&Client, &[Option<String>]),
+    config: &watcher::Config,
+) -> Vec<Watch<K>>
 where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
 {
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
+    scopes
+        .iter()
+        .map(|scope| {
+            let api = match scope {
+                Some(ns) => Api::namespaced(client.clone(), ns),
+                None => Api::all(client.clone()),
+            };
+            (scope.clone(), watcher(api, config.clone()).boxed())
+        })
+        .collect()
 }
 
 impl Watches {
-    /// Runs one watch in its own task: it fills the store through `writer`, marks the kind
-    /// listed after its first complete list, and hands `trigger(object)` of each object it
-    /// sees to `N` triggers.
+    /// Runs the watches of one kind in one task: they fill the store through `writer` (one
+    /// `Merge`), mark the kind listed once each has listed completely, and hand `trigger(object)`
+    /// of each object stored or deleted to `N` triggers.
     fn spawn<K, T, const N: usize>(
         &mut self,
-        events: impl Stream<Item = watcher::Result<Event<K>>> + Send + 'static,
+        watches: Vec<Watch<K>>,
         writer: Writer<K>,
         mut synced: SyncedMarker,
         trigger: fn(&K) -> T,
@@ -131,24 +162,35 @@ impl Watches {
             senders.push(sender);
             trigger.map(Ok).boxed()
         });
-        let events = events
-            .backoff(crate::kube_io::watch::backoff())
-            .modify(slim::<K>)
-            .reflect(writer);
+        let mut merge = Merge::new(writer, watches.iter().map(|w| w.0.clone()).collect());
+        let events = futures::stream::select_all(watches.into_iter().enumerate().map(
+            |(i, (scope, events))| {
+                events
+                    .backoff(crate::kube_io::watch::backoff())
+                    .modify(slim::<K>)
+                    .map(move |event| (i, scope.clone(), event))
+                    .boxed()
+            },
+        ));
         self.0.push(tokio::spawn(async move {
             let mut events = std::pin::pin!(events);
-            while let Some(event) = events.next().await {
+            while let Some((i, scope, event)) = events.next().await {
                 match event {
-                    Ok(Event::Apply(o) | Event::InitApply(o) | Event::Delete(o)) => {
-                        let t = trigger(&o);
-                        for sender in &senders {
-                            let _ = sender.unbounded_send(t.clone());
+                    Ok(event) => {
+                        let listed = merge.apply(i, event, |o| {
+                            let t = trigger(o);
+                            for sender in &senders {
+                                let _ = sender.unbounded_send(t.clone());
+                            }
+                        });
+                        if listed {
+                            synced.listed();
                         }
                     }
-                    Ok(Event::InitDone) => synced.listed(),
-                    Ok(Event::Init) => {}
                     Err(error) => {
-                        warn!(%error, kind = %<K as Resource>::kind(&()), "watch failed, retrying")
+                        let namespace = scope.as_deref().unwrap_or("<all>");
+                        let kind = <K as Resource>::kind(&());
+                        warn!(%error, %kind, namespace, "watch failed, retrying")
                     }
                 }
             }

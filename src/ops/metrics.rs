@@ -1,7 +1,7 @@
 //! The operator's Prometheus metrics: what the controllers record (reconciles, errors and their
-//! duration per controller; each Database's phase, conditions and last successful backup) and
-//! their encoding in the text exposition format. No I/O: the HTTP server (`ops::server`) serves
-//! `encode()`.
+//! duration per controller; the work-queue depth per controller; each Database's phase,
+//! conditions and last successful backup) and their encoding in the text exposition format. No
+//! I/O: the HTTP server (`ops::server`) serves `encode()`.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -76,6 +76,7 @@ pub struct Metrics {
     backup_verified: Family<DatabaseLabels, Gauge<f64, AtomicU64>>,
     conditions: Family<ConditionLabels, Gauge>,
     upgrade_stage: Family<StageLabels, Gauge>,
+    workqueue_depth: Family<ControllerLabels, Gauge>,
     /// The last phase seen per Database, from which `databases` is counted.
     phases: Mutex<HashMap<DatabaseKey, Phase>>,
 }
@@ -101,6 +102,13 @@ impl Metrics {
         let backup_verified = Family::<DatabaseLabels, Gauge<f64, AtomicU64>>::default();
         let conditions = Family::<ConditionLabels, Gauge>::default();
         let upgrade_stage = Family::<StageLabels, Gauge>::default();
+        let workqueue_depth = Family::<ControllerLabels, Gauge>::default();
+        registry.register(
+            "workqueue_depth",
+            "Objects a trigger woke whose reconcile has not started yet, by controller \
+             (a requeue timer is a delay, not queued)",
+            workqueue_depth.clone(),
+        );
         registry.register(
             "database_upgrade_stage",
             "The stage of a Database's latest upgrade: 1 for the stage it is in, 0 for the others",
@@ -163,9 +171,13 @@ impl Metrics {
             backup_verified,
             conditions,
             upgrade_stage,
+            workqueue_depth,
             phases: Mutex::new(HashMap::new()),
         };
         metrics.count_phases(&HashMap::new());
+        for controller in [DATABASE_CONTROLLER, BACKUP_CONTROLLER] {
+            metrics.workqueue_depth(controller);
+        }
         metrics
     }
 
@@ -185,6 +197,14 @@ impl Metrics {
             };
             self.errors.get_or_create(&labels).inc();
         }
+    }
+
+    /// The gauge of `controller`'s work-queue depth (set by `controller::queue`).
+    pub fn workqueue_depth(&self, controller: &str) -> Gauge {
+        let labels = ControllerLabels {
+            controller: controller.into(),
+        };
+        self.workqueue_depth.get_or_create(&labels).clone()
     }
 
     /// A Database is now in `phase`; `None` when it is gone.
@@ -328,5 +348,33 @@ mod upgrade_stage_tests {
         assert!(text.contains(&line("Preflight", 0)), "{text}");
         m.database_phase(key, None);
         assert!(!m.encode().contains("stage=\"RollingOut\""));
+    }
+}
+
+#[cfg(test)]
+mod workqueue_tests {
+    use super::*;
+
+    #[test]
+    fn both_work_queues_are_exported_from_the_start_and_follow_their_gauge() {
+        let m = Metrics::new();
+        let text = m.encode();
+        assert!(
+            text.contains("dbop_workqueue_depth{controller=\"database\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("dbop_workqueue_depth{controller=\"backup\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("a requeue timer is a delay, not queued"),
+            "{text}"
+        );
+        m.workqueue_depth(DATABASE_CONTROLLER).set(3);
+        assert!(
+            m.encode()
+                .contains("dbop_workqueue_depth{controller=\"database\"} 3")
+        );
     }
 }

@@ -58,8 +58,16 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{/*
+The watched namespaces, comma-separated: watchNamespaces and the older single watchNamespace,
+each once. Empty: every namespace.
+*/}}
+{{- define "dbop.watchNamespaces" -}}
+{{- concat .Values.watchNamespaces (list .Values.watchNamespace) | compact | uniq | join "," }}
+{{- end }}
+
+{{/*
 What the operator does, and nothing more (the same rules for the ClusterRole and for the Role of
-watchNamespace mode). docs/install.md lists the call site of every verb; e2e/tests/helm.rs runs
+watchNamespaces mode). docs/install.md lists the call site of every verb; e2e/tests/helm.rs runs
 the operator as this chart's ServiceAccount and fails on any Forbidden in the audit log.
 */}}
 {{- define "dbop.rules" -}}
