@@ -6,6 +6,7 @@
 //! `globals`, `catalog`) only move bytes and call those decisions. `result::BackupResult` is the contract
 //! with the operator, which reads it from the Job's termination message.
 
+pub mod archive;
 pub mod catalog;
 pub mod cli;
 pub mod dump;
