@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 seconds=${FUZZ_SECONDS:-60}
-targets=${FUZZ_TARGETS:-"manifest termination_message units"}
+targets=${FUZZ_TARGETS:-"manifest termination_message units archive"}
 command -v cargo-fuzz >/dev/null || { echo "cargo-fuzz is missing: cargo install cargo-fuzz" >&2; exit 1; }
 cargo +nightly fuzz build -O -a >/dev/null
 status=0

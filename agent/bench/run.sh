@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Benchmark of `dbop-backup dump` against `pg_dump | zstd | rclone rcat` and the bare
 # `pg_dump -Fc -Z0 > /dev/null`, on the same generated databases and the same S3 server
-# (s3s-fs on loopback). Prints a markdown table; see docs/benchmarks.md.
+# (s3s-fs on loopback); and zstd at the agent's level against gzip -6 on the same saved
+# pg_dump -Z0 stream (size and CPU). Contenders run in rounds (one run of each per round).
+# Prints markdown tables (best of RUNS by wall time, with the median wall time beside it) and
+# the load average sampled before each run; see docs/benchmarks.md.
 #
 #   agent/bench/run.sh                 # sizes 1 and 4 GiB, 3 runs each
 #   SIZES="1" RUNS=2 agent/bench/run.sh
@@ -12,6 +15,7 @@ set -euo pipefail
 SIZES=${SIZES:-"1 4"}
 RUNS=${RUNS:-3}
 LEVEL=${LEVEL:-1}
+COMPRESSORS=${COMPRESSORS:-1}  # 0: skip the zstd/gzip comparison
 AGENT_FLAGS=${AGENT_FLAGS:-}   # extra flags for dbop-backup dump, e.g. "--compression-threads 1"
 ROWS_PER_GIB=${ROWS_PER_GIB:-6300000}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -95,41 +99,95 @@ measure() {
 }
 
 median() { sort -n | awk '{ a[NR] = $0 } END { print a[int((NR + 1) / 2)] }'; }
+best() { sort -n | head -1; }
+LOADS=()
+sample_load() { LOADS+=("$(cut -d' ' -f1 /proc/loadavg)"); }
 
-echo "| size | contender | MB/s (raw) | wall s | CPU s | peak RSS MiB | stored MB |"
-echo "|---|---|---:|---:|---:|---:|---:|"
+# zstd at the agent's level against gzip -6, each on the same saved pg_dump -Z0 stream, to a
+# file (single-threaded both, as the agent's default has one compression worker); prints
+# one table row per compressor: best CPU seconds of RUNS, output size.
+compressors() {
+  local gib=$1 raw=$2 file=$WORK/raw.pgc
+  "$PGBIN/pg_dump" -Fc -Z0 -d "$db" >"$file"
+  for c in "zstd -q -$LEVEL" "gzip -6"; do
+    local cpus=() size=0
+    for ((r = 1; r <= RUNS; r++)); do
+      sample_load
+      m=$(measure bash -c "exec $c -c '$file' > '$WORK/out.z'")
+      size=$(stat -c %s "$WORK/out.z")
+      read -r wall cpu rss <<<"$m"
+      log "$db $c run $r: wall ${wall}s cpu ${cpu}s size $size"
+      cpus+=("$cpu $wall")
+    done
+    read -r cpu wall <<<"$(printf '%s\n' "${cpus[@]}" | best)"
+    awk -v g="$gib GiB ($raw B)" -v n="\`$c\`" -v raw="$raw" -v c="$cpu" -v w="$wall" -v s="$size" \
+      'BEGIN { printf "| %s | %s | %.0f | %.1f | %.2f |\n", g, n, s / 1e6, c, raw / s }' >>"$WORK/compressors.md"
+  done
+  rm -f "$file" "$WORK/out.z"
+}
+
+# One run of a contender (round r); prints "wall cpu maxrss_kib stored_bytes".
+run_contender() {
+  local contender=$1 r=$2 m stored
+  case $contender in
+    baseline) m=$(measure bash -c "exec '$PGBIN/pg_dump' -Fc -Z0 -d '$db' > /dev/null"); stored=0 ;;
+    dbop)
+      # shellcheck disable=SC2086
+      m=$(PGDATABASE=$db measure "$AGENT" dump --prefix bench --backup-id "run$r" --compression-level "$LEVEL" $AGENT_FLAGS)
+      stored=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["sizeBytes"])' "$WORK/stdout.txt") ;;
+    pipeline)
+      m=$(measure bash -o pipefail -c "'$PGBIN/pg_dump' -Fc -Z0 -d '$db' | zstd -q -$LEVEL | rclone rcat bench:bench/pipeline/$db/run$r.pgc.zst")
+      stored=$(stat -c %s "$WORK/s3/bench/pipeline/$db/run$r.pgc.zst") ;;
+  esac
+  echo "$m $stored"
+}
+
+# A contender's table row from its runs (one "wall cpu rss stored" line each): the best run by
+# wall time, and the median wall time.
+report_contender() {
+  local gib=$1 raw=$2 contender=$3 runs=$4 name median_wall wall cpu rss stored
+  read -r median_wall _ <<<"$(printf '%s' "$runs" | median)"
+  read -r wall cpu rss stored <<<"$(printf '%s' "$runs" | best)"
+  case $contender in
+    baseline) name='`pg_dump -Fc -Z0 > /dev/null`' ;;
+    dbop) name="\`dbop-backup dump\` (zstd -$LEVEL${AGENT_FLAGS:+ $AGENT_FLAGS})" ;;
+    pipeline) name="\`pg_dump -Fc -Z0 \\\\| zstd -$LEVEL \\\\| rclone rcat\`" ;;  # \| keeps the table whole
+  esac
+  awk -v g="$gib GiB ($raw B)" -v n="$name" -v raw="$raw" -v w="$wall" -v m="$median_wall" -v c="$cpu" -v r="$rss" -v s="$stored" \
+    'BEGIN { printf "| %s | %s | %.0f | %.1f | %.1f | %.1f | %.1f | %s |\n", g, n, raw / w / 1e6, w, m, c, r / 1024, (s > 0 ? sprintf("%.0f", s / 1e6) : "-") }'
+}
+
+echo "| size | contender | MB/s (raw) | wall s (best) | wall s (median) | CPU s | peak RSS MiB | stored MB |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|"
+: >"$WORK/compressors.md"
 for gib in $SIZES; do
   db=bench_${gib}g
   log "generating $db (~$gib GiB of dump)"
   generate "$db" "$gib"
   raw=$("$PGBIN/pg_dump" -Fc -Z0 -d "$db" | wc -c)   # also warms the cache
   log "$db: pg_dump -Fc -Z0 is $raw bytes"
-  for contender in baseline dbop pipeline; do
-    results=()
-    for ((r = 1; r <= RUNS; r++)); do
-      case $contender in
-        baseline) m=$(measure bash -c "exec '$PGBIN/pg_dump' -Fc -Z0 -d '$db' > /dev/null"); stored=0 ;;
-        dbop)
-          # shellcheck disable=SC2086
-          m=$(PGDATABASE=$db measure "$AGENT" dump --prefix bench --backup-id "run$r" --compression-level "$LEVEL" $AGENT_FLAGS)
-          stored=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["sizeBytes"])' "$WORK/stdout.txt") ;;
-        pipeline)
-          m=$(measure bash -o pipefail -c "'$PGBIN/pg_dump' -Fc -Z0 -d '$db' | zstd -q -$LEVEL | rclone rcat bench:bench/pipeline/$db/run$r.pgc.zst")
-          stored=$(stat -c %s "$WORK/s3/bench/pipeline/$db/run$r.pgc.zst") ;;
-      esac
-      read -r wall cpu rss <<<"$m"
-      log "$db $contender run $r: wall ${wall}s cpu ${cpu}s rss ${rss}KiB stored $stored"
-      results+=("$wall $cpu $rss $stored")
+  # Rounds: each round runs every contender once, so a change in the machine's load (it is
+  # shared) falls on all of them alike.
+  declare -A results=()
+  for ((r = 1; r <= RUNS; r++)); do
+    for contender in baseline dbop pipeline; do
+      sample_load
+      m=$(run_contender "$contender" "$r")
+      log "$db round $r $contender: $m"
+      results[$contender]+="$m"$'\n'
     done
-    best=$(printf '%s\n' "${results[@]}" | median)
-    read -r wall cpu rss stored <<<"$best"
-    name=$contender
-    [[ $contender == baseline ]] && name='`pg_dump -Fc -Z0 > /dev/null`'
-    [[ $contender == dbop ]] && name="\`dbop-backup dump\` (zstd -$LEVEL${AGENT_FLAGS:+ $AGENT_FLAGS})"
-    [[ $contender == pipeline ]] && name="\`pg_dump -Fc -Z0 | zstd -$LEVEL | rclone rcat\`"
-    awk -v g="$gib GiB ($raw B)" -v n="$name" -v raw="$raw" -v w="$wall" -v c="$cpu" -v r="$rss" -v s="$stored" \
-      'BEGIN { printf "| %s | %s | %.0f | %.1f | %.1f | %.1f | %s |\n", g, n, raw / w / 1e6, w, c, r / 1024, (s > 0 ? sprintf("%.0f", s / 1e6) : "-") }'
   done
+  for contender in baseline dbop pipeline; do
+    report_contender "$gib" "$raw" "$contender" "${results[$contender]}"
+  done
+  unset results
+  [[ $COMPRESSORS == 1 ]] && compressors "$gib" "$raw"
   "$PGBIN/psql" -X -q -d postgres -c "DROP DATABASE $db"
   rm -rf "$WORK/s3/bench/"*
 done
+echo
+echo "| size | compressor (same pg_dump -Z0 stream) | output MB | CPU s (best) | ratio |"
+echo "|---|---|---:|---:|---:|"
+cat "$WORK/compressors.md"
+echo
+printf 'Load average (1 min) sampled before each run: %s\n' "$(printf '%s\n' "${LOADS[@]}" | sort -n | awk '{ a[NR] = $0 } END { printf "min %s, median %s, max %s over %d samples", a[1], a[int((NR + 1) / 2)], a[NR], NR }')"

@@ -1,6 +1,6 @@
 //! `dump`: pg_dump (custom format, uncompressed, reading an exported snapshot) → zstd (frames
 //! with content checksums) → S3 multipart upload with bounded buffers, SHA-256 on the fly; row
-//! counts taken in the same snapshot; the roles and memberships (`globals`) beside it; the
+//! counts read from the archive as it passes (`archive`); the roles and memberships (`globals`) beside it; the
 //! manifest written last. On any failure or signal the
 //! upload is aborted and no manifest is written, so nothing looks like a complete backup.
 //!
@@ -19,6 +19,7 @@ use futures::stream::FuturesUnordered;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
+use crate::archive::{FormatError, RowCounter};
 use crate::error::{Error, Result};
 use crate::globals;
 use crate::layout::{self, DUMP_FILE, GLOBALS_FILE, Layout};
@@ -61,6 +62,9 @@ struct Compressed {
     size_bytes: u64,
     sha256: String,
 }
+
+/// Rows per table, counted in the archive as it passed.
+type StreamCounts = std::result::Result<BTreeMap<String, u64>, FormatError>;
 
 /// An upload in progress, remembered so it can be aborted whatever happens.
 type PendingUpload = Arc<Mutex<Option<(String, String)>>>;
@@ -218,8 +222,8 @@ impl Target {
     }
 }
 
-/// One transaction whose snapshot pg_dump imports and the row counts read; kept open until
-/// the dump is stored.
+/// One transaction whose snapshot pg_dump imports; kept open until the dump is stored, so rows
+/// can still be counted in it should the archive not be readable.
 async fn open_snapshot(tools: &PgTools) -> Result<(PsqlSession, ServerFacts)> {
     let mut session = PsqlSession::start(tools, None).await?;
     let facts = session
@@ -270,7 +274,9 @@ async fn already_complete(store: &Store, target: &Target) -> Result<Option<Manif
 }
 
 /// Streams pg_dump through zstd into a multipart upload, completes it and checks the stored
-/// size. Returns what the compressor saw and the row counts read in the same snapshot.
+/// size. Returns what the compressor saw and the row counts: counted in the archive as it
+/// streamed past; should the agent not read the archive (a pg_dump format it does not know),
+/// counted by the server in the same snapshot instead, which the session still holds.
 async fn stream_dump(
     store: &Store,
     tools: &PgTools,
@@ -297,13 +303,19 @@ async fn stream_dump(
     let (level, threads) = (opts.compression_level, opts.compression_threads);
     let compressor =
         tokio::task::spawn_blocking(move || compress(stdout, level, threads, part_size, tx));
-    let upload = upload_parts(store, key, &upload_id, rx, opts.concurrency);
-    let (parts, row_counts) = tokio::try_join!(upload, session.row_counts())?;
+    let parts = upload_parts(store, key, &upload_id, rx, opts.concurrency).await?;
     let compressed = compressor
         .await
         .map_err(|e| Error::io("compressor", std::io::Error::other(e.to_string())))?;
     wait_pg_dump(child, stderr, database).await?;
-    let compressed = compressed.map_err(|e| Error::io("reading pg_dump output", e))?;
+    let (compressed, counted) = compressed.map_err(|e| Error::io("reading pg_dump output", e))?;
+    let row_counts = match counted {
+        Ok(counts) => counts,
+        Err(e) => {
+            tracing::warn!(error = %e, "rows not counted from the dump stream; counting them in the snapshot");
+            session.row_counts().await?
+        }
+    };
     store.complete_upload(key, &upload_id, parts).await?;
     if let Ok(mut p) = pending.lock() {
         p.take();
@@ -536,15 +548,16 @@ impl Write for PartSink {
     }
 }
 
-/// The compressor thread: reads pg_dump's output until EOF and writes one zstd frame with a
-/// content checksum. Reaching EOF says nothing about success: the caller checks pg_dump's exit.
+/// The compressor thread: reads pg_dump's output until EOF, writes one zstd frame with a
+/// content checksum and counts rows in the archive on the way. Reaching EOF says nothing about
+/// success: the caller checks pg_dump's exit.
 fn compress(
     mut src: std::fs::File,
     level: i32,
     threads: u32,
     part_size: usize,
     tx: mpsc::Sender<Bytes>,
-) -> std::io::Result<Compressed> {
+) -> std::io::Result<(Compressed, StreamCounts)> {
     let sink = PartSink {
         buf: Vec::with_capacity(part_size),
         part_size,
@@ -559,27 +572,41 @@ fn compress(
         // Small jobs keep zstd's buffers (and so the agent's memory) small.
         enc.set_parameter(zstd::zstd_safe::CParameter::JobSize(ZSTD_JOB_SIZE))?;
     }
+    let mut counter = RowCounter::new();
+    let raw_bytes = read_through(&mut src, &mut enc, &mut counter)?;
+    let mut sink = enc.finish()?;
+    if !sink.buf.is_empty() {
+        sink.send()?;
+    }
+    let compressed = Compressed {
+        raw_bytes,
+        size_bytes: sink.total,
+        sha256: hex::encode(sink.hasher.finalize()),
+    };
+    Ok((compressed, counter.finish()))
+}
+
+/// Copies `src` to `dst` until EOF, feeding the row counter; returns the bytes copied.
+fn read_through(
+    src: &mut impl Read,
+    dst: &mut impl Write,
+    counter: &mut RowCounter,
+) -> std::io::Result<u64> {
     let mut buf = vec![0u8; READ_CHUNK];
     let mut raw_bytes = 0u64;
+    let mut counting = true;
     loop {
         let n = match src.read(&mut buf) {
-            Ok(0) => break,
+            Ok(0) => return Ok(raw_bytes),
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
         raw_bytes += n as u64;
-        enc.write_all(&buf[..n])?;
+        // After an error the counter only repeats it: stop spending time on it.
+        counting = counting && counter.feed(&buf[..n]).is_ok();
+        dst.write_all(&buf[..n])?;
     }
-    let mut sink = enc.finish()?;
-    if !sink.buf.is_empty() {
-        sink.send()?;
-    }
-    Ok(Compressed {
-        raw_bytes,
-        size_bytes: sink.total,
-        sha256: hex::encode(sink.hasher.finalize()),
-    })
 }
 
 #[cfg(test)]

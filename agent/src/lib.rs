@@ -1,11 +1,12 @@
 //! dbop's backup agent as a library: the data path between PostgreSQL and S3-compatible storage.
 //!
 //! The pure parts hold every decision and format and are unit-tested table by table: `manifest`
-//! here, and `layout`, `retention`, `result` and `units` from `dbop_contract`, which the
+//! and `archive` (row counts from pg_dump's archive stream) here, and `layout`, `retention`, `result` and `units` from `dbop_contract`, which the
 //! operator links too; the I/O parts (`s3`, `pg`, `dump`, `restore`,
 //! `globals`, `catalog`) only move bytes and call those decisions. `result::BackupResult` is the contract
 //! with the operator, which reads it from the Job's termination message.
 
+pub mod archive;
 pub mod catalog;
 pub mod cli;
 pub mod dump;

@@ -17,6 +17,8 @@ use crate::error::{Error, Result};
 
 /// Lists every table whose data pg_dump dumps, with its exact row count, as one JSON object.
 /// Leaf tables only (partitioned parents hold no rows), no extension members, no temp tables.
+/// `verify` compares a restored database's counts with the manifest's through it; `dump`
+/// counts rows from the archive stream (`archive`) and falls back to it in the snapshot.
 pub const ROW_COUNT_SQL: &str = r#"SELECT coalesce(json_object_agg(t.name, t.n), '{}')::text FROM (
   SELECT format('%I.%I', n.nspname, c.relname) AS name,
          (xpath('/row/c/text()', query_to_xml(
@@ -287,7 +289,7 @@ pub fn stdin_file(stdin: ChildStdin) -> std::io::Result<std::fs::File> {
 }
 
 /// A psql process holding one transaction open: used to export the snapshot pg_dump reads
-/// and to count rows in that same snapshot.
+/// and, should the archive stream not be readable, to count rows in that same snapshot.
 pub struct PsqlSession {
     child: Child,
     stdin: ChildStdin,
