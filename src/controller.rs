@@ -27,7 +27,7 @@ use crate::api::{Database, DatabaseBackup};
 use crate::context::caches::caches;
 use crate::context::{Context, FailureKey};
 use crate::error::{Error, Result};
-use crate::kube_io::EventSpec;
+use crate::kube_io::{EventSpec, initial_list};
 use crate::ops::metrics::{DATABASE_CONTROLLER, Metrics};
 use crate::ops::server::Readiness;
 use crate::reconcile::{act, cleanup, reconcile_database};
@@ -37,7 +37,7 @@ pub mod queue;
 pub mod watches;
 
 use self::queue::WorkQueue;
-use self::watches::{Meta, Triggers};
+use self::watches::{InitialList, Meta, Triggers};
 
 fn key_of(guard: &DeserializeGuard<Database>) -> FailureKey {
     let meta = guard.meta();
@@ -81,15 +81,21 @@ pub async fn run_observed(
     ready: Arc<Readiness>,
 ) {
     let (caches, writers) = caches();
+    let probe = owned::<Database>(&client, namespaces).swap_remove(0);
+    let initial = if initial_list::server_streams_initial_lists(&probe).await {
+        InitialList::Streamed
+    } else {
+        InitialList::Listed
+    };
     // One watch per kind and namespace, shared by both controllers; stopped when this returns.
-    let (triggers, _watches) = watches::start(&client, namespaces, writers);
+    let (triggers, _watches) = watches::start(&client, namespaces, initial, writers);
     let ctx = Arc::new(Context::new(client.clone(), settings, caches).with_metrics(metrics));
     let watched = if namespaces.is_empty() {
         "<all>".into()
     } else {
         namespaces.join(",")
     };
-    info!(namespaces = %watched, "dbop controller starting");
+    info!(namespaces = %watched, ?initial, "dbop controller starting");
     let Triggers {
         databases,
         statefulsets,

@@ -1,7 +1,8 @@
 //! Operating dbop: the real binary's `/metrics` scraped and parsed once a Database is Ready, the
 //! work-queue depth while many Databases wait, several watched namespaces (and one not watched),
 //! and leader election between two real binaries (only the leader reconciles; `kill -9` the
-//! leader and the standby takes over within the lease duration, measured).
+//! leader and the standby takes over within the lease duration, measured); the test bed's API
+//! server streams initial lists, so the operator's watches take them one object at a time.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -249,6 +250,20 @@ async fn the_work_queue_depth_rises_while_databases_wait_and_returns_to_zero() {
 
 /// `--watch-namespaces a,b`: Databases in both namespaces reach Ready; a Database in a third
 /// namespace is left alone (no finalizer, no status).
+/// The startup question of `kube_io::initial_list` against a real API server, which streams
+/// (Kubernetes' WatchList): with a Database present, the stream ends with the bookmark.
+#[tokio::test]
+async fn the_api_server_streams_initial_lists_and_the_operator_uses_them() {
+    let bed = testbed().await;
+    let ns = bed.namespace("streamed-lists").await;
+    bed.apply_database(&ns, database_manifest("orders", json!({})))
+        .await;
+    let api: Api<dbop::api::Database> = Api::namespaced(bed.client.clone(), &ns);
+    assert!(dbop::kube_io::initial_list::server_streams_initial_lists(&api).await);
+    let _operator = bed.operator_binary(&ns);
+    bed.wait_for_phase(&ns, "orders", Phase::Ready, WAIT).await;
+}
+
 #[tokio::test]
 async fn an_operator_watching_two_namespaces_runs_both_and_leaves_a_third_alone() {
     let bed = testbed().await;

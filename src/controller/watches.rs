@@ -66,9 +66,26 @@ type Watch<K> = (
     BoxStream<'static, watcher::Result<Event<K>>>,
 );
 
+/// How the watches get their first complete view (`kube_io::initial_list`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InitialList {
+    /// As watch events, one object at a time (the API server streams initial lists).
+    Streamed,
+    /// By a list (from the API server's cache), decoded whole.
+    Listed,
+}
+
 /// Starts one watch per kind and namespace of `namespaces` (none: one per kind, in all).
-pub fn start(client: &Client, namespaces: &[String], writers: Writers) -> (Triggers, Watches) {
-    let all = watcher::Config::default().any_semantic();
+pub fn start(
+    client: &Client,
+    namespaces: &[String],
+    initial: InitialList,
+    writers: Writers,
+) -> (Triggers, Watches) {
+    let all = match initial {
+        InitialList::Streamed => watcher::Config::default().streaming_lists(),
+        InitialList::Listed => watcher::Config::default().any_semantic(),
+    };
     let managed = all.clone().labels(MANAGED_SELECTOR);
     let mut watches = Watches(Vec::new());
     let marker = || writers.synced_marker();

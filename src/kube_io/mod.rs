@@ -4,6 +4,7 @@
 
 pub mod client;
 pub mod drift;
+pub mod initial_list;
 pub mod rate_limit;
 pub mod watch;
 
