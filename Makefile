@@ -81,7 +81,7 @@ test-e2e: ## end-to-end suites against the local control plane (brings it up and
 
 test: lint test-unit test-e2e ## every test: lint, unit and agent tests, then end-to-end on the local control plane
 
-fuzz: ## fuzz the manifest, termination-message and duration/size parsers (nightly + cargo-fuzz; FUZZ_SECONDS per target, default 60; not part of `make test`)
+fuzz: ## fuzz the manifest, termination-message, duration/size parsers and the dump-archive row counter (nightly + cargo-fuzz; FUZZ_SECONDS per target, default 60; not part of `make test`)
 	fuzz/run.sh
 
 bench-backup: ## benchmark dbop-backup dump against pg_dump | zstd | rclone rcat (writes docs/benchmarks.md figures)
