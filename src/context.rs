@@ -1,9 +1,11 @@
 //! What every reconcile of both controllers shares: the client, the settings, the Event
 //! recorder, the metrics, the watch caches (`caches`: what observe reads) and the per-object
-//! failure count behind the exponential retry backoff, with the `error_policy` that uses it.
+//! failure count behind the exponential retry backoff, with the `error_policy` that uses it, and
+//! the work-queue depth both controllers report (`work_queue`).
 //! Depends on nothing above it (no controller, no reconcile).
 
 pub mod caches;
+pub mod work_queue;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

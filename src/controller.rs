@@ -33,11 +33,10 @@ use crate::ops::server::Readiness;
 use crate::reconcile::{act, cleanup, reconcile_database};
 use crate::resources::{LABEL_INSTANCE, Settings};
 
-pub mod queue;
 pub mod watches;
 
-use self::queue::WorkQueue;
 use self::watches::{InitialList, Meta, Triggers};
+use crate::context::work_queue::{self, WorkQueue};
 
 fn key_of(guard: &DeserializeGuard<Database>) -> FailureKey {
     let meta = guard.meta();
@@ -155,7 +154,7 @@ async fn run_database_controller(
         .shutdown_on_signal()
         .run(queue.starting(reconcile), error_policy, ctx)
         .for_each(move |result| {
-            queue::forget_if_gone(&queue, &result);
+            work_queue::forget_if_gone(&queue, &result);
             async move {
                 if let Err(error) = result {
                     tracing::debug!(%error, "reconcile error (handled by the error policy)");

@@ -4,7 +4,7 @@
 //!
 //! The runtime only: the watches (the backups and the Jobs they own) and one pass of
 //! `observe` (reads) → `decide` (pure) → `act` (writes through `kube_io`), and a metric per
-//! reconcile and per successful backup, and its work-queue depth (`controller::queue`).
+//! reconcile and per successful backup, and its work-queue depth (`context::work_queue`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,8 +22,8 @@ use super::decide::decide;
 use super::observe::{name_of, observe};
 use crate::api::{BackupPhase, DatabaseBackup};
 use crate::context::caches::Trigger;
+use crate::context::work_queue::{WorkQueue, forget_if_gone};
 use crate::context::{Context, FailureKey};
-use crate::controller::queue::{WorkQueue, forget_if_gone};
 use crate::error::{Error, Result};
 use crate::ops::metrics::BACKUP_CONTROLLER;
 

@@ -199,7 +199,7 @@ impl Metrics {
         }
     }
 
-    /// The gauge of `controller`'s work-queue depth (set by `controller::queue`).
+    /// The gauge of `controller`'s work-queue depth (set by `context::work_queue`).
     pub fn workqueue_depth(&self, controller: &str) -> Gauge {
         let labels = ControllerLabels {
             controller: controller.into(),
