@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # `make bench`: the operator at scale (e2e/examples/bench.rs) on a kwok-only test bed of its own.
-# Builds `dbop` in release mode (or uses DBOP_BIN), brings the test bed up with enough
+# Builds `dbop` as the image ships it (`make static`: musl, release; or uses DBOP_BIN), brings the test bed up with enough
 # PersistentVolumes for every Database (and down again afterwards, unless it was already up),
 # and runs the benchmark; its figures go to stdout and target/bench/operator-$BENCH_LABEL.json.
 #
 # Env (see e2e/examples/bench.rs): BENCH_DATABASES (1000), BENCH_NAMESPACES (10),
 # BENCH_IDLE_SECS (600), BENCH_DELETIONS (1000), BENCH_REPAIR_CONCURRENCY (4), BENCH_LABEL,
-# DBOP_BIN (default: target/release/dbop, built here).
+# DBOP_BIN (default: target/x86_64-unknown-linux-musl/release/dbop, built here).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 export DBOP_TESTBED_DIR="${DBOP_TESTBED_DIR:-$PWD/.testbed}"
 databases="${BENCH_DATABASES:-1000}"
 if [ -z "${DBOP_BIN:-}" ]; then
-  cargo build --release --bin dbop
-  export DBOP_BIN="$PWD/target/release/dbop"
+  # What the image ships: the static musl binary (its allocator, not glibc's, sets the RSS).
+  make --no-print-directory static
+  export DBOP_BIN="$PWD/target/x86_64-unknown-linux-musl/release/dbop"
 fi
 cargo build -p dbop-e2e --example bench
 started_here=
