@@ -883,21 +883,21 @@ mod tests {
         assert_eq!(count_in_pieces(&w.out, 1), Ok(BTreeMap::new()));
     }
 
+    /// An archive of table `public.t` (dump id 1) whose data entry (dump id 2) has `copy` as
+    /// its COPY statement; its data block is the caller's to write.
+    fn table_t_with_data(copy: &str) -> Writer {
+        let mut w = Writer::new(14, 2);
+        w.entry(1, "TABLE", "public", "t", "", false);
+        w.entry(2, "TABLE DATA", "public", "t", copy, true);
+        w
+    }
+
     /// Each broken archive fails with a message naming what is wrong.
     #[test]
     fn malformed_archives_are_errors() {
         let good = sample(14);
         let unterminated = {
-            let mut w = Writer::new(14, 2);
-            w.entry(1, "TABLE", "public", "t", "", false);
-            w.entry(
-                2,
-                "TABLE DATA",
-                "public",
-                "t",
-                "COPY public.t (a) FROM stdin;\n",
-                true,
-            );
+            let mut w = table_t_with_data("COPY public.t (a) FROM stdin;\n");
             w.out.push(BLK_DATA);
             w.int(2);
             w.int(2);
@@ -906,16 +906,7 @@ mod tests {
             w.out
         };
         let renamed = {
-            let mut w = Writer::new(14, 2);
-            w.entry(1, "TABLE", "public", "t", "", false);
-            w.entry(
-                2,
-                "TABLE DATA",
-                "public",
-                "t",
-                "COPY public.u (a) FROM stdin;\n",
-                true,
-            );
+            let mut w = table_t_with_data("COPY public.u (a) FROM stdin;\n");
             w.block(2, b"", 1);
             w.out
         };
