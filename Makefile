@@ -7,9 +7,17 @@ TESTBED_DIR ?= $(CURDIR)/.testbed
 export DBOP_TESTBED_DIR := $(TESTBED_DIR)
 
 MUSL_TARGET := x86_64-unknown-linux-musl
+
+# Each step of `make test` (and of .ci/run) appends its time here (e2e/timed.sh); the table at the
+# end of `make test` is printed from it (e2e/times.sh).
+export DBOP_TIMES ?= $(CURDIR)/target/test-times.tsv
+TIMED := $(CURDIR)/e2e/timed.sh
+# A warm `make test` (test bed and cargo caches warm, nothing to compile) should stay within this;
+# the table at its end says when it does not.
+TEST_BUDGET_SECONDS ?= 900
 STATIC_BINS := dbop dbop-backup dbop-instance
 
-.PHONY: plugin help build static test test-unit test-e2e lint fmt crds testbed-build testbed-up testbed-down images run bench bench-backup fuzz
+.PHONY: plugin help build build-tests static test test-unit test-e2e lint fmt crds testbed-build testbed-up testbed-down images run bench bench-backup fuzz
 
 run: ## the operator on a control plane (the local one when none is configured) and the example Database reaching Ready
 	e2e/run.sh
@@ -37,16 +45,17 @@ fmt: ## format the code
 	$(CARGO) fmt --all
 
 lint: ## formatting, clippy (warnings are errors) and no import circles
-	$(CARGO) fmt --all --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(CARGO) test -q -p dbop --test import_graph
+	$(TIMED) "lint: fmt" $(CARGO) fmt --all --check
+	$(TIMED) "lint: clippy" $(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	$(TIMED) "lint: import graph" $(CARGO) test -q --locked -p dbop --test import_graph
 
 crds: ## regenerate crds/ (and the chart's copy) from the API types
 	$(CARGO) run -q --bin dbop -- crd > crds/dbop.dev.yaml
 	cp crds/dbop.dev.yaml charts/dbop/crds/dbop.dev.yaml
 
 test-unit: ## tests that need no cluster (pure logic, request shapes, the backup agent with real PostgreSQL and S3)
-	$(CARGO) test --workspace --exclude dbop-e2e
+	$(TIMED) "unit tests" $(CARGO) test --locked --workspace --exclude dbop-e2e
+	$(TIMED) "unit: e2e scheduler" $(CARGO) test -q --locked --workspace --bin e2e-suites
 
 testbed-build: ## build the local control plane (and the real node's binaries when the host can run it) from Go modules, cached outside the repo
 	e2e/testbed/build.sh
@@ -60,26 +69,38 @@ testbed-up: testbed-build ## start etcd, kube-apiserver, controller-manager, sch
 testbed-down: ## stop the local control plane and the real node, leaving nothing behind
 	e2e/testbed/down.sh
 
-# dbop.local/dbop:dev for the real node: the fresh debug binaries, with a static dbop-instance
-# first when the musl target is installed (e2e/testbed/dbop-image.sh loads it after up.sh).
-MUSL_INSTALLED := $(shell rustup target list --installed 2>/dev/null | grep -qx $(MUSL_TARGET) && echo yes)
-E2E_IMAGE_BIN_DIR := $(if $(MUSL_INSTALLED),$(CURDIR)/target/$(MUSL_TARGET)/debug:)$(CURDIR)/target/debug
+# dbop.local/dbop:dev for the real node (e2e/testbed/dbop-image.sh loads it after up.sh): each binary
+# from the first directory that has it, so the static ones `make static` already built (the database
+# pod needs a static dbop-instance) — no second musl build of the same code.
+E2E_IMAGE_BIN_DIR := $(CURDIR)/target/$(MUSL_TARGET)/release:$(CURDIR)/target/debug
+# How many e2e suites run at once, and how many of them on the real node (e2e/suites.yaml).
+E2E_JOBS ?= 4
+E2E_REAL_NODE_JOBS ?= 2
 
-test-e2e: ## end-to-end suites against the local control plane (brings it up and down; checks that down leaves nothing behind)
-	$(CARGO) build --bins
+build-tests: ## compile everything `make test` runs, so that it only runs (CI builds this beside the test bed)
+	$(TIMED) "build: debug, all targets" $(CARGO) build --locked --workspace --all-targets
+	$(TIMED) "build: clippy" $(CARGO) clippy --locked --workspace --all-targets -- -D warnings
+	$(TIMED) "build: static (musl, release)" $(MAKE) --no-print-directory static
+
+test-e2e: ## end-to-end suites against the local control plane, side by side (brings it up and down; checks that down leaves nothing behind)
+	$(TIMED) "e2e: build" $(CARGO) build --locked --workspace --all-targets
 	@# The release image (the Dockerfile's, from `make static`) is what the in-cluster Helm install runs.
-	$(MAKE) --no-print-directory static
-	$(if $(MUSL_INSTALLED),$(CARGO) build --target $(MUSL_TARGET) -p dbop-instance)
+	$(TIMED) "e2e: static" $(MAKE) --no-print-directory static
 	@set -o pipefail; status=0; hoststate=; \
 	  if [ -f $(TESTBED_DIR)/ready ]; then echo "test bed already up: no before/after host-state check this time"; \
 	  else hoststate=$$(mktemp); e2e/testbed/check-clean.sh snapshot $$hoststate; fi; \
-	  $(MAKE) --no-print-directory testbed-up || status=$$?; \
-	  if [ $$status = 0 ]; then DBOP_IMAGE_BIN_DIR=$(E2E_IMAGE_BIN_DIR) e2e/testbed/dbop-image.sh dev release || status=$$?; fi; \
-	  if [ $$status = 0 ]; then KUBECONFIG=$(TESTBED_DIR)/kubeconfig $(CARGO) test -p dbop-e2e --no-fail-fast -- --test-threads=4 --nocapture || status=$$?; fi; \
-	  $(MAKE) --no-print-directory testbed-down || status=$$?; \
+	  $(TIMED) "e2e: test bed up" $(MAKE) --no-print-directory testbed-up || status=$$?; \
+	  if [ $$status = 0 ]; then DBOP_IMAGE_BIN_DIR=$(E2E_IMAGE_BIN_DIR) $(TIMED) "e2e: dbop images" e2e/testbed/dbop-image.sh dev release || status=$$?; fi; \
+	  if [ $$status = 0 ]; then KUBECONFIG=$(TESTBED_DIR)/kubeconfig $(TIMED) "e2e: suites" $(CURDIR)/target/debug/e2e-suites \
+	    --jobs $(E2E_JOBS) --real-node-jobs $(E2E_REAL_NODE_JOBS) || status=$$?; fi; \
+	  $(TIMED) "e2e: test bed down" $(MAKE) --no-print-directory testbed-down || status=$$?; \
 	  if [ -n "$$hoststate" ]; then e2e/testbed/check-clean.sh verify $$hoststate || status=$$?; rm -f $$hoststate; fi; exit $$status
 
-test: lint test-unit test-e2e ## every test: lint, unit and agent tests, then end-to-end on the local control plane
+test: ## every test: lint, unit and agent tests, then end-to-end on the local control plane; ends with where the time went
+	@start=$$(date +%s); mkdir -p $(dir $(DBOP_TIMES)); : > $(DBOP_TIMES); status=0; \
+	  $(MAKE) --no-print-directory lint test-unit test-e2e || status=$$?; \
+	  e2e/times.sh $(DBOP_TIMES) "make test" $$(( $$(date +%s) - start )) $(TEST_BUDGET_SECONDS); \
+	  if [ $$status != 0 ]; then echo "make test FAILED (status $$status)"; fi; exit $$status
 
 fuzz: ## fuzz the manifest, termination-message, duration/size parsers and the dump-archive row counter (nightly + cargo-fuzz; FUZZ_SECONDS per target, default 60; not part of `make test`)
 	fuzz/run.sh
