@@ -222,6 +222,12 @@ pub fn ensure_role_sql(verifier: &str) -> String {
         name = quote_literal(REPLICATION_ROLE),
         verifier = quote_literal(verifier),
     );
+    // pg_rewind's source must have checkpointed since its promotion (PostgreSQL 15+).
+    sql.push_str(&format!(
+        "SELECT format('GRANT pg_checkpoint TO %I', {name}) \
+         WHERE EXISTS (SELECT FROM pg_roles WHERE rolname = 'pg_checkpoint')\\gexec\n",
+        name = quote_literal(REPLICATION_ROLE),
+    ));
     for function in [
         "pg_ls_dir(text, boolean, boolean)",
         "pg_stat_file(text, boolean)",
@@ -394,6 +400,7 @@ mod tests {
         assert!(role.contains(
             "pg_read_binary_file(text, bigint, bigint, boolean) TO \"dbop_replication\""
         ));
+        assert!(role.contains("GRANT pg_checkpoint TO %I"));
         let slot = ensure_slot_sql("dbop_db_1");
         assert!(slot.contains("pg_create_physical_replication_slot('dbop_db_1', true)"));
         assert!(slot.contains("WHERE NOT EXISTS"));

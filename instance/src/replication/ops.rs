@@ -142,7 +142,10 @@ impl LocalServer {
     pub fn promote(&self, wait_seconds: u32) -> Result<(), Fatal> {
         let answer = self.query(&format!("SELECT pg_promote(true, {wait_seconds});\n"))?;
         match answer.trim() {
-            "t" => Ok(()),
+            // The checkpoint puts the new timeline in the control file, where pg_rewind of
+            // the old primary reads it (a promotion alone leaves the old one there until the
+            // next checkpoint, minutes later).
+            "t" => self.query("CHECKPOINT;\n").map(|_| ()),
             other => Err(Fatal(format!(
                 "the server did not finish its promotion within {wait_seconds} s ({other:?})"
             ))),
@@ -321,13 +324,35 @@ pub fn rewind_marker(pgdata: &Path) -> PathBuf {
 
 /// `pg_rewind` of the stopped `pgdata` from the upstream (it does nothing when nothing
 /// diverged, and finishes crash recovery first when the server did not stop cleanly).
-pub fn rewind(bin: &Path, pgdata: &Path, upstream: &Upstream) -> Result<(), Fatal> {
+/// `local_timeline` and `source_timeline` (from `IDENTIFY_SYSTEM`, always current) let it
+/// tell a real "no rewind required" from a source whose control file still shows its old
+/// timeline because it has not checkpointed since its promotion.
+pub fn rewind(
+    bin: &Path,
+    pgdata: &Path,
+    upstream: &Upstream,
+    local_timeline: u32,
+    source_timeline: u32,
+) -> Result<(), Fatal> {
     log(&format!(
         "rewinding the data directory from {}:{}",
         upstream.host, upstream.port
     ));
     let marker = rewind_marker(pgdata);
     write_atomically(&marker, b"", 0o600)?;
+    // pg_rewind reads the source's timeline from its control file, which a promotion updates
+    // only at its next checkpoint: ask for one (the replication role may, from PostgreSQL 15:
+    // pg_checkpoint). Best effort; the report is checked below either way.
+    let mut checkpoint = tool(bin, "psql");
+    checkpoint.arg(config::rewind_conninfo(upstream)).args([
+        "--no-psqlrc",
+        "--quiet",
+        "--no-password",
+        "--command=CHECKPOINT",
+    ]);
+    if let Err(Fatal(why)) = output(checkpoint, "CHECKPOINT on the primary") {
+        log(&why);
+    }
     let mut cmd = tool(bin, "pg_rewind");
     cmd.arg(format!("--target-pgdata={}", pgdata.display()))
         .arg(format!(
@@ -351,6 +376,13 @@ pub fn rewind(bin: &Path, pgdata: &Path, upstream: &Upstream) -> Result<(), Fata
         )));
     }
     log(&format!("pg_rewind: {report}"));
+    if rejoin::stale_source_timeline(&report, local_timeline, source_timeline) {
+        return Err(Fatal(format!(
+            "pg_rewind saw the primary on this instance's timeline {local_timeline}, but it is \
+             on timeline {source_timeline}: it has not checkpointed since its promotion; \
+             nothing was rewound"
+        )));
+    }
     std::fs::remove_file(&marker).map_err(|e| Fatal(format!("cannot remove the marker: {e}")))
 }
 
@@ -368,6 +400,13 @@ pub fn server_running(pgdata: &Path) -> bool {
     };
     // SAFETY: signal 0 only checks that the process exists.
     pid > 0 && unsafe { libc::kill(pid, 0) } == 0
+}
+
+fn local_timeline(local: &rejoin::Local) -> u32 {
+    match local {
+        rejoin::Local::Data { control: Ok(c), .. } => c.timeline,
+        _ => 0,
+    }
 }
 
 /// What `rejoin` did.
@@ -420,7 +459,13 @@ pub fn rejoin(
                 write_standby_config(pgdata, Some(upstream))?;
                 return Ok(Rejoined::Followed);
             }
-            Rejoin::Rewind => match rewind(bin, pgdata, upstream) {
+            Rejoin::Rewind => match rewind(
+                bin,
+                pgdata,
+                upstream,
+                local_timeline(&local),
+                source.timeline,
+            ) {
                 Ok(()) => {
                     write_standby_config(pgdata, Some(upstream))?;
                     return Ok(Rejoined::Rewound);

@@ -224,6 +224,13 @@ pub fn decide(local: &Local, major: u32, source: &Source, rewind_failed: bool) -
     Rejoin::Rewind
 }
 
+/// Whether pg_rewind's report says "same timeline, no rewind required" while the source is
+/// in fact on another timeline than the local data: the source's control file was stale (it
+/// had not checkpointed since its promotion) and nothing was rewound.
+pub fn stale_source_timeline(report: &str, local_timeline: u32, source_timeline: u32) -> bool {
+    report.contains("are on the same timeline") && local_timeline != source_timeline
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -449,6 +456,17 @@ Data page checksum version:           1
         for (name, local, tli, failed, want) in table {
             assert_eq!(decide(&local, 15, &source(tli), failed), want, "{name}");
         }
+    }
+
+    #[test]
+    fn a_stale_source_timeline_is_noticed() {
+        let same = "pg_rewind: source and target cluster are on the same timeline; \
+                    pg_rewind: no rewind required";
+        let diverged = "pg_rewind: servers diverged at WAL location 0/413CCA8 on timeline 1; \
+                        pg_rewind: no rewind required";
+        assert!(stale_source_timeline(same, 1, 2));
+        assert!(!stale_source_timeline(same, 2, 2));
+        assert!(!stale_source_timeline(diverged, 1, 2));
     }
 
     #[test]
