@@ -521,7 +521,7 @@ fn clones_streams_fails_over_repoints_and_rewinds_the_old_primary() {
     phase("divergent writes on the old primary");
     // It rejoins the new primary: rewound, then streaming; its divergent rows are gone.
     let out = a.must("rejoin", &a.upstream_args(&b));
-    assert!(out.contains("Rewound"), "{out}");
+    assert!(out.contains("rejoined: Rewound"), "{out}");
     let running_a = a.start();
     a.wait_streaming(&b, 2);
     a.wait_rows("b", 100);
@@ -572,7 +572,7 @@ fn clones_streams_fails_over_repoints_and_rewinds_the_old_primary() {
     c.must("slots", &strings(&["--standby=db-0", "--standby=db-1"]));
     a.must("follow", &a.upstream_args(&c));
     let out = b.must("rejoin", &b.upstream_args(&c));
-    assert!(out.contains("Rewound"), "{out}");
+    assert!(out.contains("rejoined: NothingToRewind"), "{out}");
     let running_b = b.start();
     a.wait_streaming(&c, 3);
     b.wait_streaming(&c, 3);

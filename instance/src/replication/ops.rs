@@ -327,13 +327,14 @@ pub fn rewind_marker(pgdata: &Path) -> PathBuf {
 /// `local_timeline` and `source_timeline` (from `IDENTIFY_SYSTEM`, always current) let it
 /// tell a real "no rewind required" from a source whose control file still shows its old
 /// timeline because it has not checkpointed since its promotion.
+/// Returns whether anything was rewound.
 pub fn rewind(
     bin: &Path,
     pgdata: &Path,
     upstream: &Upstream,
     local_timeline: u32,
     source_timeline: u32,
-) -> Result<(), Fatal> {
+) -> Result<bool, Fatal> {
     log(&format!(
         "rewinding the data directory from {}:{}",
         upstream.host, upstream.port
@@ -383,7 +384,8 @@ pub fn rewind(
              nothing was rewound"
         )));
     }
-    std::fs::remove_file(&marker).map_err(|e| Fatal(format!("cannot remove the marker: {e}")))
+    std::fs::remove_file(&marker).map_err(|e| Fatal(format!("cannot remove the marker: {e}")))?;
+    Ok(rejoin::rewound(&report))
 }
 
 /// Whether a postmaster runs on `pgdata` (its `postmaster.pid` names a live process).
@@ -413,7 +415,10 @@ fn local_timeline(local: &rejoin::Local) -> u32 {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Rejoined {
     Followed,
+    /// pg_rewind replaced what diverged.
     Rewound,
+    /// pg_rewind found the data's end at or before the divergence (a clean switchover).
+    NothingToRewind,
     Cloned(CloneReason),
 }
 
@@ -466,9 +471,13 @@ pub fn rejoin(
                 local_timeline(&local),
                 source.timeline,
             ) {
-                Ok(()) => {
+                Ok(rewound) => {
                     write_standby_config(pgdata, Some(upstream))?;
-                    return Ok(Rejoined::Rewound);
+                    return Ok(if rewound {
+                        Rejoined::Rewound
+                    } else {
+                        Rejoined::NothingToRewind
+                    });
                 }
                 Err(Fatal(why)) if allow_discard => {
                     log(&format!("the rewind failed, cloning instead: {why}"));

@@ -231,6 +231,11 @@ pub fn stale_source_timeline(report: &str, local_timeline: u32, source_timeline:
     report.contains("are on the same timeline") && local_timeline != source_timeline
 }
 
+/// Whether pg_rewind's report says it rewound something (not "no rewind required").
+pub fn rewound(report: &str) -> bool {
+    !report.contains("no rewind required")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -467,6 +472,12 @@ Data page checksum version:           1
         assert!(stale_source_timeline(same, 1, 2));
         assert!(!stale_source_timeline(same, 2, 2));
         assert!(!stale_source_timeline(diverged, 1, 2));
+        assert!(!rewound(diverged) && !rewound(same));
+        assert!(rewound(
+            "pg_rewind: servers diverged at WAL location 0/413CCA8 on timeline 1; \
+             pg_rewind: rewinding from last common checkpoint at 0/3000060 on timeline 1; \
+             pg_rewind: Done!"
+        ));
     }
 
     #[test]
