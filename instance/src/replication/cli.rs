@@ -97,8 +97,13 @@ pub struct UpstreamArgs {
     /// The file holding the replication role's password.
     #[arg(long, default_value = "/etc/dbop/replication/password")]
     replication_password_file: PathBuf,
-    /// The passfile written for libpq (mode 0600), outside the data directory.
-    #[arg(long, default_value = "/var/run/postgresql/dbop-replication.pgpass")]
+    /// The passfile written for libpq (mode 0600). By default on the data volume beside the
+    /// data directory: it survives a restart (the walreceiver reads it at every connection)
+    /// and neither pg_basebackup nor pg_rewind copies it.
+    #[arg(
+        long,
+        default_value = "/var/lib/postgresql/data/dbop-replication.pgpass"
+    )]
     passfile: PathBuf,
 }
 

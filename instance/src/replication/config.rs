@@ -269,7 +269,7 @@ mod tests {
             host: "db-rw.ns.svc".into(),
             port: 5432,
             instance: "db-1".into(),
-            passfile: "/var/run/postgresql/dbop-replication.pgpass".into(),
+            passfile: "/var/lib/postgresql/data/dbop-replication.pgpass".into(),
         }
     }
 
@@ -344,7 +344,7 @@ mod tests {
     fn standby_file_points_at_the_upstream_with_a_passfile_and_a_slot_and_no_password() {
         let text = standby_file(Some(&upstream()));
         let want_conninfo = "primary_conninfo = 'host=db-rw.ns.svc port=5432 \
-            user=dbop_replication passfile=/var/run/postgresql/dbop-replication.pgpass \
+            user=dbop_replication passfile=/var/lib/postgresql/data/dbop-replication.pgpass \
             application_name=db-1 connect_timeout=5 keepalives_idle=5 keepalives_interval=2 \
             keepalives_count=3'";
         assert!(text.contains(want_conninfo), "{text}");
