@@ -71,12 +71,16 @@ pub enum Cmd {
 /// The local instance.
 #[derive(Args)]
 pub struct LocalArgs {
+    /// The data directory.
     #[arg(long)]
     pgdata: PathBuf,
+    /// The PostgreSQL major version the image runs.
     #[arg(long)]
     major: u32,
+    /// The local server's port (its socket's name).
     #[arg(long, default_value_t = 5432)]
     port: u16,
+    /// The local server's socket directory.
     #[arg(long, default_value = "/var/run/postgresql")]
     socket_dir: PathBuf,
     /// The mounted superuser credentials (the superuser's name, for the local socket).
@@ -87,8 +91,10 @@ pub struct LocalArgs {
 /// The primary to stream from.
 #[derive(Args)]
 pub struct UpstreamArgs {
+    /// The primary's address (the operator names the pod, not a Service that may move).
     #[arg(long)]
     primary_host: String,
+    /// The primary's port.
     #[arg(long, default_value_t = 5432)]
     primary_port: u16,
     /// This instance's name: its application_name on the primary and its slot's name.
