@@ -1,6 +1,7 @@
 //! The configuration dbop manages: the authentication files and the server's command line.
 //!
-//! Pure: text and argument lists from the settings. The server reads the command line last,
+//! Pure: text and argument lists from the settings (the replication part comes from
+//! `replication::config`). The server reads the command line last,
 //! so these settings win over `postgresql.conf` and `ALTER SYSTEM`.
 
 use std::path::{Path, PathBuf};
@@ -18,16 +19,19 @@ pub struct Managed {
 /// The name of the pg_ident map that lets the pod's own OS user in as the superuser.
 pub const IDENT_MAP: &str = "dbop";
 
-/// `pg_hba.conf`: peer on the local socket (mapped to the superuser), SCRAM for the network.
+/// `pg_hba.conf`: peer on the local socket (mapped to the superuser), SCRAM for the network,
+/// and replication connections for dbop's replication role only.
 pub fn pg_hba() -> String {
-    format!(
+    let mut text = format!(
         "# Written by dbop-instance at every start: edits here are lost.\n\
          # The local socket is inside the pod only: peer authentication, mapped to the superuser.\n\
          local all all peer map={IDENT_MAP}\n\
          # Network clients: SCRAM only.\n\
          host all all 0.0.0.0/0 scram-sha-256\n\
          host all all ::/0 scram-sha-256\n"
-    )
+    );
+    text.push_str(&crate::replication::config::hba_lines());
+    text
 }
 
 /// `pg_ident.conf`: any OS user of the pod may connect over the local socket as the superuser
@@ -68,7 +72,8 @@ pub fn server_args(m: &Managed) -> Vec<String> {
         ("ident_file", file("pg_ident.conf")),
         ("password_encryption", "scram-sha-256".to_string()),
     ];
-    for (key, value) in settings {
+    let replication = crate::replication::config::server_settings();
+    for (key, value) in settings.into_iter().chain(replication) {
         args.push("-c".into());
         args.push(format!("{key}={value}"));
     }
@@ -122,7 +127,9 @@ mod tests {
             [
                 "local all all peer map=dbop",
                 "host all all 0.0.0.0/0 scram-sha-256",
-                "host all all ::/0 scram-sha-256"
+                "host all all ::/0 scram-sha-256",
+                "host replication dbop_replication 0.0.0.0/0 scram-sha-256",
+                "host replication dbop_replication ::/0 scram-sha-256",
             ]
         );
         assert!(!hba.contains("trust") && !hba.contains("md5"));
@@ -140,6 +147,8 @@ mod tests {
             "-c hba_file=/var/lib/postgresql/data/pgdata/pg_hba.conf",
             "-c ident_file=/var/lib/postgresql/data/pgdata/pg_ident.conf",
             "-c password_encryption=scram-sha-256",
+            "-c wal_level=replica",
+            "-c wal_log_hints=on",
         ] {
             assert!(args.contains(want), "{want} missing from {args}");
         }

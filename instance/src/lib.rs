@@ -1,14 +1,16 @@
 //! dbop's instance manager: the entrypoint of the database container.
 //!
 //! Pure decisions live in their own modules (`datadir`, `config`, `shutdown`, `password`,
-//! `binaries`) and are table-tested; `run` and `process` do the I/O (files, child processes,
-//! signals) and nothing else decides anything.
+//! `binaries`, and `replication`'s `config`, `rejoin`, `status`) and are table-tested; `run`,
+//! `process` and `replication::ops` do the I/O (files, child processes, signals) and nothing
+//! else decides anything.
 
 pub mod binaries;
 pub mod config;
 pub mod datadir;
 pub mod password;
 pub mod process;
+pub mod replication;
 pub mod run;
 pub mod shutdown;
 pub mod version;

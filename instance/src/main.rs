@@ -28,6 +28,10 @@ enum Cmd {
     /// Print the version the image's `postgres` reports to the termination log; exit 0 when
     /// it is the expected one (dbop's upgrade preflight).
     ServerVersion(VersionArgs),
+    /// Streaming replication: the replication role and slots, clone, follow, rejoin, promote,
+    /// status (see `dbop_instance::replication::cli`).
+    #[command(subcommand)]
+    Replication(dbop_instance::replication::cli::Cmd),
 }
 
 #[derive(Args)]
@@ -100,6 +104,7 @@ fn main() -> std::process::ExitCode {
         Cmd::ServerVersion(v) => {
             dbop_instance::version::check(v.major, &v.expect, &v.termination_log)
         }
+        Cmd::Replication(c) => dbop_instance::replication::cli::run(c),
     };
     std::process::ExitCode::from(u8::try_from(code).unwrap_or(1))
 }

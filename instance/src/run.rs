@@ -229,6 +229,8 @@ struct Syncer<'a> {
     applied: Option<Fingerprint>,
     database_made: bool,
     last_problem: Option<String>,
+    /// Ready as a standby (the marker is written; nothing to apply).
+    standby_ready: bool,
 }
 
 impl<'a> Syncer<'a> {
@@ -240,10 +242,21 @@ impl<'a> Syncer<'a> {
             applied: None,
             database_made: false,
             last_problem: None,
+            standby_ready: false,
         }
     }
 
     fn tick(&mut self) {
+        if crate::replication::config::is_standby(&self.o.pgdata) {
+            // A standby has its primary's roles, passwords and databases, and cannot write
+            // them: it is ready once it answers. After a promotion it syncs like any primary.
+            if !self.standby_ready && self.accepting() {
+                log("the server runs as a standby: its roles and passwords are the primary's");
+                let _ = std::fs::write(self.o.socket_dir.join(READY_MARKER), b"");
+                self.standby_ready = true;
+            }
+            return;
+        }
         let read = read_password(&self.o.credentials_dir.join("password"));
         match password::decide(self.applied.as_ref(), &read) {
             Sync::Nothing if self.database_made => {}
