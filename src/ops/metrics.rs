@@ -20,7 +20,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use crate::api::conditions::ConditionType;
 use crate::api::{Phase, UpgradeStage, UpgradeStatus};
-use crate::upgrade::plan::{ABANDONED, SUPERSEDED};
+
+/// The reasons of a stopped upgrade the spec gave up on (`upgrade::plan::ABANDONED`,
+/// `SUPERSEDED`; spelled here, a test keeps them equal, so that metrics need not import the
+/// upgrade planner).
+const GIVEN_UP: [&str; 2] = ["Abandoned", "Superseded"];
 
 /// The controllers, as the `controller` label names them.
 pub const DATABASE_CONTROLLER: &str = "database";
@@ -315,7 +319,7 @@ impl Metrics {
     ) {
         let stopped = upgrade.filter(|u| {
             matches!(u.stage, UpgradeStage::RolledBack | UpgradeStage::Failed)
-                && !matches!(u.reason.as_deref(), Some(ABANDONED | SUPERSEDED))
+                && !u.reason.as_deref().is_some_and(|r| GIVEN_UP.contains(&r))
         });
         for s in [UpgradeStage::RolledBack, UpgradeStage::Failed] {
             let labels = StageLabels {
@@ -484,6 +488,12 @@ mod workqueue_tests {
 #[cfg(test)]
 mod alert_series_tests {
     use super::*;
+    use crate::upgrade::plan::{ABANDONED, SUPERSEDED};
+
+    #[test]
+    fn the_given_up_reasons_are_the_planner_s() {
+        assert_eq!(GIVEN_UP, [ABANDONED, SUPERSEDED]);
+    }
 
     fn upgrade(stage: UpgradeStage, reason: Option<&str>) -> UpgradeStatus {
         serde_json::from_value(serde_json::json!({
