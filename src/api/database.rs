@@ -819,6 +819,19 @@ pub struct BootstrapStatus {
     pub restored_at: Option<DateTime<Utc>>,
 }
 
+/// The API server knows the OpenAPI formats `int32` and `int64`, not schemars' `uint32`
+/// (`kubectl apply` warns `unrecognized format "uint32"`): an unsigned field keeps its type and
+/// its `minimum`/`maximum`, which do the validating, without the format.
+fn no_unsigned_format(schema: &mut schemars::Schema) {
+    if schema
+        .get("format")
+        .and_then(|f| f.as_str())
+        .is_some_and(|f| f.starts_with("uint"))
+    {
+        schema.remove("format");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -842,18 +855,5 @@ mod tests {
         assert_eq!(spec.deletion_policy, DeletionPolicy::Retain);
         let status = serde_json::to_string(&DatabaseStatus::default()).unwrap();
         assert_eq!(status, "{}");
-    }
-}
-
-/// The API server knows the OpenAPI formats `int32` and `int64`, not schemars' `uint32`
-/// (`kubectl apply` warns `unrecognized format "uint32"`): an unsigned field keeps its type and
-/// its `minimum`/`maximum`, which do the validating, without the format.
-fn no_unsigned_format(schema: &mut schemars::Schema) {
-    if schema
-        .get("format")
-        .and_then(|f| f.as_str())
-        .is_some_and(|f| f.starts_with("uint"))
-    {
-        schema.remove("format");
     }
 }
