@@ -56,7 +56,7 @@ struct RunArgs {
     agent_image: String,
     /// Pull secrets (comma-separated names, in each Database's namespace) for the pods dbop
     /// creates.
-    #[arg(long, env = "DBOP_IMAGE_PULL_SECRETS", value_delimiter = ',')]
+    #[arg(long, env = "DBOP_IMAGE_PULL_SECRETS", value_delimiter = ',', value_parser = parse_secret_name)]
     image_pull_secrets: Vec<String>,
     /// Resources of the init and backup Jobs' containers, as JSON
     /// (`{"requests":{"cpu":"100m","memory":"128Mi"},"limits":{"memory":"512Mi"}}`).
@@ -215,18 +215,34 @@ fn parse_namespace(value: &str) -> Result<String, String> {
 
 /// `--leader-elect-lease-name`: a Lease's name (a DNS subdomain).
 fn parse_lease_name(value: &str) -> Result<String, String> {
-    let ok = !value.is_empty()
-        && value.len() <= 253
-        && value
-            .split('.')
-            .all(|label| !label.is_empty() && is_namespace_name(label));
-    if ok {
+    if is_subdomain(value) {
         Ok(value.to_string())
     } else {
         Err(format!(
             "{value:?} is not a Lease name (lowercase letters, digits, '-' and '.', at most 253)"
         ))
     }
+}
+
+/// `--image-pull-secrets`: Secret names (DNS subdomains; blank: none, dropped).
+fn parse_secret_name(value: &str) -> Result<String, String> {
+    let name = value.trim();
+    if name.is_empty() || is_subdomain(name) {
+        Ok(name.to_string())
+    } else {
+        Err(format!(
+            "{name:?} is not a Secret name (lowercase letters, digits, '-' and '.', at most 253)"
+        ))
+    }
+}
+
+/// A DNS-1123 subdomain, as most object names are.
+fn is_subdomain(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name
+            .split('.')
+            .all(|label| !label.is_empty() && is_namespace_name(label))
 }
 
 /// `--agent-image`, `--postgres-image-template`: an image reference, not blank.
@@ -497,6 +513,10 @@ mod tests {
             ),
             (&["--metrics-addr", "localhost"], "--metrics-addr"),
             (&["--agent-image", ""], "--agent-image"),
+            (
+                &["--image-pull-secrets", "ok,Not_A_Secret"],
+                "--image-pull-secrets",
+            ),
             (
                 &["--leader-elect-lease-name", "My_Lease"],
                 "--leader-elect-lease-name",
