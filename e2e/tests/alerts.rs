@@ -128,4 +128,5 @@ fn the_chart_s_alerts_fire_on_recorded_series_as_documented() {
         undocumented.is_empty(),
         "alerts without a section (### Name (severity)) in docs/operations.md: {undocumented:?}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
 }

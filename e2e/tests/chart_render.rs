@@ -629,4 +629,5 @@ fn the_chart_renders_and_lints_in_every_documented_mode() {
         "{} renderings over the axes {names:?}: all render, lint and match",
         rows.len()
     );
+    let _ = std::fs::remove_dir_all(&dir);
 }
