@@ -22,8 +22,9 @@ command -v socat >/dev/null || need+=(socat) # the TLS front image of the data-p
 # dbop's release image (images.sh release, check-image.sh): busybox's static `cp`, as the Dockerfile.
 [[ -x /bin/busybox ]] || need+=(busybox-static)
 command -v file >/dev/null || need+=(file)
+command -v promtool >/dev/null || need+=(prometheus) # promtool: e2e/tests/alerts.rs tests the chart's alerts
 if ((${#need[@]} == 0)); then
-  echo "[testbed] install-deps: everything present (openssl, curl, ss, flock, setsid, git, runc, CNI plugins, iptables, conntrack, jq, socat, busybox-static, file)"
+  echo "[testbed] install-deps: everything present (openssl, curl, ss, flock, setsid, git, runc, CNI plugins, iptables, conntrack, jq, socat, busybox-static, file, promtool)"
   exit 0
 fi
 if [[ $(id -u) -ne 0 ]]; then

@@ -111,6 +111,10 @@ async fn the_chart_passes_helm_lint_in_every_mode() {
         "watchNamespaces={apps,shop}",
         "leaderElection.enabled=false",
         "metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true",
+        // How most Prometheus installs select rules (this once broke rendering); the full matrix
+        // is e2e/tests/chart_render.rs, without a cluster.
+        "metrics.prometheusRule.enabled=true,metrics.prometheusRule.labels.release=prometheus",
+        "metrics.serviceMonitor.enabled=true,metrics.serviceMonitor.labels.release=prometheus",
         "imagePullSecrets[0].name=regcred,operandImagePullSecrets[0]=regcred",
     ] {
         let out = helm_ok(&bed, &["lint", "--strict", chart, "--set", set]);

@@ -317,6 +317,7 @@ pub struct VerifySpec {
     /// `retention.keepLast` is counted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1000))]
+    #[schemars(transform = no_unsigned_format)]
     pub every_nth_backup: Option<u32>,
 }
 
@@ -450,6 +451,7 @@ pub struct RetentionSpec {
     /// Keep at most this many successful backups (default 7).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 10000))]
+    #[schemars(transform = no_unsigned_format)]
     pub keep_last: Option<u32>,
     /// Delete successful backups older than this (a duration such as `30d`); no age limit when
     /// absent.
@@ -459,6 +461,7 @@ pub struct RetentionSpec {
     /// Keep at most this many failed `DatabaseBackup` objects, for their messages (default 3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 1000))]
+    #[schemars(transform = no_unsigned_format)]
     pub keep_failed: Option<u32>,
 }
 
@@ -814,6 +817,19 @@ pub struct BootstrapStatus {
     /// When the restore finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_at: Option<DateTime<Utc>>,
+}
+
+/// The API server knows the OpenAPI formats `int32` and `int64`, not schemars' `uint32`
+/// (`kubectl apply` warns `unrecognized format "uint32"`): an unsigned field keeps its type and
+/// its `minimum`/`maximum`, which do the validating, without the format.
+fn no_unsigned_format(schema: &mut schemars::Schema) {
+    if schema
+        .get("format")
+        .and_then(|f| f.as_str())
+        .is_some_and(|f| f.starts_with("uint"))
+    {
+        schema.remove("format");
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! The operator's Prometheus metrics: what the controllers record (reconciles, errors and their
 //! duration per controller; the work-queue depth per controller; each Database's phase,
-//! conditions and last successful backup) and their encoding in the text exposition format. No
-//! I/O: the HTTP server (`ops::server`) serves `encode()`.
+//! conditions and last successful backup), whether this process runs the controllers and is
+//! ready, and their encoding in the text exposition format. No I/O: the HTTP server
+//! (`ops::server`) serves `encode()`.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -18,7 +19,12 @@ use prometheus_client::registry::{Registry, Unit};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use crate::api::conditions::ConditionType;
-use crate::api::{Phase, UpgradeStage};
+use crate::api::{Phase, UpgradeStage, UpgradeStatus};
+
+/// The reasons of a stopped upgrade the spec gave up on (`upgrade::plan::ABANDONED`,
+/// `SUPERSEDED`; spelled here, a test keeps them equal, so that metrics need not import the
+/// upgrade planner).
+const GIVEN_UP: [&str; 2] = ["Abandoned", "Superseded"];
 
 /// The controllers, as the `controller` label names them.
 pub const DATABASE_CONTROLLER: &str = "database";
@@ -54,6 +60,13 @@ struct ConditionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DatabasePhaseLabels {
+    namespace: String,
+    database: String,
+    phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StageLabels {
     namespace: String,
     database: String,
@@ -76,7 +89,14 @@ pub struct Metrics {
     backup_verified: Family<DatabaseLabels, Gauge<f64, AtomicU64>>,
     conditions: Family<ConditionLabels, Gauge>,
     upgrade_stage: Family<StageLabels, Gauge>,
+    upgrade_stopped: Family<StageLabels, Gauge>,
+    database_phase: Family<DatabasePhaseLabels, Gauge>,
     workqueue_depth: Family<ControllerLabels, Gauge>,
+    /// 1 once the controllers run in this process (they take their work-queue gauge as they
+    /// start), 0 while it is a standby waiting for the Lease.
+    controllers_running: Gauge,
+    /// The answer of `/readyz`, as of the last scrape.
+    ready: Gauge,
     /// The last phase seen per Database, from which `databases` is counted.
     phases: Mutex<HashMap<DatabaseKey, Phase>>,
 }
@@ -102,7 +122,34 @@ impl Metrics {
         let backup_verified = Family::<DatabaseLabels, Gauge<f64, AtomicU64>>::default();
         let conditions = Family::<ConditionLabels, Gauge>::default();
         let upgrade_stage = Family::<StageLabels, Gauge>::default();
+        let upgrade_stopped = Family::<StageLabels, Gauge>::default();
+        let database_phase = Family::<DatabasePhaseLabels, Gauge>::default();
         let workqueue_depth = Family::<ControllerLabels, Gauge>::default();
+        let controllers_running = Gauge::default();
+        let ready = Gauge::default();
+        registry.register(
+            "controllers_running",
+            "1 while this process runs the controllers (it holds the leader Lease, or runs \
+             without election), 0 while it waits as a standby",
+            controllers_running.clone(),
+        );
+        registry.register(
+            "ready",
+            "1 when /readyz answers ready (the controllers list what they watch, or a standby \
+             waits for the Lease), 0 when not",
+            ready.clone(),
+        );
+        registry.register(
+            "database_phase",
+            "A Database's phase: 1 for the phase it is in, 0 for the others",
+            database_phase.clone(),
+        );
+        registry.register(
+            "database_upgrade_stopped",
+            "1 while a Database's latest upgrade stopped (stage RolledBack or Failed) and the spec \
+             still asks for its version (absent: none stopped, or it was abandoned)",
+            upgrade_stopped.clone(),
+        );
         registry.register(
             "workqueue_depth",
             "Objects a trigger woke whose reconcile has not started yet, by controller \
@@ -171,12 +218,16 @@ impl Metrics {
             backup_verified,
             conditions,
             upgrade_stage,
+            upgrade_stopped,
+            database_phase,
             workqueue_depth,
+            controllers_running,
+            ready,
             phases: Mutex::new(HashMap::new()),
         };
         metrics.count_phases(&HashMap::new());
         for controller in [DATABASE_CONTROLLER, BACKUP_CONTROLLER] {
-            metrics.workqueue_depth(controller);
+            metrics.queue_gauge(controller);
         }
         metrics
     }
@@ -199,8 +250,15 @@ impl Metrics {
         }
     }
 
-    /// The gauge of `controller`'s work-queue depth (set by `context::work_queue`).
+    /// The gauge of `controller`'s work-queue depth (set by `context::work_queue`). A controller
+    /// takes it as it starts, which marks this process as the one running the controllers
+    /// (`dbop_controllers_running`).
     pub fn workqueue_depth(&self, controller: &str) -> Gauge {
+        self.controllers_running.set(1);
+        self.queue_gauge(controller)
+    }
+
+    fn queue_gauge(&self, controller: &str) -> Gauge {
         let labels = ControllerLabels {
             controller: controller.into(),
         };
@@ -215,6 +273,23 @@ impl Metrics {
             None => phases.remove(&key),
         };
         self.count_phases(&phases);
+        for p in Phase::ALL {
+            let labels = DatabasePhaseLabels {
+                namespace: key.0.clone(),
+                database: key.1.clone(),
+                phase: p.label().into(),
+            };
+            match phase {
+                Some(current) => {
+                    self.database_phase
+                        .get_or_create(&labels)
+                        .set(i64::from(current == p));
+                }
+                None => {
+                    self.database_phase.remove(&labels);
+                }
+            }
+        }
         if phase.is_none() {
             let labels = database_labels(key.clone());
             self.backup_time.remove(&labels);
@@ -225,7 +300,38 @@ impl Metrics {
                 self.conditions
                     .remove(&condition_labels(&labels, type_.label()));
             }
-            self.upgrade_stage(key, None);
+            self.upgrade_stage(key.clone(), None);
+            self.upgrade_stopped(key, None);
+        }
+    }
+
+    /// The answer `/readyz` gives now (the server sets it before each scrape).
+    pub fn ready(&self, ready: bool) {
+        self.ready.set(i64::from(ready));
+    }
+
+    /// Whether a Database's latest upgrade stopped and still waits for a change of the spec:
+    /// stage RolledBack or Failed, not abandoned (the spec set back) nor superseded.
+    pub fn upgrade_stopped(
+        &self,
+        (namespace, database): DatabaseKey,
+        upgrade: Option<&UpgradeStatus>,
+    ) {
+        let stopped = upgrade.filter(|u| {
+            matches!(u.stage, UpgradeStage::RolledBack | UpgradeStage::Failed)
+                && !u.reason.as_deref().is_some_and(|r| GIVEN_UP.contains(&r))
+        });
+        for s in [UpgradeStage::RolledBack, UpgradeStage::Failed] {
+            let labels = StageLabels {
+                namespace: namespace.clone(),
+                database: database.clone(),
+                stage: s.label().into(),
+            };
+            if stopped.is_some_and(|u| u.stage == s) {
+                self.upgrade_stopped.get_or_create(&labels).set(1);
+            } else {
+                self.upgrade_stopped.remove(&labels);
+            }
         }
     }
 
@@ -376,5 +482,86 @@ mod workqueue_tests {
             m.encode()
                 .contains("dbop_workqueue_depth{controller=\"database\"} 3")
         );
+    }
+}
+
+#[cfg(test)]
+mod alert_series_tests {
+    use super::*;
+    use crate::upgrade::plan::{ABANDONED, SUPERSEDED};
+
+    #[test]
+    fn the_given_up_reasons_are_the_planner_s() {
+        assert_eq!(GIVEN_UP, [ABANDONED, SUPERSEDED]);
+    }
+
+    fn upgrade(stage: UpgradeStage, reason: Option<&str>) -> UpgradeStatus {
+        serde_json::from_value(serde_json::json!({
+            "from": "15.18", "to": "15.20", "fromImage": "a", "toImage": "b",
+            "stage": stage.label(), "startedAt": "2026-12-01T00:00:00Z",
+            "reason": reason,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_standby_does_not_run_the_controllers_until_one_takes_its_queue() {
+        let m = Metrics::new();
+        m.ready(true);
+        let text = m.encode();
+        assert!(
+            text.lines().any(|l| l == "dbop_controllers_running 0"),
+            "{text}"
+        );
+        assert!(text.lines().any(|l| l == "dbop_ready 1"), "{text}");
+        m.workqueue_depth(DATABASE_CONTROLLER);
+        m.ready(false);
+        let text = m.encode();
+        assert!(
+            text.lines().any(|l| l == "dbop_controllers_running 1"),
+            "{text}"
+        );
+        assert!(text.lines().any(|l| l == "dbop_ready 0"), "{text}");
+    }
+
+    #[test]
+    fn each_database_s_phase_is_a_series_that_goes_with_the_database() {
+        let m = Metrics::new();
+        let key = ("shop".to_string(), "orders".to_string());
+        m.database_phase(key.clone(), Some(Phase::Degraded));
+        let text = m.encode();
+        let line = |phase: &str, v: u8| {
+            format!(
+                "dbop_database_phase{{namespace=\"shop\",database=\"orders\",phase=\"{phase}\"}} {v}"
+            )
+        };
+        assert!(text.contains(&line("Degraded", 1)), "{text}");
+        assert!(text.contains(&line("Ready", 0)), "{text}");
+        m.database_phase(key, None);
+        assert!(!m.encode().contains("dbop_database_phase{"));
+    }
+
+    #[test]
+    fn a_stopped_upgrade_is_exported_until_it_is_abandoned() {
+        let m = Metrics::new();
+        let key = ("shop".to_string(), "orders".to_string());
+        let series = "dbop_database_upgrade_stopped{namespace=\"shop\",database=\"orders\",stage=\"RolledBack\"} 1";
+        m.upgrade_stopped(
+            key.clone(),
+            Some(&upgrade(UpgradeStage::RolledBack, Some("PodNotReady"))),
+        );
+        assert!(m.encode().contains(series), "{}", m.encode());
+        m.upgrade_stopped(
+            key.clone(),
+            Some(&upgrade(UpgradeStage::RolledBack, Some(ABANDONED))),
+        );
+        assert!(!m.encode().contains("dbop_database_upgrade_stopped{"));
+        m.upgrade_stopped(key.clone(), Some(&upgrade(UpgradeStage::Failed, None)));
+        assert!(m.encode().contains("stage=\"Failed\"} 1"));
+        m.upgrade_stopped(key.clone(), Some(&upgrade(UpgradeStage::RollingOut, None)));
+        assert!(!m.encode().contains("dbop_database_upgrade_stopped{"));
+        m.upgrade_stopped(key.clone(), Some(&upgrade(UpgradeStage::Failed, None)));
+        m.database_phase(key, None);
+        assert!(!m.encode().contains("dbop_database_upgrade_stopped{"));
     }
 }

@@ -73,6 +73,7 @@ async fn answer(
     }
     Ok(match request.uri().path() {
         "/metrics" => {
+            metrics.ready(ready.get());
             let mut response = Response::new(Full::new(Bytes::from(metrics.encode())));
             response.headers_mut().insert(
                 header::CONTENT_TYPE,

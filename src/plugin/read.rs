@@ -94,28 +94,42 @@ pub async fn status_view(client: &Client, ns: &str, name: &str) -> Result<Status
     })
 }
 
+/// An Event as the screen shows it, at the last time it happened: a repeated Event written
+/// through events.k8s.io (as dbop writes them) has its first time in `eventTime` and its latest
+/// in `series.lastObservedTime`, with the repetitions in `series.count`; one written through
+/// core/v1 has `lastTimestamp` and `count`. The newest of the times it carries wins.
 fn event_line(e: &Event) -> EventLine {
-    let at = e
-        .last_timestamp
+    let micro = |t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime| {
+        DateTime::from_timestamp(t.0.as_second(), 0)
+    };
+    let times = [
+        e.series
+            .as_ref()
+            .and_then(|s| s.last_observed_time.as_ref())
+            .and_then(micro),
+        e.last_timestamp.as_ref().and_then(from_meta_time),
+        e.event_time.as_ref().and_then(micro),
+        e.first_timestamp.as_ref().and_then(from_meta_time),
+        e.metadata
+            .creation_timestamp
+            .as_ref()
+            .and_then(from_meta_time),
+    ];
+    let at = times.into_iter().flatten().max();
+    let count = e
+        .series
         .as_ref()
-        .and_then(from_meta_time)
-        .or_else(|| {
-            e.event_time
-                .as_ref()
-                .and_then(|t| DateTime::from_timestamp(t.0.as_second(), 0))
-        })
-        .or_else(|| {
-            e.metadata
-                .creation_timestamp
-                .as_ref()
-                .and_then(from_meta_time)
-        });
+        .and_then(|s| s.count)
+        .into_iter()
+        .chain(e.count)
+        .max()
+        .unwrap_or(1);
     EventLine {
         at,
         type_: e.type_.clone().unwrap_or_default(),
         reason: e.reason.clone().unwrap_or_default(),
         message: e.message.clone().unwrap_or_default(),
-        count: e.count.unwrap_or(1),
+        count,
     }
 }
 
@@ -196,6 +210,72 @@ mod tests {
         assert_eq!(
             manual_backup_name("orders", at),
             "orders-manual-20261130090507"
+        );
+    }
+
+    /// A Ready Event first written at 09:00 and repeated (a series) until 10:05, after a
+    /// Degraded one at 10:00: the screen's newest-last list ends with the Ready one.
+    #[test]
+    fn a_repeated_event_is_listed_at_its_last_time_with_its_series_count() {
+        use super::super::render::{StatusView, status_screen};
+        let event = |value: serde_json::Value| -> Event { serde_json::from_value(value).unwrap() };
+        let ready = event(serde_json::json!({
+            "metadata": {"name": "orders.1", "namespace": "shop",
+                "creationTimestamp": "2026-11-30T09:00:00Z"},
+            "involvedObject": {"kind": "Database", "name": "orders"},
+            "type": "Normal", "reason": "Ready", "message": "accepting connections again",
+            "eventTime": "2026-11-30T09:00:00.000000Z",
+            "series": {"count": 3, "lastObservedTime": "2026-11-30T10:05:00.000000Z"}
+        }));
+        let degraded = event(serde_json::json!({
+            "metadata": {"name": "orders.2", "namespace": "shop",
+                "creationTimestamp": "2026-11-30T10:00:00Z"},
+            "involvedObject": {"kind": "Database", "name": "orders"},
+            "type": "Warning", "reason": "Degraded", "message": "pod orders-0 lost readiness",
+            "eventTime": "2026-11-30T10:00:00.000000Z"
+        }));
+        // core/v1 style: lastTimestamp and count.
+        let old = event(serde_json::json!({
+            "metadata": {"name": "orders.3", "namespace": "shop",
+                "creationTimestamp": "2026-11-30T08:00:00Z"},
+            "involvedObject": {"kind": "Database", "name": "orders"},
+            "type": "Normal", "reason": "Provisioning", "message": "creating the StatefulSet",
+            "firstTimestamp": "2026-11-30T08:00:00Z", "lastTimestamp": "2026-11-30T08:30:00Z",
+            "count": 2
+        }));
+        let lines: Vec<EventLine> = [&ready, &degraded, &old]
+            .into_iter()
+            .map(event_line)
+            .collect();
+        assert_eq!(lines[0].at, Some("2026-11-30T10:05:00Z".parse().unwrap()));
+        assert_eq!(lines[0].count, 3);
+        assert_eq!(lines[2].at, Some("2026-11-30T08:30:00Z".parse().unwrap()));
+        assert_eq!(lines[2].count, 2);
+        let database: Database = serde_json::from_value(serde_json::json!({
+            "apiVersion": "dbop.dev/v1alpha1", "kind": "Database",
+            "metadata": {"name": "orders", "namespace": "shop"},
+            "spec": {"version": "15.20", "storage": {"size": "1Gi"}},
+            "status": {"phase": "Ready"}
+        }))
+        .unwrap();
+        let view = StatusView {
+            database,
+            backups: vec![],
+            events: lines,
+        };
+        let screen = status_screen(&view, "2026-11-30T10:06:00Z".parse().unwrap());
+        let at = |needle: &str| {
+            screen
+                .find(needle)
+                .unwrap_or_else(|| panic!("{needle}:\n{screen}"))
+        };
+        assert!(
+            at("creating the StatefulSet") < at("lost readiness"),
+            "{screen}"
+        );
+        assert!(
+            at("lost readiness") < at("accepting connections again (x3)"),
+            "{screen}"
         );
     }
 }

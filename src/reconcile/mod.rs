@@ -121,5 +121,7 @@ fn record(ctx: &Context, db: &Database, key: (String, String), status: &Database
     }
     let stage = status.upgrade.as_ref().map(|u| u.stage);
     ctx.metrics.upgrade_stage(key.clone(), stage);
+    ctx.metrics
+        .upgrade_stopped(key.clone(), status.upgrade.as_ref());
     ctx.metrics.database_phase(key, status.phase);
 }

@@ -58,6 +58,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{/*
+The PromQL label matchers of the operator's own series (up, dbop_controllers_running, dbop_ready)
+in the alerts: metrics.prometheusRule.operatorSelector, or the job the ServiceMonitor gives the
+metrics Service's targets and the release namespace.
+*/}}
+{{- define "dbop.operatorSelector" -}}
+{{- default (printf "job=%q,namespace=%q" (printf "%s-metrics" (include "dbop.fullname" .)) .Release.Namespace) .Values.metrics.prometheusRule.operatorSelector }}
+{{- end }}
+
+{{/*
 The watched namespaces, comma-separated: watchNamespaces and the older single watchNamespace,
 each once. Empty: every namespace.
 */}}
