@@ -68,7 +68,7 @@ struct RunArgs {
     api_burst: u32,
     /// Database reconciles at once (0: unbounded). Bounded so that thousands of new Databases
     /// drain steadily instead of timing each other out (docs/benchmarks.md).
-    #[arg(long, env = "DBOP_RECONCILE_CONCURRENCY", default_value_t = dbop::controller::DEFAULT_RECONCILE_CONCURRENCY)]
+    #[arg(long, env = "DBOP_RECONCILE_CONCURRENCY", default_value_t = dbop::runtime::DEFAULT_RECONCILE_CONCURRENCY)]
     reconcile_concurrency: u16,
     /// Log format.
     #[arg(long, env = "DBOP_LOG_FORMAT", value_enum, default_value = "text")]

@@ -53,7 +53,7 @@ pub async fn run(client: Client, settings: Settings, process: ProcessSettings) -
         error!(%error, addr = %process.metrics_addr, "cannot listen for /metrics (--metrics-addr)");
         return Stopped::Endpoints;
     }
-    let controllers = crate::controller::run_observed(
+    let controllers = crate::runtime::run_observed(
         client.clone(),
         settings,
         &process.namespaces,

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use dbop::api::{Database, DatabaseSpec};
-use dbop::kube_io::JobState;
-use dbop::reconcile::bootstrap::{self, BootstrapFact, RestoreJobFact, RestoreSnapshot};
+use dbop::database::bootstrap::{self, BootstrapFact, RestoreJobFact, RestoreSnapshot};
+use dbop::objects::JobState;
 use dbop::resources::Settings;
 use dbop::resources::restore_job::restore_job;
 use dbop_contract::parse_termination_message;

@@ -18,18 +18,16 @@ use dbop::api::{
     BackupPhase, BackupStatus, Database, DatabaseBackup, DatabaseBackupSpec, DatabaseBackupStatus,
     DatabaseSpec, DatabaseStatus, Phase,
 };
-use dbop::backup::decide::decide as decide_backup;
 use dbop::backup::job::{backup_job, job_name};
-use dbop::backup::observe::{BackupFacts, DatabaseFacts, JobFacts};
 use dbop::backup::plan::BackupHistoryFact;
 use dbop::backup::s3_secret::S3SecretProblem;
 use dbop::backup::schedule::{BackupRecord, scheduled_backup_name};
 use dbop::backup::settings::BackupSettings;
-use dbop::kube_io::JobState;
-use dbop::reconcile::decide::{Decision, decide};
-use dbop::reconcile::observe::{
-    CredentialsFact, Facts, InitSourceFact, StatefulSetFact, VolumeFact,
-};
+use dbop::database::decide::{Decision, decide};
+use dbop::database::facts::{CredentialsFact, Facts, InitSourceFact, StatefulSetFact, VolumeFact};
+use dbop::database_backup::decide::decide as decide_backup;
+use dbop::database_backup::facts::{BackupFacts, DatabaseFacts, JobFacts};
+use dbop::objects::JobState;
 use dbop::resources::credentials::{SecretProblem, generated_secret};
 use dbop::resources::init_job::{init_job, init_sql_config_map};
 use dbop::resources::{Settings, check_version, services, statefulset};

@@ -12,8 +12,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use dbop_contract::layout;
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, PodTemplateSpec};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 
@@ -21,13 +20,11 @@ use super::schedule::format_duration;
 use super::settings::BackupSettings;
 use crate::api::{BackupSpec, Database, DatabaseBackup};
 pub use crate::resources::agent::{CA_DIR, TERMINATION_LOG};
-use crate::resources::agent::{CA_FILE, agent_env, agent_mounts, ca_volume};
+use crate::resources::agent::{CA_FILE, agent_env};
 use crate::resources::credentials::{USERNAME_KEY, secret_name};
-use crate::resources::pod::{
-    DBOP_BIN_VOLUME, container_security_context, copy_binary, pod_security_context, pull_secrets,
-    scratch, secret_env,
-};
-use crate::resources::{Settings, job_pod_labels, labels, pod_annotations};
+use crate::resources::job::{AgentRun, JobParts, agent_pod, job};
+use crate::resources::pod::secret_env;
+use crate::resources::{Settings, job_pod_labels, labels, owned_meta};
 
 /// Where the init container puts the agent, and where the backup container runs it from.
 pub const AGENT_PATH: &str = "/dbop/dbop-backup";
@@ -66,18 +63,7 @@ pub fn backup_id(backup_name: &str, created: DateTime<Utc>) -> String {
 
 /// The key prefix of one Database's backups: `<prefix>/<namespace>/<database>`.
 pub fn storage_prefix(db: &Database, spec: &BackupSpec) -> String {
-    let base = spec
-        .s3
-        .prefix
-        .as_deref()
-        .unwrap_or_default()
-        .trim_matches('/');
-    let own = format!("{}/{}", db.namespace_or_default(), db.name());
-    if base.is_empty() {
-        own
-    } else {
-        format!("{base}/{own}")
-    }
+    crate::resources::restore_job::storage_prefix(&spec.s3, &db.namespace_or_default(), &db.name())
 }
 
 /// The image of the version the server runs: `spec.image` when it is for that version, else
@@ -101,34 +87,22 @@ pub fn backup_job(
     let parsed = BackupSettings::parse(spec).map_err(JobProblem::InvalidSpec)?;
     let image = running_image(db, settings).ok_or(JobProblem::NoRunningVersion)?;
     let backup_name = backup.metadata.name.clone().unwrap_or_default();
-    let args = agent_args(db, spec, &parsed, &backup_id(&backup_name, created));
-    let pod = agent_pod(
-        settings,
-        spec,
+    let run = AgentRun {
+        container: BACKUP_CONTAINER,
         image,
-        args,
-        agent_env(db, &spec.s3, "dbop-backup"),
-    );
-    Ok(Job {
+        args: agent_args(db, spec, &parsed, &backup_id(&backup_name, created)),
+        env: agent_env(db, &spec.s3, "dbop-backup"),
+        s3: &spec.s3,
+    };
+    let parts = JobParts {
         metadata: job_meta(db, backup, &backup_name),
-        spec: Some(JobSpec {
-            backoff_limit: Some(BACKOFF_LIMIT),
-            active_deadline_seconds: Some(job_deadline(&parsed)),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(with_backup_label(
-                        job_pod_labels(db, "backup"),
-                        &backup_name,
-                    )),
-                    annotations: pod_annotations(db),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(pod),
-            },
-            ..JobSpec::default()
-        }),
-        ..Job::default()
-    })
+        pod_labels: with_backup_label(job_pod_labels(db, "backup"), &backup_name),
+        backoff_limit: BACKOFF_LIMIT,
+        active_deadline_seconds: job_deadline(&parsed),
+        ttl_seconds_after_finished: None,
+        pod: agent_pod(settings, run),
+    };
+    Ok(job(db, settings, parts))
 }
 
 /// How long a finished verify Job stays (its outcome is in the Database's status by then).
@@ -155,55 +129,22 @@ pub fn verify_job(db: &Database, name: &str, settings: &Settings) -> Result<Job,
     ));
     let mut args = vec!["verify".to_string(), "latest".to_string()];
     args.extend(s3_args(db, spec));
-    let pod = agent_pod(settings, spec, image, args, env);
-    Ok(Job {
-        metadata: crate::resources::owned_meta(db, name.to_string(), "verify"),
-        spec: Some(JobSpec {
-            backoff_limit: Some(BACKOFF_LIMIT),
-            active_deadline_seconds: Some(job_deadline(&parsed)),
-            ttl_seconds_after_finished: Some(VERIFY_JOB_TTL_SECONDS),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(job_pod_labels(db, "verify")),
-                    annotations: pod_annotations(db),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(pod),
-            },
-            ..JobSpec::default()
-        }),
-        ..Job::default()
-    })
-}
-
-/// The pod of an agent Job: the agent copied in by an init container, run from the
-/// database `image` with `args` and `env`, the S3 CA mounted when there is one.
-fn agent_pod(
-    settings: &Settings,
-    spec: &BackupSpec,
-    image: String,
-    args: Vec<String>,
-    env: Vec<EnvVar>,
-) -> PodSpec {
-    let (copy_agent, agent) = copy_binary(settings, "dbop-backup");
-    debug_assert_eq!(agent, AGENT_PATH);
-    let container = Container {
-        image: Some(image),
-        args: Some(args),
-        env: Some(env),
-        resources: Some(settings.job_resources.clone()),
-        volume_mounts: Some(agent_mounts(spec.s3.ca.is_some())),
-        ..agent_container()
+    let run = AgentRun {
+        container: BACKUP_CONTAINER,
+        image,
+        args,
+        env,
+        s3: &spec.s3,
     };
-    let mut volumes = vec![scratch(DBOP_BIN_VOLUME), scratch("tmp")];
-    volumes.extend(spec.s3.ca.as_ref().map(ca_volume));
-    PodSpec {
-        init_containers: Some(vec![copy_agent]),
-        containers: vec![container],
-        image_pull_secrets: pull_secrets(settings),
-        volumes: Some(volumes),
-        ..job_pod_spec()
-    }
+    let parts = JobParts {
+        metadata: owned_meta(db, name.to_string(), "verify"),
+        pod_labels: job_pod_labels(db, "verify"),
+        backoff_limit: BACKOFF_LIMIT,
+        active_deadline_seconds: job_deadline(&parsed),
+        ttl_seconds_after_finished: Some(VERIFY_JOB_TTL_SECONDS),
+        pod: agent_pod(settings, run),
+    };
+    Ok(job(db, settings, parts))
 }
 
 /// An agent Job's deadline: `spec.backup.timeout`, at least a minute.
@@ -238,30 +179,6 @@ fn agent_args(db: &Database, spec: &BackupSpec, parsed: &BackupSettings, id: &st
         args.push(format!("--max-age={}", format_duration(max_age)));
     }
     args
-}
-
-/// The backup container without what depends on the Database: the agent as its command, the
-/// result in the termination message.
-fn agent_container() -> Container {
-    Container {
-        name: BACKUP_CONTAINER.into(),
-        command: Some(vec![AGENT_PATH.into()]),
-        security_context: Some(container_security_context()),
-        termination_message_path: Some(TERMINATION_LOG.into()),
-        termination_message_policy: Some("FallbackToLogsOnError".into()),
-        ..Container::default()
-    }
-}
-
-/// What every backup pod has: no restarts, no ServiceAccount token, no service links.
-fn job_pod_spec() -> PodSpec {
-    PodSpec {
-        restart_policy: Some("Never".into()),
-        security_context: Some(pod_security_context()),
-        enable_service_links: Some(false),
-        automount_service_account_token: Some(false),
-        ..PodSpec::default()
-    }
 }
 
 fn job_meta(db: &Database, backup: &DatabaseBackup, backup_name: &str) -> ObjectMeta {
@@ -313,8 +230,10 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 pub(crate) mod tests {
     use super::*;
     use crate::api::{BackupPhase, DatabaseBackupSpec};
+    use crate::resources::pod::pod_security_context;
     use crate::resources::testing;
     use chrono::TimeZone;
+    use k8s_openapi::api::core::v1::Container;
 
     pub(crate) fn with_backup(extra: serde_json::Value) -> Database {
         let mut spec = serde_json::json!({

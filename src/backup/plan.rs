@@ -16,7 +16,7 @@ use super::schedule::{
 use super::settings::BackupSettings;
 use crate::api::conditions::{ConditionStatus, ConditionType};
 use crate::api::{BackupPhase, BackupStatus, Database, Phase};
-use crate::kube_io::EventSpec;
+use crate::objects::EventSpec;
 
 /// What the Database's reconcile observed about its backups.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -6,7 +6,9 @@
 
 pub mod agent;
 pub mod credentials;
+pub mod database_backup;
 pub mod init_job;
+pub mod job;
 pub mod pod;
 pub mod preflight_job;
 pub mod restore_job;
@@ -23,8 +25,8 @@ use crate::api::Database;
 
 /// The port every PostgreSQL instance listens on.
 pub const POSTGRES_PORT: i32 = 5432;
-/// The superuser name when the credentials Secret does not say.
-pub const DEFAULT_SUPERUSER: &str = "postgres";
+/// The superuser name when the credentials Secret does not say (the instance manager's too).
+pub use dbop_contract::instance::DEFAULT_SUPERUSER;
 /// The PostgreSQL major versions dbop knows how to run.
 pub const SUPPORTED_MAJORS: std::ops::RangeInclusive<u32> = 13..=18;
 

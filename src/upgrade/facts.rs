@@ -1,13 +1,13 @@
 //! What an upgrade needs to know about the world, reduced from observed objects: the preflight
 //! Job and its pod, the pre-upgrade backup, the StatefulSet's revisions and each database pod.
-//! Pure: the reads happen in `reconcile::observe`.
+//! Pure: the reads happen in `database::observe`, the reduction in `database::facts`.
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 
 use crate::api::{BackupPhase, DatabaseBackup};
-use crate::kube_io::{JobState, job_state};
+use crate::objects::{JobState, job_state};
 use crate::resources::preflight_job::PREFLIGHT_CONTAINER;
 use crate::resources::statefulset::template_image;
 

@@ -8,8 +8,8 @@
 //! - `events`: the Events of a stage change; pure;
 //! - `gate`: whether a deletion waits for the upgrade to reach a safe point; pure.
 //!
-//! Pure throughout: no client, no clock (`now` comes in). `reconcile` observes, calls `plan`,
-//! and acts; this module must not import `reconcile` or `controller`.
+//! Pure throughout: no client, no clock (`now` comes in). `database` observes, calls `plan`,
+//! and applies; this module must not import `database` or `runtime`.
 
 pub mod events;
 pub mod facts;

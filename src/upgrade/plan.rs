@@ -24,7 +24,7 @@ use super::facts::{PodFact, UpgradeFacts};
 use super::policy::{Transition, image_of, transition};
 use crate::api::conditions::{ConditionStatus, ConditionType};
 use crate::api::{BackupPhase, Database, UpgradeStage, UpgradeStageTime, UpgradeStatus};
-use crate::kube_io::JobState;
+use crate::objects::JobState;
 use crate::resources::Settings;
 
 use UpgradeStage::{

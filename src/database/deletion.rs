@@ -21,7 +21,7 @@ use chrono::{DateTime, Utc};
 
 use crate::api::conditions::{ConditionStatus, ConditionType};
 use crate::api::{BackupPhase, DeletionPolicy};
-use crate::kube_io::EventSpec;
+use crate::objects::EventSpec;
 
 /// The word that marks a final backup in its `DatabaseBackup` name.
 const FINAL_SUFFIX: &str = "final";

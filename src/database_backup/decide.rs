@@ -9,11 +9,11 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use dbop_contract::{BackupResult, parse_termination_message};
 
-use super::job::job_name;
-use super::observe::{BackupFacts, DatabaseFacts, JobFacts, name_of};
-use super::s3_secret::S3SecretProblem;
+use super::facts::{BackupFacts, DatabaseFacts, JobFacts, name_of};
 use crate::api::{BackupPhase, BackupReason, DatabaseBackup, DatabaseBackupStatus, Phase};
-use crate::kube_io::{EventSpec, JobState, MAX_MESSAGE, truncate};
+use crate::backup::job::job_name;
+use crate::backup::s3_secret::S3SecretProblem;
+use crate::objects::{EventSpec, JobState, MAX_MESSAGE, truncate};
 
 /// How often a queued backup looks whether its turn has come (a finished sibling does not wake
 /// it through a watch).
@@ -338,7 +338,7 @@ pub fn backup_events(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backup::testing::{backup, now};
+    use crate::database_backup::testing::{backup, now};
     use chrono::TimeZone;
 
     fn ready_db() -> DatabaseFacts {

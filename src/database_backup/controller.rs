@@ -19,12 +19,13 @@ use tracing::{info, instrument};
 
 use super::act::act;
 use super::decide::decide;
-use super::observe::{name_of, observe};
+use super::facts::name_of;
+use super::observe::observe;
 use crate::api::{BackupPhase, DatabaseBackup};
 use crate::context::caches::Trigger;
 use crate::context::work_queue::{WorkQueue, forget_if_gone};
 use crate::context::{Context, FailureKey};
-use crate::error::{Error, Result};
+use crate::error::{During, Error, Result, Step};
 use crate::ops::metrics::BACKUP_CONTROLLER;
 
 /// Runs the `DatabaseBackup` controller until SIGTERM/SIGINT, woken by `backups` (its own
@@ -90,9 +91,15 @@ fn record_success(ctx: &Context, backup: &DatabaseBackup) {
 }
 
 async fn reconcile_once(backup: &DatabaseBackup, ctx: &Context) -> Result<Action> {
-    let observed = observe(ctx, backup, Utc::now()).await?;
+    let observed = observe(ctx, backup, Utc::now())
+        .await
+        .during(Step::Observe)?;
     let decision = decide(backup, &observed.facts);
-    if let Some(early) = act(ctx, backup, observed.database.as_ref(), &decision).await? {
+    let database = observed.database.as_ref();
+    let early = act(ctx, backup, database, &decision, observed.facts.now)
+        .await
+        .during(Step::Apply)?;
+    if let Some(early) = early {
         return Ok(early);
     }
     ctx.reset_failures(&key_of(backup));

@@ -1,21 +1,20 @@
-//! Backup verification's I/O: read a Database's verify Jobs (and, once the latest one ended,
-//! its pod's termination message: the agent's result), and create the Job a trigger asks for.
-//! The decision is `verify`'s; writes go through `kube_io`.
+//! Backup verification's reads, for the Database controller: a Database's verify Jobs (and,
+//! once the latest one ended, its pod's termination message: the agent's result). The decision
+//! is `backup::verify`'s; the Job it asks for is built by `build` and created by `apply`.
 
 use chrono::{DateTime, Utc};
 use dbop_contract::parse_termination_message;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
 
-use super::job::verify_job;
-use super::observe::{finished_at, termination_message, to_chrono};
-use super::verify::{VerifyFacts, VerifyJobFact, VerifyPlan};
 use crate::api::{BackupPhase, Database, Phase};
+use crate::backup::job::BACKUP_CONTAINER;
+use crate::backup::verify::{VerifyFacts, VerifyJobFact};
 use crate::context::Context;
 use crate::error::Result;
-use crate::kube_io::{JobState, create_once, job_state};
+use crate::kube_io::job_pods;
+use crate::objects::{JobState, finished_at, job_state, termination_message, to_chrono};
 use crate::resources::{LABEL_COMPONENT, LABEL_INSTANCE};
 
 /// Reads the verify Jobs of `db` and its succeeded backups (from `records`, read by the
@@ -47,13 +46,8 @@ pub async fn observe_verification(
         let name = job.metadata.name.clone().unwrap_or_default();
         // Only the latest trigger's outcome is read, and only once it ended.
         let result = if state != JobState::Running && latest.as_deref() == Some(name.as_str()) {
-            let pods = Api::<Pod>::namespaced(ctx.client.clone(), &ns)
-                .list(
-                    &ListParams::default().labels(&format!("batch.kubernetes.io/job-name={name}")),
-                )
-                .await?
-                .items;
-            termination_message(&pods).and_then(|m| parse_termination_message(&m))
+            let pods = job_pods(&ctx.client, &ns, &name).await?;
+            termination_message(&pods, BACKUP_CONTAINER).and_then(|m| parse_termination_message(&m))
         } else {
             None
         };
@@ -80,28 +74,11 @@ pub async fn observe_verification(
 
 /// The succeeded backups among a Database's records: (name, completion time).
 pub fn succeeded_backups(
-    records: &[super::schedule::BackupRecord],
+    records: &[crate::backup::schedule::BackupRecord],
 ) -> Vec<(String, DateTime<Utc>)> {
     records
         .iter()
         .filter(|r| r.phase == Some(BackupPhase::Succeeded))
         .map(|r| (r.name.clone(), r.completed.unwrap_or(r.created)))
         .collect()
-}
-
-/// Creates the verify Job the plan asks for (once: "already exists" is success).
-pub async fn apply_verification(ctx: &Context, db: &Database, plan: &VerifyPlan) -> Result<()> {
-    let Some(name) = &plan.create else {
-        return Ok(());
-    };
-    // The Database was read in this pass; a spec the Job cannot be built from shows in
-    // BackupHealthy already.
-    let Ok(job) = verify_job(db, name, &ctx.settings) else {
-        return Ok(());
-    };
-    create_once(
-        &Api::<Job>::namespaced(ctx.client.clone(), &db.namespace_or_default()),
-        &job,
-    )
-    .await
 }

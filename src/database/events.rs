@@ -3,7 +3,7 @@
 
 use crate::api::conditions::{ConditionType, find};
 use crate::api::{DatabaseStatus, Phase};
-use crate::kube_io::EventSpec;
+use crate::objects::EventSpec;
 
 /// The Events that describe the move from `old` to `new`.
 pub fn transition_events(old: &DatabaseStatus, new: &DatabaseStatus) -> Vec<EventSpec> {

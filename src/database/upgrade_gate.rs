@@ -3,17 +3,19 @@
 //! `upgrade::gate` decides, bounded.
 
 use chrono::Utc;
+use kube::runtime::controller::Action;
 
-use super::act::publish;
+use super::apply::publish;
 use crate::api::Database;
 use crate::context::Context;
-use crate::error::{Error, Result};
-use crate::kube_io::EventSpec;
+use crate::error::Result;
+use crate::objects::EventSpec;
 use crate::upgrade::gate::{DeletionGate, deletion_gate};
 
-/// Ok when the deletion policy may run now; `Error::DeletionWaitsForUpgrade` (after a pass of
-/// the upgrade) while it must wait.
-pub async fn wait_for_safe_point(ctx: &Context, db: &Database) -> Result<()> {
+/// `None` when the deletion policy may run now; while it must wait, the `Action` of a pass of
+/// the upgrade (which wrote its status), after a `DeletionWaitsForUpgrade` Event. A wait, not
+/// an error: no backoff, no Warning.
+pub async fn wait_for_safe_point(ctx: &Context, db: &Database) -> Result<Option<Action>> {
     let now = Utc::now();
     let deleted_at = db
         .metadata
@@ -22,7 +24,7 @@ pub async fn wait_for_safe_point(ctx: &Context, db: &Database) -> Result<()> {
         .and_then(|t| chrono::DateTime::from_timestamp(t.0.as_second(), 0))
         .unwrap_or(now);
     match deletion_gate(db, deleted_at, now) {
-        DeletionGate::Proceed => Ok(()),
+        DeletionGate::Proceed => Ok(None),
         DeletionGate::GiveUp { message } => {
             let event = EventSpec {
                 warning: true,
@@ -30,13 +32,18 @@ pub async fn wait_for_safe_point(ctx: &Context, db: &Database) -> Result<()> {
                 note: message,
             };
             publish(ctx, db, &event).await;
-            Ok(())
+            Ok(None)
         }
         DeletionGate::Wait { message } => {
-            // Keep the upgrade going, then refuse to finish: the error path requeues, and its
-            // Event (reason DeletionWaitsForUpgrade) says why the deletion waits.
-            super::reconcile_database(ctx, db).await?;
-            Err(Error::DeletionWaitsForUpgrade(message))
+            // Keep the upgrade going; the finalizer stays until the upgrade reaches a safe point.
+            let action = super::reconcile_database(ctx, db).await?;
+            let event = EventSpec {
+                warning: false,
+                reason: "DeletionWaitsForUpgrade".into(),
+                note: message,
+            };
+            publish(ctx, db, &event).await;
+            Ok(Some(action))
         }
     }
 }

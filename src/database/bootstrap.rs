@@ -1,9 +1,9 @@
 //! `spec.bootstrap.fromBackup`: where the backup to restore is, and whether the restore ran,
 //! runs, must wait or failed. The restore takes the place of the init SQL: `decide` asks this
-//! module instead of running init, and `act` builds the Job from [`source`].
+//! module instead of running init, and `build` builds the Job from [`source`].
 //!
 //! Pure: `RestoreSnapshot` is what `observe` read; everything here is a function of it, the
-//! Database and the facts. No client, no clock. Must not import `observe`, `decide` or `act`.
+//! Database and the facts. No client, no clock. Must not import `observe`, `decide`, `build` or `apply`.
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use crate::api::conditions::{ConditionStatus, ConditionType};
 use crate::api::{BackupPhase, BootstrapStatus, Database, DatabaseBackup, FromBackupSpec, S3Spec};
 use crate::backup::s3_secret::{S3SecretProblem, s3_secret_problem};
-use crate::kube_io::{JobState, job_state};
+use crate::objects::{JobState, job_state, termination_message};
 use crate::resources::Names;
 use crate::resources::restore_job::{RESTORE_CONTAINER, RestoreSource, storage_prefix};
 use dbop_contract::layout::Layout;
@@ -98,7 +98,7 @@ pub fn fact(db: &Database, snap: &RestoreSnapshot) -> Option<BootstrapFact> {
     Some(BootstrapFact {
         source: source(db, snap).map(|s| describe(&s)),
         job: snap.job.as_ref().map(|job| {
-            let message = termination_message(&snap.pods);
+            let message = termination_message(&snap.pods, RESTORE_CONTAINER);
             let result = message.as_deref().and_then(parse_termination_message);
             RestoreJobFact {
                 state: job_state(job),
@@ -249,25 +249,6 @@ fn tail(text: &str) -> String {
         start += 1;
     }
     text[start..].replace('\n', " | ")
-}
-
-/// The restore container's termination message in the newest finished pod.
-fn termination_message(pods: &[Pod]) -> Option<String> {
-    pods.iter()
-        .filter_map(|p| {
-            let statuses = p.status.as_ref()?.container_statuses.as_ref()?;
-            let terminated = statuses
-                .iter()
-                .find(|c| c.name == RESTORE_CONTAINER)?
-                .state
-                .as_ref()?
-                .terminated
-                .as_ref()?;
-            let finished = terminated.finished_at.as_ref().map(|t| t.0);
-            Some((finished, terminated.message.clone()?))
-        })
-        .max_by_key(|(finished, _)| *finished)
-        .map(|(_, message)| message)
 }
 
 /// Where the restore stands, for `decide`.

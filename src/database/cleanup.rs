@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -21,25 +21,23 @@ use tracing::info;
 
 use chrono::{DateTime, Utc};
 
-use super::act::{publish, update_status};
+use super::apply::{publish, update_status};
 use super::deletion::{
     DeletionFacts, DeletionPlan, FinalBackupFact, Finish, Step, decide_deletion, deletion_events,
     final_backup_name,
 };
 use crate::FINALIZER;
 use crate::api::conditions::{ConditionStatus, ConditionType, find, merge};
-use crate::api::{
-    BackupReason, Database, DatabaseBackup, DatabaseBackupSpec, DatabaseStatus, DeletionPolicy,
-    Phase,
-};
-use crate::backup::observe::to_chrono;
+use crate::api::{Database, DatabaseBackup, DatabaseStatus, DeletionPolicy, Phase};
 use crate::backup::settings::BackupSettings;
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::kube_io::create_once;
+use crate::kube_io::{create_once, delete_if_exists, merge_patch, merge_patch_if_exists};
+use crate::objects::{owned_by, to_chrono};
 use crate::resources::Names;
 use crate::resources::credentials::is_generated;
-use crate::resources::{LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY, labels};
+use crate::resources::database_backup::final_backup;
+use crate::resources::{LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY};
 
 /// The label selector of a Database's data claims.
 pub fn claims_selector(database: &str) -> String {
@@ -58,7 +56,9 @@ pub async fn await_final_backup(ctx: &Context, db: &Database) -> Result<Option<A
         return Ok(None);
     }
     // Pods changing version: the upgrade reaches a safe point first (bounded).
-    super::upgrade_gate::wait_for_safe_point(ctx, db).await?;
+    if let Some(waiting) = super::upgrade_gate::wait_for_safe_point(ctx, db).await? {
+        return Ok(Some(waiting));
+    }
     let plan = decide_deletion(&observe(ctx, db).await?);
     if let Step::Finish(_) = plan.step {
         return Ok(None);
@@ -140,15 +140,7 @@ fn final_fact(backup: &DatabaseBackup) -> FinalBackupFact {
 /// The final `DatabaseBackup`: reason `Final`, not owned by the Database (it must outlive it).
 async fn create_final_backup(ctx: &Context, db: &Database) -> Result<()> {
     let name = final_backup_name(&db.name(), db.metadata.uid.as_deref().unwrap_or(""));
-    let mut backup = DatabaseBackup::new(
-        &name,
-        DatabaseBackupSpec {
-            database: db.name(),
-            reason: BackupReason::Final,
-        },
-    );
-    backup.metadata.namespace = db.metadata.namespace.clone();
-    backup.metadata.labels = Some(labels(&db.name(), "backup"));
+    let backup = final_backup(db, &name);
     let api: Api<DatabaseBackup> = Api::namespaced(ctx.client.clone(), &db.namespace_or_default());
     create_once(&api, &backup).await
 }
@@ -214,17 +206,9 @@ pub async fn release_generated_secret(
     let Some(secret) = secrets.get_opt(&name).await? else {
         return Ok(());
     };
-    let owned_by_us = secret
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|r| Some(r.uid.as_str()) == uid);
-    if owned_by_us {
+    if owned_by(&secret.metadata, None, uid) {
         let patch = json!({"metadata": {"ownerReferences": null}});
-        secrets
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
+        merge_patch(&secrets, &name, &patch).await?;
         info!(secret = %name, "released the credentials Secret so it outlives the Database (Retain)");
     }
     Ok(())
@@ -243,15 +227,8 @@ pub async fn release_backups(ctx: &Context, ns: &str, uid: Option<&str>) -> Resu
         let remaining: Vec<_> = owners.into_iter().filter(|o| o.uid != uid).collect();
         let name = backup.metadata.name.clone().unwrap_or_default();
         let patch = json!({"metadata": {"ownerReferences": remaining}});
-        match api
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => {
-                info!(backup = %name, "released the DatabaseBackup so it outlives the Database")
-            }
-            Err(kube::Error::Api(status)) if status.is_not_found() => {}
-            Err(e) => return Err(e.into()),
+        if merge_patch_if_exists(&api, &name, &patch).await? {
+            info!(backup = %name, "released the DatabaseBackup so it outlives the Database");
         }
     }
     Ok(())
@@ -279,10 +256,8 @@ async fn delete_claims(ctx: &Context, db: &Database, ns: &str) -> Result<()> {
             continue;
         }
         let name = claim.metadata.name.clone().unwrap_or_default();
-        match claims.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => info!(claim = %name, "deleted data claim"),
-            Err(kube::Error::Api(status)) if status.is_not_found() => {}
-            Err(e) => return Err(e.into()),
+        if delete_if_exists(&claims, &name, &DeleteParams::default()).await? {
+            info!(claim = %name, "deleted data claim");
         }
     }
     Ok(())

@@ -2,18 +2,18 @@
 //! read), write the status only when it changed, and publish the Events of the change on the
 //! backup and on its Database. All writes go through `kube_io`.
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
 use kube::runtime::controller::Action;
 use kube::{Api, Resource};
 
 use super::decide::{BackupDecision, REQUEUE_QUEUED, backup_events};
-use super::job::{JobProblem, backup_job};
-use super::observe::to_chrono;
 use crate::api::{Database, DatabaseBackup};
+use crate::backup::job::{JobProblem, backup_job};
 use crate::context::Context;
 use crate::error::Result;
-use crate::kube_io::{self, EventSpec, create_once, patch_status};
+use crate::kube_io::{self, create_once, patch_status};
+use crate::objects::{EventSpec, to_chrono};
 
 /// Carries out the decision. Returns early (look again soon) when the Job cannot be built
 /// because the Database changed since it was read.
@@ -22,6 +22,7 @@ pub async fn act(
     backup: &DatabaseBackup,
     database: Option<&Database>,
     decision: &BackupDecision,
+    now: DateTime<Utc>,
 ) -> Result<Option<Action>> {
     let ns = backup.metadata.namespace.clone().unwrap_or_default();
     if decision.create_job {
@@ -30,7 +31,7 @@ pub async fn act(
             .creation_timestamp
             .as_ref()
             .map(to_chrono)
-            .unwrap_or_else(Utc::now);
+            .unwrap_or(now);
         let job = match database.map(|db| backup_job(db, backup, created, &ctx.settings)) {
             Some(Ok(job)) => job,
             Some(Err(

@@ -13,19 +13,19 @@ use crate::api::Phase;
 use crate::api::UpgradeStatus;
 use crate::api::conditions::{self, ConditionStatus, ConditionType};
 use crate::api::{BootstrapStatus, Database};
-use crate::resources::credentials::{SecretProblem, secret_name};
 use crate::resources::statefulset::PodRun;
-use crate::resources::{Names, SUPPORTED_MAJORS, Settings, VersionProblem, check_version};
+use crate::resources::{Names, Settings, check_version};
 use crate::upgrade::plan::{Input as UpgradeInput, UpgradePlan, plan as plan_upgrade};
 
 use crate::backup::plan::{BackupPlan, plan_backups};
-use crate::kube_io::JobState;
+use crate::objects::JobState;
 
+use super::blocker::Blocker;
 use super::bootstrap::{self, RestoreDecision, RestoreOutcome};
-use super::observe::{CredentialsFact, Facts, InitSourceFact, StatefulSetFact};
+use super::facts::{CredentialsFact, Facts, InitSourceFact, StatefulSetFact};
 use super::quantity;
 
-/// What to do to the world. Every step is idempotent; `act` skips writes that change nothing.
+/// What to do to the world. Every step is idempotent; `apply` skips writes that change nothing.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Steps {
     /// Create the generated credentials Secret (it does not exist).
@@ -92,63 +92,6 @@ pub const REQUEUE_STEADY: Duration = Duration::from_secs(300);
 pub const REQUEUE_FAILED: Duration = Duration::from_secs(3600);
 
 use ConditionType::{Initialized, Ready, StorageReady, Upgrading};
-
-/// Why a Database cannot proceed at all: nothing is written until the user fixes it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Blocker {
-    /// A version dbop cannot run.
-    Version(VersionProblem),
-    /// The user's credentials Secret is missing or has no password.
-    Credentials(SecretProblem),
-}
-
-impl Blocker {
-    fn phase(&self) -> Phase {
-        match self {
-            Blocker::Version(_) => Phase::Failed,
-            Blocker::Credentials(_) => Phase::Pending,
-        }
-    }
-
-    fn reason(&self) -> &'static str {
-        match self {
-            Blocker::Version(_) => "UnsupportedVersion",
-            Blocker::Credentials(SecretProblem::NotFound) => "CredentialsSecretNotFound",
-            Blocker::Credentials(SecretProblem::MissingPassword) => "CredentialsSecretInvalid",
-        }
-    }
-
-    fn message(&self, db: &Database) -> String {
-        let secret = secret_name(db);
-        match self {
-            Blocker::Version(VersionProblem::Malformed) => format!(
-                "version {:?} is not of the form MAJOR.MINOR",
-                db.spec.version
-            ),
-            Blocker::Version(VersionProblem::UnsupportedMajor(major)) => format!(
-                "PostgreSQL {major} is not supported: use a version with a major of {} to {}",
-                SUPPORTED_MAJORS.start(),
-                SUPPORTED_MAJORS.end()
-            ),
-            Blocker::Credentials(SecretProblem::NotFound) => format!(
-                "Secret {secret} (spec.credentials.secretName) does not exist: create it with a \
-                 `password` key (and optionally `username`)"
-            ),
-            Blocker::Credentials(SecretProblem::MissingPassword) => {
-                format!("Secret {secret} has no non-empty `password` key: add one")
-            }
-        }
-    }
-
-    fn requeue_after(&self) -> Duration {
-        match self {
-            // Only a spec change helps.
-            Blocker::Version(_) => REQUEUE_FAILED,
-            // A user's Secret is not watched.
-            Blocker::Credentials(_) => REQUEUE_WAITING_ON_USER,
-        }
-    }
-}
 
 /// Decides the next step of a Database that is not being deleted.
 pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
@@ -237,7 +180,7 @@ fn blocked(db: &Database, blocker: &Blocker, current_version: Option<String>) ->
         )],
         steps: Steps::default(),
         current_version,
-        requeue_after: blocker.requeue_after(),
+        requeue_after: blocked_requeue(blocker),
         backup: None,
         bootstrap: None,
         pod_run: PodRun {
@@ -246,6 +189,16 @@ fn blocked(db: &Database, blocker: &Blocker, current_version: Option<String>) ->
             partition: None,
         },
         upgrade: db.status.as_ref().and_then(|s| s.upgrade.clone()),
+    }
+}
+
+/// When to look again at a blocked Database.
+fn blocked_requeue(blocker: &Blocker) -> Duration {
+    match blocker {
+        // Only a spec change helps.
+        Blocker::Version(_) => REQUEUE_FAILED,
+        // A user's Secret is not watched.
+        Blocker::Credentials(_) => REQUEUE_WAITING_ON_USER,
     }
 }
 
@@ -735,6 +688,8 @@ mod tests {
     use super::*;
     use crate::api::DatabaseStatus;
     use crate::api::conditions::merge;
+    use crate::resources::VersionProblem;
+    use crate::resources::credentials::SecretProblem;
     use crate::resources::testing;
     use chrono::{TimeZone, Utc};
 
@@ -751,8 +706,8 @@ mod tests {
         }
     }
 
-    fn bound(size: &str) -> Option<super::super::observe::VolumeFact> {
-        Some(super::super::observe::VolumeFact {
+    fn bound(size: &str) -> Option<super::super::facts::VolumeFact> {
+        Some(super::super::facts::VolumeFact {
             bound: true,
             predates_database: false,
             requested: Some(size.into()),
@@ -1295,7 +1250,7 @@ mod tests {
         let mut db = testing::minimal();
         db.spec.storage.size = "2Gi".into();
         let vol = |bound: bool, requested: &str, capacity: Option<&str>| {
-            Some(super::super::observe::VolumeFact {
+            Some(super::super::facts::VolumeFact {
                 bound,
                 predates_database: false,
                 requested: Some(requested.into()),
@@ -1345,7 +1300,7 @@ mod tests {
     #[test]
     fn a_pending_claim_without_a_pod_points_at_the_pod() {
         let db = testing::minimal();
-        let pending = Some(super::super::observe::VolumeFact {
+        let pending = Some(super::super::facts::VolumeFact {
             bound: false,
             predates_database: false,
             requested: Some("1Gi".into()),
