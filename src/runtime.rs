@@ -73,35 +73,18 @@ pub async fn run_observed(
     };
     info!(namespaces = %watched, ?initial, "dbop controller starting");
     let Triggers {
-        databases,
-        statefulsets,
-        services,
-        secrets,
-        claims,
-        jobs: [jobs, backup_jobs],
-        backups: [backups, backups_self],
+        database,
+        backups,
+        backup_jobs,
     } = triggers;
     // Both controllers stop on SIGTERM/SIGINT (each has `shutdown_on_signal`).
-    let backup_controller =
-        database_backup::controller::run(ctx.clone(), backups_self, backup_jobs);
+    let backup_controller = database_backup::controller::run(ctx.clone(), backups, backup_jobs);
     tokio::spawn(mark_ready_once_listed(
         client.clone(),
         namespaces.to_vec(),
         ready,
     ));
-    let database_controller = database::controller::run(
-        ctx,
-        concurrency,
-        database::controller::Triggers {
-            databases,
-            statefulsets,
-            services,
-            secrets,
-            claims,
-            jobs,
-            backups,
-        },
-    );
+    let database_controller = database::controller::run(ctx, concurrency, database);
     futures::join!(database_controller, backup_controller);
     info!("dbop controller stopped");
 }

@@ -58,41 +58,33 @@ fn key_of(guard: &DeserializeGuard<Database>) -> FailureKey {
 /// Runs the Database controller until SIGTERM/SIGINT, `concurrency` reconciles at once (0:
 /// unbounded).
 pub async fn run(ctx: Arc<Context>, concurrency: u16, triggers: Triggers) {
-    let Triggers {
-        databases,
-        statefulsets,
-        services,
-        secrets,
-        claims,
-        jobs,
-        backups,
-    } = triggers;
     let queue = WorkQueue::new(ctx.metrics.workqueue_depth(DATABASE_CONTROLLER));
     // No debounce: a deleted or edited child is repaired from its watch event at once.
-    let controller = Controller::for_stream(queue.own(databases), ctx.caches.databases.clone())
-        .with_config(ControllerConfig::default().concurrency(concurrency))
-        .owns_stream(queue.owned::<DeserializeGuard<Database>, _>(statefulsets))
-        .owns_stream(queue.owned::<DeserializeGuard<Database>, _>(services))
-        .owns_stream(queue.owned::<DeserializeGuard<Database>, _>(secrets))
-        .owns_stream(queue.owned::<DeserializeGuard<Database>, _>(jobs))
-        // Claims are made by the StatefulSet controller and carry our labels, not an owner.
-        .watches_stream(
-            claims,
-            queue.mapping(|pvc: Meta<PersistentVolumeClaim>| {
-                let name = pvc.metadata.labels.as_ref()?.get(LABEL_INSTANCE)?.clone();
-                let ns = pvc.metadata.namespace.clone()?;
-                Some(ObjectRef::new(&name).within(&ns))
-            }),
-        )
-        // A backup that finishes, or one a user applies, wakes its Database (history,
-        // BackupHealthy, the next scheduled run).
-        .watches_stream(
-            backups,
-            queue.mapping(|backup: DatabaseBackup| {
-                let ns = backup.metadata.namespace.clone()?;
-                Some(ObjectRef::new(&backup.spec.database).within(&ns))
-            }),
-        );
+    let controller =
+        Controller::for_stream(queue.own(triggers.databases), ctx.caches.databases.clone())
+            .with_config(ControllerConfig::default().concurrency(concurrency))
+            .owns_stream(queue.owned::<DeserializeGuard<Database>, _>(triggers.statefulsets))
+            .owns_stream(queue.owned::<DeserializeGuard<Database>, _>(triggers.services))
+            .owns_stream(queue.owned::<DeserializeGuard<Database>, _>(triggers.secrets))
+            .owns_stream(queue.owned::<DeserializeGuard<Database>, _>(triggers.jobs))
+            // Claims are made by the StatefulSet controller and carry our labels, not an owner.
+            .watches_stream(
+                triggers.claims,
+                queue.mapping(|pvc: Meta<PersistentVolumeClaim>| {
+                    let name = pvc.metadata.labels.as_ref()?.get(LABEL_INSTANCE)?.clone();
+                    let ns = pvc.metadata.namespace.clone()?;
+                    Some(ObjectRef::new(&name).within(&ns))
+                }),
+            )
+            // A backup that finishes, or one a user applies, wakes its Database (history,
+            // BackupHealthy, the next scheduled run).
+            .watches_stream(
+                triggers.backups,
+                queue.mapping(|backup: DatabaseBackup| {
+                    let ns = backup.metadata.namespace.clone()?;
+                    Some(ObjectRef::new(&backup.spec.database).within(&ns))
+                }),
+            );
     run_database_controller(controller, queue, ctx).await;
 }
 

@@ -11,13 +11,12 @@
 use futures::StreamExt;
 use futures::channel::mpsc;
 use futures::stream::BoxStream;
-use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, Service};
+use k8s_openapi::api::core::v1::Secret;
 use std::marker::PhantomData;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::core::{DeserializeGuard, PartialObjectMeta};
+use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher::{self, Event, watcher};
@@ -25,8 +24,9 @@ use kube::{Api, Client, Resource};
 use tokio::task::JoinHandle;
 use tracing::warn;
 
-use crate::api::{Database, DatabaseBackup};
+use crate::api::DatabaseBackup;
 use crate::context::caches::{Slim, SyncedMarker, Trigger, Writers, slim};
+use crate::database::controller::Triggers as DatabaseTriggers;
 use crate::resources::MANAGED_SELECTOR;
 
 use self::merge::Merge;
@@ -38,17 +38,13 @@ mod merge;
 /// everything at once), so they must not be a second copy of the caches.
 pub type Meta<K> = PartialObjectMeta<K>;
 
-/// The triggers of both controllers, one per (controller, kind).
+/// The triggers of both controllers, one per (controller, kind): Jobs wake the Database that
+/// owns them (init, restore, preflight, verify) and the backup that owns them; backups wake
+/// their Database (history, health) and themselves.
 pub struct Triggers {
-    pub databases: Trigger<DeserializeGuard<Database>>,
-    pub statefulsets: Trigger<Meta<StatefulSet>>,
-    pub services: Trigger<Meta<Service>>,
-    pub secrets: Trigger<Meta<PartialObjectMeta<Secret>>>,
-    pub claims: Trigger<Meta<PersistentVolumeClaim>>,
-    /// Jobs wake the Database that owns them (init) and the backup that owns them.
-    pub jobs: [Trigger<Meta<Job>>; 2],
-    /// Backups wake their Database (history, health) and themselves.
-    pub backups: [Trigger<DatabaseBackup>; 2],
+    pub database: DatabaseTriggers,
+    pub backups: Trigger<DatabaseBackup>,
+    pub backup_jobs: Trigger<Meta<Job>>,
 }
 
 /// The running watches; dropping this stops them.
@@ -121,7 +117,8 @@ pub fn start(
     let [secrets] = watches.spawn(secrets_meta, secrets, m5, meta);
     let jobs = watches.spawn(watch(c, &managed), jobs, m6, meta);
     let [claims] = watches.spawn(watch(c, &managed), claims, m7, meta);
-    let triggers = Triggers {
+    let ([jobs, backup_jobs], [backups, backups_self]) = (jobs, backups);
+    let database = DatabaseTriggers {
         databases,
         statefulsets,
         services,
@@ -129,6 +126,11 @@ pub fn start(
         claims,
         jobs,
         backups,
+    };
+    let triggers = Triggers {
+        database,
+        backups: backups_self,
+        backup_jobs,
     };
     (triggers, watches)
 }
