@@ -256,7 +256,7 @@ const PURE: &[&str] = &[
     "backup::settings",
     "backup::verify",
     "database::blocker",
-    "database::bootstrap",
+    "database::restore",
     "database::build",
     "database::decide",
     "database::deletion",

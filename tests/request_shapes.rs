@@ -198,7 +198,7 @@ fn ready_world(db: &Database) -> HashMap<String, Value> {
 
 /// The status the operator itself would have written for this world.
 fn with_settled_status(mut db: Database, world: &HashMap<String, Value>) -> Database {
-    let snapshot = facts::Snapshot {
+    let snapshot = facts::Observed {
         credentials_secret: serde_json::from_value(
             world["/api/v1/namespaces/shop/secrets/orders-credentials"].clone(),
         )
@@ -213,9 +213,9 @@ fn with_settled_status(mut db: Database, world: &HashMap<String, Value>) -> Data
             )
             .unwrap(),
         ],
-        ..facts::Snapshot::default()
+        ..facts::Observed::default()
     };
-    let facts = facts::Facts::from_snapshot(&db, &snapshot);
+    let facts = facts::Facts::from_observed(&db, &snapshot);
     let decision = decide::decide(&db, &facts, &Settings::default());
     db.status = Some(status::next_status(
         &db,

@@ -19,7 +19,7 @@ use dbop::api::{
     DatabaseSpec, DatabaseStatus, Phase,
 };
 use dbop::backup::job::{backup_job, job_name};
-use dbop::backup::plan::BackupHistoryFact;
+use dbop::backup::plan::BackupHistory;
 use dbop::backup::s3_secret::S3SecretProblem;
 use dbop::backup::schedule::{BackupRecord, scheduled_backup_name};
 use dbop::backup::settings::BackupSettings;
@@ -504,7 +504,7 @@ fn facts() -> BoxedStrategy<Facts> {
         proptest::collection::vec(backup_record(), 0..4),
         s3_problem(),
     )
-        .prop_map(|(now, records, s3_problem)| BackupHistoryFact {
+        .prop_map(|(now, records, s3_problem)| BackupHistory {
             now,
             records,
             s3_problem,

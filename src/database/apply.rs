@@ -15,7 +15,7 @@ use tracing::info;
 
 use super::build::Desired;
 use super::events::transition_events;
-use super::facts::Snapshot;
+use super::facts::Observed;
 use super::status::Applied;
 use crate::api::conditions::{ConditionStatus, ConditionType, find};
 use crate::api::{Database, DatabaseBackup, DatabaseStatus};
@@ -39,7 +39,7 @@ const PASSWORD_LENGTH: usize = 32;
 pub async fn apply(
     ctx: &Context,
     db: &Database,
-    snap: &Snapshot,
+    snap: &Observed,
     desired: Desired,
 ) -> Result<Applied> {
     let Desired {

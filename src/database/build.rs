@@ -1,5 +1,5 @@
 //! Build: every object one pass of a Database writes, from the decision (and, for what must
-//! keep what the server has, the snapshot): the credentials Secret, the Services, the
+//! keep what the server has, what was observed): the credentials Secret, the Services, the
 //! StatefulSet, the init, restore, preflight and verify Jobs, the `DatabaseBackup`s, and what
 //! is patched or deleted. `apply` then writes what differs, in the order of `Desired`'s fields.
 //!
@@ -10,9 +10,9 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 
-use super::bootstrap;
 use super::decide::{Decision, Steps};
-use super::facts::Snapshot;
+use super::facts::Observed;
+use super::restore;
 use crate::api::{Database, DatabaseBackup};
 use crate::backup::job::verify_job;
 use crate::backup::verify::VerifyPlan;
@@ -59,7 +59,7 @@ pub struct Desired {
 /// decision creates the Secret.
 pub fn build(
     db: &Database,
-    snap: &Snapshot,
+    snap: &Observed,
     decision: &Decision,
     verification: Option<&VerifyPlan>,
     settings: &Settings,
@@ -104,9 +104,9 @@ pub fn build(
             .then(|| init_job(db, settings))
             .flatten()
             .map(|job| (init_sql_config_map(db), job)),
-        // The source was checked by decide; read again from the same snapshot to build the Job.
+        // The source was checked by decide; read again from what was observed to build the Job.
         restore_job: create_restore_job
-            .then(|| bootstrap::source(db, &snap.restore).ok())
+            .then(|| restore::source(db, &snap.restore).ok())
             .flatten()
             .map(|source| restore_job(db, &source, settings)),
         scheduled_backup: backup

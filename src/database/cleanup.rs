@@ -3,7 +3,8 @@
 //!
 //! Idempotent, and safe when provisioning never finished or the spec is odd: it only lists by
 //! label, gets by deterministic name, and deletes or releases what it finds.
-//! - `await_final_backup` runs before kube's finalizer helper: while a `Snapshot` deletion waits
+//! - `await_final_backup` runs before kube's finalizer helper: while pods change version (an
+//!   upgrade's safe point, `wait_for_safe_point`), or while a `Snapshot` deletion waits
 //!   for (or is held by) its final backup, the finalizer must stay, so the pass ends there;
 //! - `cleanup` is the finalizer's Cleanup: it applies the policy once the Database may go.
 //!
@@ -33,11 +34,12 @@ use crate::backup::settings::BackupSettings;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::kube_io::{create_once, delete_if_exists, merge_patch, merge_patch_if_exists};
-use crate::objects::{owned_by, to_chrono};
+use crate::objects::{EventSpec, owned_by, to_chrono};
 use crate::resources::Names;
 use crate::resources::credentials::is_generated;
 use crate::resources::database_backup::final_backup;
 use crate::resources::{LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY};
+use crate::upgrade::deletion_gate::{DeletionGate, deletion_gate};
 
 /// The label selector of a Database's data claims.
 pub fn claims_selector(database: &str) -> String {
@@ -56,7 +58,7 @@ pub async fn await_final_backup(ctx: &Context, db: &Database) -> Result<Option<A
         return Ok(None);
     }
     // Pods changing version: the upgrade reaches a safe point first (bounded).
-    if let Some(waiting) = super::upgrade_gate::wait_for_safe_point(ctx, db).await? {
+    if let Some(waiting) = wait_for_safe_point(ctx, db).await? {
         return Ok(Some(waiting));
     }
     let plan = decide_deletion(&observe(ctx, db).await?);
@@ -261,6 +263,45 @@ async fn delete_claims(ctx: &Context, db: &Database, ns: &str) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The finalizer's wait for an upgrade's safe point: while pods change version, a deleted
+/// Database keeps reconciling (so the rollout or rollback can end) and says why deletion waits;
+/// `upgrade::deletion_gate` decides, bounded.
+///
+/// `None` when the deletion policy may run now; while it must wait, the `Action` of a pass of
+/// the upgrade (which wrote its status), after a `DeletionWaitsForUpgrade` Event. A wait, not
+/// an error: no backoff, no Warning.
+async fn wait_for_safe_point(ctx: &Context, db: &Database) -> Result<Option<Action>> {
+    let now = Utc::now();
+    let deleted_at = db
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .map_or(now, to_chrono);
+    match deletion_gate(db, deleted_at, now) {
+        DeletionGate::Proceed => Ok(None),
+        DeletionGate::GiveUp { message } => {
+            let event = EventSpec {
+                warning: true,
+                reason: "DeletionStopsUpgrade".into(),
+                note: message,
+            };
+            publish(ctx, db, &event).await;
+            Ok(None)
+        }
+        DeletionGate::Wait { message } => {
+            // Keep the upgrade going; the finalizer stays until the upgrade reaches a safe point.
+            let action = super::reconcile_database(ctx, db).await?;
+            let event = EventSpec {
+                warning: false,
+                reason: "DeletionWaitsForUpgrade".into(),
+                note: message,
+            };
+            publish(ctx, db, &event).await;
+            Ok(Some(action))
+        }
+    }
 }
 
 #[cfg(test)]

@@ -21,9 +21,9 @@ use crate::backup::plan::{BackupPlan, plan_backups};
 use crate::objects::JobState;
 
 use super::blocker::Blocker;
-use super::bootstrap::{self, RestoreDecision, RestoreOutcome};
 use super::facts::{CredentialsFact, Facts, InitSourceFact, StatefulSetFact};
 use super::quantity;
+use super::restore::{self, RestoreDecision, RestoreOutcome};
 
 /// What to do to the world. Every step is idempotent; `apply` skips writes that change nothing.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -540,7 +540,7 @@ fn decide_init(db: &Database, facts: &Facts, server_up: bool) -> InitDecision {
     }
     if let Some(fact) = &facts.bootstrap {
         let predates = facts.volume.as_ref().is_some_and(|v| v.predates_database);
-        return InitDecision::restore(bootstrap::decide(db, fact, server_up, predates));
+        return InitDecision::restore(restore::decide_restore(db, fact, server_up, predates));
     }
     if db.spec.init.is_none() {
         return if server_up {
@@ -983,7 +983,7 @@ mod tests {
     /// and conditions, and a failed restore that never looks initialised.
     #[test]
     fn restore_takes_the_place_of_init() {
-        use super::super::bootstrap::{BootstrapFact, RestoreJobFact};
+        use super::super::restore::{BootstrapFact, RestoreJobFact};
         let mut db = with_init(testing::minimal());
         db.spec.bootstrap = Some(
             serde_json::from_value(serde_json::json!({"fromBackup": {"s3": {

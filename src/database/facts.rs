@@ -1,7 +1,7 @@
-//! The facts of one Database reconcile: `Snapshot`, what `observe` read, and `Facts`, what
+//! The facts of one Database reconcile: `Observed`, what `observe` read, and `Facts`, what
 //! `decide` knows about the world besides the Database itself, reduced from it.
 //!
-//! Pure: no client, no clock (`Snapshot.observed_at` is the `now` of the whole pass, carried
+//! Pure: no client, no clock (`Observed.observed_at` is the `now` of the whole pass, carried
 //! into `Facts` as `backups.now`). Must not import `observe`, `kube_io` or `context`.
 
 use chrono::{DateTime, Utc};
@@ -9,9 +9,9 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 
-use super::bootstrap::{self, BootstrapFact, RestoreSnapshot};
+use super::restore::{self, BootstrapFact, RestoreObjects};
 use crate::api::{Database, DatabaseBackup};
-use crate::backup::plan::BackupHistoryFact;
+use crate::backup::plan::BackupHistory;
 use crate::backup::s3_secret::{S3SecretProblem, s3_secret_problem};
 use crate::backup::schedule::BackupRecord;
 use crate::objects::{JobState, job_state, owned_by, to_chrono};
@@ -22,7 +22,7 @@ use crate::upgrade::facts::{self as upgrade_facts, UpgradeFacts};
 
 /// The objects of one Database as they were read (the owned ones as the watch caches have them).
 #[derive(Clone, Debug, Default)]
-pub struct Snapshot {
+pub struct Observed {
     pub credentials_secret: Option<Secret>,
     pub init_config_map: Option<ConfigMap>,
     pub headless_service: Option<Service>,
@@ -37,10 +37,10 @@ pub struct Snapshot {
     pub s3_secret: Option<Secret>,
     /// What is wrong with the `spec.backup.s3.ca` source, if anything (read before any Job).
     pub s3_ca_problem: Option<String>,
-    /// When the snapshot was read: the `now` of every time-based decision of this pass.
+    /// When it was read: the `now` of every time-based decision of this pass.
     pub observed_at: DateTime<Utc>,
     /// What `spec.bootstrap.fromBackup` needs, read only until the Database is initialised.
-    pub restore: RestoreSnapshot,
+    pub restore: RestoreObjects,
     /// What an upgrade under way reads (empty when none is).
     pub upgrade: UpgradeObjects,
 }
@@ -55,7 +55,7 @@ pub struct UpgradeObjects {
 }
 
 /// The upgrade's facts: its preflight Job and backup, the StatefulSet's revisions, the pods.
-fn upgrade_fact(db: &Database, snap: &Snapshot) -> UpgradeFacts {
+fn upgrade_fact(db: &Database, snap: &Observed) -> UpgradeFacts {
     let upgrade = db.status.as_ref().and_then(|s| s.upgrade.as_ref());
     let backup_name = upgrade.and_then(|u| u.pre_upgrade_backup.as_deref());
     UpgradeFacts {
@@ -139,14 +139,14 @@ pub struct Facts {
     pub statefulset: Option<StatefulSetFact>,
     pub volume: Option<VolumeFact>,
     pub init_job: Option<JobState>,
-    pub backups: BackupHistoryFact,
+    pub backups: BackupHistory,
     /// The restore of `spec.bootstrap.fromBackup` (None without one).
     pub bootstrap: Option<BootstrapFact>,
     pub upgrade: UpgradeFacts,
 }
 
 impl Facts {
-    pub fn from_snapshot(db: &Database, snap: &Snapshot) -> Facts {
+    pub fn from_observed(db: &Database, snap: &Observed) -> Facts {
         Facts {
             credentials: credentials_fact(db, snap.credentials_secret.as_ref()),
             init_source: init_source_fact(db, snap.init_config_map.as_ref()),
@@ -154,14 +154,14 @@ impl Facts {
             volume: snap.data_claims.first().map(|pvc| volume_fact(db, pvc)),
             init_job: snap.init_job.as_ref().map(job_state),
             backups: backups_fact(db, snap),
-            bootstrap: bootstrap::fact(db, &snap.restore),
+            bootstrap: restore::fact(db, &snap.restore),
             upgrade: upgrade_fact(db, snap),
         }
     }
 }
 
-fn backups_fact(db: &Database, snap: &Snapshot) -> BackupHistoryFact {
-    BackupHistoryFact {
+fn backups_fact(db: &Database, snap: &Observed) -> BackupHistory {
+    BackupHistory {
         now: snap.observed_at,
         records: snap
             .backups

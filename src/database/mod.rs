@@ -3,7 +3,7 @@
 //!
 //! - `controller` runs it: its triggers, kube's finalizer helper, a Database it cannot read,
 //!   the error policy and Events;
-//! - `observe` reads the Database's owned objects (the only reads) into a `Snapshot`, and
+//! - `observe` reads the Database's owned objects (the only reads) into a `Observed`, and
 //!   `facts` reduces it to the `Facts` `decide` reads (pure; one `now` for the pass);
 //! - `decide` is a pure function of the Database and the facts: the phase, the conditions and
 //!   the steps to take — all the domain knowledge lives there;
@@ -11,9 +11,9 @@
 //! - `apply` writes what differs (through `kube_io`), then the status if it changed, and
 //!   publishes the Events of a transition; `status` derives that status (pure);
 //! - `verification` reads the verify Jobs `backup::verify` decides from;
-//! - `deletion` decides the deletion policy (pure); `cleanup` is the finalizer's I/O for it;
-//!   `upgrade_gate` makes it wait while an upgrade's pods change version;
-//! - `bootstrap` decides a restore from a backup (`spec.bootstrap.fromBackup`), which takes the
+//! - `deletion` decides the deletion policy (pure); `cleanup` is the finalizer's I/O for it,
+//!   and makes it wait while an upgrade's pods change version;
+//! - `restore` decides a restore from a backup (`spec.bootstrap.fromBackup`), which takes the
 //!   init SQL's place.
 //!
 //! Writes go through `kube_io`; `backup::plan` decides the backup part, `upgrade::plan` the
@@ -22,7 +22,6 @@
 
 pub mod apply;
 pub mod blocker;
-pub mod bootstrap;
 pub mod build;
 pub mod cleanup;
 pub mod controller;
@@ -32,8 +31,8 @@ pub mod events;
 pub mod facts;
 pub mod observe;
 pub mod quantity;
+pub mod restore;
 pub mod status;
-pub mod upgrade_gate;
 pub mod verification;
 
 use kube::ResourceExt;
@@ -47,8 +46,8 @@ use crate::error::{During, Result, Step};
 /// One pass of a Database that is not being deleted: observe → decide → build → apply →
 /// status, each step named in its error.
 pub async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> {
-    let snapshot = observe::snapshot(ctx, db).await.during(Step::Observe)?;
-    let facts = facts::Facts::from_snapshot(db, &snapshot);
+    let observed = observe::observe(ctx, db).await.during(Step::Observe)?;
+    let facts = facts::Facts::from_observed(db, &observed);
     let decision = decide::decide(db, &facts, &ctx.settings);
     let verification = verification_plan(ctx, db, &facts, &decision)
         .await
@@ -56,7 +55,7 @@ pub async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> 
     let password = decision.steps.create_secret.then(apply::new_password);
     let desired = build::build(
         db,
-        &snapshot,
+        &observed,
         &decision,
         verification.as_ref(),
         &ctx.settings,
@@ -64,7 +63,7 @@ pub async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> 
     );
     // Boxed: the desired objects are large, and a pass runs deep inside the controller's
     // futures.
-    let applied = Box::pin(apply::apply(ctx, db, &snapshot, desired))
+    let applied = Box::pin(apply::apply(ctx, db, &observed, desired))
         .await
         .during(Step::Apply)?;
     let now = facts.backups.now;

@@ -1,8 +1,8 @@
 //! Observe: read the objects a Database owns or refers to (the only reads of a reconcile) into
-//! a `Snapshot` (`facts`), which `Facts::from_snapshot` reduces to what `decide` needs.
+//! a `Observed` (`facts`), which `Facts::from_observed` reduces to what `decide` needs.
 //!
 //! The objects dbop owns come from the watch caches (`context::caches`), the user's own objects
-//! from the API server. One clock read per pass: `Snapshot.observed_at`.
+//! from the API server. One clock read per pass: `Observed.observed_at`.
 
 use chrono::Utc;
 use k8s_openapi::api::batch::v1::Job;
@@ -10,8 +10,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::ListParams;
 use kube::{Api, Client};
 
-use super::bootstrap::{self, RestoreSnapshot};
-use super::facts::{Snapshot, UpgradeObjects};
+use super::facts::{Observed, UpgradeObjects};
+use super::restore::{self, RestoreObjects};
 use crate::api::conditions::{self, ConditionType};
 use crate::api::{CaSource, Database, DatabaseBackup};
 use crate::context::Context;
@@ -57,10 +57,10 @@ pub async fn upgrade_objects(client: &Client, db: &Database) -> Result<UpgradeOb
     })
 }
 
-/// Reads the snapshot: what dbop labels from the watch caches, the user's objects (a Secret
+/// Reads what a pass decides from: what dbop labels from the watch caches, the user's objects (a Secret
 /// of their own, the init ConfigMap, the S3 Secret and CA) from the API server. A missing
 /// object is `None`, not an error.
-pub async fn snapshot(ctx: &Context, db: &Database) -> Result<Snapshot, Error> {
+pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
     ctx.caches.wait_until_synced().await;
     let (client, caches) = (&ctx.client, &ctx.caches);
     let ns = db.namespace_or_default();
@@ -92,8 +92,8 @@ pub async fn snapshot(ctx: &Context, db: &Database) -> Result<Snapshot, Error> {
         Some(spec) => crate::backup::ca::read_problem(client, &ns, spec).await?,
         None => None,
     };
-    let restore = restore_snapshot(client, db).await?;
-    Ok(Snapshot {
+    let restore = restore_objects(client, db).await?;
+    Ok(Observed {
         restore,
         backups,
         s3_secret,
@@ -133,20 +133,20 @@ async fn credentials_secret(
 /// Reads what a restore from a backup needs: the restore Job (and its pods once it ended), the
 /// named `DatabaseBackup` and its Database, the S3 credentials Secret and CA source. Nothing
 /// once the Database is initialised: then the restore is history.
-async fn restore_snapshot(client: &Client, db: &Database) -> Result<RestoreSnapshot, Error> {
+async fn restore_objects(client: &Client, db: &Database) -> Result<RestoreObjects, Error> {
     let Some(bootstrap) = &db.spec.bootstrap else {
-        return Ok(RestoreSnapshot::default());
+        return Ok(RestoreObjects::default());
     };
     let initialized = db
         .status
         .as_ref()
         .is_some_and(|s| conditions::is_true(&s.conditions, ConditionType::Initialized));
     if initialized {
-        return Ok(RestoreSnapshot::default());
+        return Ok(RestoreObjects::default());
     }
     let ns = db.namespace_or_default();
     let from = &bootstrap.from_backup;
-    let mut snap = RestoreSnapshot::default();
+    let mut snap = RestoreObjects::default();
     if let Some(name) = &from.database_backup {
         snap.backup = Api::<DatabaseBackup>::namespaced(client.clone(), &ns)
             .get_opt(name)
@@ -157,7 +157,7 @@ async fn restore_snapshot(client: &Client, db: &Database) -> Result<RestoreSnaps
                 .await?;
         }
     }
-    if let Some(s3) = bootstrap::source_s3(from, &snap).cloned() {
+    if let Some(s3) = restore::source_s3(from, &snap).cloned() {
         snap.s3_secret = Api::<Secret>::namespaced(client.clone(), &ns)
             .get_opt(&s3.credentials.secret_name)
             .await?;

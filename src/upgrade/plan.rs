@@ -612,7 +612,7 @@ mod tests {
     use super::*;
     use crate::api::{BackupPhase, DatabaseStatus};
     use crate::resources::testing;
-    use crate::upgrade::facts::{BackupFact, PodFact, PreflightFact, RevisionFact};
+    use crate::upgrade::facts::{PodFact, PreUpgradeBackupFact, PreflightFact, RevisionFact};
     use chrono::TimeZone;
 
     const OLD: &str = "dbop.local/postgres:15.18";
@@ -702,8 +702,8 @@ mod tests {
         })
     }
 
-    fn backup(phase: BackupPhase) -> Option<BackupFact> {
-        Some(BackupFact {
+    fn backup(phase: BackupPhase) -> Option<PreUpgradeBackupFact> {
+        Some(PreUpgradeBackupFact {
             phase: Some(phase),
             message: Some("m".into()),
         })

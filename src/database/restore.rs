@@ -2,7 +2,7 @@
 //! runs, must wait or failed. The restore takes the place of the init SQL: `decide` asks this
 //! module instead of running init, and `build` builds the Job from [`source`].
 //!
-//! Pure: `RestoreSnapshot` is what `observe` read; everything here is a function of it, the
+//! Pure: `RestoreObjects` is what `observe` read; everything here is a function of it, the
 //! Database and the facts. No client, no clock. Must not import `observe`, `decide`, `build` or `apply`.
 
 use k8s_openapi::api::batch::v1::Job;
@@ -19,7 +19,7 @@ use dbop_contract::{BackupResult, Outcome, parse_termination_message};
 
 /// What `observe` read for a Database that restores from a backup and is not initialised yet.
 #[derive(Clone, Debug, Default)]
-pub struct RestoreSnapshot {
+pub struct RestoreObjects {
     /// The restore Job.
     pub job: Option<Job>,
     /// Its pods, once it finished (for the agent's result).
@@ -93,7 +93,7 @@ pub struct RestoreJobFact {
 }
 
 /// The facts of a Database with `spec.bootstrap`; `None` without one.
-pub fn fact(db: &Database, snap: &RestoreSnapshot) -> Option<BootstrapFact> {
+pub fn fact(db: &Database, snap: &RestoreObjects) -> Option<BootstrapFact> {
     db.spec.bootstrap.as_ref()?;
     Some(BootstrapFact {
         source: source(db, snap).map(|s| describe(&s)),
@@ -127,7 +127,7 @@ fn describe(source: &RestoreSource) -> String {
 }
 
 /// The S3 location `fromBackup` points at: its own `s3`, or the `DatabaseBackup`'s Database's.
-pub fn source_s3<'a>(from: &'a FromBackupSpec, snap: &'a RestoreSnapshot) -> Option<&'a S3Spec> {
+pub fn source_s3<'a>(from: &'a FromBackupSpec, snap: &'a RestoreObjects) -> Option<&'a S3Spec> {
     match &from.s3 {
         Some(s3) => Some(s3),
         None => Some(&snap.source_database.as_ref()?.spec.backup.as_ref()?.s3),
@@ -135,7 +135,7 @@ pub fn source_s3<'a>(from: &'a FromBackupSpec, snap: &'a RestoreSnapshot) -> Opt
 }
 
 /// Where the backup is, resolved; or why it cannot be restored (now).
-pub fn source(db: &Database, snap: &RestoreSnapshot) -> Result<RestoreSource, SourceProblem> {
+pub fn source(db: &Database, snap: &RestoreObjects) -> Result<RestoreSource, SourceProblem> {
     let from = &db
         .spec
         .bootstrap
@@ -187,10 +187,7 @@ fn unreachable_s3(db: &Database) -> S3Spec {
 }
 
 /// `fromBackup.databaseBackup`: a backup that succeeded, of a Database that still says where.
-fn from_database_backup(
-    name: &str,
-    snap: &RestoreSnapshot,
-) -> Result<RestoreSource, SourceProblem> {
+fn from_database_backup(name: &str, snap: &RestoreObjects) -> Result<RestoreSource, SourceProblem> {
     let backup = snap
         .backup
         .as_ref()
@@ -229,7 +226,7 @@ fn from_database_backup(
     })
 }
 
-fn check_credentials(s3: &S3Spec, snap: &RestoreSnapshot) -> Result<(), SourceProblem> {
+fn check_credentials(s3: &S3Spec, snap: &RestoreObjects) -> Result<(), SourceProblem> {
     if let Some(problem) = s3_secret_problem(&s3.credentials, snap.s3_secret.as_ref()) {
         return Err(SourceProblem::S3(problem));
     }
@@ -295,7 +292,7 @@ impl RestoreDecision {
 
 /// Decides the restore of a Database that is not initialised yet. `server_up`: the server has
 /// served on the desired spec; `data_predates`: the volume was kept by an earlier Database.
-pub fn decide(
+pub fn decide_restore(
     db: &Database,
     fact: &BootstrapFact,
     server_up: bool,
@@ -478,9 +475,9 @@ mod tests {
     #[test]
     fn an_s3_location_defaults_to_this_databases_own_prefix_and_latest() {
         let db = from_backup(serde_json::json!({"s3": s3_json()}));
-        let snap = RestoreSnapshot {
+        let snap = RestoreObjects {
             s3_secret: Some(secret()),
-            ..RestoreSnapshot::default()
+            ..RestoreObjects::default()
         };
         let s = source(&db, &snap).unwrap();
         assert_eq!(
@@ -501,11 +498,11 @@ mod tests {
     #[test]
     fn a_database_backup_resolves_to_its_databases_bucket_and_id() {
         let db = from_backup(serde_json::json!({"databaseBackup": "ledger-202601010200"}));
-        let snap = RestoreSnapshot {
+        let snap = RestoreObjects {
             backup: Some(backup(Some(BackupPhase::Succeeded))),
             source_database: Some(source_db()),
             s3_secret: Some(secret()),
-            ..RestoreSnapshot::default()
+            ..RestoreObjects::default()
         };
         let s = source(&db, &snap).unwrap();
         assert_eq!(s.prefix, "team/shop/ledger");
@@ -516,16 +513,16 @@ mod tests {
     #[test]
     fn source_problems_table() {
         let db = from_backup(serde_json::json!({"databaseBackup": "ledger-202601010200"}));
-        let good = RestoreSnapshot {
+        let good = RestoreObjects {
             backup: Some(backup(Some(BackupPhase::Succeeded))),
             source_database: Some(source_db()),
             s3_secret: Some(secret()),
-            ..RestoreSnapshot::default()
+            ..RestoreObjects::default()
         };
         let table = [
             (
                 "missing",
-                RestoreSnapshot {
+                RestoreObjects {
                     backup: None,
                     ..good.clone()
                 },
@@ -533,7 +530,7 @@ mod tests {
             ),
             (
                 "running",
-                RestoreSnapshot {
+                RestoreObjects {
                     backup: Some(backup(Some(BackupPhase::Running))),
                     ..good.clone()
                 },
@@ -541,7 +538,7 @@ mod tests {
             ),
             (
                 "failed",
-                RestoreSnapshot {
+                RestoreObjects {
                     backup: Some(backup(Some(BackupPhase::Failed))),
                     ..good.clone()
                 },
@@ -549,7 +546,7 @@ mod tests {
             ),
             (
                 "source gone",
-                RestoreSnapshot {
+                RestoreObjects {
                     source_database: None,
                     ..good.clone()
                 },
@@ -557,7 +554,7 @@ mod tests {
             ),
             (
                 "no secret",
-                RestoreSnapshot {
+                RestoreObjects {
                     s3_secret: None,
                     ..good.clone()
                 },
@@ -565,7 +562,7 @@ mod tests {
             ),
             (
                 "bad ca",
-                RestoreSnapshot {
+                RestoreObjects {
                     ca_problem: Some("no ca".into()),
                     ..good.clone()
                 },
@@ -575,7 +572,7 @@ mod tests {
         for (name, snap, reason) in table {
             let problem = source(&db, &snap).expect_err(name);
             assert_eq!(problem.reason(), reason, "{name}");
-            let d = decide(&db, &fact(&db, &snap).unwrap(), true, false);
+            let d = decide_restore(&db, &fact(&db, &snap).unwrap(), true, false);
             assert!(!d.create_job, "{name}");
             assert_eq!(d.condition.reason, reason, "{name}");
             assert!(!d.condition.status, "{name}");
@@ -713,7 +710,7 @@ mod tests {
             ),
         ];
         for (name, fact, up, predates, reason, initialized, create) in table {
-            let d = decide(&db, &fact, up, predates);
+            let d = decide_restore(&db, &fact, up, predates);
             assert_eq!(d.condition.reason, reason, "{name}");
             assert_eq!(d.condition.status, initialized, "{name}");
             assert_eq!(d.create_job, create, "{name}");
@@ -728,7 +725,7 @@ mod tests {
             let failed = matches!(d.outcome, RestoreOutcome::Failed { .. });
             assert_eq!(failed, want_failed, "{name}");
         }
-        let d = decide(
+        let d = decide_restore(
             &db,
             &job(
                 JobState::Succeeded,
@@ -739,7 +736,7 @@ mod tests {
         );
         assert_eq!(d.status.unwrap().restored_backup_id.as_deref(), Some("b7"));
         assert!(d.condition.message.contains("b7"));
-        let d = decide(
+        let d = decide_restore(
             &db,
             &job(
                 failed,
@@ -775,10 +772,10 @@ mod tests {
             ..Job::default()
         };
         let fact_of = |pods: Vec<Pod>| {
-            let snap = RestoreSnapshot {
+            let snap = RestoreObjects {
                 job: Some(failed.clone()),
                 pods,
-                ..RestoreSnapshot::default()
+                ..RestoreObjects::default()
             };
             fact(&db, &snap).unwrap().job.unwrap()
         };
