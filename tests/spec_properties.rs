@@ -18,7 +18,7 @@ use dbop::api::{
     BackupPhase, BackupStatus, Database, DatabaseBackup, DatabaseBackupSpec, DatabaseBackupStatus,
     DatabaseSpec, DatabaseStatus, Phase,
 };
-use dbop::backup::job::{backup_job, job_name};
+use dbop::backup::job::backup_job;
 use dbop::backup::plan::BackupHistory;
 use dbop::backup::s3_secret::S3SecretProblem;
 use dbop::backup::schedule::{BackupRecord, scheduled_backup_name};
@@ -28,6 +28,7 @@ use dbop::database::facts::{CredentialsFact, Facts, InitSourceFact, StatefulSetF
 use dbop::database_backup::decide::decide as decide_backup;
 use dbop::database_backup::facts::{BackupFacts, DatabaseFacts, JobFacts};
 use dbop::objects::JobState;
+use dbop::resources::backup_job::job_name;
 use dbop::resources::credentials::{SecretProblem, generated_secret};
 use dbop::resources::init_job::{init_job, init_sql_config_map};
 use dbop::resources::{Settings, check_version, services, statefulset};

@@ -6,8 +6,8 @@
 //!   kept (the contract's retention rule), whether backups are healthy;
 //! - `settings` parses `spec.backup` once for the plan and the Job (pure);
 //! - `plan` is the pure backup part of a Database's reconcile (the due run, history, health);
-//! - `job` checks that a backup or verify Job can be built and builds it (pure, on the
-//!   `resources::job` skeleton); `ca` reads whether the `s3.ca` source exists;
+//! - `job` checks that a backup or verify Job can be built, and has `resources::backup_job` build
+//!   it (pure); `ca` reads whether the `s3.ca` source exists;
 //! - `verify` decides backup verification (pure; its I/O is `database::verification`);
 //! - `s3_secret` is the pure check of the S3 credentials Secret, read by both controllers.
 //!

@@ -9,12 +9,12 @@ use kube::Api;
 use kube::api::ListParams;
 
 use crate::api::{BackupPhase, Database, Phase};
-use crate::backup::job::BACKUP_CONTAINER;
 use crate::backup::verify::{VerifyFacts, VerifyJobFact};
 use crate::context::Context;
 use crate::error::Result;
 use crate::kube_io::job_pods;
 use crate::objects::{JobState, finished_at, job_state, termination_message, to_chrono};
+use crate::resources::backup_job::BACKUP_CONTAINER;
 use crate::resources::{LABEL_COMPONENT, LABEL_INSTANCE};
 
 /// Reads the verify Jobs of `db` and its succeeded backups (from `records`, read by the

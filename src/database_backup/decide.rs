@@ -11,9 +11,9 @@ use dbop_contract::{BackupResult, parse_termination_message};
 
 use super::facts::{BackupFacts, DatabaseFacts, JobFacts, name_of};
 use crate::api::{BackupPhase, BackupReason, DatabaseBackup, DatabaseBackupStatus, Phase};
-use crate::backup::job::job_name;
 use crate::backup::s3_secret::S3SecretProblem;
 use crate::objects::{EventSpec, JobState, MAX_MESSAGE, truncate};
+use crate::resources::backup_job::job_name;
 
 /// How often a queued backup looks whether its turn has come (a finished sibling does not wake
 /// it through a watch).

@@ -9,10 +9,10 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::api::{BackupPhase, BackupReason, Database, DatabaseBackup, Phase};
-use crate::backup::job::BACKUP_CONTAINER;
 use crate::backup::s3_secret::S3SecretProblem;
 use crate::backup::settings::BackupSettings;
 use crate::objects::{JobState, finished_at, termination_message, to_chrono};
+use crate::resources::backup_job::BACKUP_CONTAINER;
 
 /// Everything the decision needs.
 #[derive(Clone, Debug, PartialEq)]

@@ -17,13 +17,13 @@ use super::facts::{
     BackupFacts, DatabaseFacts, JobFacts, database_facts, job_facts, name_of, queue_ahead,
 };
 use crate::api::{BackupPhase, Database, DatabaseBackup};
-use crate::backup::job::job_name;
 use crate::backup::s3_secret::{S3SecretProblem, s3_secret_problem};
 use crate::context::Context;
 use crate::context::caches::{get, list};
 use crate::error::Result;
 use crate::kube_io::job_pods;
 use crate::objects::{JobState, job_state, owned_by};
+use crate::resources::backup_job::job_name;
 
 /// What was read, kept for `act` (the Database the Job is built from) and `decide`.
 pub struct Observed {

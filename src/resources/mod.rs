@@ -5,6 +5,7 @@
 //! facts. No client, no clock, no randomness (the caller passes a generated password in).
 
 pub mod agent;
+pub mod backup_job;
 pub mod credentials;
 pub mod database_backup;
 pub mod init_job;
