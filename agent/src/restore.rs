@@ -508,8 +508,21 @@ fn feed_inner(
             held.drain(..release);
         }
     }
-    let mut reader = decoder.finish();
-    // Anything after the last frame still counts towards the checksum.
+    check_whole(decoder.finish(), raw, expected)?;
+    // Checked: let pg_restore see the end of the archive, then EOF.
+    stdin
+        .write_all(&held)
+        .map_err(FeedError::PgRestoreStopped)?;
+    Ok(())
+}
+
+/// Reads what is left after the last frame (it still counts towards the checksum), then holds
+/// the whole object against the manifest: its size, its sha256 and its decompressed length.
+fn check_whole(
+    mut reader: std::io::BufReader<HashingReader>,
+    raw: u64,
+    expected: &Expected,
+) -> std::result::Result<(), FeedError> {
     let mut rest = [0u8; 4096];
     loop {
         match reader.read(&mut rest) {
@@ -546,10 +559,6 @@ fn feed_inner(
             expected.raw_bytes
         )));
     }
-    // Checked: let pg_restore see the end of the archive, then EOF.
-    stdin
-        .write_all(&held)
-        .map_err(FeedError::PgRestoreStopped)?;
     Ok(())
 }
 
@@ -565,15 +574,9 @@ pub struct VerifyOptions {
     pub scratch_database: Option<String>,
 }
 
-/// Restores into a scratch database, compares row counts with the manifest, drops it.
-pub async fn verify(
-    store: &Store,
-    layout: &Layout,
-    tools: &PgTools,
-    opts: &VerifyOptions,
-    interrupt: &Interrupt,
-    result: &mut BackupResult,
-) -> Result<()> {
+/// The database whose backup is verified (`--source-database` or PGDATABASE), and the scratch
+/// database to restore it into (`--scratch-database`, or a fresh name).
+fn verify_names(opts: &VerifyOptions) -> Result<(String, String)> {
     let source = opts
         .source_database
         .clone()
@@ -591,6 +594,19 @@ pub async fn verify(
             std::process::id()
         )
     });
+    Ok((source, scratch))
+}
+
+/// Restores into a scratch database, compares row counts with the manifest, drops it.
+pub async fn verify(
+    store: &Store,
+    layout: &Layout,
+    tools: &PgTools,
+    opts: &VerifyOptions,
+    interrupt: &Interrupt,
+    result: &mut BackupResult,
+) -> Result<()> {
+    let (source, scratch) = verify_names(opts)?;
     tools
         .query(
             None,

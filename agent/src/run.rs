@@ -5,7 +5,9 @@
 use chrono::Utc;
 
 use crate::catalog::{self, BackupEntry};
-use crate::cli::{Command, ListArgs, PruneArgs, StorageArgs};
+use crate::cli::{
+    Command, DumpArgs, ListArgs, PgArgs, PruneArgs, RestoreArgs, StorageArgs, VerifyArgs,
+};
 use crate::dump::{self, DumpOptions};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -59,70 +61,9 @@ fn finish(mut result: BackupResult, outcome: Result<()>) -> RunOutput {
 
 pub async fn run(command: Command, interrupt: Interrupt) -> RunOutput {
     match command {
-        Command::Dump(a) => {
-            let mut result = BackupResult::new(Operation::Dump);
-            result.started_at = Some(Utc::now());
-            let outcome = async {
-                let (store, layout) = store_for(&a.storage).await?;
-                let opts = DumpOptions {
-                    compression_level: a.compression_level,
-                    compression_threads: a.compression_threads,
-                    part_size: a.part_size as usize,
-                    concurrency: a.upload_concurrency as usize,
-                    backup_id: a.backup_id.clone(),
-                    policy: Policy {
-                        keep_last: a.retention.keep_last,
-                        max_age: a.retention.max_age,
-                    },
-                    incomplete_grace: a.retention.incomplete_grace,
-                };
-                let tools = PgTools {
-                    bin_dir: a.pg.pg_bin_dir.clone(),
-                };
-                dump::dump(&store, &layout, &tools, &opts, &interrupt, &mut result).await
-            }
-            .await;
-            finish(result, outcome)
-        }
-        Command::Restore(a) => {
-            let mut result = BackupResult::new(Operation::Restore);
-            let outcome = async {
-                let (store, layout) = store_for(&a.storage).await?;
-                let opts = RestoreOptions {
-                    backup: a.backup.clone(),
-                    source_database: a.source_database.clone(),
-                    target_database: None,
-                    no_owner: a.no_owner,
-                    no_acl: a.no_acl,
-                    restore_globals: !a.no_globals,
-                };
-                let tools = PgTools {
-                    bin_dir: a.pg.pg_bin_dir.clone(),
-                };
-                restore::restore(&store, &layout, &tools, &opts, &interrupt, &mut result)
-                    .await
-                    .map(|_| ())
-            }
-            .await;
-            finish(result, outcome)
-        }
-        Command::Verify(a) => {
-            let mut result = BackupResult::new(Operation::Verify);
-            let outcome = async {
-                let (store, layout) = store_for(&a.storage).await?;
-                let opts = VerifyOptions {
-                    backup: a.backup.clone(),
-                    source_database: a.source_database.clone(),
-                    scratch_database: a.scratch_database.clone(),
-                };
-                let tools = PgTools {
-                    bin_dir: a.pg.pg_bin_dir.clone(),
-                };
-                restore::verify(&store, &layout, &tools, &opts, &interrupt, &mut result).await
-            }
-            .await;
-            finish(result, outcome)
-        }
+        Command::Dump(a) => dump_command(&a, &interrupt).await,
+        Command::Restore(a) => restore_command(&a, &interrupt).await,
+        Command::Verify(a) => verify_command(&a, &interrupt).await,
         Command::Prune(a) => {
             let mut result = BackupResult::new(Operation::Prune);
             result.started_at = Some(Utc::now());
@@ -143,6 +84,94 @@ pub async fn run(command: Command, interrupt: Interrupt) -> RunOutput {
             }
         },
     }
+}
+
+/// The PostgreSQL client tools of a command.
+fn tools(pg: &PgArgs) -> PgTools {
+    PgTools {
+        bin_dir: pg.pg_bin_dir.clone(),
+    }
+}
+
+async fn dump_command(a: &DumpArgs, interrupt: &Interrupt) -> RunOutput {
+    let mut result = BackupResult::new(Operation::Dump);
+    result.started_at = Some(Utc::now());
+    let outcome = async {
+        let (store, layout) = store_for(&a.storage).await?;
+        let opts = DumpOptions {
+            compression_level: a.compression_level,
+            compression_threads: a.compression_threads,
+            part_size: a.part_size as usize,
+            concurrency: a.upload_concurrency as usize,
+            backup_id: a.backup_id.clone(),
+            policy: Policy {
+                keep_last: a.retention.keep_last,
+                max_age: a.retention.max_age,
+            },
+            incomplete_grace: a.retention.incomplete_grace,
+        };
+        dump::dump(
+            &store,
+            &layout,
+            &tools(&a.pg),
+            &opts,
+            interrupt,
+            &mut result,
+        )
+        .await
+    }
+    .await;
+    finish(result, outcome)
+}
+
+async fn restore_command(a: &RestoreArgs, interrupt: &Interrupt) -> RunOutput {
+    let mut result = BackupResult::new(Operation::Restore);
+    let outcome = async {
+        let (store, layout) = store_for(&a.storage).await?;
+        let opts = RestoreOptions {
+            backup: a.backup.clone(),
+            source_database: a.source_database.clone(),
+            target_database: None,
+            no_owner: a.no_owner,
+            no_acl: a.no_acl,
+            restore_globals: !a.no_globals,
+        };
+        restore::restore(
+            &store,
+            &layout,
+            &tools(&a.pg),
+            &opts,
+            interrupt,
+            &mut result,
+        )
+        .await
+        .map(|_| ())
+    }
+    .await;
+    finish(result, outcome)
+}
+
+async fn verify_command(a: &VerifyArgs, interrupt: &Interrupt) -> RunOutput {
+    let mut result = BackupResult::new(Operation::Verify);
+    let outcome = async {
+        let (store, layout) = store_for(&a.storage).await?;
+        let opts = VerifyOptions {
+            backup: a.backup.clone(),
+            source_database: a.source_database.clone(),
+            scratch_database: a.scratch_database.clone(),
+        };
+        restore::verify(
+            &store,
+            &layout,
+            &tools(&a.pg),
+            &opts,
+            interrupt,
+            &mut result,
+        )
+        .await
+    }
+    .await;
+    finish(result, outcome)
 }
 
 async fn list_command(a: &ListArgs) -> Result<()> {

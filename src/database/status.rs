@@ -15,7 +15,7 @@ use crate::resources::credentials::secret_name;
 /// refused). Only `apply` makes one, so the status is derived from what was applied.
 #[derive(Debug, Default)]
 pub struct Applied {
-    pub overrides: Vec<ConditionStatus>,
+    pub(super) overrides: Vec<ConditionStatus>,
 }
 
 /// The status after a pass: the decision with what applying it overrode and the verification
