@@ -21,7 +21,7 @@
 //!
 //! `plugin` (the `kubectl dbop` commands) depends only on `api` and `resources`.
 //!
-//! The backup agent is a separate crate (`agent/`, `dbop-backup`), the instance manager another
+//! The backup agent is a separate crate (`backups/`, `dbop-backup`), the instance manager another
 //! (`instance/`, `dbop-instance`); what they agree on with the operator is in `dbop-contract`
 //! (`contract/`).
 

@@ -1,7 +1,7 @@
 //! The fuzz targets' inputs on the stable toolchain: the checked-in seeds (`fuzz/seeds/`, which
 //! include every input a fuzz run found a fault with) and the local corpus a `make fuzz` left,
 //! through the same checks as the `termination_message` and `units` targets (the manifest's are
-//! in `agent/tests/fuzz_seeds.rs`). So a fixed fault stays fixed under `make test`, which needs
+//! in `backups/tests/fuzz_seeds.rs`). So a fixed fault stays fixed under `make test`, which needs
 //! no nightly.
 
 use std::path::{Path, PathBuf};

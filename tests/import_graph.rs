@@ -1,4 +1,4 @@
-//! No import circles, in the operator (`src/`), the agent (`agent/src/`) and the contract crate
+//! No import circles, in the operator (`src/`), the agent (`backups/src/`) and the contract crate
 //! (`contract/src/`): neither between files nor between the top-level modules of a crate (a
 //! module that imports one that imports it back is a circle even when the files differ).
 //!
@@ -199,7 +199,7 @@ fn no_import_circles() {
     let mut problems = vec![];
     for (name, root) in [
         ("dbop", "src"),
-        ("dbop-backup", "agent/src"),
+        ("dbop-backup", "backups/src"),
         ("dbop-contract", "contract/src"),
     ] {
         let (found, edges) = check(name, root);

@@ -1,7 +1,7 @@
 //! Test harness: real PostgreSQL and s3s-fs from `dbop_contract::test_support` (shared with the
 //! operator's tests), moto_server and SDK helpers on top, and the agent binary run as a child
 //! process. A missing dependency fails the test with a message
-//! naming `agent/install-test-deps.sh`; nothing is skipped.
+//! naming `backups/install-test-deps.sh`; nothing is skipped.
 #![allow(dead_code)]
 
 use std::path::PathBuf;

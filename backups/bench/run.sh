@@ -6,10 +6,10 @@
 # Prints markdown tables (best of RUNS by wall time, with the median wall time beside it) and
 # the load average sampled before each run; see docs/benchmarks.md.
 #
-#   agent/bench/run.sh                 # sizes 1 and 4 GiB, 3 runs each
-#   SIZES="1" RUNS=2 agent/bench/run.sh
+#   backups/bench/run.sh                 # sizes 1 and 4 GiB, 3 runs each
+#   SIZES="1" RUNS=2 backups/bench/run.sh
 #
-# Needs what agent/install-test-deps.sh installs. Run as root (PostgreSQL runs as `postgres`).
+# Needs what backups/install-test-deps.sh installs. Run as root (PostgreSQL runs as `postgres`).
 set -euo pipefail
 
 SIZES=${SIZES:-"1 4"}
