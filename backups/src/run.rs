@@ -87,7 +87,7 @@ pub async fn run(command: Command, interrupt: Interrupt) -> RunOutput {
 }
 
 /// The PostgreSQL client tools of a command.
-fn tools(pg: &PgArgs) -> PgTools {
+fn pg_tools(pg: &PgArgs) -> PgTools {
     PgTools {
         bin_dir: pg.pg_bin_dir.clone(),
     }
@@ -98,6 +98,7 @@ async fn dump_command(a: &DumpArgs, interrupt: &Interrupt) -> RunOutput {
     result.started_at = Some(Utc::now());
     let outcome = async {
         let (store, layout) = store_for(&a.storage).await?;
+        let tools = pg_tools(&a.pg);
         let opts = DumpOptions {
             compression_level: a.compression_level,
             compression_threads: a.compression_threads,
@@ -110,15 +111,7 @@ async fn dump_command(a: &DumpArgs, interrupt: &Interrupt) -> RunOutput {
             },
             incomplete_grace: a.retention.incomplete_grace,
         };
-        dump::dump(
-            &store,
-            &layout,
-            &tools(&a.pg),
-            &opts,
-            interrupt,
-            &mut result,
-        )
-        .await
+        dump::dump(&store, &layout, &tools, &opts, interrupt, &mut result).await
     }
     .await;
     finish(result, outcome)
@@ -128,6 +121,7 @@ async fn restore_command(a: &RestoreArgs, interrupt: &Interrupt) -> RunOutput {
     let mut result = BackupResult::new(Operation::Restore);
     let outcome = async {
         let (store, layout) = store_for(&a.storage).await?;
+        let tools = pg_tools(&a.pg);
         let opts = RestoreOptions {
             backup: a.backup.clone(),
             source_database: a.source_database.clone(),
@@ -136,16 +130,9 @@ async fn restore_command(a: &RestoreArgs, interrupt: &Interrupt) -> RunOutput {
             no_acl: a.no_acl,
             restore_globals: !a.no_globals,
         };
-        restore::restore(
-            &store,
-            &layout,
-            &tools(&a.pg),
-            &opts,
-            interrupt,
-            &mut result,
-        )
-        .await
-        .map(|_| ())
+        restore::restore(&store, &layout, &tools, &opts, interrupt, &mut result)
+            .await
+            .map(|_| ())
     }
     .await;
     finish(result, outcome)
@@ -155,20 +142,13 @@ async fn verify_command(a: &VerifyArgs, interrupt: &Interrupt) -> RunOutput {
     let mut result = BackupResult::new(Operation::Verify);
     let outcome = async {
         let (store, layout) = store_for(&a.storage).await?;
+        let tools = pg_tools(&a.pg);
         let opts = VerifyOptions {
             backup: a.backup.clone(),
             source_database: a.source_database.clone(),
             scratch_database: a.scratch_database.clone(),
         };
-        restore::verify(
-            &store,
-            &layout,
-            &tools(&a.pg),
-            &opts,
-            interrupt,
-            &mut result,
-        )
-        .await
+        restore::verify(&store, &layout, &tools, &opts, interrupt, &mut result).await
     }
     .await;
     finish(result, outcome)
