@@ -5,6 +5,7 @@
 //! - `api`: the CRD types; `error`: the operator's errors, named by the step that failed;
 //! - `objects`: the pure vocabulary of what both controllers read and publish (a Job's state,
 //!   an Event, a message cut short);
+//! - `settings`: the operator's settings (`dbop run`'s flags) and their defaults;
 //! - `resources`: pure builders of every object dbop makes, on one Job skeleton;
 //! - `ops` (metrics, the HTTP endpoints, the leader lease), beside `context` (what every
 //!   reconcile shares, the retry backoff), which records into its metrics;
@@ -38,6 +39,7 @@ pub mod ops;
 pub mod plugin;
 pub mod resources;
 pub mod runtime;
+pub mod settings;
 pub mod telemetry;
 pub mod upgrade;
 

@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 use dbop::kube_io::rate_limit::ApiLimits;
 use dbop::operator::{ProcessSettings, Stopped};
 use dbop::ops::leader::{self, LeaseSettings};
-use dbop::resources::Settings;
+use dbop::settings::Settings;
 use dbop::telemetry::{self, LogFormat};
 
 #[derive(Parser)]
@@ -45,12 +45,12 @@ struct RunArgs {
     #[arg(
         long,
         env = "DBOP_POSTGRES_IMAGE_TEMPLATE",
-        default_value = dbop::resources::DEFAULT_POSTGRES_IMAGE_TEMPLATE
+        default_value = dbop::settings::DEFAULT_POSTGRES_IMAGE_TEMPLATE
     )]
     postgres_image_template: String,
     /// dbop's own image, holding the static `dbop-instance` and `dbop-backup` at
     /// `/usr/local/bin`: database and backup pods copy them from it with an init container.
-    #[arg(long, env = "DBOP_AGENT_IMAGE", default_value = dbop::resources::DEFAULT_AGENT_IMAGE)]
+    #[arg(long, env = "DBOP_AGENT_IMAGE", default_value = dbop::settings::DEFAULT_AGENT_IMAGE)]
     agent_image: String,
     /// Pull secrets (comma-separated names, in each Database's namespace) for the pods dbop
     /// creates.
@@ -120,7 +120,7 @@ async fn main() -> ExitCode {
 async fn run(args: RunArgs) -> ExitCode {
     telemetry::init(args.log_format);
     let job_resources = match args.job_resources.as_deref().map(serde_json::from_str) {
-        None => dbop::resources::pod::default_job_resources(),
+        None => dbop::settings::default_job_resources(),
         Some(Ok(resources)) => resources,
         Some(Err(error)) => {
             tracing::error!(%error, "--job-resources (DBOP_JOB_RESOURCES) is not a resources object such as {{\"requests\":{{\"memory\":\"128Mi\"}}}}");

@@ -4,9 +4,12 @@
 //!
 //! Pure: no client, no clock. Must not import `kube_io` or `context` (the I/O rooms import it).
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::runtime::events::EventType;
 
@@ -138,6 +141,16 @@ pub fn owned_by(meta: &ObjectMeta, kind: Option<&str>, uid: Option<&str>) -> boo
 /// The label selector of a Job's pods.
 pub fn job_pods_selector(job_name: &str) -> String {
     format!("batch.kubernetes.io/job-name={job_name}")
+}
+
+/// Resource quantities by name (`cpu`, `memory`), as a container's requests or limits.
+pub fn quantities(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, Quantity>> {
+    Some(
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+            .collect(),
+    )
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use crate::kube_io::rate_limit::ApiLimits;
 use crate::ops::leader::{self, LeaseSettings};
 use crate::ops::metrics::Metrics;
 use crate::ops::server::{self, Readiness};
-use crate::resources::Settings;
+use crate::settings::Settings;
 
 /// How the process runs, beside what the controllers need.
 pub struct ProcessSettings {

@@ -16,7 +16,7 @@ use crate::context::caches::caches;
 use crate::kube_io::initial_list;
 use crate::ops::metrics::Metrics;
 use crate::ops::server::Readiness;
-use crate::resources::Settings;
+use crate::settings::Settings;
 use crate::{database, database_backup};
 
 pub mod watches;

@@ -247,6 +247,7 @@ fn the_check_finds_a_circle() {
 const PURE: &[&str] = &[
     "api",
     "objects",
+    "settings",
     "resources",
     "upgrade",
     "backup::job",

@@ -15,8 +15,8 @@ use std::process::{Command, Output, Stdio};
 use dbop::api::{Database, DatabaseSpec};
 use dbop::database::restore::{self, BootstrapFact, RestoreJobFact, RestoreObjects};
 use dbop::objects::JobState;
-use dbop::resources::Settings;
 use dbop::resources::restore_job::restore_job;
+use dbop::settings::Settings;
 use dbop_contract::parse_termination_message;
 use dbop_contract::test_support::{
     BUCKET, PG_PASSWORD, PG_USER, Pg, S3_ACCESS_KEY, S3_SECRET_KEY, S3sFs, pg_bin_dir,

@@ -9,8 +9,8 @@ use k8s_openapi::api::batch::v1::Job;
 
 use super::settings::BackupSettings;
 use crate::api::{BackupSpec, Database, DatabaseBackup};
-use crate::resources::Settings;
 use crate::resources::backup_job::{self, AgentLimits, running_image};
+use crate::settings::Settings;
 
 /// Why no Job can be built for a backup.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -154,7 +154,7 @@ pub(crate) mod tests {
         let init = &pod.init_containers.as_ref().unwrap()[0];
         assert_eq!(
             init.image.as_deref(),
-            Some(crate::resources::DEFAULT_AGENT_IMAGE)
+            Some(crate::settings::DEFAULT_AGENT_IMAGE)
         );
         assert_eq!(
             init.command.as_ref().unwrap(),

@@ -17,7 +17,6 @@ use crate::api::{Database, DatabaseBackup};
 use crate::backup::job::verify_job;
 use crate::backup::verify::VerifyPlan;
 use crate::objects::EventSpec;
-use crate::resources::Settings;
 use crate::resources::credentials::{generated_secret, secret_name};
 use crate::resources::database_backup::{pre_upgrade_backup, scheduled_backup};
 use crate::resources::init_job::{init_job, init_sql_config_map};
@@ -25,6 +24,7 @@ use crate::resources::preflight_job::preflight_job;
 use crate::resources::restore_job::restore_job;
 use crate::resources::services::{headless, read_write};
 use crate::resources::statefulset::statefulset_running;
+use crate::settings::Settings;
 
 /// What one pass writes, built. `apply` destructures it without `..`: a new object does not
 /// compile until it is written.

@@ -14,7 +14,8 @@ use crate::api::UpgradeStatus;
 use crate::api::conditions::{self, ConditionStatus, ConditionType};
 use crate::api::{BootstrapStatus, Database};
 use crate::resources::statefulset::PodRun;
-use crate::resources::{Names, Settings, check_version};
+use crate::resources::{Names, check_version};
+use crate::settings::Settings;
 use crate::upgrade::plan::{Input as UpgradeInput, UpgradePlan, plan as plan_upgrade};
 
 use crate::backup::plan::{BackupPlan, plan_backups};

@@ -286,7 +286,8 @@ fn volume_fact(db: &Database, pvc: &PersistentVolumeClaim) -> VolumeFact {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::{Settings, testing};
+    use crate::resources::testing;
+    use crate::settings::Settings;
     use k8s_openapi::api::apps::v1::StatefulSetStatus;
 
     #[test]

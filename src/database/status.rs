@@ -134,7 +134,7 @@ mod tests {
             upgrade: Default::default(),
         };
         let decision =
-            crate::database::decide::decide(&db, &facts, &crate::resources::Settings::default());
+            crate::database::decide::decide(&db, &facts, &crate::settings::Settings::default());
         let status = next_status(&db, &decision, t);
         assert_eq!(find(&status.conditions, ConditionType::BackupHealthy), None);
         assert!(find(&status.conditions, ConditionType::Ready).is_some());

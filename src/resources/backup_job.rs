@@ -27,8 +27,9 @@ use super::agent::{CA_FILE, agent_env};
 use super::credentials::{USERNAME_KEY, secret_name};
 use super::job::{AgentRun, JobParts, agent_pod, job};
 use super::pod::secret_env;
-use super::{Settings, job_pod_labels, labels, owned_meta};
+use super::{job_pod_labels, labels, owned_meta};
 use crate::api::{BackupSpec, Database, DatabaseBackup};
+use crate::settings::Settings;
 
 /// What `spec.backup` sets on an agent Job, parsed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

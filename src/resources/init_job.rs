@@ -13,8 +13,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, ConfigMapVolumeSource, Container, Ke
 use super::credentials::{PASSWORD_KEY, USERNAME_KEY, secret_name};
 use super::job::{JobParts, JobPod, job};
 use super::pod::{container_security_context, env, mount, scratch, secret_env};
-use super::{Names, POSTGRES_PORT, Settings, image, job_pod_labels, owned_meta};
+use super::{Names, POSTGRES_PORT, image, job_pod_labels, owned_meta};
 use crate::api::Database;
+use crate::settings::Settings;
 
 /// How often a failing init is retried before the Database is marked Failed.
 pub const BACKOFF_LIMIT: i32 = 3;

@@ -16,8 +16,9 @@ use super::pod::{
     DBOP_BIN_VOLUME, container_security_context, copy_binary, pod_security_context, pull_secrets,
     scratch,
 };
-use super::{Settings, pod_annotations};
+use super::pod_annotations;
 use crate::api::{Database, S3Spec};
+use crate::settings::Settings;
 
 /// What sets one Job apart from the others.
 pub struct JobParts {

@@ -12,8 +12,9 @@ use super::job::{JobParts, JobPod, job};
 use super::pod::{
     DBOP_BIN_DIR, DBOP_BIN_VOLUME, container_security_context, copy_binary, mount, scratch,
 };
-use super::{Settings, Version, job_pod_labels, owned_meta};
+use super::{Version, job_pod_labels, owned_meta};
 use crate::api::Database;
+use crate::settings::Settings;
 
 /// The container that checks the version (its termination message is the version found).
 pub const PREFLIGHT_CONTAINER: &str = "preflight";

@@ -13,8 +13,9 @@ use k8s_openapi::api::batch::v1::Job;
 
 use super::agent::{CA_FILE, TERMINATION_LOG, agent_env};
 use super::job::{AgentRun, JobParts, agent_pod, job};
-use super::{Names, Settings, image, job_pod_labels, owned_meta};
+use super::{Names, image, job_pod_labels, owned_meta};
 use crate::api::{Database, S3Spec};
+use crate::settings::Settings;
 
 /// The name of the restore container (the one whose termination message holds the result).
 pub const RESTORE_CONTAINER: &str = "restore";

@@ -22,10 +22,11 @@ use super::pod::{
     pod_security_context, pull_secrets, scratch, shared_memory,
 };
 use super::{
-    LABEL_VERSION, Names, POSTGRES_PORT, Settings, Version, image, labels, owned_meta,
-    pod_annotations, pod_labels, selector_labels,
+    LABEL_VERSION, Names, POSTGRES_PORT, Version, image, labels, owned_meta, pod_annotations,
+    pod_labels, selector_labels,
 };
 use crate::api::{Database, DeletionPolicy};
+use crate::settings::Settings;
 
 const DATA_MOUNT: &str = "/var/lib/postgresql/data";
 /// PGDATA is a subdirectory: the volume's root may hold `lost+found`, which initdb refuses.
@@ -349,7 +350,7 @@ mod tests {
         let copy = &pod.init_containers.as_ref().unwrap()[0];
         assert_eq!(
             copy.image.as_deref(),
-            Some(crate::resources::DEFAULT_AGENT_IMAGE)
+            Some(crate::settings::DEFAULT_AGENT_IMAGE)
         );
         let c = &pod.containers[0];
         let command = c.command.as_ref().unwrap();

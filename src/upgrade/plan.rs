@@ -25,7 +25,7 @@ use super::policy::{Transition, image_of, transition};
 use crate::api::conditions::{ConditionStatus, ConditionType};
 use crate::api::{BackupPhase, Database, UpgradeStage, UpgradeStageTime, UpgradeStatus};
 use crate::objects::JobState;
-use crate::resources::Settings;
+use crate::settings::Settings;
 
 use UpgradeStage::{
     Complete, Failed, PreUpgradeBackup, Preflight, RolledBack, RollingBack, RollingOut, Verifying,
