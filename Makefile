@@ -106,7 +106,7 @@ fuzz: ## fuzz the manifest, termination-message, duration/size parsers and the d
 	fuzz/run.sh
 
 bench-backup: ## benchmark dbop-backup dump against pg_dump | zstd | rclone rcat (writes docs/benchmarks.md figures)
-	agent/bench/run.sh
+	backups/bench/run.sh
 
 bench: ## dbop at 1,000 Databases on a kwok-only test bed (scale, idle, self-repair, startup; not part of `make test`; figures in docs/benchmarks.md)
 	e2e/bench/run.sh

@@ -19,7 +19,7 @@ use tracing::warn;
 use self::caches::Caches;
 use crate::error::Error;
 use crate::ops::metrics::Metrics;
-use crate::resources::Settings;
+use crate::settings::Settings;
 
 /// An object's key for the failure count: (a namespace, optionally prefixed by the kind, and a
 /// name), so two kinds with the same name never share a count.

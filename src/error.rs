@@ -1,7 +1,45 @@
 //! The operator's errors: one enum, each variant with a short label for logs, metrics and
-//! Events. Messages name the object and what failed, never a secret.
+//! Events. Messages name the object and what failed, never a secret. A pass wraps what fails
+//! in the step it failed in (`Error::Step`: observe, build, apply, status, cleanup), so the
+//! message says where; the label stays the cause's.
+//!
+//! A wait is not an error: a deletion waiting for its final backup or for an upgrade's safe
+//! point ends its pass with an `Action`, after writing the status that says why.
 
 use thiserror::Error;
+
+/// The step of a pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Reading what the pass decides from.
+    Observe,
+    /// Building the desired objects.
+    Build,
+    /// Writing them (what drifted, what is created once, deletions).
+    Apply,
+    /// Writing the status and publishing the transition's Events.
+    Status,
+    /// The deletion policy (the finalizer's cleanup).
+    Cleanup,
+}
+
+impl Step {
+    pub fn label(self) -> &'static str {
+        match self {
+            Step::Observe => "observe",
+            Step::Build => "build",
+            Step::Apply => "apply",
+            Step::Status => "status",
+            Step::Cleanup => "cleanup",
+        }
+    }
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
 
 #[derive(Debug, Error)]
 pub enum Error {
@@ -15,17 +53,39 @@ pub enum Error {
         source: serde_json::Error,
     },
 
-    /// The deletion policy still waits (for the final backup): the finalizer stays.
+    /// The finalizer's Cleanup found the deletion policy still waiting (for the final backup),
+    /// which the pass before it handles as a wait: only a race reaches this, and the finalizer
+    /// stays (kube's finalizer helper removes it on any `Ok`).
     #[error("deletion waits: {0}")]
     DeletionWaiting(String),
 
     #[error("finalizer {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
 
-    /// Not a failure: a deleted Database's pods are changing version, and the finalizer must
-    /// not finish yet (kube's finalizer helper removes the finalizer on any `Ok`).
-    #[error("{0}")]
-    DeletionWaitsForUpgrade(String),
+    /// What failed, in the step of the pass it failed in.
+    #[error("{step} failed: {source}")]
+    Step {
+        step: Step,
+        #[source]
+        source: Box<Error>,
+    },
+}
+
+/// `.during(step)` on a result: its error, said to have happened in `step`.
+pub trait During<T> {
+    fn during(self, step: Step) -> Result<T>;
+}
+
+impl<T, E: Into<Error>> During<T> for std::result::Result<T, E> {
+    fn during(self, step: Step) -> Result<T> {
+        self.map_err(|e| match e.into() {
+            already @ Error::Step { .. } => already,
+            source => Error::Step {
+                step,
+                source: Box::new(source),
+            },
+        })
+    }
 }
 
 impl Error {
@@ -40,7 +100,20 @@ impl Error {
                 | kube::runtime::finalizer::Error::ApplyFailed(e) => e.label(),
                 _ => "FinalizerError",
             },
-            Error::DeletionWaitsForUpgrade(_) => "DeletionWaitsForUpgrade",
+            Error::Step { source, .. } => source.label(),
+        }
+    }
+
+    /// The step of the pass that failed, when the pass said.
+    pub fn step(&self) -> Option<Step> {
+        match self {
+            Error::Step { step, .. } => Some(*step),
+            Error::Finalizer(inner) => match inner.as_ref() {
+                kube::runtime::finalizer::Error::CleanupFailed(e)
+                | kube::runtime::finalizer::Error::ApplyFailed(e) => e.step(),
+                _ => None,
+            },
+            _ => None,
         }
     }
 }
@@ -53,9 +126,8 @@ impl Error {
         let kube_conflict = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.is_conflict() && !s.is_already_exists());
         match self {
             Error::Kube(e) => kube_conflict(e),
-            Error::Serialize { .. }
-            | Error::DeletionWaiting(_)
-            | Error::DeletionWaitsForUpgrade(_) => false,
+            Error::Serialize { .. } | Error::DeletionWaiting(_) => false,
+            Error::Step { source, .. } => source.is_conflict(),
             Error::Finalizer(e) => match e.as_ref() {
                 Finalizer::ApplyFailed(inner) | Finalizer::CleanupFailed(inner) => {
                     inner.is_conflict()

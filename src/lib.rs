@@ -1,37 +1,45 @@
 //! dbop: a Kubernetes operator that runs PostgreSQL with its whole lifecycle.
 //!
 //! The layout, from the bottom up (a module imports only from those before it; the
-//! `import_graph` test checks there is no circle):
-//! - `api`: the CRD types; `error`: the operator's errors;
-//! - `resources`: pure builders of every owned object;
-//! - `context` (what every reconcile shares, the retry backoff) and `kube_io` (the one place
-//!   that writes: apply what drifted, create once, patch status, Events, a Job's state);
-//! - `backup`: the schedule, the backup Job and the `DatabaseBackup` controller
-//!   (observe → decide → act);
+//! `import_graph` test checks there is no circle, and that no pure module reaches an I/O one):
+//! - `api`: the CRD types; `error`: the operator's errors, named by the step that failed;
+//! - `objects`: the pure vocabulary of what both controllers read and publish (a Job's state,
+//!   an Event, a message cut short);
+//! - `settings`: the operator's settings (`dbop run`'s flags) and their defaults;
+//! - `resources`: pure builders of every object dbop makes, on one Job skeleton;
+//! - `ops` (metrics, the HTTP endpoints, the leader lease), beside `context` (what every
+//!   reconcile shares, the retry backoff), which records into its metrics;
+//! - `kube_io`: the one place that writes (apply what drifted, create once, merge patches,
+//!   deletes, the status, Events);
+//! - `backup`: the backup policy both controllers share (schedule, settings, the Jobs,
+//!   verification), pure but for `ca`'s read;
 //! - `upgrade`: the version policy and the stage machine of a minor upgrade (pure);
-//! - `reconcile`: the Database controller's observe → decide → act, and its finalizer's cleanup;
-//! - `controller`: the watches and the runtime that run both controllers;
+//! - `database`: the Database controller (observe → facts → decide → build → apply → status,
+//!   its finalizer's cleanup); `database_backup`: the `DatabaseBackup` controller (observe →
+//!   facts → decide → act). Neither imports the other;
+//! - `runtime`: the watches, and both controllers started side by side;
 //! - `operator`: the process — endpoints, leader election, then the controllers.
 //!
 //! `plugin` (the `kubectl dbop` commands) depends only on `api` and `resources`.
 //!
-//! `ops` (metrics, the HTTP endpoints, the leader lease) depends only on `api` and sits beside
-//! `context`, which records into its metrics.
-//!
-//! The backup agent is a separate crate (`agent/`, `dbop-backup`); what the two agree on is in
-//! `dbop-contract` (`contract/`).
+//! The backup agent is a separate crate (`backups/`, `dbop-backup`), the instance manager another
+//! (`instance/`, `dbop-instance`); what they agree on with the operator is in `dbop-contract`
+//! (`contract/`).
 
 pub mod api;
 pub mod backup;
 pub mod context;
-pub mod controller;
+pub mod database;
+pub mod database_backup;
 pub mod error;
 pub mod kube_io;
+pub mod objects;
 pub mod operator;
 pub mod ops;
 pub mod plugin;
-pub mod reconcile;
 pub mod resources;
+pub mod runtime;
+pub mod settings;
 pub mod telemetry;
 pub mod upgrade;
 

@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 use dbop::kube_io::rate_limit::ApiLimits;
 use dbop::operator::{ProcessSettings, Stopped};
 use dbop::ops::leader::{self, LeaseSettings};
-use dbop::resources::Settings;
+use dbop::settings::Settings;
 use dbop::telemetry::{self, LogFormat};
 use k8s_openapi::api::core::v1::ResourceRequirements;
 
@@ -46,13 +46,13 @@ struct RunArgs {
     #[arg(
         long,
         env = "DBOP_POSTGRES_IMAGE_TEMPLATE",
-        default_value = dbop::resources::DEFAULT_POSTGRES_IMAGE_TEMPLATE,
+        default_value = dbop::settings::DEFAULT_POSTGRES_IMAGE_TEMPLATE,
         value_parser = parse_image
     )]
     postgres_image_template: String,
     /// dbop's own image, holding the static `dbop-instance` and `dbop-backup` at
     /// `/usr/local/bin`: database and backup pods copy them from it with an init container.
-    #[arg(long, env = "DBOP_AGENT_IMAGE", default_value = dbop::resources::DEFAULT_AGENT_IMAGE, value_parser = parse_image)]
+    #[arg(long, env = "DBOP_AGENT_IMAGE", default_value = dbop::settings::DEFAULT_AGENT_IMAGE, value_parser = parse_image)]
     agent_image: String,
     /// Pull secrets (comma-separated names, in each Database's namespace) for the pods dbop
     /// creates.
@@ -70,7 +70,7 @@ struct RunArgs {
     api_burst: u32,
     /// Database reconciles at once (0: unbounded). Bounded so that thousands of new Databases
     /// drain steadily instead of timing each other out (docs/benchmarks.md).
-    #[arg(long, env = "DBOP_RECONCILE_CONCURRENCY", default_value_t = dbop::controller::DEFAULT_RECONCILE_CONCURRENCY)]
+    #[arg(long, env = "DBOP_RECONCILE_CONCURRENCY", default_value_t = dbop::runtime::DEFAULT_RECONCILE_CONCURRENCY)]
     reconcile_concurrency: u16,
     /// Log format.
     #[arg(long, env = "DBOP_LOG_FORMAT", value_enum, default_value = "text")]
@@ -192,7 +192,7 @@ fn check(args: &RunArgs) -> Result<Checked, String> {
     let job_resources = args
         .job_resources
         .clone()
-        .unwrap_or_else(dbop::resources::pod::default_job_resources);
+        .unwrap_or_else(dbop::settings::default_job_resources);
     Ok(Checked {
         limits,
         namespaces,

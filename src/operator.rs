@@ -12,7 +12,7 @@ use crate::kube_io::rate_limit::ApiLimits;
 use crate::ops::leader::{self, LeaseSettings};
 use crate::ops::metrics::Metrics;
 use crate::ops::server::{self, Readiness};
-use crate::resources::Settings;
+use crate::settings::Settings;
 
 /// How the process runs, beside what the controllers need.
 pub struct ProcessSettings {
@@ -53,7 +53,7 @@ pub async fn run(client: Client, settings: Settings, process: ProcessSettings) -
         error!(%error, addr = %process.metrics_addr, "cannot listen for /metrics (--metrics-addr)");
         return Stopped::Endpoints;
     }
-    let controllers = crate::controller::run_observed(
+    let controllers = crate::runtime::run_observed(
         client.clone(),
         settings,
         &process.namespaces,

@@ -19,11 +19,12 @@ use dbop::api::{
     BackupPhase, BackupReason, Database, DatabaseBackup, DatabaseBackupSpec, DatabaseSpec,
     DatabaseStatus,
 };
-use dbop::backup::decide::decide;
-use dbop::backup::job::{AGENT_PATH, TERMINATION_LOG, backup_job};
-use dbop::backup::observe::{BackupFacts, JobFacts};
-use dbop::kube_io::JobState;
-use dbop::resources::Settings;
+use dbop::backup::job::backup_job;
+use dbop::database_backup::decide::decide;
+use dbop::database_backup::facts::{BackupFacts, JobFacts};
+use dbop::objects::JobState;
+use dbop::resources::backup_job::{AGENT_PATH, TERMINATION_LOG};
+use dbop::settings::Settings;
 use dbop_contract::test_support::{
     BUCKET, PG_PASSWORD, PG_USER, Pg, S3_ACCESS_KEY, S3_SECRET_KEY, S3sFs, pg_bin_dir,
 };

@@ -1,12 +1,12 @@
 //! The fuzz targets' inputs on the stable toolchain: the checked-in seeds (`fuzz/seeds/`, which
 //! include every input a fuzz run found a fault with) and the local corpus a `make fuzz` left,
 //! through the same checks as the `termination_message` and `units` targets (the manifest's are
-//! in `agent/tests/fuzz_seeds.rs`). So a fixed fault stays fixed under `make test`, which needs
+//! in `backups/tests/fuzz_seeds.rs`). So a fixed fault stays fixed under `make test`, which needs
 //! no nightly.
 
 use std::path::{Path, PathBuf};
 
-use dbop::reconcile::quantity;
+use dbop::database::quantity;
 use dbop_contract::result::MAX_SUMMARY_BYTES;
 use dbop_contract::units::{format_duration, parse_duration, parse_size};
 use dbop_contract::{BackupResult, Outcome, parse_termination_message};

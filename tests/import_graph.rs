@@ -1,6 +1,9 @@
-//! No import circles, in the operator (`src/`), the agent (`agent/src/`) and the contract crate
+//! No import circles, in the operator (`src/`), the agent (`backups/src/`) and the contract crate
 //! (`contract/src/`): neither between files nor between the top-level modules of a crate (a
 //! module that imports one that imports it back is a circle even when the files differ).
+//!
+//! And no pure module of the operator (no client, no clock: the decisions, the builders, the
+//! facts) reaches an I/O module (`kube_io`, `context`), straight or through another module.
 //!
 //! Edges are the `crate::…` and `super::…` paths a file names outside its `#[cfg(test)]` part,
 //! each resolved to the longest module that has a file. Run by `make lint`.
@@ -196,7 +199,7 @@ fn no_import_circles() {
     let mut problems = vec![];
     for (name, root) in [
         ("dbop", "src"),
-        ("dbop-backup", "agent/src"),
+        ("dbop-backup", "backups/src"),
         ("dbop-contract", "contract/src"),
     ] {
         let (found, edges) = check(name, root);
@@ -238,4 +241,88 @@ fn the_check_finds_a_circle() {
         paths_after("use crate::api::{A}; my_crate::x", "crate::"),
         vec![vec!["api".to_string()]]
     );
+}
+
+/// The operator's pure modules (a folder stands for every module in it).
+const PURE: &[&str] = &[
+    "api",
+    "objects",
+    "settings",
+    "resources",
+    "upgrade",
+    "backup::job",
+    "backup::plan",
+    "backup::s3_secret",
+    "backup::schedule",
+    "backup::settings",
+    "backup::verify",
+    "database::blocker",
+    "database::restore",
+    "database::build",
+    "database::decide",
+    "database::deletion",
+    "database::events",
+    "database::facts",
+    "database::quantity",
+    "database::status",
+    "database_backup::decide",
+    "database_backup::facts",
+];
+/// The operator's I/O modules: what talks to the API server or holds what a pass shares.
+const IO: &[&str] = &["kube_io", "context"];
+
+fn within(module: &str, of: &str) -> bool {
+    module == of || module.starts_with(&format!("{of}::"))
+}
+
+/// Each pure module that reaches an I/O module, with the path that does.
+fn impure(graph: &Graph, pure: &[&str], io: &[&str]) -> Vec<String> {
+    let mut found = vec![];
+    for start in graph.keys().filter(|m| pure.iter().any(|p| within(m, p))) {
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![vec![start.clone()]];
+        while let Some(path) = todo.pop() {
+            let last = path.last().unwrap();
+            if io.iter().any(|i| within(last, i)) {
+                found.push(path.join(" -> "));
+                break;
+            }
+            for next in graph.get(last).into_iter().flatten() {
+                if seen.insert(next.clone()) {
+                    let mut longer = path.clone();
+                    longer.push(next.clone());
+                    todo.push(longer);
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn pure_modules_import_no_io() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let graph = file_graph(&root);
+    for module in PURE {
+        assert!(
+            graph.keys().any(|m| within(m, module)),
+            "{module} is listed as pure but no such module exists"
+        );
+    }
+    let found = impure(&graph, PURE, IO);
+    assert!(
+        found.is_empty(),
+        "pure modules reach I/O:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_check_finds_a_pure_module_that_reaches_io() {
+    let graph: Graph = [("p", vec!["q"]), ("q", vec!["io::x"]), ("r", vec!["p"])]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect()))
+        .collect();
+    assert_eq!(impure(&graph, &["p"], &["io"]), vec!["p -> q -> io::x"]);
+    assert!(impure(&graph, &["io"], &["nothing"]).is_empty());
 }

@@ -9,9 +9,10 @@ use chrono::{TimeZone, Utc};
 use dbop::api::{Database, DatabaseSpec};
 use dbop::context::Context;
 use dbop::context::caches::{self, Caches};
-use dbop::reconcile::reconcile_database;
-use dbop::reconcile::{act, decide, observe};
-use dbop::resources::{Settings, credentials, services, statefulset};
+use dbop::database::reconcile_database;
+use dbop::database::{decide, facts, status};
+use dbop::resources::{credentials, services, statefulset};
+use dbop::settings::Settings;
 use http::{Request, Response, StatusCode};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::client::Body;
@@ -198,7 +199,7 @@ fn ready_world(db: &Database) -> HashMap<String, Value> {
 
 /// The status the operator itself would have written for this world.
 fn with_settled_status(mut db: Database, world: &HashMap<String, Value>) -> Database {
-    let snapshot = observe::Snapshot {
+    let snapshot = facts::Observed {
         credentials_secret: serde_json::from_value(
             world["/api/v1/namespaces/shop/secrets/orders-credentials"].clone(),
         )
@@ -213,11 +214,11 @@ fn with_settled_status(mut db: Database, world: &HashMap<String, Value>) -> Data
             )
             .unwrap(),
         ],
-        ..observe::Snapshot::default()
+        ..facts::Observed::default()
     };
-    let facts = observe::Facts::from_snapshot(&db, &snapshot);
+    let facts = facts::Facts::from_observed(&db, &snapshot);
     let decision = decide::decide(&db, &facts, &Settings::default());
-    db.status = Some(act::next_status(
+    db.status = Some(status::next_status(
         &db,
         &decision,
         Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
@@ -621,11 +622,11 @@ async fn a_deleted_service_is_reapplied_with_no_delay_after_its_watch_event() {
     let (client, mut server) = watching::start(objects);
     let metrics = Arc::new(dbop::ops::metrics::Metrics::new());
     let ready = Arc::new(dbop::ops::server::Readiness::default());
-    let operator = tokio::spawn(dbop::controller::run_observed(
+    let operator = tokio::spawn(dbop::runtime::run_observed(
         client,
         Settings::default(),
         &[],
-        dbop::controller::DEFAULT_RECONCILE_CONCURRENCY,
+        dbop::runtime::DEFAULT_RECONCILE_CONCURRENCY,
         metrics.clone(),
         ready,
     ));

@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use dbop::api::{Database, DatabaseSpec};
-use dbop::kube_io::JobState;
-use dbop::reconcile::bootstrap::{self, BootstrapFact, RestoreJobFact, RestoreSnapshot};
-use dbop::resources::Settings;
+use dbop::database::restore::{self, BootstrapFact, RestoreJobFact, RestoreObjects};
+use dbop::objects::JobState;
 use dbop::resources::restore_job::restore_job;
+use dbop::settings::Settings;
 use dbop_contract::parse_termination_message;
 use dbop_contract::test_support::{
     BUCKET, PG_PASSWORD, PG_USER, Pg, S3_ACCESS_KEY, S3_SECRET_KEY, S3sFs, pg_bin_dir,
@@ -174,14 +174,14 @@ fn the_restore_job_runs_the_agent_for_real_into_another_server() {
     let target = Pg::start();
     target.psql("postgres", &format!("CREATE DATABASE {PG_USER}"));
     let db = restoring_database(s3.port);
-    let snap = RestoreSnapshot {
+    let snap = RestoreObjects {
         s3_secret: Some(s3_secret()),
-        ..RestoreSnapshot::default()
+        ..RestoreObjects::default()
     };
-    let fact = bootstrap::fact(&db, &snap).expect("a bootstrap fact");
-    let decided = bootstrap::decide(&db, &fact, true, false);
+    let fact = restore::fact(&db, &snap).expect("a bootstrap fact");
+    let decided = restore::decide_restore(&db, &fact, true, false);
     assert!(decided.create_job, "{decided:?}");
-    let source_spec = bootstrap::source(&db, &snap).expect("a source");
+    let source_spec = restore::source(&db, &snap).expect("a source");
     let job = restore_job(&db, &source_spec, &Settings::default());
     let container = &job
         .spec
@@ -238,7 +238,7 @@ fn the_restore_job_runs_the_agent_for_real_into_another_server() {
         }),
         ..fact
     };
-    let d = bootstrap::decide(&db, &fact, true, false);
+    let d = restore::decide_restore(&db, &fact, true, false);
     assert_eq!(
         (d.condition.status, d.condition.reason.as_str()),
         (true, "RestoredFromBackup")

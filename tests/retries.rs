@@ -251,11 +251,8 @@ async fn a_conflict_is_not_resent_and_is_reconciled_again_soon() {
     // The controller's error policy: a conflict is retried from a fresh read within a second,
     // and does not count towards the long backoff of real failures.
     let (caches, _writers) = dbop::context::caches::caches();
-    let ctx = dbop::context::Context::new(
-        server.client(),
-        dbop::resources::Settings::default(),
-        caches,
-    );
+    let ctx =
+        dbop::context::Context::new(server.client(), dbop::settings::Settings::default(), caches);
     let key = ("shop".to_string(), "orders".to_string());
     for _ in 0..5 {
         let action = ctx.retry_after_failure(key.clone(), &error, "Database");

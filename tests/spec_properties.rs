@@ -18,21 +18,21 @@ use dbop::api::{
     BackupPhase, BackupStatus, Database, DatabaseBackup, DatabaseBackupSpec, DatabaseBackupStatus,
     DatabaseSpec, DatabaseStatus, Phase,
 };
-use dbop::backup::decide::decide as decide_backup;
-use dbop::backup::job::{backup_job, job_name};
-use dbop::backup::observe::{BackupFacts, DatabaseFacts, JobFacts};
-use dbop::backup::plan::BackupHistoryFact;
+use dbop::backup::job::backup_job;
+use dbop::backup::plan::BackupHistory;
 use dbop::backup::s3_secret::S3SecretProblem;
 use dbop::backup::schedule::{BackupRecord, scheduled_backup_name};
 use dbop::backup::settings::BackupSettings;
-use dbop::kube_io::JobState;
-use dbop::reconcile::decide::{Decision, decide};
-use dbop::reconcile::observe::{
-    CredentialsFact, Facts, InitSourceFact, StatefulSetFact, VolumeFact,
-};
+use dbop::database::decide::{Decision, decide};
+use dbop::database::facts::{CredentialsFact, Facts, InitSourceFact, StatefulSetFact, VolumeFact};
+use dbop::database_backup::decide::decide as decide_backup;
+use dbop::database_backup::facts::{BackupFacts, DatabaseFacts, JobFacts};
+use dbop::objects::JobState;
+use dbop::resources::backup_job::job_name;
 use dbop::resources::credentials::{SecretProblem, generated_secret};
 use dbop::resources::init_job::{init_job, init_sql_config_map};
-use dbop::resources::{Settings, check_version, services, statefulset};
+use dbop::resources::{check_version, services, statefulset};
+use dbop::settings::Settings;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -506,7 +506,7 @@ fn facts() -> BoxedStrategy<Facts> {
         proptest::collection::vec(backup_record(), 0..4),
         s3_problem(),
     )
-        .prop_map(|(now, records, s3_problem)| BackupHistoryFact {
+        .prop_map(|(now, records, s3_problem)| BackupHistory {
             now,
             records,
             s3_problem,

@@ -11,6 +11,19 @@ pub const MANIFEST_FILE: &str = "manifest.json";
 pub const GLOBALS_FILE: &str = "globals.sql";
 const ID_FORMAT: &str = "%Y%m%dT%H%M%SZ";
 
+/// The key prefix of one Database's backups in a bucket: `<prefix>/<namespace>/<database>`
+/// (`prefix` is `spec.backup.s3.prefix`; its slashes are trimmed). The operator passes it to
+/// the agent, for which it is the bucket's prefix.
+pub fn storage_prefix(prefix: Option<&str>, namespace: &str, database: &str) -> String {
+    let base = prefix.unwrap_or_default().trim_matches('/');
+    let own = format!("{namespace}/{database}");
+    if base.is_empty() {
+        own
+    } else {
+        format!("{base}/{own}")
+    }
+}
+
 /// Where a bucket's backups live.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {

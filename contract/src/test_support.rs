@@ -1,7 +1,7 @@
 //! The test harness both sides use (behind the `test-support` feature): a real PostgreSQL of
 //! our own (initdb in a temp dir, run as the `postgres` user when the tests run as root) and
 //! s3s-fs, an S3-compatible server, on loopback. A missing dependency fails the test with a
-//! message naming `agent/install-test-deps.sh`; nothing is skipped. No AWS SDK here: the agent's
+//! message naming `backups/install-test-deps.sh`; nothing is skipped. No AWS SDK here: the agent's
 //! tests add their SDK helpers on top.
 
 use std::io::Read;
@@ -20,7 +20,7 @@ pub const S3_SECRET_KEY: &str = "s3-Secr3t-never-printed";
 pub const BUCKET: &str = "backups";
 
 pub fn install_hint(what: &str) -> String {
-    format!("{what} not found: run `sudo agent/install-test-deps.sh` (tests never skip)")
+    format!("{what} not found: run `sudo backups/install-test-deps.sh` (tests never skip)")
 }
 
 pub fn free_port() -> u16 {

@@ -170,7 +170,7 @@ impl TestBed {
         let client = client_for(&self.kubeconfig, dbop::USER_AGENT).await;
         let ns = namespace.to_string();
         let task = tokio::spawn(async move {
-            dbop::controller::run(client, dbop::resources::Settings::default(), Some(ns)).await;
+            dbop::runtime::run(client, dbop::settings::Settings::default(), Some(ns)).await;
         });
         InProcessOperator { task }
     }

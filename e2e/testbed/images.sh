@@ -150,7 +150,7 @@ build_postgres() { # debian-version
 build_s3s() {
   local bin ver ref key out root
   bin="$(command -v s3s-fs || echo "$HOME/.cargo/bin/s3s-fs")"
-  [[ -x "$bin" ]] || die "s3s-fs not found (agent/install-test-deps.sh installs it with cargo)"
+  [[ -x "$bin" ]] || die "s3s-fs not found (backups/install-test-deps.sh installs it with cargo)"
   ver="$("$bin" --version 2>/dev/null | awk '{print $NF}')"; ver="${ver:-unknown}"
   ref="dbop.local/s3s-fs:$ver"
   key="$( { echo "$SELF_HASH"; sha256sum < "$bin"; } | sha256sum | cut -c1-12)"

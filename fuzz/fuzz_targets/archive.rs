@@ -1,4 +1,4 @@
-//! The backup agent's archive row counter (`agent/src/archive.rs`) on arbitrary bytes, as pg_dump
+//! The backup agent's archive row counter (`backups/src/archive.rs`) on arbitrary bytes, as pg_dump
 //! (or anything else) might write them: no panic, and the outcome (counts or error) does not
 //! depend on how the bytes are cut into pieces (one byte at a time, a few, or all at once).
 //!
@@ -8,7 +8,7 @@
 
 use libfuzzer_sys::fuzz_target;
 
-#[path = "../../agent/src/archive.rs"]
+#[path = "../../backups/src/archive.rs"]
 #[allow(dead_code)]
 mod archive;
 

@@ -1,4 +1,4 @@
-//! The backup agent's manifest parser (`agent/src/manifest.rs`) on arbitrary bytes, as read back
+//! The backup agent's manifest parser (`backups/src/manifest.rs`) on arbitrary bytes, as read back
 //! from object storage before a restore or verify: no panic, and what it accepts survives a
 //! round trip through `to_json`.
 //!
@@ -13,7 +13,7 @@ mod result {
     pub use dbop_contract::result::*;
 }
 
-#[path = "../../agent/src/manifest.rs"]
+#[path = "../../backups/src/manifest.rs"]
 #[allow(dead_code)]
 mod manifest;
 

@@ -1,13 +1,15 @@
 //! The `dbop-instance` binary: `run` is the database container's entrypoint, `probe` its
-//! startup, readiness and liveness check.
+//! startup, readiness and liveness check, `replication …` the standby mechanics.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
+use dbop_contract::instance::{Cmd, Common};
 use dbop_instance::run::{self, Options};
 use dbop_instance::shutdown::Timeouts;
 
+/// The manager's command line: the contract's commands (`dbop_contract::instance`, which the
+/// operator writes into its pods) and the replication commands beside them.
 #[derive(Parser)]
 #[command(
     name = "dbop-instance",
@@ -16,69 +18,25 @@ use dbop_instance::shutdown::Timeouts;
 )]
 struct Cli {
     #[command(subcommand)]
-    command: Cmd,
+    command: Command,
 }
 
 #[derive(Subcommand)]
-enum Cmd {
-    /// initdb when needed, then run postgres as a child until it stops.
-    Run(Common),
-    /// Exit 0 when the instance is ready (for Kubernetes probes).
-    Probe(Common),
-    /// Print the version the image's `postgres` reports to the termination log; exit 0 when
-    /// it is the expected one (dbop's upgrade preflight).
-    ServerVersion(VersionArgs),
+enum Command {
+    #[command(flatten)]
+    Contract(Cmd),
     /// Streaming replication: the replication role and slots, clone, follow, rejoin, promote,
     /// status (see `dbop_instance::replication::cli`).
     #[command(subcommand)]
     Replication(dbop_instance::replication::cli::Cmd),
 }
 
-#[derive(Args)]
-struct VersionArgs {
-    /// The PostgreSQL major version whose binaries to look for.
-    #[arg(long)]
-    major: u32,
-    /// The `MAJOR.MINOR` the binary must report.
-    #[arg(long)]
-    expect: String,
-    #[arg(long, default_value = "/dev/termination-log")]
-    termination_log: PathBuf,
+/// The contract's flags as the manager's options.
+trait IntoOptions {
+    fn options(self) -> Options;
 }
 
-#[derive(Args)]
-struct Common {
-    /// The data directory.
-    #[arg(long)]
-    pgdata: PathBuf,
-    /// The PostgreSQL major version the image runs.
-    #[arg(long)]
-    major: u32,
-    /// The addresses the server listens on (`*`: every interface of the pod).
-    #[arg(long, default_value = "*")]
-    listen_addresses: String,
-    #[arg(long, default_value_t = 5432)]
-    port: u16,
-    /// A writable directory for the server's Unix socket.
-    #[arg(long, default_value = "/var/run/postgresql")]
-    socket_dir: PathBuf,
-    /// The mounted credentials Secret: files `password` and, optionally, `username`.
-    #[arg(long)]
-    credentials_dir: PathBuf,
-    #[arg(long, default_value = "/dev/termination-log")]
-    termination_log: PathBuf,
-    /// Seconds a smart shutdown may take before a fast one.
-    #[arg(long, default_value_t = 30)]
-    smart_shutdown_seconds: u64,
-    /// Seconds a fast shutdown may take before an immediate one.
-    #[arg(long, default_value_t = 20)]
-    fast_shutdown_seconds: u64,
-    /// Milliseconds between two looks at the server, the signals and the password file.
-    #[arg(long, default_value_t = 500)]
-    poll_millis: u64,
-}
-
-impl Common {
+impl IntoOptions for Common {
     fn options(self) -> Options {
         Options {
             pgdata: self.pgdata,
@@ -99,12 +57,12 @@ impl Common {
 
 fn main() -> std::process::ExitCode {
     let code = match Cli::parse().command {
-        Cmd::Run(c) => run::run(&c.options()),
-        Cmd::Probe(c) => run::probe(&c.options()),
-        Cmd::ServerVersion(v) => {
+        Command::Contract(Cmd::Run(c)) => run::run(&c.options()),
+        Command::Contract(Cmd::Probe(c)) => run::probe(&c.options()),
+        Command::Contract(Cmd::ServerVersion(v)) => {
             dbop_instance::version::check(v.major, &v.expect, &v.termination_log)
         }
-        Cmd::Replication(c) => dbop_instance::replication::cli::run(c),
+        Command::Replication(c) => dbop_instance::replication::cli::run(c),
     };
     std::process::ExitCode::from(u8::try_from(code).unwrap_or(1))
 }

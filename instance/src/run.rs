@@ -14,8 +14,8 @@ use crate::password::{self, Fingerprint, Read, Sync};
 use crate::process;
 use crate::shutdown::{self, Event, State, Timeouts};
 
-/// The superuser when the credentials have no `username` file.
-pub const DEFAULT_SUPERUSER: &str = "postgres";
+/// The superuser when the credentials have no `username` file (the operator's too).
+pub use dbop_contract::instance::DEFAULT_SUPERUSER;
 /// The file, in the socket directory, that says the server took the password and has the
 /// application database (the probes read it; removed at every start).
 pub const READY_MARKER: &str = "dbop-instance.ready";

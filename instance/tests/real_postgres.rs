@@ -1,6 +1,6 @@
 //! dbop-instance run for real against Debian's PostgreSQL in a temporary directory, as the
 //! `postgres` user when the tests run as root (PostgreSQL refuses to run as root).
-//! Requires the PostgreSQL server packages (agent/install-test-deps.sh installs them).
+//! Requires the PostgreSQL server packages (backups/install-test-deps.sh installs them).
 
 use std::os::unix::fs::symlink;
 use std::os::unix::process::CommandExt;
@@ -13,7 +13,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// The newest PostgreSQL under /usr/lib/postgresql: (major, bin dir).
 fn server() -> (u32, PathBuf) {
     let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .expect("PostgreSQL server packages (run agent/install-test-deps.sh)")
+        .expect("PostgreSQL server packages (run backups/install-test-deps.sh)")
         .filter_map(|e| {
             let e = e.ok()?;
             let major = e.file_name().to_str()?.parse().ok()?;

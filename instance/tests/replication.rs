@@ -4,7 +4,7 @@
 //! operator will drive them: clone two standbys, fail over to one, repoint the other, rewind
 //! the old primary after divergent writes of its own. Every wait polls a condition with a
 //! deadline; every server is stopped when its test ends, failed or not.
-//! Requires the PostgreSQL server packages (agent/install-test-deps.sh installs them).
+//! Requires the PostgreSQL server packages (backups/install-test-deps.sh installs them).
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -22,7 +22,7 @@ const REPLICATION_PASSWORD: &str = "repl-Secr3t:never\\printed";
 /// The newest PostgreSQL under /usr/lib/postgresql: (major, bin dir).
 fn server() -> (u32, PathBuf) {
     let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .expect("PostgreSQL server packages (run agent/install-test-deps.sh)")
+        .expect("PostgreSQL server packages (run backups/install-test-deps.sh)")
         .filter_map(|e| {
             let e = e.ok()?;
             let major = e.file_name().to_str()?.parse().ok()?;

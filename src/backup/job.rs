@@ -1,44 +1,16 @@
-//! The backup Job: one pod that runs `dbop-backup dump` from the database image of the running
-//! version (so `pg_dump` matches the server), with the agent binary copied in by an init
-//! container from the operator's image.
-//!
-//! The S3 and database credentials reach the container only as environment variables read from
-//! their Secrets (never on the command line, never in the operator); the agent writes its JSON
-//! result to the termination message, which the `DatabaseBackup` controller reads back.
+//! Whether a backup or verify Job can be built for a Database, and the Job: `spec.backup` is
+//! there and parses (`settings`), and the server has run (the Job runs the running version's
+//! image). The Job itself is built by `resources::backup_job`, on the one Job skeleton.
 //!
 //! Pure: a function of the Database, the `DatabaseBackup` and the operator's settings.
 
-use std::collections::BTreeMap;
-
 use chrono::{DateTime, Utc};
-use dbop_contract::layout;
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Resource;
+use k8s_openapi::api::batch::v1::Job;
 
-use super::schedule::format_duration;
 use super::settings::BackupSettings;
 use crate::api::{BackupSpec, Database, DatabaseBackup};
-pub use crate::resources::agent::{CA_DIR, TERMINATION_LOG};
-use crate::resources::agent::{CA_FILE, agent_env, agent_mounts, ca_volume};
-use crate::resources::credentials::{USERNAME_KEY, secret_name};
-use crate::resources::pod::{
-    DBOP_BIN_VOLUME, container_security_context, copy_binary, pod_security_context, pull_secrets,
-    scratch, secret_env,
-};
-use crate::resources::{Settings, job_pod_labels, labels, pod_annotations};
-
-/// Where the init container puts the agent, and where the backup container runs it from.
-pub const AGENT_PATH: &str = "/dbop/dbop-backup";
-/// A retry covers a pod lost with its node; a dump that fails twice fails for a reason.
-pub const BACKOFF_LIMIT: i32 = 1;
-/// The name of the backup container (the one whose termination message holds the result).
-pub const BACKUP_CONTAINER: &str = "backup";
-/// Kubernetes label values and Job names are at most 63 characters.
-const MAX_JOB_NAME: usize = 63;
-/// The agent accepts backup ids of at most 128 characters.
-const MAX_BACKUP_ID: usize = 128;
+use crate::resources::backup_job::{self, AgentLimits, running_image};
+use crate::settings::Settings;
 
 /// Why no Job can be built for a backup.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,45 +23,6 @@ pub enum JobProblem {
     InvalidSpec(String),
 }
 
-/// The Job's name: the `DatabaseBackup`'s name, shortened with a hash when it is too long.
-pub fn job_name(backup_name: &str) -> String {
-    shorten(backup_name, MAX_JOB_NAME)
-}
-
-/// The backup id in object storage: the `DatabaseBackup`'s creation time (the agent's own id
-/// format, so ids sort by time) and name, so a retried Job (same `DatabaseBackup`) finds the
-/// backup it already made.
-pub fn backup_id(backup_name: &str, created: DateTime<Utc>) -> String {
-    let stamp = layout::backup_id_at(created);
-    shorten(&format!("{stamp}-{backup_name}"), MAX_BACKUP_ID)
-}
-
-/// The key prefix of one Database's backups: `<prefix>/<namespace>/<database>`.
-pub fn storage_prefix(db: &Database, spec: &BackupSpec) -> String {
-    let base = spec
-        .s3
-        .prefix
-        .as_deref()
-        .unwrap_or_default()
-        .trim_matches('/');
-    let own = format!("{}/{}", db.namespace_or_default(), db.name());
-    if base.is_empty() {
-        own
-    } else {
-        format!("{base}/{own}")
-    }
-}
-
-/// The image of the version the server runs: `spec.image` when it is for that version, else
-/// the repository tagged with the running version.
-pub fn running_image(db: &Database, settings: &Settings) -> Option<String> {
-    let current = db.status.as_ref()?.current_version.clone()?;
-    Some(match &db.spec.image {
-        Some(image) if current == db.spec.version => image.clone(),
-        _ => settings.postgres_image(&current),
-    })
-}
-
 /// The backup Job of `backup`, owned by it.
 pub fn backup_job(
     db: &Database,
@@ -97,224 +30,48 @@ pub fn backup_job(
     created: DateTime<Utc>,
     settings: &Settings,
 ) -> Result<Job, JobProblem> {
-    let spec = db.spec.backup.as_ref().ok_or(JobProblem::NoBackupSpec)?;
-    let parsed = BackupSettings::parse(spec).map_err(JobProblem::InvalidSpec)?;
-    let image = running_image(db, settings).ok_or(JobProblem::NoRunningVersion)?;
-    let backup_name = backup.metadata.name.clone().unwrap_or_default();
-    let args = agent_args(db, spec, &parsed, &backup_id(&backup_name, created));
-    let pod = agent_pod(
-        settings,
-        spec,
-        image,
-        args,
-        agent_env(db, &spec.s3, "dbop-backup"),
-    );
-    Ok(Job {
-        metadata: job_meta(db, backup, &backup_name),
-        spec: Some(JobSpec {
-            backoff_limit: Some(BACKOFF_LIMIT),
-            active_deadline_seconds: Some(job_deadline(&parsed)),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(with_backup_label(
-                        job_pod_labels(db, "backup"),
-                        &backup_name,
-                    )),
-                    annotations: pod_annotations(db),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(pod),
-            },
-            ..JobSpec::default()
-        }),
-        ..Job::default()
-    })
+    let (spec, limits, image) = checked(db, settings)?;
+    Ok(backup_job::backup_job(
+        db, spec, &limits, image, backup, created, settings,
+    ))
 }
 
-/// How long a finished verify Job stays (its outcome is in the Database's status by then).
-const VERIFY_JOB_TTL_SECONDS: i32 = 86_400;
-
-/// The verify Job `name`, owned by the Database: `dbop-backup verify latest` restores the
-/// latest backup into a scratch database on the server (created and dropped by the agent) and
-/// compares the row counts with the manifest's. Same image, agent, credentials and S3 settings
-/// as a backup Job.
+/// The verify Job `name`, owned by the Database (`resources::backup_job::verify_job`).
 pub fn verify_job(db: &Database, name: &str, settings: &Settings) -> Result<Job, JobProblem> {
+    let (spec, limits, image) = checked(db, settings)?;
+    Ok(backup_job::verify_job(
+        db, spec, &limits, image, name, settings,
+    ))
+}
+
+/// What an agent Job of `db` is built from: its `spec.backup`, parsed, and the running image.
+fn checked<'a>(
+    db: &'a Database,
+    settings: &Settings,
+) -> Result<(&'a BackupSpec, AgentLimits, String), JobProblem> {
     let spec = db.spec.backup.as_ref().ok_or(JobProblem::NoBackupSpec)?;
     let parsed = BackupSettings::parse(spec).map_err(JobProblem::InvalidSpec)?;
     let image = running_image(db, settings).ok_or(JobProblem::NoRunningVersion)?;
-    let credentials = secret_name(db);
-    let mut env = agent_env(db, &spec.s3, "dbop-backup");
-    // The application database (named after the superuser): the scratch database is made from
-    // a connection to it, and its backups are the ones verified.
-    env.push(secret_env("PGDATABASE", &credentials, USERNAME_KEY, true));
-    env.push(secret_env(
-        "DBOP_BACKUP_SOURCE_DATABASE",
-        &credentials,
-        USERNAME_KEY,
-        true,
-    ));
-    let mut args = vec!["verify".to_string(), "latest".to_string()];
-    args.extend(s3_args(db, spec));
-    let pod = agent_pod(settings, spec, image, args, env);
-    Ok(Job {
-        metadata: crate::resources::owned_meta(db, name.to_string(), "verify"),
-        spec: Some(JobSpec {
-            backoff_limit: Some(BACKOFF_LIMIT),
-            active_deadline_seconds: Some(job_deadline(&parsed)),
-            ttl_seconds_after_finished: Some(VERIFY_JOB_TTL_SECONDS),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(job_pod_labels(db, "verify")),
-                    annotations: pod_annotations(db),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(pod),
-            },
-            ..JobSpec::default()
-        }),
-        ..Job::default()
-    })
-}
-
-/// The pod of an agent Job: the agent copied in by an init container, run from the
-/// database `image` with `args` and `env`, the S3 CA mounted when there is one.
-fn agent_pod(
-    settings: &Settings,
-    spec: &BackupSpec,
-    image: String,
-    args: Vec<String>,
-    env: Vec<EnvVar>,
-) -> PodSpec {
-    let (copy_agent, agent) = copy_binary(settings, "dbop-backup");
-    debug_assert_eq!(agent, AGENT_PATH);
-    let container = Container {
-        image: Some(image),
-        args: Some(args),
-        env: Some(env),
-        resources: Some(settings.job_resources.clone()),
-        volume_mounts: Some(agent_mounts(spec.s3.ca.is_some())),
-        ..agent_container()
+    let limits = AgentLimits {
+        timeout: parsed.timeout,
+        keep_last: parsed.history.keep_last,
+        max_age: parsed.history.max_age,
     };
-    let mut volumes = vec![scratch(DBOP_BIN_VOLUME), scratch("tmp")];
-    volumes.extend(spec.s3.ca.as_ref().map(ca_volume));
-    PodSpec {
-        init_containers: Some(vec![copy_agent]),
-        containers: vec![container],
-        image_pull_secrets: pull_secrets(settings),
-        volumes: Some(volumes),
-        ..job_pod_spec()
-    }
-}
-
-/// An agent Job's deadline: `spec.backup.timeout`, at least a minute.
-fn job_deadline(parsed: &BackupSettings) -> i64 {
-    i64::try_from(parsed.timeout.as_secs().max(60)).unwrap_or(i64::MAX)
-}
-
-/// Where the backups are and how to reach them, for every agent command. Nothing secret.
-fn s3_args(db: &Database, spec: &BackupSpec) -> Vec<String> {
-    let s3 = &spec.s3;
-    let mut args = vec![
-        format!("--bucket={}", s3.bucket),
-        format!("--prefix={}", storage_prefix(db, spec)),
-        format!("--result-file={TERMINATION_LOG}"),
-    ];
-    if s3.force_path_style {
-        args.push("--path-style".into());
-    }
-    if s3.ca.is_some() {
-        args.push(format!("--ca-file={CA_FILE}"));
-    }
-    args
-}
-
-/// The agent's arguments: where the dump goes, its id, retention. Nothing secret.
-fn agent_args(db: &Database, spec: &BackupSpec, parsed: &BackupSettings, id: &str) -> Vec<String> {
-    let mut args = vec!["dump".to_string()];
-    args.extend(s3_args(db, spec));
-    args.push(format!("--backup-id={id}"));
-    args.push(format!("--keep-last={}", parsed.history.keep_last));
-    if let Some(max_age) = parsed.history.max_age {
-        args.push(format!("--max-age={}", format_duration(max_age)));
-    }
-    args
-}
-
-/// The backup container without what depends on the Database: the agent as its command, the
-/// result in the termination message.
-fn agent_container() -> Container {
-    Container {
-        name: BACKUP_CONTAINER.into(),
-        command: Some(vec![AGENT_PATH.into()]),
-        security_context: Some(container_security_context()),
-        termination_message_path: Some(TERMINATION_LOG.into()),
-        termination_message_policy: Some("FallbackToLogsOnError".into()),
-        ..Container::default()
-    }
-}
-
-/// What every backup pod has: no restarts, no ServiceAccount token, no service links.
-fn job_pod_spec() -> PodSpec {
-    PodSpec {
-        restart_policy: Some("Never".into()),
-        security_context: Some(pod_security_context()),
-        enable_service_links: Some(false),
-        automount_service_account_token: Some(false),
-        ..PodSpec::default()
-    }
-}
-
-fn job_meta(db: &Database, backup: &DatabaseBackup, backup_name: &str) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(job_name(backup_name)),
-        namespace: backup.metadata.namespace.clone(),
-        labels: Some(with_backup_label(labels(&db.name(), "backup"), backup_name)),
-        owner_references: backup.controller_owner_ref(&()).map(|r| vec![r]),
-        ..ObjectMeta::default()
-    }
-}
-
-/// Adds the label naming the `DatabaseBackup` when the name fits in a label value.
-fn with_backup_label(
-    mut labels: BTreeMap<String, String>,
-    backup_name: &str,
-) -> BTreeMap<String, String> {
-    if backup_name.len() <= MAX_JOB_NAME {
-        labels.insert(BACKUP_LABEL.into(), backup_name.into());
-    }
-    labels
-}
-
-/// The label naming the `DatabaseBackup` a Job or pod belongs to.
-pub const BACKUP_LABEL: &str = "dbop.dev/backup";
-
-/// `text` if it fits in `max` characters, else its head, a dash and a hash of the whole.
-fn shorten(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let hash = fnv1a(text.as_bytes());
-    let mut head = max - 9;
-    while !text.is_char_boundary(head) {
-        head -= 1;
-    }
-    let head = text[..head].trim_end_matches(['-', '.']);
-    format!("{head}-{:08x}", hash as u32)
-}
-
-/// FNV-1a: a stable hash for shortened names (not for security).
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    Ok((spec, limits, image))
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
     use crate::api::{BackupPhase, DatabaseBackupSpec};
+    use crate::resources::backup_job::{
+        AGENT_PATH, BACKOFF_LIMIT, BACKUP_LABEL, CA_DIR, MAX_BACKUP_ID, MAX_JOB_NAME, backup_id,
+        job_name,
+    };
+    use crate::resources::pod::pod_security_context;
     use crate::resources::testing;
     use chrono::TimeZone;
+    use k8s_openapi::api::core::v1::Container;
 
     pub(crate) fn with_backup(extra: serde_json::Value) -> Database {
         let mut spec = serde_json::json!({
@@ -397,7 +154,7 @@ pub(crate) mod tests {
         let init = &pod.init_containers.as_ref().unwrap()[0];
         assert_eq!(
             init.image.as_deref(),
-            Some(crate::resources::DEFAULT_AGENT_IMAGE)
+            Some(crate::settings::DEFAULT_AGENT_IMAGE)
         );
         assert_eq!(
             init.command.as_ref().unwrap(),

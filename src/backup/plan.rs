@@ -16,11 +16,11 @@ use super::schedule::{
 use super::settings::BackupSettings;
 use crate::api::conditions::{ConditionStatus, ConditionType};
 use crate::api::{BackupPhase, BackupStatus, Database, Phase};
-use crate::kube_io::EventSpec;
+use crate::objects::EventSpec;
 
 /// What the Database's reconcile observed about its backups.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BackupHistoryFact {
+pub struct BackupHistory {
     pub now: DateTime<Utc>,
     /// This Database's `DatabaseBackup` objects.
     pub records: Vec<BackupRecord>,
@@ -28,7 +28,7 @@ pub struct BackupHistoryFact {
     pub s3_problem: Option<S3SecretProblem>,
 }
 
-impl Default for BackupHistoryFact {
+impl Default for BackupHistory {
     fn default() -> Self {
         Self {
             now: DateTime::UNIX_EPOCH,
@@ -60,7 +60,7 @@ pub struct BackupPlan {
 }
 
 /// Decides the backup plan. `phase` is the phase decided for this pass.
-pub fn plan_backups(db: &Database, fact: &BackupHistoryFact, phase: Phase) -> BackupPlan {
+pub fn plan_backups(db: &Database, fact: &BackupHistory, phase: Phase) -> BackupPlan {
     let previous = db
         .status
         .as_ref()
@@ -143,7 +143,7 @@ fn invalid_spec(message: String, previous: &BackupStatus, outcomes: BackupStatus
 
 /// Why a due run must wait, if it must: unusable S3 credentials, an upgrade rollout, or a
 /// Database that never ran.
-fn hold(db: &Database, fact: &BackupHistoryFact, phase: Phase) -> Option<Hold> {
+fn hold(db: &Database, fact: &BackupHistory, phase: Phase) -> Option<Hold> {
     let has_run = db
         .status
         .as_ref()
@@ -161,7 +161,7 @@ fn hold(db: &Database, fact: &BackupHistoryFact, phase: Phase) -> Option<Hold> {
 
 fn schedule_facts(
     db: &Database,
-    fact: &BackupHistoryFact,
+    fact: &BackupHistory,
     phase: Phase,
     settings: &BackupSettings,
     previous: &BackupStatus,
@@ -208,7 +208,7 @@ fn skipped_event(schedule: &SchedulePlan, previous: &BackupStatus) -> Option<Eve
 /// `BackupHealthy`: False while the S3 credentials are unusable, else from the outcomes, the
 /// recovery point objective and the schedule.
 fn health(
-    fact: &BackupHistoryFact,
+    fact: &BackupHistory,
     settings: &BackupSettings,
     outcomes: &BackupStatus,
     schedule: &SchedulePlan,
@@ -332,8 +332,8 @@ mod tests {
         Utc.with_ymd_and_hms(2025, 5, 1, 2, 0, 30).unwrap()
     }
 
-    fn fact() -> BackupHistoryFact {
-        BackupHistoryFact {
+    fn fact() -> BackupHistory {
+        BackupHistory {
             now: now(),
             records: vec![],
             s3_problem: None,
@@ -381,7 +381,7 @@ mod tests {
             None,
             Some(Utc.with_ymd_and_hms(2025, 5, 1, 2, 0, 0).unwrap()),
         );
-        let f = BackupHistoryFact {
+        let f = BackupHistory {
             s3_problem: Some(S3SecretProblem::NotFound {
                 secret: "s3-creds".into(),
                 access_key_id_key: "AWS_ACCESS_KEY_ID".into(),
@@ -455,7 +455,7 @@ mod tests {
             completed: Some(at(h)),
             message: None,
         };
-        let f = BackupHistoryFact {
+        let f = BackupHistory {
             records: vec![
                 record("a", BackupPhase::Succeeded, 0),
                 record("b", BackupPhase::Succeeded, 1),

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use chrono_tz::Tz;
+use dbop_contract::retention;
 
 use crate::api::BackupPhase;
 use crate::api::conditions::{ConditionStatus, ConditionType};
@@ -346,6 +347,19 @@ pub fn plan_schedule(schedule: &BackupSchedule, facts: &ScheduleFacts) -> Schedu
             },
         };
     };
+    plan_due_run(schedule, facts, at, deadline)
+}
+
+/// The schedule's step when the run due at `at` is within its starting deadline: start it,
+/// record it (it exists already) or make it wait.
+fn plan_due_run(
+    schedule: &BackupSchedule,
+    facts: &ScheduleFacts,
+    at: DateTime<Utc>,
+    deadline: TimeDelta,
+) -> SchedulePlan {
+    let now = facts.now;
+    let until = |t: DateTime<Utc>| (t - now).to_std().ok().map(|d| d + Duration::from_secs(1));
     let name = scheduled_backup_name(&facts.database, at);
     let started = |run: Run| {
         let next = schedule.next_after(at.max(now));
@@ -403,8 +417,8 @@ impl BackupRecord {
     }
 }
 
-/// The retention policy of `DatabaseBackup` objects (the agent applies the same one to object
-/// storage).
+/// The retention policy of `DatabaseBackup` objects. Its successful backups are kept by the
+/// contract's rule (`dbop_contract::retention`), the one the agent applies to object storage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HistoryPolicy {
     pub keep_last: u32,
@@ -429,16 +443,25 @@ pub fn backups_to_prune(
         });
         v
     };
-    let mut prune = Vec::new();
-    for (i, b) in newest_first(BackupPhase::Succeeded).iter().enumerate() {
-        let too_many = i >= policy.keep_last.max(1) as usize;
-        let too_old = policy
-            .max_age
-            .is_some_and(|max| (now - b.finished_at()).to_std().is_ok_and(|age| age > max));
-        if i > 0 && (too_many || too_old) {
-            prune.push(b.name.clone());
-        }
-    }
+    let succeeded: Vec<retention::Candidate> = backups
+        .iter()
+        .filter(|b| b.phase == Some(BackupPhase::Succeeded))
+        .map(|b| retention::Candidate {
+            backup_id: b.name.clone(),
+            complete: true,
+            completed_at: b.finished_at(),
+        })
+        .collect();
+    let rule = retention::Policy {
+        keep_last: Some(policy.keep_last.max(1)),
+        max_age: policy.max_age,
+    };
+    // Every candidate is complete: the grace period of incomplete backups does not apply.
+    let mut prune: Vec<String> = retention::verdicts(&succeeded, rule, Duration::ZERO, now)
+        .into_iter()
+        .filter(|d| matches!(d.verdict, retention::Verdict::Delete(_)))
+        .map(|d| d.backup_id)
+        .collect();
     for b in newest_first(BackupPhase::Failed)
         .iter()
         .skip(policy.keep_failed as usize)

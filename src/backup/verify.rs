@@ -11,11 +11,11 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use dbop_contract::BackupResult;
 
-use super::job::job_name;
 use super::schedule::{BackupSchedule, DEFAULT_KEEP_LAST};
 use crate::api::conditions::{ConditionStatus, ConditionType};
 use crate::api::{BackupSpec, Database, Phase, VerificationStatus};
-use crate::kube_io::{JobState, MAX_MESSAGE, truncate};
+use crate::objects::{JobState, MAX_MESSAGE, truncate};
+use crate::resources::backup_job::job_name;
 
 /// A scheduled trigger older than this is not looked for (bounds the walk over the schedule).
 const LOOKBACK: TimeDelta = TimeDelta::days(8);

@@ -1,5 +1,5 @@
 //! The watch caches both controllers read instead of the API server: one reflector store per
-//! kind, filled by the controllers' own watches (`controller::watches`: one watch per kind,
+//! kind, filled by the controllers' own watches (`runtime::watches`: one watch per kind,
 //! shared by both controllers), slimmed to what readers look at (`Slim`). A read here is a
 //! lookup in memory.
 //!
@@ -7,7 +7,7 @@
 //! another reconcile, which then sees it. Objects dbop does not label (the user's Secrets and
 //! ConfigMaps) are not watched and are still read from the API server.
 //!
-//! Adding a kind is one line in the `caches!` list below (and its watch in `controller::watches`).
+//! Adding a kind is one line in the `caches!` list below (and its watch in `runtime::watches`).
 
 use std::sync::Arc;
 
@@ -24,7 +24,7 @@ use tokio::sync::watch;
 
 use crate::api::{Database, DatabaseBackup};
 
-/// What wakes a controller: every object one watch of `controller::watches` sees (never an
+/// What wakes a controller: every object one watch of `runtime::watches` sees (never an
 /// error: the watch logs and retries those itself).
 pub type Trigger<K> = BoxStream<'static, Result<K, watcher::Error>>;
 

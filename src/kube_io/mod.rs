@@ -1,6 +1,7 @@
 //! The I/O both controllers share, and the only place that writes to the API server on their
-//! behalf: server-side apply of what drifted, create-once, the status patch, Events, and the
-//! one reading of a Job's state. Depends only on `context` and `error`: no controller logic.
+//! behalf: server-side apply of what drifted, create-once, merge patches (owner references,
+//! finalizers, claim sizes), deletes that take "not found" for done, the status patch and
+//! Events. Depends only on `context`, `error` and the pure `objects`: no controller logic.
 
 pub mod client;
 pub mod drift;
@@ -8,10 +9,9 @@ pub mod initial_list;
 pub mod rate_limit;
 pub mod watch;
 
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::Event;
 use kube::{Api, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -21,28 +21,8 @@ use tracing::{info, warn};
 use crate::FIELD_MANAGER;
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::objects::{EventSpec, MAX_MESSAGE, job_pods_selector, truncate};
 use drift::needs_apply;
-
-/// The most of a text copied into an Event's note or a status message (bytes).
-pub const MAX_MESSAGE: usize = 1024;
-
-/// An Event to publish about an object.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EventSpec {
-    pub warning: bool,
-    pub reason: String,
-    pub note: String,
-}
-
-impl EventSpec {
-    pub fn event_type(&self) -> EventType {
-        if self.warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        }
-    }
-}
 
 /// Publishes an Event about each of `references`. A failed publish is logged, never fatal:
 /// Events are for people, and the status already says the same.
@@ -64,18 +44,6 @@ pub async fn publish(
             warn!(%error, reason = %event.reason, "could not publish an Event");
         }
     }
-}
-
-/// `text` cut to at most `max` bytes on a character boundary; a cut text ends in `…`.
-pub fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max.saturating_sub('…'.len_utf8());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
 }
 
 /// Server-side applies `desired` unless `observed` already has every field it sets.
@@ -143,124 +111,54 @@ where
     Ok(())
 }
 
-/// A Job's state, read from its conditions.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum JobState {
-    Running,
-    Succeeded,
-    /// Failed for good: the condition's reason (`Failed` when it has none) and message.
-    Failed {
-        reason: String,
-        detail: String,
-    },
+/// A JSON merge patch of `name`. The request's error is returned as it came, for the caller
+/// to tell what it tolerates (a claim's StorageClass that refuses to grow, say).
+pub async fn merge_patch<K>(
+    api: &Api<K>,
+    name: &str,
+    patch: &serde_json::Value,
+) -> std::result::Result<(), kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map(drop)
 }
 
-impl JobState {
-    /// `reason: detail`, or the reason alone when there is no detail.
-    pub fn failure_text(reason: &str, detail: &str) -> String {
-        format!("{reason}: {detail}")
-            .trim_end_matches([':', ' '])
-            .to_string()
-    }
-}
-
-/// The state of a Job: Complete (or SuccessCriteriaMet) wins, then Failed (or FailureTarget).
-pub fn job_state(job: &Job) -> JobState {
-    let conditions = job
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.clone())
-        .unwrap_or_default();
-    let holds = |type_: &str| {
-        conditions
-            .iter()
-            .find(|c| c.type_ == type_ && c.status == "True")
-    };
-    if holds("Complete").is_some() || holds("SuccessCriteriaMet").is_some() {
-        JobState::Succeeded
-    } else if let Some(c) = holds("Failed").or_else(|| holds("FailureTarget")) {
-        JobState::Failed {
-            reason: c.reason.clone().unwrap_or_else(|| "Failed".into()),
-            detail: c.message.clone().unwrap_or_default(),
-        }
-    } else {
-        JobState::Running
+/// A merge patch of `name` where an object already gone is no error: whether it was patched.
+pub async fn merge_patch_if_exists<K>(
+    api: &Api<K>,
+    name: &str,
+    patch: &serde_json::Value,
+) -> Result<bool>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match merge_patch(api, name, patch).await {
+        Ok(()) => Ok(true),
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
-
-    #[test]
-    fn truncate_respects_char_boundaries_and_the_limit() {
-        assert_eq!(truncate("abc", 10), "abc");
-        assert_eq!(truncate("héllo wörld", 7), "hél…");
-        assert_eq!(truncate("héllo wörld", 6), "hé…");
-        let long = "é".repeat(600);
-        let cut = truncate(&long, MAX_MESSAGE);
-        assert!(
-            cut.len() <= MAX_MESSAGE && cut.ends_with('…'),
-            "{}",
-            cut.len()
-        );
+/// Deletes `name`; an object already gone is no error. Whether this call deleted it.
+pub async fn delete_if_exists<K>(api: &Api<K>, name: &str, params: &DeleteParams) -> Result<bool>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, params).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(false),
+        Err(e) => Err(e.into()),
     }
+}
 
-    fn job_with(type_: &str, reason: Option<&str>, message: Option<&str>) -> Job {
-        Job {
-            status: Some(JobStatus {
-                conditions: Some(vec![JobCondition {
-                    type_: type_.into(),
-                    status: "True".into(),
-                    reason: reason.map(Into::into),
-                    message: message.map(Into::into),
-                    ..JobCondition::default()
-                }]),
-                ..JobStatus::default()
-            }),
-            ..Job::default()
-        }
-    }
-
-    #[test]
-    fn job_states() {
-        let failed = |reason: &str, detail: &str| JobState::Failed {
-            reason: reason.into(),
-            detail: detail.into(),
-        };
-        let table = [
-            ("no status", Job::default(), JobState::Running),
-            (
-                "complete",
-                job_with("Complete", None, None),
-                JobState::Succeeded,
-            ),
-            (
-                "success criteria",
-                job_with("SuccessCriteriaMet", None, None),
-                JobState::Succeeded,
-            ),
-            (
-                "failed",
-                job_with("Failed", Some("BackoffLimitExceeded"), Some("limit")),
-                failed("BackoffLimitExceeded", "limit"),
-            ),
-            (
-                "failure target, no reason",
-                job_with("FailureTarget", None, None),
-                failed("Failed", ""),
-            ),
-            (
-                "suspended",
-                job_with("Suspended", None, None),
-                JobState::Running,
-            ),
-        ];
-        for (name, job, want) in table {
-            assert_eq!(job_state(&job), want, "{name}");
-        }
-        assert_eq!(JobState::failure_text("Failed", ""), "Failed");
-        assert_eq!(JobState::failure_text("A", "b"), "A: b");
-    }
+/// The pods of the Job `job_name` in `ns` (by the label the Job controller puts on them).
+pub async fn job_pods(client: &kube::Client, ns: &str, job_name: &str) -> Result<Vec<Pod>> {
+    let selector = job_pods_selector(job_name);
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await?;
+    Ok(pods.items)
 }

@@ -2,7 +2,7 @@
 //! attempts to re-establish them. kube-runtime's default (client-go's: 0.8 s doubling to 30 s,
 //! jittered, reset after 2 minutes) grows to 30 s on repeated refusals and "410 too old resource
 //! version" answers, and after an API server restart the operator took more than 90 s to see
-//! anything again (e2e/tests/control_plane.rs). Each watch of `controller::watches` uses this
+//! anything again (e2e/tests/control_plane.rs). Each watch of `runtime::watches` uses this
 //! one instead: 200 ms
 //! doubling to at most [`LONGEST_WATCH_RETRY`], back to 200 ms after [`QUIET`] without errors.
 
@@ -17,7 +17,7 @@ pub const LONGEST_WATCH_RETRY: Duration = Duration::from_secs(5);
 /// After this long without an error the backoff starts again from the first retry.
 pub const QUIET: Duration = Duration::from_secs(30);
 
-/// The backoff of one watch (`WatchStreamExt::backoff` in `controller::watches`).
+/// The backoff of one watch (`WatchStreamExt::backoff` in `runtime::watches`).
 pub fn backoff() -> impl Backoff {
     ResetTimerBackoff::new(Doubling::default(), QUIET)
 }

@@ -7,18 +7,15 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapVolumeSource, Container, KeyToPath, PodSpec, PodTemplateSpec, Volume,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, ConfigMapVolumeSource, Container, KeyToPath, Volume};
 
 use super::credentials::{PASSWORD_KEY, USERNAME_KEY, secret_name};
-use super::pod::{
-    container_security_context, env, mount, pod_security_context, pull_secrets, scratch, secret_env,
-};
-use super::{Names, POSTGRES_PORT, Settings, image, job_pod_labels, owned_meta, pod_annotations};
+use super::job::{JobParts, JobPod, job};
+use super::pod::{container_security_context, env, mount, scratch, secret_env};
+use super::{Names, POSTGRES_PORT, image, job_pod_labels, owned_meta};
 use crate::api::Database;
+use crate::settings::Settings;
 
 /// How often a failing init is retried before the Database is marked Failed.
 pub const BACKOFF_LIMIT: i32 = 3;
@@ -99,38 +96,26 @@ pub fn init_job(db: &Database, settings: &Settings) -> Option<Job> {
         ]),
         ..Container::default()
     };
-    Some(Job {
+    let parts = JobParts {
         metadata: owned_meta(db, names.init_job(), "init"),
-        spec: Some(JobSpec {
-            backoff_limit: Some(BACKOFF_LIMIT),
-            active_deadline_seconds: Some(ACTIVE_DEADLINE_SECONDS),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(job_pod_labels(db, "init")),
-                    annotations: pod_annotations(db),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    restart_policy: Some("Never".into()),
-                    containers: vec![container],
-                    security_context: Some(pod_security_context()),
-                    enable_service_links: Some(false),
-                    automount_service_account_token: Some(false),
-                    image_pull_secrets: pull_secrets(settings),
-                    volumes: Some(vec![scratch("tmp"), sql]),
-                    ..PodSpec::default()
-                }),
-            },
-            ..JobSpec::default()
-        }),
-        ..Job::default()
-    })
+        pod_labels: job_pod_labels(db, "init"),
+        backoff_limit: BACKOFF_LIMIT,
+        active_deadline_seconds: ACTIVE_DEADLINE_SECONDS,
+        ttl_seconds_after_finished: None,
+        pod: JobPod {
+            init_containers: None,
+            container,
+            volumes: vec![scratch("tmp"), sql],
+        },
+    };
+    Some(job(db, settings, parts))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::resources::testing;
+    use k8s_openapi::api::core::v1::PodSpec;
 
     fn pod(job: &Job) -> PodSpec {
         job.spec.clone().unwrap().template.spec.unwrap()

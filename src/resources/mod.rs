@@ -5,8 +5,11 @@
 //! facts. No client, no clock, no randomness (the caller passes a generated password in).
 
 pub mod agent;
+pub mod backup_job;
 pub mod credentials;
+pub mod database_backup;
 pub mod init_job;
+pub mod job;
 pub mod pod;
 pub mod preflight_job;
 pub mod restore_job;
@@ -15,16 +18,16 @@ pub mod statefulset;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
 
 use crate::api::Database;
+use crate::settings::Settings;
 
 /// The port every PostgreSQL instance listens on.
 pub const POSTGRES_PORT: i32 = 5432;
-/// The superuser name when the credentials Secret does not say.
-pub const DEFAULT_SUPERUSER: &str = "postgres";
+/// The superuser name when the credentials Secret does not say (the instance manager's too).
+pub use dbop_contract::instance::DEFAULT_SUPERUSER;
 /// The PostgreSQL major versions dbop knows how to run.
 pub const SUPPORTED_MAJORS: std::ops::RangeInclusive<u32> = 13..=18;
 
@@ -36,49 +39,6 @@ pub const LABEL_VERSION: &str = "app.kubernetes.io/version";
 pub const MANAGED_BY: &str = "dbop";
 /// A label selector for everything dbop manages, used by the controller's watches.
 pub const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=dbop";
-
-/// Operator-wide settings the builders need.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Settings {
-    /// The PostgreSQL image of a version: `{version}` is replaced by the Database's
-    /// `MAJOR.MINOR` (e.g. `docker.io/library/postgres:{version}`). A template without
-    /// `{version}` is a repository, tagged with the version.
-    pub postgres_image_template: String,
-    /// dbop's own image: it holds the static `dbop-backup` and `dbop-instance` at
-    /// `/usr/local/bin`, which init containers copy into the database and backup pods.
-    pub agent_image: String,
-    /// Pull secrets (in the Database's namespace) for the pods dbop creates.
-    pub image_pull_secrets: Vec<String>,
-    /// Resources of the init and backup Jobs' containers.
-    pub job_resources: ResourceRequirements,
-}
-
-/// The default agent image: the operator's image of this version.
-pub const DEFAULT_AGENT_IMAGE: &str = concat!("dbop:", env!("CARGO_PKG_VERSION"));
-/// The default PostgreSQL image template: the official images.
-pub const DEFAULT_POSTGRES_IMAGE_TEMPLATE: &str = "docker.io/library/postgres:{version}";
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            postgres_image_template: DEFAULT_POSTGRES_IMAGE_TEMPLATE.into(),
-            agent_image: DEFAULT_AGENT_IMAGE.into(),
-            image_pull_secrets: Vec::new(),
-            job_resources: pod::default_job_resources(),
-        }
-    }
-}
-
-impl Settings {
-    /// The image of a PostgreSQL version from the template.
-    pub fn postgres_image(&self, version: &str) -> String {
-        if self.postgres_image_template.contains("{version}") {
-            self.postgres_image_template.replace("{version}", version)
-        } else {
-            format!("{}:{version}", self.postgres_image_template)
-        }
-    }
-}
 
 /// The names of everything derived from one Database. Deterministic, so that a restarted
 /// operator finds what it made before instead of making it again.

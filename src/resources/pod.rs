@@ -4,16 +4,14 @@
 //!
 //! Pure: plain functions of their arguments.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, LocalObjectReference,
     PodSecurityContext, ResourceRequirements, SeccompProfile, SecretKeySelector, SecurityContext,
     Volume, VolumeMount,
 };
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::Settings;
+use crate::objects::quantities;
+use crate::settings::Settings;
 
 /// The uid and gid of the `postgres` user in the official and Debian-built images.
 pub const POSTGRES_UID: i64 = 999;
@@ -130,30 +128,11 @@ pub fn copy_binary(settings: &Settings, binary: &str) -> (Container, String) {
     (container, target)
 }
 
-fn quantities(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, Quantity>> {
-    Some(
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
-            .collect(),
-    )
-}
-
 /// Resources of the copying init containers: a `cp` of one file.
 pub fn copy_resources() -> ResourceRequirements {
     ResourceRequirements {
         requests: quantities(&[("cpu", "10m"), ("memory", "16Mi")]),
         limits: quantities(&[("cpu", "100m"), ("memory", "64Mi")]),
-        ..ResourceRequirements::default()
-    }
-}
-
-/// The default resources of Job containers (init SQL, backups): a namespace with a
-/// ResourceQuota and no LimitRange admits them. Operators change them with `--job-resources`.
-pub fn default_job_resources() -> ResourceRequirements {
-    ResourceRequirements {
-        requests: quantities(&[("cpu", "100m"), ("memory", "128Mi")]),
-        limits: quantities(&[("cpu", "1"), ("memory", "512Mi")]),
         ..ResourceRequirements::default()
     }
 }

@@ -4,16 +4,17 @@
 //! the database pod's entrypoint), which writes the version it found to the termination message
 //! and fails when it is not the expected one. It touches no data and no Secret.
 
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use dbop_contract::instance::server_version_args;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Container;
 
+use super::job::{JobParts, JobPod, job};
 use super::pod::{
-    DBOP_BIN_DIR, DBOP_BIN_VOLUME, container_security_context, copy_binary, mount,
-    pod_security_context, pull_secrets, scratch,
+    DBOP_BIN_DIR, DBOP_BIN_VOLUME, container_security_context, copy_binary, mount, scratch,
 };
-use super::{Settings, Version, job_pod_labels, owned_meta, pod_annotations};
+use super::{Version, job_pod_labels, owned_meta};
 use crate::api::Database;
+use crate::settings::Settings;
 
 /// The container that checks the version (its termination message is the version found).
 pub const PREFLIGHT_CONTAINER: &str = "preflight";
@@ -34,12 +35,7 @@ pub fn preflight_job(
     let check = Container {
         name: PREFLIGHT_CONTAINER.into(),
         image: Some(image.to_string()),
-        command: Some(vec![
-            manager,
-            "server-version".into(),
-            format!("--major={major}"),
-            format!("--expect={version}"),
-        ]),
+        command: Some([vec![manager], server_version_args(major, version)].concat()),
         resources: Some(settings.job_resources.clone()),
         security_context: Some(container_security_context()),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
@@ -49,33 +45,19 @@ pub fn preflight_job(
         ]),
         ..Container::default()
     };
-    Job {
+    let parts = JobParts {
         metadata: owned_meta(db, name.to_string(), "preflight"),
-        spec: Some(JobSpec {
-            backoff_limit: Some(0),
-            active_deadline_seconds: Some(ACTIVE_DEADLINE_SECONDS),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(job_pod_labels(db, "preflight")),
-                    annotations: pod_annotations(db),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    restart_policy: Some("Never".into()),
-                    init_containers: Some(vec![copy]),
-                    containers: vec![check],
-                    security_context: Some(pod_security_context()),
-                    enable_service_links: Some(false),
-                    automount_service_account_token: Some(false),
-                    image_pull_secrets: pull_secrets(settings),
-                    volumes: Some(vec![scratch("tmp"), scratch(DBOP_BIN_VOLUME)]),
-                    ..PodSpec::default()
-                }),
-            },
-            ..JobSpec::default()
-        }),
-        ..Job::default()
-    }
+        pod_labels: job_pod_labels(db, "preflight"),
+        backoff_limit: 0,
+        active_deadline_seconds: ACTIVE_DEADLINE_SECONDS,
+        ttl_seconds_after_finished: None,
+        pod: JobPod {
+            init_containers: Some(vec![copy]),
+            container: check,
+            volumes: vec![scratch("tmp"), scratch(DBOP_BIN_VOLUME)],
+        },
+    };
+    job(db, settings, parts)
 }
 
 #[cfg(test)]

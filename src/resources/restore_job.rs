@@ -9,17 +9,13 @@
 //!
 //! Pure: a function of the Database, the resolved source and the operator's settings.
 
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::batch::v1::Job;
 
-use super::agent::{CA_FILE, TERMINATION_LOG, agent_env, agent_mounts, ca_volume};
-use super::pod::{
-    DBOP_BIN_VOLUME, container_security_context, copy_binary, pod_security_context, pull_secrets,
-    scratch,
-};
-use super::{Names, Settings, image, job_pod_labels, owned_meta, pod_annotations};
+use super::agent::{CA_FILE, TERMINATION_LOG, agent_env};
+use super::job::{AgentRun, JobParts, agent_pod, job};
+use super::{Names, image, job_pod_labels, owned_meta};
 use crate::api::{Database, S3Spec};
+use crate::settings::Settings;
 
 /// The name of the restore container (the one whose termination message holds the result).
 pub const RESTORE_CONTAINER: &str = "restore";
@@ -45,61 +41,27 @@ pub struct RestoreSource {
 
 /// The key prefix of a Database's backups in a bucket: `<prefix>/<namespace>/<database>`.
 pub fn storage_prefix(s3: &S3Spec, namespace: &str, database: &str) -> String {
-    let base = s3.prefix.as_deref().unwrap_or_default().trim_matches('/');
-    let own = format!("{namespace}/{database}");
-    if base.is_empty() {
-        own
-    } else {
-        format!("{base}/{own}")
-    }
+    dbop_contract::layout::storage_prefix(s3.prefix.as_deref(), namespace, database)
 }
 
 /// The restore Job of a Database, owned by it (deleting the Database stops the restore).
 pub fn restore_job(db: &Database, source: &RestoreSource, settings: &Settings) -> Job {
-    let names = Names::of(db);
-    let (copy_agent, agent) = copy_binary(settings, "dbop-backup");
-    let container = Container {
-        name: RESTORE_CONTAINER.into(),
-        image: Some(image(db, settings)),
-        command: Some(vec![agent]),
-        args: Some(agent_args(source)),
-        env: Some(agent_env(db, &source.s3, "dbop-restore")),
-        resources: Some(settings.job_resources.clone()),
-        security_context: Some(container_security_context()),
-        termination_message_path: Some(TERMINATION_LOG.into()),
-        termination_message_policy: Some("FallbackToLogsOnError".into()),
-        volume_mounts: Some(agent_mounts(source.s3.ca.is_some())),
-        ..Container::default()
+    let run = AgentRun {
+        container: RESTORE_CONTAINER,
+        image: image(db, settings),
+        args: agent_args(source),
+        env: agent_env(db, &source.s3, "dbop-restore"),
+        s3: &source.s3,
     };
-    let mut volumes = vec![scratch(DBOP_BIN_VOLUME), scratch("tmp")];
-    volumes.extend(source.s3.ca.as_ref().map(ca_volume));
-    Job {
-        metadata: owned_meta(db, names.restore_job(), "restore"),
-        spec: Some(JobSpec {
-            backoff_limit: Some(BACKOFF_LIMIT),
-            active_deadline_seconds: Some(ACTIVE_DEADLINE_SECONDS),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(job_pod_labels(db, "restore")),
-                    annotations: pod_annotations(db),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    restart_policy: Some("Never".into()),
-                    init_containers: Some(vec![copy_agent]),
-                    containers: vec![container],
-                    security_context: Some(pod_security_context()),
-                    enable_service_links: Some(false),
-                    automount_service_account_token: Some(false),
-                    image_pull_secrets: pull_secrets(settings),
-                    volumes: Some(volumes),
-                    ..PodSpec::default()
-                }),
-            },
-            ..JobSpec::default()
-        }),
-        ..Job::default()
-    }
+    let parts = JobParts {
+        metadata: owned_meta(db, Names::of(db).restore_job(), "restore"),
+        pod_labels: job_pod_labels(db, "restore"),
+        backoff_limit: BACKOFF_LIMIT,
+        active_deadline_seconds: ACTIVE_DEADLINE_SECONDS,
+        ttl_seconds_after_finished: None,
+        pod: agent_pod(settings, run),
+    };
+    job(db, settings, parts)
 }
 
 /// The agent's arguments: where the backup is and which one. Nothing secret.
@@ -130,6 +92,7 @@ fn agent_args(source: &RestoreSource) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::resources::testing;
+    use k8s_openapi::api::core::v1::Container;
 
     fn s3(extra: serde_json::Value) -> S3Spec {
         let mut v = serde_json::json!({

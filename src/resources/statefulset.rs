@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use dbop_contract::instance::ManagerFlags;
 use k8s_openapi::api::apps::v1::{
     RollingUpdateStatefulSetStrategy, StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy,
     StatefulSetSpec, StatefulSetUpdateStrategy,
@@ -21,10 +22,11 @@ use super::pod::{
     pod_security_context, pull_secrets, scratch, shared_memory,
 };
 use super::{
-    LABEL_VERSION, Names, POSTGRES_PORT, Settings, Version, image, labels, owned_meta,
-    pod_annotations, pod_labels, selector_labels,
+    LABEL_VERSION, Names, POSTGRES_PORT, Version, image, labels, owned_meta, pod_annotations,
+    pod_labels, selector_labels,
 };
 use crate::api::{Database, DeletionPolicy};
+use crate::settings::Settings;
 
 const DATA_MOUNT: &str = "/var/lib/postgresql/data";
 /// PGDATA is a subdirectory: the volume's root may hold `lost+found`, which initdb refuses.
@@ -152,18 +154,19 @@ fn data_claim_template(db: &Database) -> PersistentVolumeClaim {
     }
 }
 
-/// The instance manager's arguments shared by `run` and `probe`.
-fn manager_args(db: &Database) -> Vec<String> {
+/// The instance manager's arguments shared by `run` and `probe` (`dbop_contract::instance`).
+pub fn manager_args(db: &Database) -> Vec<String> {
     let major = Version::parse(&db.spec.version).map_or(0, |v| v.major);
-    vec![
-        format!("--pgdata={PGDATA}"),
-        format!("--major={major}"),
-        format!("--port={POSTGRES_PORT}"),
-        format!("--socket-dir={SOCKET_DIR}"),
-        format!("--credentials-dir={CREDENTIALS_DIR}"),
-        format!("--smart-shutdown-seconds={SMART_SHUTDOWN_SECONDS}"),
-        format!("--fast-shutdown-seconds={FAST_SHUTDOWN_SECONDS}"),
-    ]
+    ManagerFlags {
+        pgdata: PGDATA.into(),
+        major,
+        port: POSTGRES_PORT as u16,
+        socket_dir: SOCKET_DIR.into(),
+        credentials_dir: CREDENTIALS_DIR.into(),
+        smart_shutdown_seconds: SMART_SHUTDOWN_SECONDS as u64,
+        fast_shutdown_seconds: FAST_SHUTDOWN_SECONDS as u64,
+    }
+    .to_args()
 }
 
 /// The probe: the instance manager's own check (it connects as the Database's superuser to
@@ -279,6 +282,46 @@ mod tests {
         statefulset(&testing::minimal(), &Settings::default(), None)
     }
 
+    /// The instance manager parses what the operator writes: its entrypoint and its probes,
+    /// read back with the manager's own parser (`dbop_contract::instance::Cli`).
+    #[test]
+    fn the_instance_manager_parses_the_arguments_the_operator_writes() {
+        use clap::Parser;
+        use dbop_contract::instance::{Cli, Cmd};
+        let sts = build();
+        let pod = sts.spec.template.spec.unwrap();
+        let postgres = pod
+            .containers
+            .iter()
+            .find(|c| c.name == "postgres")
+            .unwrap();
+        let probes = [
+            &postgres.startup_probe,
+            &postgres.readiness_probe,
+            &postgres.liveness_probe,
+        ];
+        let mut commands = vec![postgres.command.clone().unwrap()];
+        commands.extend(probes.iter().map(|p| {
+            let exec = p.as_ref().unwrap().exec.as_ref().unwrap();
+            exec.command.clone().unwrap()
+        }));
+        for command in commands {
+            assert_eq!(command[0], "/dbop/dbop-instance");
+            let argv = std::iter::once("dbop-instance".to_string()).chain(command[1..].to_vec());
+            let parsed = Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{command:?}: {e}"));
+            let (Cmd::Run(common) | Cmd::Probe(common)) = parsed.command else {
+                panic!("{command:?} is neither run nor probe");
+            };
+            assert_eq!(common.pgdata.to_str(), Some(PGDATA));
+            assert_eq!(common.major, 16);
+            assert_eq!(i32::from(common.port), POSTGRES_PORT);
+            assert_eq!(common.socket_dir.to_str(), Some(SOCKET_DIR));
+            assert_eq!(common.credentials_dir.to_str(), Some(CREDENTIALS_DIR));
+            assert_eq!(common.smart_shutdown_seconds, SMART_SHUTDOWN_SECONDS as u64);
+            assert_eq!(common.fast_shutdown_seconds, FAST_SHUTDOWN_SECONDS as u64);
+        }
+    }
+
     #[test]
     fn statefulset_runs_the_versioned_image_non_root() {
         let sts = build();
@@ -307,7 +350,7 @@ mod tests {
         let copy = &pod.init_containers.as_ref().unwrap()[0];
         assert_eq!(
             copy.image.as_deref(),
-            Some(crate::resources::DEFAULT_AGENT_IMAGE)
+            Some(crate::settings::DEFAULT_AGENT_IMAGE)
         );
         let c = &pod.containers[0];
         let command = c.command.as_ref().unwrap();

@@ -3,7 +3,7 @@
 
 use crate::api::conditions::{ConditionType, find};
 use crate::api::{DatabaseStatus, UpgradeStage, UpgradeStatus};
-use crate::kube_io::EventSpec;
+use crate::objects::EventSpec;
 
 /// The Events of the move from `old` to `new`.
 pub fn upgrade_events(old: &DatabaseStatus, new: &DatabaseStatus) -> Vec<EventSpec> {

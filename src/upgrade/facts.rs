@@ -1,13 +1,13 @@
 //! What an upgrade needs to know about the world, reduced from observed objects: the preflight
 //! Job and its pod, the pre-upgrade backup, the StatefulSet's revisions and each database pod.
-//! Pure: the reads happen in `reconcile::observe`.
+//! Pure: the reads happen in `database::observe`, the reduction in `database::facts`.
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 
 use crate::api::{BackupPhase, DatabaseBackup};
-use crate::kube_io::{JobState, job_state};
+use crate::objects::{JobState, job_state};
 use crate::resources::preflight_job::PREFLIGHT_CONTAINER;
 use crate::resources::statefulset::template_image;
 
@@ -28,7 +28,7 @@ pub struct UpgradeFacts {
     /// The preflight Job of the upgrade in `status.upgrade`, if it exists.
     pub preflight: Option<PreflightFact>,
     /// The pre-upgrade `DatabaseBackup` of that upgrade, if it exists.
-    pub backup: Option<BackupFact>,
+    pub backup: Option<PreUpgradeBackupFact>,
     /// The StatefulSet's template and revisions.
     pub statefulset: Option<RevisionFact>,
     /// The database pods (not Job pods), by ordinal.
@@ -47,7 +47,7 @@ pub struct PreflightFact {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BackupFact {
+pub struct PreUpgradeBackupFact {
     pub phase: Option<BackupPhase>,
     pub message: Option<String>,
 }
@@ -102,9 +102,9 @@ pub fn preflight_fact(job: &Job, pods: &[Pod]) -> PreflightFact {
     }
 }
 
-pub fn backup_fact(backup: &DatabaseBackup) -> BackupFact {
+pub fn backup_fact(backup: &DatabaseBackup) -> PreUpgradeBackupFact {
     let status = backup.status.clone().unwrap_or_default();
-    BackupFact {
+    PreUpgradeBackupFact {
         phase: status.phase,
         message: status.message,
     }

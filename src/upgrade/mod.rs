@@ -6,14 +6,14 @@
 //! - `plan`: from the Database, those facts and `now`, the next stage, the pod template to run
 //!   (image and partition), what to create or delete, and the `Upgrading` condition; pure;
 //! - `events`: the Events of a stage change; pure;
-//! - `gate`: whether a deletion waits for the upgrade to reach a safe point; pure.
+//! - `deletion_gate`: whether a deletion waits for the upgrade to reach a safe point; pure.
 //!
-//! Pure throughout: no client, no clock (`now` comes in). `reconcile` observes, calls `plan`,
-//! and acts; this module must not import `reconcile` or `controller`.
+//! Pure throughout: no client, no clock (`now` comes in). `database` observes, calls `plan`,
+//! and applies; this module must not import `database` or `runtime`.
 
+pub mod deletion_gate;
 pub mod events;
 pub mod facts;
-pub mod gate;
 pub mod plan;
 pub mod policy;
 

@@ -24,8 +24,8 @@ use super::facts::{PodFact, UpgradeFacts};
 use super::policy::{Transition, image_of, transition};
 use crate::api::conditions::{ConditionStatus, ConditionType};
 use crate::api::{BackupPhase, Database, UpgradeStage, UpgradeStageTime, UpgradeStatus};
-use crate::kube_io::JobState;
-use crate::resources::Settings;
+use crate::objects::JobState;
+use crate::settings::Settings;
 
 use UpgradeStage::{
     Complete, Failed, PreUpgradeBackup, Preflight, RolledBack, RollingBack, RollingOut, Verifying,
@@ -612,7 +612,7 @@ mod tests {
     use super::*;
     use crate::api::{BackupPhase, DatabaseStatus};
     use crate::resources::testing;
-    use crate::upgrade::facts::{BackupFact, PodFact, PreflightFact, RevisionFact};
+    use crate::upgrade::facts::{PodFact, PreUpgradeBackupFact, PreflightFact, RevisionFact};
     use chrono::TimeZone;
 
     const OLD: &str = "dbop.local/postgres:15.18";
@@ -702,8 +702,8 @@ mod tests {
         })
     }
 
-    fn backup(phase: BackupPhase) -> Option<BackupFact> {
-        Some(BackupFact {
+    fn backup(phase: BackupPhase) -> Option<PreUpgradeBackupFact> {
+        Some(PreUpgradeBackupFact {
             phase: Some(phase),
             message: Some("m".into()),
         })

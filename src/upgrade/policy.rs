@@ -4,7 +4,8 @@
 //! `spec.image` overrides the image, never the policy: the version decides what is allowed.
 
 use crate::api::Database;
-use crate::resources::{Settings, Version};
+use crate::resources::Version;
+use crate::settings::Settings;
 
 /// What a change from the running version to the spec's version is.
 #[derive(Clone, Debug, PartialEq, Eq)]

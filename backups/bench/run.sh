@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# Benchmark of `dbop-backup dump` against `pg_dump | zstd | rclone rcat` and the bare
+# `pg_dump -Fc -Z0 > /dev/null`, on the same generated databases and the same S3 server
+# (s3s-fs on loopback); and zstd at the agent's level against gzip -6 on the same saved
+# pg_dump -Z0 stream (size and CPU). Contenders run in rounds (one run of each per round).
+# Prints markdown tables (best of RUNS by wall time, with the median wall time beside it) and
+# the load average sampled before each run; see docs/benchmarks.md.
+#
+#   backups/bench/run.sh                 # sizes 1 and 4 GiB, 3 runs each
+#   SIZES="1" RUNS=2 backups/bench/run.sh
+#
+# Needs what backups/install-test-deps.sh installs. Run as root (PostgreSQL runs as `postgres`).
+set -euo pipefail
+
+SIZES=${SIZES:-"1 4"}
+RUNS=${RUNS:-3}
+LEVEL=${LEVEL:-1}
+COMPRESSORS=${COMPRESSORS:-1}  # 0: skip the zstd/gzip comparison
+AGENT_FLAGS=${AGENT_FLAGS:-}   # extra flags for dbop-backup dump, e.g. "--compression-threads 1"
+ROWS_PER_GIB=${ROWS_PER_GIB:-6300000}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+WORK=${BENCH_DIR:-/var/tmp/dbop-bench}
+PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+PORT=${BENCH_PG_PORT:-55433}
+S3PORT=${BENCH_S3_PORT:-59014}
+export PATH="$HOME/.cargo/bin:$PATH"
+# A CA bundle variable in the environment makes rclone refuse its (plain HTTP) transport.
+unset AWS_CA_BUNDLE
+
+log() { echo "[bench] $*" >&2; }
+
+cd "$ROOT"
+log "building dbop-backup (release)"
+cargo build -q --release -p dbop-backup
+TARGET_DIR=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+AGENT="$TARGET_DIR/release/dbop-backup"
+
+PG_PID= S3_PID=
+cleanup() {
+  [[ -n $S3_PID ]] && kill "$S3_PID" 2>/dev/null || true
+  if [[ -n $PG_PID ]]; then
+    runuser -u postgres -- "$PGBIN/pg_ctl" -D "$WORK/pg/data" stop -m fast -w >/dev/null 2>&1 || true
+    wait "$PG_PID" 2>/dev/null || true
+  fi
+}
+trap cleanup EXIT
+
+rm -rf "$WORK" && mkdir -p "$WORK/s3/bench" "$WORK/pg" && chown postgres "$WORK/pg"
+runuser -u postgres -- "$PGBIN/initdb" -D "$WORK/pg/data" -U bench --auth=trust --no-sync -E UTF8 --locale=C >/dev/null
+runuser -u postgres -- "$PGBIN/postgres" -D "$WORK/pg/data" -p "$PORT" -k "$WORK/pg" \
+  -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off \
+  -c wal_level=minimal -c max_wal_senders=0 -c shared_buffers=2GB -c max_wal_size=16GB \
+  >"$WORK/pg/log" 2>&1 &
+PG_PID=$!
+s3s-fs --host 127.0.0.1 --port "$S3PORT" --access-key bench-access --secret-key bench-secret "$WORK/s3" >/dev/null 2>&1 &
+S3_PID=$!
+export PGHOST=127.0.0.1 PGPORT=$PORT PGUSER=bench
+for _ in $(seq 100); do "$PGBIN/pg_isready" -q -d postgres && break; sleep 0.2; done
+
+export AWS_ENDPOINT_URL=http://127.0.0.1:$S3PORT AWS_REGION=us-east-1
+export AWS_ACCESS_KEY_ID=bench-access AWS_SECRET_ACCESS_KEY=bench-secret AWS_EC2_METADATA_DISABLED=true
+export DBOP_BACKUP_BUCKET=bench DBOP_BACKUP_PATH_STYLE=true
+export RCLONE_CONFIG_BENCH_TYPE=s3 RCLONE_CONFIG_BENCH_PROVIDER=Other RCLONE_CONFIG_BENCH_ENDPOINT=$AWS_ENDPOINT_URL
+export RCLONE_CONFIG_BENCH_ACCESS_KEY_ID=bench-access RCLONE_CONFIG_BENCH_SECRET_ACCESS_KEY=bench-secret
+export RCLONE_CONFIG_BENCH_FORCE_PATH_STYLE=true RCLONE_CONFIG_BENCH_REGION=us-east-1
+
+# Generates a database of about N GiB of pg_dump output: tables of orders-like rows (ids,
+# timestamps, numerics, short enums, emails, hex notes, jsonb), generated inside PostgreSQL,
+# two tables at a time.
+generate() {
+  local db=$1 gib=$2 tables=$(( $2 * 4 )) rows=$(( ROWS_PER_GIB / 4 ))
+  "$PGBIN/psql" -X -q -d postgres -c "CREATE DATABASE $db"
+  local pids=()
+  for ((t = 0; t < tables; t++)); do
+    "$PGBIN/psql" -X -q -d "$db" -c "CREATE TABLE orders_$t AS SELECT i::bigint AS id,
+        timestamptz '2024-01-01' + i * interval '17 seconds' AS created,
+        round((random() * 10000)::numeric, 2) AS amount, (i % 97)::int AS qty,
+        (ARRAY['new','paid','shipped','returned'])[1 + i % 4] AS status,
+        'user' || (i % 100000) || '@example.com' AS email,
+        md5(i::text) || ' ' || substr(md5((i * 7)::text), 1, 12) AS note,
+        jsonb_build_object('k', i, 'tag', 'tag' || (i % 50), 'v', substr(md5(i::text), 1, 16)) AS payload
+      FROM generate_series($(( t * rows + 1 )), $(( (t + 1) * rows ))) i;
+      ALTER TABLE orders_$t ADD PRIMARY KEY (id);" &
+    pids+=($!)
+    if (( ${#pids[@]} == 2 )); then wait "${pids[@]}"; pids=(); fi
+  done
+  if (( ${#pids[@]} )); then wait "${pids[@]}"; fi
+  "$PGBIN/psql" -X -q -d "$db" -c "VACUUM ANALYZE"
+}
+
+# Runs a command under GNU time; prints "wall cpu maxrss_kib".
+measure() {
+  local out=$WORK/time.txt
+  /usr/bin/time -v -o "$out" "$@" >"$WORK/stdout.txt" 2>"$WORK/stderr.txt" || { cat "$WORK/stderr.txt" >&2; return 1; }
+  awk -F': ' '
+    /Elapsed \(wall clock\)/ { n = split($2, p, ":"); wall = (n == 3) ? p[1]*3600 + p[2]*60 + p[3] : p[1]*60 + p[2] }
+    /User time/ { u = $2 } /System time/ { s = $2 } /Maximum resident set size/ { rss = $2 }
+    END { printf "%.2f %.2f %d\n", wall, u + s, rss }' "$out"
+}
+
+median() { sort -n | awk '{ a[NR] = $0 } END { print a[int((NR + 1) / 2)] }'; }
+best() { sort -n | head -1; }
+LOADS=()
+sample_load() { LOADS+=("$(cut -d' ' -f1 /proc/loadavg)"); }
+
+# zstd at the agent's level against gzip -6, each on the same saved pg_dump -Z0 stream, to a
+# file (single-threaded both, as the agent's default has one compression worker); prints
+# one table row per compressor: best CPU seconds of RUNS, output size.
+compressors() {
+  local gib=$1 raw=$2 file=$WORK/raw.pgc
+  "$PGBIN/pg_dump" -Fc -Z0 -d "$db" >"$file"
+  for c in "zstd -q -$LEVEL" "gzip -6"; do
+    local cpus=() size=0
+    for ((r = 1; r <= RUNS; r++)); do
+      sample_load
+      m=$(measure bash -c "exec $c -c '$file' > '$WORK/out.z'")
+      size=$(stat -c %s "$WORK/out.z")
+      read -r wall cpu rss <<<"$m"
+      log "$db $c run $r: wall ${wall}s cpu ${cpu}s size $size"
+      cpus+=("$cpu $wall")
+    done
+    read -r cpu wall <<<"$(printf '%s\n' "${cpus[@]}" | best)"
+    awk -v g="$gib GiB ($raw B)" -v n="\`$c\`" -v raw="$raw" -v c="$cpu" -v w="$wall" -v s="$size" \
+      'BEGIN { printf "| %s | %s | %.0f | %.1f | %.2f |\n", g, n, s / 1e6, c, raw / s }' >>"$WORK/compressors.md"
+  done
+  rm -f "$file" "$WORK/out.z"
+}
+
+# One run of a contender (round r); prints "wall cpu maxrss_kib stored_bytes".
+run_contender() {
+  local contender=$1 r=$2 m stored
+  case $contender in
+    baseline) m=$(measure bash -c "exec '$PGBIN/pg_dump' -Fc -Z0 -d '$db' > /dev/null"); stored=0 ;;
+    dbop)
+      # shellcheck disable=SC2086
+      m=$(PGDATABASE=$db measure "$AGENT" dump --prefix bench --backup-id "run$r" --compression-level "$LEVEL" $AGENT_FLAGS)
+      stored=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["sizeBytes"])' "$WORK/stdout.txt") ;;
+    pipeline)
+      m=$(measure bash -o pipefail -c "'$PGBIN/pg_dump' -Fc -Z0 -d '$db' | zstd -q -$LEVEL | rclone rcat bench:bench/pipeline/$db/run$r.pgc.zst")
+      stored=$(stat -c %s "$WORK/s3/bench/pipeline/$db/run$r.pgc.zst") ;;
+  esac
+  echo "$m $stored"
+}
+
+# A contender's table row from its runs (one "wall cpu rss stored" line each): the best run by
+# wall time, and the median wall time.
+report_contender() {
+  local gib=$1 raw=$2 contender=$3 runs=$4 name median_wall wall cpu rss stored
+  read -r median_wall _ <<<"$(printf '%s' "$runs" | median)"
+  read -r wall cpu rss stored <<<"$(printf '%s' "$runs" | best)"
+  case $contender in
+    baseline) name='`pg_dump -Fc -Z0 > /dev/null`' ;;
+    dbop) name="\`dbop-backup dump\` (zstd -$LEVEL${AGENT_FLAGS:+ $AGENT_FLAGS})" ;;
+    pipeline) name="\`pg_dump -Fc -Z0 \\\\| zstd -$LEVEL \\\\| rclone rcat\`" ;;  # \| keeps the table whole
+  esac
+  awk -v g="$gib GiB ($raw B)" -v n="$name" -v raw="$raw" -v w="$wall" -v m="$median_wall" -v c="$cpu" -v r="$rss" -v s="$stored" \
+    'BEGIN { printf "| %s | %s | %.0f | %.1f | %.1f | %.1f | %.1f | %s |\n", g, n, raw / w / 1e6, w, m, c, r / 1024, (s > 0 ? sprintf("%.0f", s / 1e6) : "-") }'
+}
+
+echo "| size | contender | MB/s (raw) | wall s (best) | wall s (median) | CPU s | peak RSS MiB | stored MB |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|"
+: >"$WORK/compressors.md"
+for gib in $SIZES; do
+  db=bench_${gib}g
+  log "generating $db (~$gib GiB of dump)"
+  generate "$db" "$gib"
+  raw=$("$PGBIN/pg_dump" -Fc -Z0 -d "$db" | wc -c)   # also warms the cache
+  log "$db: pg_dump -Fc -Z0 is $raw bytes"
+  # Rounds: each round runs every contender once, so a change in the machine's load (it is
+  # shared) falls on all of them alike.
+  declare -A results=()
+  for ((r = 1; r <= RUNS; r++)); do
+    for contender in baseline dbop pipeline; do
+      sample_load
+      m=$(run_contender "$contender" "$r")
+      log "$db round $r $contender: $m"
+      results[$contender]+="$m"$'\n'
+    done
+  done
+  for contender in baseline dbop pipeline; do
+    report_contender "$gib" "$raw" "$contender" "${results[$contender]}"
+  done
+  unset results
+  [[ $COMPRESSORS == 1 ]] && compressors "$gib" "$raw"
+  "$PGBIN/psql" -X -q -d postgres -c "DROP DATABASE $db"
+  rm -rf "$WORK/s3/bench/"*
+done
+echo
+echo "| size | compressor (same pg_dump -Z0 stream) | output MB | CPU s (best) | ratio |"
+echo "|---|---|---:|---:|---:|"
+cat "$WORK/compressors.md"
+echo
+printf 'Load average (1 min) sampled before each run: %s\n' "$(printf '%s\n' "${LOADS[@]}" | sort -n | awk '{ a[NR] = $0 } END { printf "min %s, median %s, max %s over %d samples", a[1], a[int((NR + 1) / 2)], a[NR], NR }')"

@@ -1,0 +1,273 @@
+//! Dispatch: turns parsed arguments into an operation, runs it, and shapes its result summary.
+//! Also `list` and `prune`, which only read and delete objects according to `catalog` and
+//! `retention`.
+
+use chrono::Utc;
+
+use crate::catalog::{self, BackupEntry};
+use crate::cli::{
+    Command, DumpArgs, ListArgs, PgArgs, PruneArgs, RestoreArgs, StorageArgs, VerifyArgs,
+};
+use crate::dump::{self, DumpOptions};
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+use crate::pg::PgTools;
+use crate::prune::prune_database;
+use crate::restore::{self, RestoreOptions, VerifyOptions};
+use crate::result::{BackupResult, Operation, Outcome};
+use crate::retention::Policy;
+use crate::s3::{S3Settings, Store};
+use crate::signals::Interrupt;
+
+/// What a run produced: a summary to print (not for `list`) and the exit code.
+pub struct RunOutput {
+    pub summary: Option<BackupResult>,
+    pub exit_code: i32,
+}
+
+async fn store_for(args: &StorageArgs) -> Result<(Store, Layout)> {
+    let store = Store::connect(&S3Settings {
+        bucket: args.bucket.clone(),
+        path_style: args.path_style,
+        ca_file: args.ca_file.clone(),
+        checksums: args.s3_checksums,
+    })
+    .await?;
+    Ok((store, Layout::new(&args.prefix)))
+}
+
+fn finish(mut result: BackupResult, outcome: Result<()>) -> RunOutput {
+    let exit_code = match outcome {
+        Ok(()) => {
+            result.outcome = Outcome::Succeeded;
+            0
+        }
+        Err(e) => {
+            tracing::error!(kind = e.label(), "{e}");
+            result.outcome = Outcome::Failed;
+            result.message = Some(e.to_string());
+            result.failure_kind = Some(e.label().to_string());
+            e.exit_code()
+        }
+    };
+    if result.completed_at.is_none() || result.outcome == Outcome::Failed {
+        result.completed_at = Some(Utc::now());
+    }
+    RunOutput {
+        summary: Some(result),
+        exit_code,
+    }
+}
+
+pub async fn run(command: Command, interrupt: Interrupt) -> RunOutput {
+    match command {
+        Command::Dump(a) => dump_command(&a, &interrupt).await,
+        Command::Restore(a) => restore_command(&a, &interrupt).await,
+        Command::Verify(a) => verify_command(&a, &interrupt).await,
+        Command::Prune(a) => {
+            let mut result = BackupResult::new(Operation::Prune);
+            result.started_at = Some(Utc::now());
+            let outcome = prune_command(&a, &mut result).await;
+            finish(result, outcome)
+        }
+        Command::List(a) => match list_command(&a).await {
+            Ok(()) => RunOutput {
+                summary: None,
+                exit_code: 0,
+            },
+            Err(e) => {
+                eprintln!("dbop-backup list: {e}");
+                RunOutput {
+                    summary: None,
+                    exit_code: e.exit_code(),
+                }
+            }
+        },
+    }
+}
+
+/// The PostgreSQL client tools of a command.
+fn pg_tools(pg: &PgArgs) -> PgTools {
+    PgTools {
+        bin_dir: pg.pg_bin_dir.clone(),
+    }
+}
+
+async fn dump_command(a: &DumpArgs, interrupt: &Interrupt) -> RunOutput {
+    let mut result = BackupResult::new(Operation::Dump);
+    result.started_at = Some(Utc::now());
+    let outcome = async {
+        let (store, layout) = store_for(&a.storage).await?;
+        let tools = pg_tools(&a.pg);
+        let opts = DumpOptions {
+            compression_level: a.compression_level,
+            compression_threads: a.compression_threads,
+            part_size: a.part_size as usize,
+            concurrency: a.upload_concurrency as usize,
+            backup_id: a.backup_id.clone(),
+            policy: Policy {
+                keep_last: a.retention.keep_last,
+                max_age: a.retention.max_age,
+            },
+            incomplete_grace: a.retention.incomplete_grace,
+        };
+        dump::dump(&store, &layout, &tools, &opts, interrupt, &mut result).await
+    }
+    .await;
+    finish(result, outcome)
+}
+
+async fn restore_command(a: &RestoreArgs, interrupt: &Interrupt) -> RunOutput {
+    let mut result = BackupResult::new(Operation::Restore);
+    let outcome = async {
+        let (store, layout) = store_for(&a.storage).await?;
+        let tools = pg_tools(&a.pg);
+        let opts = RestoreOptions {
+            backup: a.backup.clone(),
+            source_database: a.source_database.clone(),
+            target_database: None,
+            no_owner: a.no_owner,
+            no_acl: a.no_acl,
+            restore_globals: !a.no_globals,
+        };
+        restore::restore(&store, &layout, &tools, &opts, interrupt, &mut result)
+            .await
+            .map(|_| ())
+    }
+    .await;
+    finish(result, outcome)
+}
+
+async fn verify_command(a: &VerifyArgs, interrupt: &Interrupt) -> RunOutput {
+    let mut result = BackupResult::new(Operation::Verify);
+    let outcome = async {
+        let (store, layout) = store_for(&a.storage).await?;
+        let tools = pg_tools(&a.pg);
+        let opts = VerifyOptions {
+            backup: a.backup.clone(),
+            source_database: a.source_database.clone(),
+            scratch_database: a.scratch_database.clone(),
+        };
+        restore::verify(&store, &layout, &tools, &opts, interrupt, &mut result).await
+    }
+    .await;
+    finish(result, outcome)
+}
+
+async fn list_command(a: &ListArgs) -> Result<()> {
+    let (store, layout) = store_for(&a.storage).await?;
+    let prefix = match &a.database {
+        Some(db) => layout.database_prefix(db),
+        None => layout.root(),
+    };
+    let objects = store.list(&prefix).await?;
+    let entries = catalog::group(&layout, &objects);
+    if a.json {
+        let doc = serde_json::json!({ "bucket": store.bucket, "backups": entries });
+        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+    } else {
+        print!("{}", render_table(&entries));
+    }
+    Ok(())
+}
+
+/// A plain text table of backups.
+pub fn render_table(entries: &[BackupEntry]) -> String {
+    let mut rows = vec![[
+        "DATABASE".to_string(),
+        "BACKUP ID".to_string(),
+        "STATUS".to_string(),
+        "SIZE".to_string(),
+        "COMPLETED".to_string(),
+    ]];
+    for e in entries {
+        rows.push([
+            e.database.clone(),
+            e.backup_id.clone(),
+            if e.complete { "complete" } else { "incomplete" }.to_string(),
+            e.size_bytes.map_or("-".into(), |s| s.to_string()),
+            crate::result::format_time(&e.completed_at),
+        ]);
+    }
+    let widths: Vec<usize> = (0..5)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+async fn prune_command(a: &PruneArgs, result: &mut BackupResult) -> Result<()> {
+    let policy = Policy {
+        keep_last: a.retention.keep_last,
+        max_age: a.retention.max_age,
+    };
+    let database = a
+        .database
+        .clone()
+        .or_else(|| std::env::var("PGDATABASE").ok().filter(|d| !d.is_empty()))
+        .ok_or_else(|| {
+            Error::Usage("--database or PGDATABASE must name the database to prune".into())
+        })?;
+    crate::layout::validate_database_name(&database).map_err(Error::Usage)?;
+    result.database = Some(database.clone());
+    if policy.is_empty() {
+        return Err(Error::Usage(
+            "prune needs --keep-last and/or --max-age".into(),
+        ));
+    }
+    let (store, layout) = store_for(&a.storage).await?;
+    result.bucket = Some(store.bucket.clone());
+    let report = prune_database(
+        &store,
+        &layout,
+        &database,
+        policy,
+        a.retention.incomplete_grace,
+        a.dry_run,
+    )
+    .await?;
+    result.message = Some(report.to_string());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn table_renders_aligned() {
+        let t = Utc.with_ymd_and_hms(2025, 1, 1, 0, 0, 0).unwrap();
+        let e = |id: &str, complete| BackupEntry {
+            database: "app".into(),
+            backup_id: id.into(),
+            complete,
+            size_bytes: complete.then_some(42),
+            completed_at: t,
+            keys: vec![],
+        };
+        let out = render_table(&[e("20250101T000000Z", true), e("x", false)]);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            lines[0],
+            "DATABASE  BACKUP ID         STATUS      SIZE  COMPLETED"
+        );
+        assert_eq!(
+            lines[1],
+            "app       20250101T000000Z  complete    42    2025-01-01T00:00:00Z"
+        );
+        assert_eq!(
+            lines[2],
+            "app       x                 incomplete  -     2025-01-01T00:00:00Z"
+        );
+    }
+}

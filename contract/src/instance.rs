@@ -1,0 +1,163 @@
+//! What the operator and the instance manager (`dbop-instance`, the database container's
+//! entrypoint) agree on: the manager's command line, which the operator writes into the
+//! StatefulSet and the preflight Job and the manager parses, and the superuser it falls back to.
+//!
+//! The parser (`Cli`) is the manager's own: `instance/src/main.rs` runs it. The operator builds
+//! its arguments with `ManagerFlags::to_args` and `server_version_args`; the tests below parse
+//! them with `Cli`, so a renamed flag fails here, not in a pod. Pure: no I/O.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// The superuser when the credentials Secret has no `username`.
+pub const DEFAULT_SUPERUSER: &str = "postgres";
+
+/// The instance manager's command line.
+#[derive(Parser, Clone, Debug, PartialEq, Eq)]
+#[command(
+    name = "dbop-instance",
+    version,
+    about = "dbop's PostgreSQL instance manager"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+#[derive(Subcommand, Clone, Debug, PartialEq, Eq)]
+pub enum Cmd {
+    /// initdb when needed, then run postgres as a child until it stops.
+    Run(Common),
+    /// Exit 0 when the instance is ready (for Kubernetes probes).
+    Probe(Common),
+    /// Print the version the image's `postgres` reports to the termination log; exit 0 when
+    /// it is the expected one (dbop's upgrade preflight).
+    ServerVersion(VersionArgs),
+}
+
+#[derive(Args, Clone, Debug, PartialEq, Eq)]
+pub struct VersionArgs {
+    /// The PostgreSQL major version whose binaries to look for.
+    #[arg(long)]
+    pub major: u32,
+    /// The `MAJOR.MINOR` the binary must report.
+    #[arg(long)]
+    pub expect: String,
+    #[arg(long, default_value = "/dev/termination-log")]
+    pub termination_log: PathBuf,
+}
+
+#[derive(Args, Clone, Debug, PartialEq, Eq)]
+pub struct Common {
+    /// The data directory.
+    #[arg(long)]
+    pub pgdata: PathBuf,
+    /// The PostgreSQL major version the image runs.
+    #[arg(long)]
+    pub major: u32,
+    /// The addresses the server listens on (`*`: every interface of the pod).
+    #[arg(long, default_value = "*")]
+    pub listen_addresses: String,
+    #[arg(long, default_value_t = 5432)]
+    pub port: u16,
+    /// A writable directory for the server's Unix socket.
+    #[arg(long, default_value = "/var/run/postgresql")]
+    pub socket_dir: PathBuf,
+    /// The mounted credentials Secret: files `password` and, optionally, `username`.
+    #[arg(long)]
+    pub credentials_dir: PathBuf,
+    #[arg(long, default_value = "/dev/termination-log")]
+    pub termination_log: PathBuf,
+    /// Seconds a smart shutdown may take before a fast one.
+    #[arg(long, default_value_t = 30)]
+    pub smart_shutdown_seconds: u64,
+    /// Seconds a fast shutdown may take before an immediate one.
+    #[arg(long, default_value_t = 20)]
+    pub fast_shutdown_seconds: u64,
+    /// Milliseconds between two looks at the server, the signals and the password file.
+    #[arg(long, default_value_t = 500)]
+    pub poll_millis: u64,
+}
+
+/// The flags the operator gives `run` and `probe` (the others keep the manager's defaults).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ManagerFlags {
+    pub pgdata: String,
+    pub major: u32,
+    pub port: u16,
+    pub socket_dir: String,
+    pub credentials_dir: String,
+    pub smart_shutdown_seconds: u64,
+    pub fast_shutdown_seconds: u64,
+}
+
+impl ManagerFlags {
+    /// The flags as arguments, after the subcommand.
+    pub fn to_args(&self) -> Vec<String> {
+        vec![
+            format!("--pgdata={}", self.pgdata),
+            format!("--major={}", self.major),
+            format!("--port={}", self.port),
+            format!("--socket-dir={}", self.socket_dir),
+            format!("--credentials-dir={}", self.credentials_dir),
+            format!("--smart-shutdown-seconds={}", self.smart_shutdown_seconds),
+            format!("--fast-shutdown-seconds={}", self.fast_shutdown_seconds),
+        ]
+    }
+}
+
+/// `server-version`'s arguments (the subcommand first): check that the binaries of `major`
+/// report `expect`.
+pub fn server_version_args(major: u32, expect: &str) -> Vec<String> {
+    vec![
+        "server-version".into(),
+        format!("--major={major}"),
+        format!("--expect={expect}"),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(sub: &str, args: Vec<String>) -> Cmd {
+        let all = ["dbop-instance".to_string(), sub.to_string()]
+            .into_iter()
+            .chain(args);
+        Cli::try_parse_from(all)
+            .expect("the manager parses it")
+            .command
+    }
+
+    #[test]
+    fn the_manager_parses_the_flags_the_operator_writes() {
+        let flags = ManagerFlags {
+            pgdata: "/data/pgdata".into(),
+            major: 17,
+            port: 5433,
+            socket_dir: "/run/pg".into(),
+            credentials_dir: "/etc/creds".into(),
+            smart_shutdown_seconds: 31,
+            fast_shutdown_seconds: 21,
+        };
+        for sub in ["run", "probe"] {
+            let common = match parse(sub, flags.to_args()) {
+                Cmd::Run(c) | Cmd::Probe(c) => c,
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(common.pgdata, PathBuf::from("/data/pgdata"));
+            assert_eq!(common.major, 17);
+            assert_eq!(common.port, 5433);
+            assert_eq!(common.socket_dir, PathBuf::from("/run/pg"));
+            assert_eq!(common.credentials_dir, PathBuf::from("/etc/creds"));
+            assert_eq!(common.smart_shutdown_seconds, 31);
+            assert_eq!(common.fast_shutdown_seconds, 21);
+        }
+        let args = server_version_args(16, "16.4");
+        let Cmd::ServerVersion(v) = parse(&args[0], args[1..].to_vec()) else {
+            panic!("not server-version");
+        };
+        assert_eq!((v.major, v.expect.as_str()), (16, "16.4"));
+    }
+}

@@ -1,0 +1,266 @@
+//! Apply: write what `build` built, in its order. Applies only what drifted (server-side
+//! apply, one field manager), creates what must only ever be created (the generated Secret,
+//! the Jobs, the `DatabaseBackup`s), patches and deletes what the decision says, then writes
+//! the status only when it changed and publishes the Events of a transition. Every write goes
+//! through `kube_io`.
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use kube::api::DeleteParams;
+use kube::{Api, Resource};
+use rand::Rng;
+use rand::distr::Alphanumeric;
+use serde_json::json;
+use tracing::info;
+
+use super::build::Desired;
+use super::events::transition_events;
+use super::facts::Observed;
+use super::status::Applied;
+use crate::api::conditions::{ConditionStatus, ConditionType, find};
+use crate::api::{Database, DatabaseBackup, DatabaseStatus};
+use crate::backup::plan::health_events;
+use crate::context::Context;
+use crate::error::Result;
+use crate::kube_io::{
+    self, apply_if_drifted, create_once, delete_if_exists, merge_patch, patch_status,
+};
+use crate::objects::EventSpec;
+use crate::resources::owner_reference;
+use crate::upgrade::events::upgrade_events;
+
+/// Length of generated passwords: 32 alphanumerics, about 190 bits.
+const PASSWORD_LENGTH: usize = 32;
+
+/// Writes `desired`, each object only where it differs from what `snap` read (or, for what is
+/// created once, where it does not exist yet).
+///
+/// `Desired` is destructured without `..`: a new object does not compile until it is written.
+pub async fn apply(
+    ctx: &Context,
+    db: &Database,
+    snap: &Observed,
+    desired: Desired,
+) -> Result<Applied> {
+    let Desired {
+        secret,
+        adopt_secret,
+        services,
+        statefulset,
+        preflight_job,
+        pre_upgrade_backup,
+        delete_pods,
+        claims_size,
+        init_job,
+        restore_job,
+        scheduled_backup,
+        prune_backups,
+        backup_events,
+        verify_job,
+    } = desired;
+    let ns = db.namespace_or_default();
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
+    write_credentials(ctx, db, secret, adopt_secret).await?;
+    if let Some((headless, read_write)) = services {
+        let api: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
+        apply_if_drifted(&api, &headless, snap.headless_service.as_ref()).await?;
+        apply_if_drifted(&api, &read_write, snap.rw_service.as_ref()).await?;
+    }
+    if let Some(desired) = statefulset {
+        let api = Api::namespaced(ctx.client.clone(), &ns);
+        apply_if_drifted(&api, &desired, snap.statefulset.as_ref()).await?;
+    }
+    if let Some(job) = preflight_job {
+        create_once(&jobs, &job).await?;
+    }
+    let backups: Api<DatabaseBackup> = Api::namespaced(ctx.client.clone(), &ns);
+    if let Some(backup) = pre_upgrade_backup {
+        create_once(&backups, &backup).await?;
+    }
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    for name in delete_pods {
+        if delete_if_exists(&pods, &name, &DeleteParams::default()).await? {
+            info!(pod = %name, "deleted a pod stuck on the image being rolled back");
+        }
+    }
+    let mut applied = Applied::default();
+    if let Some(size) = claims_size {
+        let refused = expand_claims(ctx, db, &snap.data_claims, &size).await?;
+        applied.overrides.extend(refused);
+    }
+    if let Some((sql, job)) = init_job {
+        // The SQL is mounted into the Job's pod as a file: its ConfigMap goes first.
+        if let Some(sql) = sql {
+            create_once(&Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns), &sql).await?;
+        }
+        create_once(&jobs, &job).await?;
+    }
+    if let Some(job) = restore_job {
+        create_once(&jobs, &job).await?;
+    }
+    write_backups(
+        ctx,
+        db,
+        &backups,
+        scheduled_backup,
+        prune_backups,
+        backup_events,
+    )
+    .await?;
+    if let Some(job) = verify_job {
+        create_once(&jobs, &job).await?;
+    }
+    Ok(applied)
+}
+
+/// The generated credentials Secret, created (with the Event that says a Database that ran
+/// lost it), or a retained one adopted.
+async fn write_credentials(
+    ctx: &Context,
+    db: &Database,
+    secret: Option<(Secret, Option<EventSpec>)>,
+    adopt: Option<String>,
+) -> Result<()> {
+    if let Some((secret, regenerated)) = secret {
+        let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &db.namespace_or_default());
+        create_once(&api, &secret).await?;
+        if let Some(event) = regenerated {
+            publish(ctx, db, &event).await;
+        }
+    }
+    if let Some(name) = adopt {
+        adopt_retained_secret(ctx, db, &name).await?;
+    }
+    Ok(())
+}
+
+/// The scheduled `DatabaseBackup` that is due, the ones the history policy drops, and the
+/// backup plan's Events.
+async fn write_backups(
+    ctx: &Context,
+    db: &Database,
+    backups: &Api<DatabaseBackup>,
+    scheduled: Option<DatabaseBackup>,
+    prune: Vec<String>,
+    events: Vec<EventSpec>,
+) -> Result<()> {
+    if let Some(backup) = scheduled {
+        create_once(backups, &backup).await?;
+    }
+    for name in prune {
+        if delete_if_exists(backups, &name, &DeleteParams::background()).await? {
+            info!(backup = %name, "deleted by the backup history policy");
+        }
+    }
+    for event in &events {
+        publish(ctx, db, event).await;
+    }
+    Ok(())
+}
+
+/// Puts our owner reference on a generated Secret kept by an earlier Database (Retain).
+async fn adopt_retained_secret(ctx: &Context, db: &Database, name: &str) -> Result<()> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &db.namespace_or_default());
+    let owner = owner_reference(db);
+    let patch = json!({"metadata": {"ownerReferences": owner.map(|o| vec![o])}});
+    merge_patch(&secrets, name, &patch).await?;
+    info!(secret = %name, "adopted the retained credentials Secret");
+    Ok(())
+}
+
+/// Asks every data claim to grow to `size`. A StorageClass that refuses is a condition to
+/// read (returned) and an Event, not an error loop.
+async fn expand_claims(
+    ctx: &Context,
+    db: &Database,
+    data_claims: &[PersistentVolumeClaim],
+    size: &str,
+) -> Result<Option<ConditionStatus>> {
+    let claims: Api<PersistentVolumeClaim> =
+        Api::namespaced(ctx.client.clone(), &db.namespace_or_default());
+    let patch = json!({"spec": {"resources": {"requests": {"storage": size}}}});
+    let mut refused = None;
+    for claim in data_claims {
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        match merge_patch(&claims, &name, &patch).await {
+            Ok(_) => info!(claim = %name, %size, "requested volume expansion"),
+            Err(kube::Error::Api(status)) if matches!(status.code, 403 | 422) => {
+                let message = format!(
+                    "PersistentVolumeClaim {name} cannot grow to {size}: {}; use a StorageClass with allowVolumeExpansion: true. The volume keeps its current size",
+                    status.message
+                );
+                let event = EventSpec {
+                    warning: true,
+                    reason: "ExpansionRefused".into(),
+                    note: message.clone(),
+                };
+                publish(ctx, db, &event).await;
+                refused = Some(ConditionStatus::new(
+                    ConditionType::StorageReady,
+                    false,
+                    "ExpansionRefused",
+                    message,
+                ));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(refused)
+}
+
+/// Writes the status if it changed and publishes the transition's Events.
+pub async fn update_status(ctx: &Context, db: &Database, status: DatabaseStatus) -> Result<()> {
+    let previous = db.status.clone().unwrap_or_default();
+    if previous == status {
+        return Ok(());
+    }
+    let api: Api<Database> = Api::namespaced(ctx.client.clone(), &db.namespace_or_default());
+    patch_status(&api, &db.name(), &status).await?;
+    for event in transition_events(&previous, &status)
+        .into_iter()
+        .chain(upgrade_events(&previous, &status))
+    {
+        publish(ctx, db, &event).await;
+    }
+    let backup_healthy = |s: &DatabaseStatus| {
+        find(&s.conditions, ConditionType::BackupHealthy).map(|c| ConditionStatus {
+            type_: ConditionType::BackupHealthy,
+            status: c.status == "True",
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+        })
+    };
+    if let Some(new) = backup_healthy(&status) {
+        for event in health_events(backup_healthy(&previous).as_ref(), &new) {
+            publish(ctx, db, &event).await;
+        }
+    }
+    Ok(())
+}
+
+/// Publishes an Event about the Database.
+pub async fn publish(ctx: &Context, db: &Database, event: &EventSpec) {
+    kube_io::publish(ctx, &[db.object_ref(&())], "Reconcile", event).await;
+}
+
+/// A new generated password: 32 alphanumerics.
+pub fn new_password() -> String {
+    rand::rng()
+        .sample_iter(Alphanumeric)
+        .take(PASSWORD_LENGTH)
+        .map(char::from)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_long_and_distinct() {
+        let a = new_password();
+        assert_eq!(a.len(), PASSWORD_LENGTH);
+        assert!(a.chars().all(|c| c.is_ascii_alphanumeric()));
+        assert_ne!(a, new_password());
+    }
+}

@@ -1,0 +1,142 @@
+//! Build: every object one pass of a Database writes, from the decision (and, for what must
+//! keep what the server has, what was observed): the credentials Secret, the Services, the
+//! StatefulSet, the init, restore, preflight and verify Jobs, the `DatabaseBackup`s, and what
+//! is patched or deleted. `apply` then writes what differs, in the order of `Desired`'s fields.
+//!
+//! Pure: no client, no clock, no randomness (a new password comes in). Every object is built by
+//! its builder in `resources` (or `backup::job`); this only chooses which, from the steps.
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+
+use super::decide::{Decision, Steps};
+use super::facts::Observed;
+use super::restore;
+use crate::api::{Database, DatabaseBackup};
+use crate::backup::job::verify_job;
+use crate::backup::verify::VerifyPlan;
+use crate::objects::EventSpec;
+use crate::resources::credentials::{generated_secret, secret_name};
+use crate::resources::database_backup::{pre_upgrade_backup, scheduled_backup};
+use crate::resources::init_job::{init_job, init_sql_config_map};
+use crate::resources::preflight_job::preflight_job;
+use crate::resources::restore_job::restore_job;
+use crate::resources::services::{headless, read_write};
+use crate::resources::statefulset::statefulset_running;
+use crate::settings::Settings;
+
+/// What one pass writes, built. `apply` destructures it without `..`: a new object does not
+/// compile until it is written.
+#[derive(Clone, Debug, Default)]
+pub struct Desired {
+    /// The generated credentials Secret to create, and the Event that says a Database that ran
+    /// lost it (its clients must read the new password).
+    pub secret: Option<(Secret, Option<EventSpec>)>,
+    /// The retained generated Secret (its name) that takes our owner reference.
+    pub adopt_secret: Option<String>,
+    /// The headless and read-write Services (applied where they drifted).
+    pub services: Option<(Service, Service)>,
+    pub statefulset: Option<StatefulSet>,
+    pub preflight_job: Option<Job>,
+    pub pre_upgrade_backup: Option<DatabaseBackup>,
+    /// Pods stuck on an image being rolled back.
+    pub delete_pods: Vec<String>,
+    /// The size every data claim grows to.
+    pub claims_size: Option<String>,
+    /// The init Job and the ConfigMap of its inline SQL (created first).
+    pub init_job: Option<(Option<ConfigMap>, Job)>,
+    pub restore_job: Option<Job>,
+    pub scheduled_backup: Option<DatabaseBackup>,
+    /// `DatabaseBackup`s the history policy drops.
+    pub prune_backups: Vec<String>,
+    /// Events of the backup plan that are not condition transitions.
+    pub backup_events: Vec<EventSpec>,
+    pub verify_job: Option<Job>,
+}
+
+/// Every object the decision asks for. `password` is the new generated password, when the
+/// decision creates the Secret.
+pub fn build(
+    db: &Database,
+    snap: &Observed,
+    decision: &Decision,
+    verification: Option<&VerifyPlan>,
+    settings: &Settings,
+    password: Option<&str>,
+) -> Desired {
+    let Steps {
+        create_secret,
+        adopt_secret,
+        apply_services,
+        apply_statefulset,
+        expand_volumes,
+        create_init_job,
+        create_restore_job,
+        create_preflight_job,
+        create_pre_upgrade_backup,
+        delete_pods,
+    } = &decision.steps;
+    let upgrade = decision.upgrade.as_ref();
+    let backup = decision.backup.as_ref();
+    Desired {
+        secret: password
+            .filter(|_| *create_secret)
+            .map(|password| (generated_secret(db, password), regenerated(db))),
+        adopt_secret: adopt_secret.then(|| secret_name(db)),
+        services: apply_services.then(|| (headless(db), read_write(db))),
+        statefulset: apply_statefulset.then(|| {
+            let observed = snap.statefulset.as_ref();
+            // The claim templates it has are kept: they are immutable.
+            let claims = observed.and_then(|s| s.spec.volume_claim_templates.clone());
+            statefulset_running(db, settings, claims, &decision.pod_run)
+        }),
+        preflight_job: create_preflight_job
+            .as_ref()
+            .zip(upgrade)
+            .map(|(name, u)| preflight_job(db, settings, name, &u.to_image, &u.to)),
+        pre_upgrade_backup: create_pre_upgrade_backup
+            .as_ref()
+            .map(|name| pre_upgrade_backup(db, name)),
+        delete_pods: delete_pods.clone(),
+        claims_size: expand_volumes.clone(),
+        init_job: create_init_job
+            .then(|| init_job(db, settings))
+            .flatten()
+            .map(|job| (init_sql_config_map(db), job)),
+        // The source was checked by decide; read again from what was observed to build the Job.
+        restore_job: create_restore_job
+            .then(|| restore::source(db, &snap.restore).ok())
+            .flatten()
+            .map(|source| restore_job(db, &source, settings)),
+        scheduled_backup: backup
+            .and_then(|plan| plan.create.as_ref())
+            .map(|new| scheduled_backup(db, &new.name, new.scheduled_at)),
+        prune_backups: backup.map(|plan| plan.prune.clone()).unwrap_or_default(),
+        backup_events: backup.map(|plan| plan.events.clone()).unwrap_or_default(),
+        // The Database was read in this pass; a spec the Job cannot be built from shows in
+        // BackupHealthy already.
+        verify_job: verification
+            .and_then(|plan| plan.create.as_ref())
+            .and_then(|name| verify_job(db, name, settings).ok()),
+    }
+}
+
+/// The Event of a generated Secret made again for a Database that ran: the instance manager
+/// sets the server's password from the mounted Secret when the kubelet updates the volume, and
+/// clients holding the old password fail until they read it again.
+fn regenerated(db: &Database) -> Option<EventSpec> {
+    let ran = db
+        .status
+        .as_ref()
+        .is_some_and(|s| s.current_version.is_some());
+    ran.then(|| EventSpec {
+        warning: true,
+        reason: "CredentialsRegenerated".into(),
+        note: format!(
+            "the credentials Secret {} was deleted and has been generated again with a new password; \
+             the server takes the new password within about a minute: clients must read it again (see docs/runbooks.md)",
+            secret_name(db)
+        ),
+    })
+}

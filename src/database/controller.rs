@@ -1,0 +1,219 @@
+//! The Database controller: its triggers (Databases and everything they own, so a deleted or
+//! edited child is repaired from its watch event; `DatabaseBackup`s, which wake their Database),
+//! one pass (`reconcile`: kube's finalizer helper around `reconcile_database` and the deletion
+//! policy), a Database this version cannot read, its Events for errors, its error policy and a
+//! metric per reconcile. Started by `runtime`, beside the `DatabaseBackup` controller.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Secret, Service};
+use kube::core::{DeserializeGuard, PartialObjectMeta};
+use kube::runtime::Controller;
+use kube::runtime::controller::{Action, Config as ControllerConfig};
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Resource};
+use serde_json::json;
+use tracing::{instrument, warn};
+
+use super::{apply, cleanup, reconcile_database};
+use crate::FINALIZER;
+use crate::api::{Database, DatabaseBackup};
+use crate::context::caches::Trigger;
+use crate::context::work_queue::{self, WorkQueue};
+use crate::context::{Context, FailureKey};
+use crate::error::{During, Error, Result, Step};
+use crate::kube_io;
+use crate::objects::EventSpec;
+use crate::ops::metrics::DATABASE_CONTROLLER;
+use crate::resources::LABEL_INSTANCE;
+
+type Meta<K> = PartialObjectMeta<K>;
+
+/// What wakes the Database controller, one trigger per kind.
+pub struct Triggers {
+    pub databases: Trigger<DeserializeGuard<Database>>,
+    pub statefulsets: Trigger<Meta<StatefulSet>>,
+    pub services: Trigger<Meta<Service>>,
+    pub secrets: Trigger<Meta<PartialObjectMeta<Secret>>>,
+    pub claims: Trigger<Meta<PersistentVolumeClaim>>,
+    /// The Jobs a Database owns (init, restore, preflight, verify).
+    pub jobs: Trigger<Meta<Job>>,
+    /// Backups wake their Database (history, health).
+    pub backups: Trigger<DatabaseBackup>,
+}
+
+fn key_of(guard: &DeserializeGuard<Database>) -> FailureKey {
+    let meta = guard.meta();
+    (
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+/// Runs the Database controller until SIGTERM/SIGINT, `concurrency` reconciles at once (0:
+/// unbounded).
+pub async fn run(ctx: Arc<Context>, concurrency: u16, triggers: Triggers) {
+    let queue = WorkQueue::new(ctx.metrics.workqueue_depth(DATABASE_CONTROLLER));
+    // No debounce: a deleted or edited child is repaired from its watch event at once.
+    let controller =
+        Controller::for_stream(queue.own(triggers.databases), ctx.caches.databases.clone())
+            .with_config(ControllerConfig::default().concurrency(concurrency))
+            .owns_stream(queue.owned::<DeserializeGuard<Database>, _>(triggers.statefulsets))
+            .owns_stream(queue.owned::<DeserializeGuard<Database>, _>(triggers.services))
+            .owns_stream(queue.owned::<DeserializeGuard<Database>, _>(triggers.secrets))
+            .owns_stream(queue.owned::<DeserializeGuard<Database>, _>(triggers.jobs))
+            // Claims are made by the StatefulSet controller and carry our labels, not an owner.
+            .watches_stream(
+                triggers.claims,
+                queue.mapping(|pvc: Meta<PersistentVolumeClaim>| {
+                    let name = pvc.metadata.labels.as_ref()?.get(LABEL_INSTANCE)?.clone();
+                    let ns = pvc.metadata.namespace.clone()?;
+                    Some(ObjectRef::new(&name).within(&ns))
+                }),
+            )
+            // A backup that finishes, or one a user applies, wakes its Database (history,
+            // BackupHealthy, the next scheduled run).
+            .watches_stream(
+                triggers.backups,
+                queue.mapping(|backup: DatabaseBackup| {
+                    let ns = backup.metadata.namespace.clone()?;
+                    Some(ObjectRef::new(&backup.spec.database).within(&ns))
+                }),
+            );
+    run_database_controller(controller, queue, ctx).await;
+}
+
+/// Runs the Database controller until SIGTERM/SIGINT; an object leaves `queue` when its
+/// reconcile starts, or when the controller finds it gone from the store.
+async fn run_database_controller(
+    controller: Controller<DeserializeGuard<Database>>,
+    queue: Arc<WorkQueue>,
+    ctx: Arc<Context>,
+) {
+    controller
+        .shutdown_on_signal()
+        .run(queue.starting(reconcile), error_policy, ctx)
+        .for_each(move |result| {
+            work_queue::forget_if_gone(&queue, &result);
+            async move {
+                if let Err(error) = result {
+                    tracing::debug!(%error, "reconcile error (handled by the error policy)");
+                }
+            }
+        })
+        .await;
+}
+
+#[instrument(skip_all, fields(namespace = %key_of(&guard).0, database = %key_of(&guard).1))]
+async fn reconcile(guard: Arc<DeserializeGuard<Database>>, ctx: Arc<Context>) -> Result<Action> {
+    let started = Instant::now();
+    let result = reconcile_guarded(&guard, &ctx).await;
+    let error = result.as_ref().err().map(Error::label);
+    ctx.metrics
+        .reconciled(DATABASE_CONTROLLER, started.elapsed(), error);
+    result
+}
+
+async fn reconcile_guarded(guard: &DeserializeGuard<Database>, ctx: &Context) -> Result<Action> {
+    let db = match &guard.0 {
+        Ok(db) => Arc::new(db.clone()),
+        Err(invalid) => return handle_invalid(ctx, guard, &invalid.error).await,
+    };
+    let api: Api<Database> = Api::namespaced(ctx.client.clone(), &db.namespace_or_default());
+    // A deletion that still waits for its final backup keeps the finalizer: the pass ends
+    // before kube's finalizer helper, which would remove it.
+    let result = match cleanup::await_final_backup(ctx, &db)
+        .await
+        .during(Step::Cleanup)
+    {
+        Ok(Some(waiting)) => Ok(waiting),
+        Ok(None) => apply_or_clean_up(ctx, &api, db.clone(), guard).await,
+        Err(error) => Err(error),
+    };
+    match &result {
+        Ok(_) => ctx.reset_failures(&key_of(guard)),
+        Err(error) => {
+            let event = EventSpec {
+                warning: true,
+                reason: error.label().into(),
+                note: error.to_string(),
+            };
+            apply::publish(ctx, &db, &event).await;
+        }
+    }
+    result
+}
+
+/// kube's finalizer helper: `reconcile_database` while the Database lives, the deletion policy
+/// (then the finalizer's removal) once it is deleted.
+async fn apply_or_clean_up(
+    ctx: &Context,
+    api: &Api<Database>,
+    db: Arc<Database>,
+    guard: &DeserializeGuard<Database>,
+) -> Result<Action> {
+    finalizer(api, FINALIZER, db, |event| async {
+        match event {
+            FinalizerEvent::Apply(db) => reconcile_database(ctx, &db).await,
+            FinalizerEvent::Cleanup(db) => {
+                let done = cleanup::cleanup(ctx, &db).await.during(Step::Cleanup);
+                if done.is_ok() {
+                    ctx.metrics.database_phase(key_of(guard), None);
+                }
+                done
+            }
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+/// A Database this version of dbop cannot read (an edit the schema let through, a newer CRD):
+/// say so on the object, never block its deletion, and keep reconciling the others.
+async fn handle_invalid(
+    ctx: &Context,
+    guard: &DeserializeGuard<Database>,
+    error: &str,
+) -> Result<Action> {
+    let meta = guard.meta();
+    let (ns, name) = key_of(guard);
+    warn!(%error, "cannot read this Database; it is skipped until it is fixed");
+    let reference = ObjectReference {
+        api_version: Some(Database::api_version(&()).into()),
+        kind: Some(Database::kind(&()).into()),
+        name: Some(name.clone()),
+        namespace: Some(ns.clone()),
+        uid: meta.uid.clone(),
+        ..ObjectReference::default()
+    };
+    let event = EventSpec {
+        warning: true,
+        reason: "InvalidSpec".into(),
+        note: format!("dbop cannot read this Database: {error}"),
+    };
+    kube_io::publish(ctx, &[reference], "Reconcile", &event).await;
+    let finalizers = meta.finalizers.clone().unwrap_or_default();
+    if meta.deletion_timestamp.is_some() && finalizers.iter().any(|f| f == FINALIZER) {
+        // Deletion of an unreadable object proceeds as Retain: nothing is destroyed, and the
+        // generated credentials are released so they outlive it with the data.
+        cleanup::release_for_retain(ctx, &ns, &name, meta.uid.as_deref()).await?;
+        let api: Api<Database> = Api::namespaced(ctx.client.clone(), &ns);
+        let remaining: Vec<_> = finalizers.into_iter().filter(|f| f != FINALIZER).collect();
+        let patch = json!({"metadata": {"finalizers": remaining, "resourceVersion": meta.resource_version}});
+        kube_io::merge_patch(&api, &name, &patch).await?;
+    }
+    Ok(Action::await_change())
+}
+
+fn error_policy(
+    guard: Arc<DeserializeGuard<Database>>,
+    error: &Error,
+    ctx: Arc<Context>,
+) -> Action {
+    ctx.retry_after_failure(key_of(&guard), error, "Database")
+}

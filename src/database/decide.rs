@@ -1,0 +1,1520 @@
+//! Decide: from the Database and the observed facts, the next phase, the conditions and the
+//! steps to take. This is where every phase transition is decided.
+//!
+//! Pure: no client, no I/O, no clock of its own (time comes in the facts: the backups' `now`).
+//!
+//! The steps, in order: the version and the credentials (`credential_steps`, or a `Blocker`),
+//! where the rollout stands (`Rollout`), the init SQL (`decide_init`), the phase (`Stage`,
+//! worded by `stage_outcome`), storage, and the backups (`plan_backups`).
+
+use std::time::Duration;
+
+use crate::api::Phase;
+use crate::api::UpgradeStatus;
+use crate::api::conditions::{self, ConditionStatus, ConditionType};
+use crate::api::{BootstrapStatus, Database};
+use crate::resources::statefulset::PodRun;
+use crate::resources::{Names, check_version};
+use crate::settings::Settings;
+use crate::upgrade::plan::{Input as UpgradeInput, UpgradePlan, plan as plan_upgrade};
+
+use crate::backup::plan::{BackupPlan, plan_backups};
+use crate::objects::JobState;
+
+use super::blocker::Blocker;
+use super::facts::{CredentialsFact, Facts, InitSourceFact, StatefulSetFact};
+use super::quantity;
+use super::restore::{self, RestoreDecision, RestoreOutcome};
+
+/// What to do to the world. Every step is idempotent; `apply` skips writes that change nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Steps {
+    /// Create the generated credentials Secret (it does not exist).
+    pub create_secret: bool,
+    /// Put our owner reference on a retained generated Secret.
+    pub adopt_secret: bool,
+    /// Apply the headless and read-write Services.
+    pub apply_services: bool,
+    /// Apply the StatefulSet.
+    pub apply_statefulset: bool,
+    /// Grow the data claims to this size.
+    pub expand_volumes: Option<String>,
+    /// Create the init Job.
+    pub create_init_job: bool,
+    /// Create the restore Job of `spec.bootstrap.fromBackup` (in the init Job's place).
+    pub create_restore_job: bool,
+    /// Create the upgrade's preflight Job of this name.
+    pub create_preflight_job: Option<String>,
+    /// Create the upgrade's pre-upgrade `DatabaseBackup` of this name.
+    pub create_pre_upgrade_backup: Option<String>,
+    /// Delete these pods (stuck on an image being rolled back).
+    pub delete_pods: Vec<String>,
+}
+
+/// The outcome of `decide`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub phase: Phase,
+    /// One entry for each condition this controller owns.
+    pub conditions: Vec<ConditionStatus>,
+    pub steps: Steps,
+    /// The version every instance runs, once known.
+    pub current_version: Option<String>,
+    /// When to look again if nothing else happens first.
+    pub requeue_after: Duration,
+    /// Scheduled backups, history and `BackupHealthy` (None while the Database is blocked:
+    /// then backups are left as they are).
+    pub backup: Option<BackupPlan>,
+    /// What the restore of `spec.bootstrap.fromBackup` restored, when it just finished (None:
+    /// keep what the status says).
+    pub bootstrap: Option<BootstrapStatus>,
+    /// What the StatefulSet's pods run (the upgrade decides the image and the partition).
+    pub pod_run: PodRun,
+    /// The next `status.upgrade`.
+    pub upgrade: Option<UpgradeStatus>,
+}
+
+impl Decision {
+    /// Replaces the decided condition of the same type: what act learned while acting (a
+    /// refused volume expansion) overrides what decide expected.
+    pub fn override_condition(&mut self, condition: ConditionStatus) {
+        self.conditions.retain(|c| c.type_ != condition.type_);
+        self.conditions.push(condition);
+    }
+}
+
+/// Nothing is watched that would wake us (a user's Secret or ConfigMap): look again soon.
+pub const REQUEUE_WAITING_ON_USER: Duration = Duration::from_secs(30);
+/// Something we watch is moving: its events wake us; this is only a safety net.
+pub const REQUEUE_IN_PROGRESS: Duration = Duration::from_secs(60);
+/// Steady state: an occasional look, which writes nothing when nothing drifted.
+pub const REQUEUE_STEADY: Duration = Duration::from_secs(300);
+/// Only a spec change helps, and a spec change wakes us anyway.
+pub const REQUEUE_FAILED: Duration = Duration::from_secs(3600);
+
+use ConditionType::{Initialized, Ready, StorageReady, Upgrading};
+
+/// Decides the next step of a Database that is not being deleted.
+pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
+    let current_version = db.status.as_ref().and_then(|s| s.current_version.clone());
+    let mut steps = match credential_steps(db, &facts.credentials) {
+        Ok(steps) => steps,
+        Err(blocker) => return blocked(db, &blocker, current_version),
+    };
+    steps.apply_services = true;
+    steps.apply_statefulset = true;
+    steps.expand_volumes = volume_to_expand(db, facts);
+
+    let upgrade = plan_upgrade(&UpgradeInput {
+        db,
+        settings,
+        facts: &facts.upgrade,
+        now: facts.backups.now,
+    });
+    steps.create_preflight_job = upgrade.create_preflight.clone();
+    steps.create_pre_upgrade_backup = upgrade.create_backup.clone();
+    steps.delete_pods = upgrade.delete_pods.clone();
+    let rollout = Rollout::of(db, facts, &upgrade);
+    let init = decide_init(db, facts, rollout.server_has_run());
+    // With spec.bootstrap, the restore Job takes the init Job's place.
+    steps.create_init_job = init.create_job && db.spec.bootstrap.is_none();
+    steps.create_restore_job = init.create_job && db.spec.bootstrap.is_some();
+    let stage = Stage::of(&init.outcome, &rollout);
+    let (phase, ready, requeue_after) = stage_outcome(db, &stage, &rollout, facts);
+
+    // Backups: the due run, the history and BackupHealthy; a run waits while the phase says
+    // the database is being rolled out.
+    let backup = plan_backups(db, &facts.backups, phase);
+    let requeue_after = [backup.requeue_after, upgrade.requeue_after]
+        .into_iter()
+        .flatten()
+        .fold(requeue_after, Duration::min);
+    Decision {
+        phase,
+        conditions: [
+            ready,
+            storage_condition(db, facts),
+            init.condition,
+            upgrade
+                .condition
+                .clone()
+                .unwrap_or_else(|| rollout.condition(db)),
+        ]
+        .into_iter()
+        .chain(backup.condition.clone())
+        .collect(),
+        steps,
+        current_version: rollout.new_version(&upgrade),
+        requeue_after,
+        backup: Some(backup),
+        bootstrap: init.restored,
+        pod_run: upgrade.template,
+        upgrade: upgrade.status,
+    }
+}
+
+/// The version check, then the credentials: the steps they need, or what blocks the Database.
+fn credential_steps(db: &Database, credentials: &CredentialsFact) -> Result<Steps, Blocker> {
+    // A version dbop cannot run: stop before touching anything that runs.
+    check_version(&db.spec.version).map_err(Blocker::Version)?;
+    let mut steps = Steps::default();
+    match credentials {
+        CredentialsFact::Usable => {}
+        CredentialsFact::GeneratedMissing => steps.create_secret = true,
+        CredentialsFact::GeneratedOrphaned => steps.adopt_secret = true,
+        CredentialsFact::UserSecretProblem(problem) => {
+            return Err(Blocker::Credentials(problem.clone()));
+        }
+    }
+    Ok(steps)
+}
+
+/// A Database that cannot proceed: only the Ready condition speaks, nothing is written.
+fn blocked(db: &Database, blocker: &Blocker, current_version: Option<String>) -> Decision {
+    Decision {
+        phase: blocker.phase(),
+        conditions: vec![ConditionStatus::new(
+            Ready,
+            false,
+            blocker.reason(),
+            blocker.message(db),
+        )],
+        steps: Steps::default(),
+        current_version,
+        requeue_after: blocked_requeue(blocker),
+        backup: None,
+        bootstrap: None,
+        pod_run: PodRun {
+            image: String::new(),
+            version: db.spec.version.clone(),
+            partition: None,
+        },
+        upgrade: db.status.as_ref().and_then(|s| s.upgrade.clone()),
+    }
+}
+
+/// When to look again at a blocked Database.
+fn blocked_requeue(blocker: &Blocker) -> Duration {
+    match blocker {
+        // Only a spec change helps.
+        Blocker::Version(_) => REQUEUE_FAILED,
+        // A user's Secret is not watched.
+        Blocker::Credentials(_) => REQUEUE_WAITING_ON_USER,
+    }
+}
+
+/// Where the StatefulSet stands against the spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Rollout {
+    /// The version every instance ran when the last rollout settled.
+    current_version: Option<String>,
+    /// Enough instances are ready.
+    serving: bool,
+    /// Serving, and every pod runs the desired template.
+    settled: bool,
+    /// The spec's version differs from the one that ran.
+    version_changed: bool,
+    /// A rollout of a Database that has served once (new version, resources, undone hand edit).
+    upgrading: bool,
+    /// `Initialized` was True before this pass.
+    already_initialized: bool,
+    /// The version the pod template runs.
+    template_version: String,
+}
+
+impl Rollout {
+    /// Where the StatefulSet stands against what the upgrade plan says the pods run. A version
+    /// upgrade under way is `upgrade.active`; a stopped or refused one leaves the pods on the
+    /// old version, which is then not a rollout.
+    fn of(db: &Database, facts: &Facts, upgrade: &UpgradePlan) -> Rollout {
+        let status = db.status.clone().unwrap_or_default();
+        let current_version = status.current_version;
+        let was_ready_once = current_version.is_some();
+        let sts = facts.statefulset.as_ref();
+        let serving = sts.is_some_and(|s| s.ready_replicas >= db.spec.replicas);
+        let rolled_out = sts.is_some_and(|s| is_rolled_out(s, &upgrade.template.image));
+        let template_change =
+            was_ready_once && upgrade.condition.is_none() && sts.is_some() && !rolled_out;
+        Rollout {
+            serving,
+            settled: serving && rolled_out && !upgrade.active,
+            version_changed: upgrade.active,
+            upgrading: upgrade.active || template_change,
+            already_initialized: conditions::is_true(&status.conditions, Initialized),
+            current_version,
+            template_version: upgrade.template.version.clone(),
+        }
+    }
+
+    fn was_ready_once(&self) -> bool {
+        self.current_version.is_some()
+    }
+
+    /// Init runs once, after the first time the server is serving on the desired spec.
+    fn server_has_run(&self) -> bool {
+        self.settled || self.already_initialized || self.was_ready_once()
+    }
+
+    /// The version to record: a verified upgrade's target; the template's once settled on it;
+    /// else the one that ran. (A verified upgrade does not wait for the StatefulSet's own
+    /// revision bookkeeping: seen as not yet current, it would be started again.)
+    fn new_version(&self, upgrade: &UpgradePlan) -> Option<String> {
+        let verified = upgrade
+            .status
+            .as_ref()
+            .filter(|u| u.stage == crate::api::UpgradeStage::Complete);
+        if let Some(u) = verified.filter(|u| u.to == self.template_version) {
+            Some(u.to.clone())
+        } else if self.settled && !upgrade.active {
+            Some(self.template_version.clone())
+        } else {
+            self.current_version.clone()
+        }
+    }
+
+    fn message(&self, db: &Database) -> String {
+        if self.version_changed {
+            format!(
+                "rolling out version {} (from {})",
+                db.spec.version,
+                self.current_version.as_deref().unwrap_or("?")
+            )
+        } else {
+            "rolling out a change of the pod template".to_string()
+        }
+    }
+
+    /// The `Upgrading` condition.
+    fn condition(&self, db: &Database) -> ConditionStatus {
+        if self.upgrading && !self.settled {
+            ConditionStatus::new(Upgrading, true, "RollingOut", self.message(db))
+        } else {
+            ConditionStatus::new(
+                Upgrading,
+                false,
+                "NoUpgrade",
+                "running the requested version",
+            )
+        }
+    }
+}
+
+/// The phase a Database is in, before it is worded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Stage {
+    /// The init SQL's source is missing: the user must act.
+    InitBlocked {
+        reason: &'static str,
+        message: String,
+    },
+    InitFailed {
+        reason: &'static str,
+        message: String,
+    },
+    Upgrading,
+    Degraded,
+    Provisioning,
+    Initializing,
+    Ready,
+}
+
+impl Stage {
+    fn of(init: &InitOutcome, rollout: &Rollout) -> Stage {
+        match (init, rollout.serving, rollout.settled) {
+            (InitOutcome::Blocked { reason, message }, _, _) => Stage::InitBlocked {
+                reason,
+                message: message.clone(),
+            },
+            (InitOutcome::Failed { reason, message }, _, _) => Stage::InitFailed {
+                reason,
+                message: message.clone(),
+            },
+            (_, _, false) if rollout.upgrading => Stage::Upgrading,
+            (_, false, _) if rollout.was_ready_once() => Stage::Degraded,
+            (_, false, _) | (_, true, false) => Stage::Provisioning,
+            (InitOutcome::Pending, true, true) => Stage::Initializing,
+            (InitOutcome::Done, true, true) => Stage::Ready,
+        }
+    }
+}
+
+/// The phase, the `Ready` condition and when to look again, for a stage.
+fn stage_outcome(
+    db: &Database,
+    stage: &Stage,
+    rollout: &Rollout,
+    facts: &Facts,
+) -> (Phase, ConditionStatus, Duration) {
+    let names = Names::of(db);
+    let sts = facts.statefulset.as_ref();
+    let not_ready =
+        |reason: &str, message: String| ConditionStatus::new(Ready, false, reason, message);
+    match stage {
+        Stage::InitBlocked { reason, message } => (
+            Phase::Pending,
+            not_ready(reason, message.clone()),
+            REQUEUE_WAITING_ON_USER,
+        ),
+        Stage::InitFailed { reason, message } => (
+            Phase::Failed,
+            not_ready(reason, message.clone()),
+            REQUEUE_FAILED,
+        ),
+        // Ready says whether the database serves, throughout an upgrade.
+        Stage::Upgrading if rollout.serving => (
+            Phase::Upgrading,
+            ready_condition(db, &names),
+            REQUEUE_IN_PROGRESS,
+        ),
+        Stage::Upgrading => (
+            Phase::Upgrading,
+            not_ready("RollingOut", rollout.message(db)),
+            REQUEUE_IN_PROGRESS,
+        ),
+        Stage::Degraded => (
+            Phase::Degraded,
+            not_ready("NotServing", degraded_message(db, sts)),
+            REQUEUE_IN_PROGRESS,
+        ),
+        Stage::Provisioning => (
+            Phase::Provisioning,
+            not_ready("Provisioning", provisioning_message(&names, sts)),
+            REQUEUE_IN_PROGRESS,
+        ),
+        Stage::Initializing => (
+            Phase::Initializing,
+            not_ready("Initializing", initializing_message(db, &names)),
+            REQUEUE_IN_PROGRESS,
+        ),
+        Stage::Ready => (Phase::Ready, ready_condition(db, &names), REQUEUE_STEADY),
+    }
+}
+
+/// What an initialising Database is doing: restoring its backup, or running its init SQL.
+fn initializing_message(db: &Database, names: &Names) -> String {
+    match &db.spec.bootstrap {
+        Some(_) => format!(
+            "restore Job {} is restoring the backup (spec.bootstrap.fromBackup)",
+            names.restore_job()
+        ),
+        None => format!("init Job {} is running the init SQL", names.init_job()),
+    }
+}
+
+fn ready_condition(db: &Database, names: &Names) -> ConditionStatus {
+    let endpoint = format!(
+        "{}:{}",
+        names.endpoint(&db.namespace_or_default()),
+        crate::resources::POSTGRES_PORT
+    );
+    ConditionStatus::new(
+        Ready,
+        true,
+        "DatabaseReady",
+        format!("accepting connections at {endpoint}"),
+    )
+}
+
+fn is_rolled_out(sts: &StatefulSetFact, desired_image: &str) -> bool {
+    sts.rolled_out && sts.image.as_deref() == Some(desired_image)
+}
+
+fn provisioning_message(names: &Names, sts: Option<&StatefulSetFact>) -> String {
+    match sts {
+        None => format!("creating StatefulSet {}", names.statefulset()),
+        Some(s) => format!(
+            "waiting for StatefulSet {}: {}/{} ready, {} updated",
+            names.statefulset(),
+            s.ready_replicas,
+            s.replicas,
+            s.updated_replicas
+        ),
+    }
+}
+
+fn degraded_message(db: &Database, sts: Option<&StatefulSetFact>) -> String {
+    match sts {
+        None => format!("StatefulSet {} is missing; recreating it", db.name()),
+        Some(s) => format!(
+            "{}/{} instances ready; see the pods' events and logs",
+            s.ready_replicas, db.spec.replicas
+        ),
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum InitOutcome {
+    /// Nothing left to run (ran, or no init SQL).
+    Done,
+    /// Waiting for the server, or the Job is running.
+    Pending,
+    /// The init SQL's ConfigMap is missing: the user must act.
+    Blocked {
+        reason: &'static str,
+        message: String,
+    },
+    /// The Job failed for good; `reason` is the `Ready` condition's.
+    Failed {
+        reason: &'static str,
+        message: String,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct InitDecision {
+    outcome: InitOutcome,
+    condition: ConditionStatus,
+    create_job: bool,
+    /// Set when a restore of `spec.bootstrap.fromBackup` just succeeded.
+    restored: Option<BootstrapStatus>,
+}
+
+impl InitDecision {
+    fn done(reason: &str, message: impl Into<String>) -> InitDecision {
+        InitDecision {
+            outcome: InitOutcome::Done,
+            condition: ConditionStatus::new(Initialized, true, reason, message),
+            create_job: false,
+            restored: None,
+        }
+    }
+
+    fn pending(reason: &str, message: String, create_job: bool) -> InitDecision {
+        InitDecision {
+            outcome: InitOutcome::Pending,
+            condition: ConditionStatus::new(Initialized, false, reason, message),
+            create_job,
+            restored: None,
+        }
+    }
+
+    fn waiting_for_server() -> InitDecision {
+        Self::pending(
+            "WaitingForServer",
+            "waiting for the server to start".into(),
+            false,
+        )
+    }
+
+    fn blocked(reason: &'static str, message: String) -> InitDecision {
+        InitDecision {
+            outcome: InitOutcome::Blocked {
+                reason,
+                message: message.clone(),
+            },
+            condition: ConditionStatus::new(Initialized, false, reason, message),
+            create_job: false,
+            restored: None,
+        }
+    }
+
+    /// The restore of `spec.bootstrap.fromBackup`, in the init's place.
+    fn restore(d: RestoreDecision) -> InitDecision {
+        InitDecision {
+            outcome: match d.outcome {
+                RestoreOutcome::Done => InitOutcome::Done,
+                RestoreOutcome::Pending => InitOutcome::Pending,
+                RestoreOutcome::Blocked { reason, message } => {
+                    InitOutcome::Blocked { reason, message }
+                }
+                RestoreOutcome::Failed { message } => InitOutcome::Failed {
+                    reason: "RestoreFailed",
+                    message,
+                },
+            },
+            condition: d.condition,
+            create_job: d.create_job,
+            restored: d.status,
+        }
+    }
+}
+
+/// The init SQL: whether it ran, runs, must wait, or cannot run.
+fn decide_init(db: &Database, facts: &Facts, server_up: bool) -> InitDecision {
+    let previous = db
+        .status
+        .as_ref()
+        .and_then(|s| conditions::find(&s.conditions, Initialized))
+        .filter(|c| c.status == "True");
+    if let Some(c) = previous {
+        return InitDecision::done(&c.reason, c.message.clone());
+    }
+    if let Some(fact) = &facts.bootstrap {
+        let predates = facts.volume.as_ref().is_some_and(|v| v.predates_database);
+        return InitDecision::restore(restore::decide_restore(db, fact, server_up, predates));
+    }
+    if db.spec.init.is_none() {
+        return if server_up {
+            InitDecision::done("NoInitSql", "no init SQL to run")
+        } else {
+            InitDecision::waiting_for_server()
+        };
+    }
+    if facts.volume.as_ref().is_some_and(|v| v.predates_database) && facts.init_job.is_none() {
+        return InitDecision::done(
+            "ExistingData",
+            "the data volume predates this Database (kept by an earlier one with deletionPolicy Retain): the init SQL is not run on existing data",
+        );
+    }
+    let names = Names::of(db);
+    match &facts.init_job {
+        Some(job) => init_from_job(job, &names),
+        None if !server_up => InitDecision::waiting_for_server(),
+        None => init_from_source(&facts.init_source, &names),
+    }
+}
+
+/// The init Job exists: its state is the init's.
+fn init_from_job(job: &JobState, names: &Names) -> InitDecision {
+    match job {
+        JobState::Succeeded => InitDecision::done("Completed", "the init SQL ran successfully"),
+        JobState::Running => InitDecision::pending(
+            "Running",
+            format!("init Job {} is running the init SQL", names.init_job()),
+            false,
+        ),
+        JobState::Failed { reason, detail } => {
+            let message = format!(
+                "init Job {} failed ({}): check its pod's logs, fix the SQL, then delete the Job to run it again",
+                names.init_job(),
+                JobState::failure_text(reason, detail)
+            );
+            InitDecision {
+                outcome: InitOutcome::Failed {
+                    reason: "InitFailed",
+                    message: message.clone(),
+                },
+                condition: ConditionStatus::new(Initialized, false, "Failed", message),
+                create_job: false,
+                restored: None,
+            }
+        }
+    }
+}
+
+/// No Job yet and the server is up: start it, unless its SQL's source is missing.
+fn init_from_source(source: &InitSourceFact, names: &Names) -> InitDecision {
+    match source {
+        InitSourceFact::Available => InitDecision::pending(
+            "Running",
+            format!("starting init Job {}", names.init_job()),
+            true,
+        ),
+        InitSourceFact::ConfigMapNotFound { name } => InitDecision::blocked(
+            "InitConfigMapNotFound",
+            format!(
+                "ConfigMap {name} (spec.init.configMapRef) does not exist: create it with the init SQL"
+            ),
+        ),
+        InitSourceFact::KeyNotFound { name, key } => InitDecision::blocked(
+            "InitConfigMapKeyNotFound",
+            format!("ConfigMap {name} has no key {key:?} (spec.init.configMapRef.key): add it"),
+        ),
+    }
+}
+
+fn storage_condition(db: &Database, facts: &Facts) -> ConditionStatus {
+    let claim = Names::of(db).data_pvc(0);
+    let Some(volume) = &facts.volume else {
+        return ConditionStatus::new(
+            StorageReady,
+            false,
+            "ClaimMissing",
+            format!("waiting for PersistentVolumeClaim {claim}"),
+        );
+    };
+    if !volume.bound {
+        return ConditionStatus::new(
+            StorageReady,
+            false,
+            "ClaimPending",
+            pending_claim(db, facts),
+        );
+    }
+    let want = quantity::bytes(&db.spec.storage.size);
+    let have = volume.capacity.as_deref().and_then(quantity::bytes);
+    match (want, have) {
+        (Some(want), Some(have)) if have < want => ConditionStatus::new(
+            StorageReady,
+            false,
+            "Resizing",
+            format!(
+                "PersistentVolumeClaim {claim} is growing from {} to {} (the StorageClass must allow volume expansion)",
+                volume.capacity.as_deref().unwrap_or("?"),
+                db.spec.storage.size
+            ),
+        ),
+        _ => ConditionStatus::new(
+            StorageReady,
+            true,
+            "Bound",
+            format!("PersistentVolumeClaim {claim} is bound"),
+        ),
+    }
+}
+
+/// Why the data claim is not bound, as far as the facts tell. A claim of a `WaitForFirstConsumer`
+/// StorageClass binds only once its pod exists, so when the StatefulSet has created no pod the
+/// cause is usually the pod's refusal (a ResourceQuota, a LimitRange, an admission policy), not
+/// the storage.
+fn pending_claim(db: &Database, facts: &Facts) -> String {
+    let claim = Names::of(db).data_pvc(0);
+    if facts.statefulset.as_ref().is_some_and(|s| s.replicas == 0) {
+        let name = db.name();
+        format!(
+            "PersistentVolumeClaim {claim} is not bound and StatefulSet {name} has created no pod \
+             yet: a claim that waits for its first consumer binds only once the pod exists. \
+             `kubectl describe statefulset {name}` shows a refused pod (ResourceQuota, \
+             LimitRange, admission); otherwise check that a StorageClass or a free \
+             PersistentVolume can serve the claim"
+        )
+    } else {
+        format!(
+            "PersistentVolumeClaim {claim} is not bound yet: check that a StorageClass or a free \
+             PersistentVolume can serve it"
+        )
+    }
+}
+
+/// The size to grow the data claims to, when the spec asks for more than they request.
+fn volume_to_expand(db: &Database, facts: &Facts) -> Option<String> {
+    let volume = facts.volume.as_ref()?;
+    let want = quantity::bytes(&db.spec.storage.size)?;
+    let requested = volume.requested.as_deref().and_then(quantity::bytes)?;
+    (volume.bound && requested < want).then(|| db.spec.storage.size.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::DatabaseStatus;
+    use crate::api::conditions::merge;
+    use crate::resources::VersionProblem;
+    use crate::resources::credentials::SecretProblem;
+    use crate::resources::testing;
+    use chrono::{TimeZone, Utc};
+
+    const IMAGE: &str = "docker.io/library/postgres:16.4";
+
+    fn sts(ready: i32, rolled_out: bool, image: &str) -> StatefulSetFact {
+        StatefulSetFact {
+            replicas: 1,
+            ready_replicas: ready,
+            updated_replicas: if rolled_out { 1 } else { 0 },
+            observed_current: true,
+            rolled_out,
+            image: Some(image.into()),
+        }
+    }
+
+    fn bound(size: &str) -> Option<super::super::facts::VolumeFact> {
+        Some(super::super::facts::VolumeFact {
+            bound: true,
+            predates_database: false,
+            requested: Some(size.into()),
+            capacity: Some(size.into()),
+        })
+    }
+
+    fn facts() -> Facts {
+        Facts {
+            credentials: CredentialsFact::Usable,
+            init_source: InitSourceFact::Available,
+            statefulset: None,
+            volume: None,
+            init_job: None,
+            backups: Default::default(),
+            bootstrap: None,
+            upgrade: Default::default(),
+        }
+    }
+
+    fn with_status(mut db: Database, current_version: Option<&str>, initialized: bool) -> Database {
+        let mut decided = vec![];
+        if initialized {
+            decided.push(ConditionStatus::new(Initialized, true, "Completed", "ok"));
+        }
+        db.status = Some(DatabaseStatus {
+            current_version: current_version.map(str::to_string),
+            conditions: merge(&[], &decided, Some(1), Utc.timestamp_opt(0, 0).unwrap()),
+            ..DatabaseStatus::default()
+        });
+        db
+    }
+
+    fn with_init(mut db: Database) -> Database {
+        db.spec.init = Some(crate::api::InitSpec {
+            sql: Some("select 1".into()),
+            config_map_ref: None,
+        });
+        db
+    }
+
+    fn cond(d: &Decision, t: ConditionType) -> &ConditionStatus {
+        d.conditions
+            .iter()
+            .find(|c| c.type_ == t)
+            .expect("condition present")
+    }
+
+    /// The phase table: (name, database, facts, expected phase, Ready reason).
+    #[test]
+    fn phase_table() {
+        let plain = testing::minimal();
+        let init = with_init(testing::minimal());
+        let ready_once = with_status(testing::minimal(), Some("16.4"), true);
+        let mut upgraded = with_status(testing::minimal(), Some("16.3"), true);
+        upgraded.spec.version = "16.4".into();
+        let mut user_secret = testing::minimal();
+        user_secret.spec.credentials = Some(crate::api::CredentialsSpec {
+            secret_name: "admin".into(),
+        });
+        let mut old_major = testing::minimal();
+        old_major.spec.version = "9.6".into();
+        let mut cm_init = testing::minimal();
+        cm_init.spec.init = Some(crate::api::InitSpec {
+            sql: None,
+            config_map_ref: Some(crate::api::KeyRef {
+                name: "schema".into(),
+                key: "init.sql".into(),
+            }),
+        });
+
+        let f = facts();
+        let serving = Facts {
+            statefulset: Some(sts(1, true, IMAGE)),
+            volume: bound("1Gi"),
+            ..facts()
+        };
+        let starting = Facts {
+            statefulset: Some(sts(0, true, IMAGE)),
+            volume: bound("1Gi"),
+            ..facts()
+        };
+        let rolling = Facts {
+            statefulset: Some(sts(0, false, IMAGE)),
+            volume: bound("1Gi"),
+            ..facts()
+        };
+        let serving_old_image = Facts {
+            statefulset: Some(sts(1, true, "docker.io/library/postgres:16.3")),
+            volume: bound("1Gi"),
+            ..facts()
+        };
+
+        let table: Vec<(&str, &Database, Facts, Phase, &str)> = vec![
+            (
+                "new database",
+                &plain,
+                f.clone(),
+                Phase::Provisioning,
+                "Provisioning",
+            ),
+            (
+                "pods starting",
+                &plain,
+                starting.clone(),
+                Phase::Provisioning,
+                "Provisioning",
+            ),
+            (
+                "serving, no init",
+                &plain,
+                serving.clone(),
+                Phase::Ready,
+                "DatabaseReady",
+            ),
+            (
+                "serving, init to run",
+                &init,
+                serving.clone(),
+                Phase::Initializing,
+                "Initializing",
+            ),
+            (
+                "init running",
+                &init,
+                Facts {
+                    init_job: Some(JobState::Running),
+                    ..serving.clone()
+                },
+                Phase::Initializing,
+                "Initializing",
+            ),
+            (
+                "init done",
+                &init,
+                Facts {
+                    init_job: Some(JobState::Succeeded),
+                    ..serving.clone()
+                },
+                Phase::Ready,
+                "DatabaseReady",
+            ),
+            (
+                "init failed",
+                &init,
+                Facts {
+                    init_job: Some(JobState::Failed {
+                        reason: "BackoffLimitExceeded".into(),
+                        detail: String::new(),
+                    }),
+                    ..serving.clone()
+                },
+                Phase::Failed,
+                "InitFailed",
+            ),
+            (
+                "lost readiness",
+                &ready_once,
+                starting.clone(),
+                Phase::Degraded,
+                "NotServing",
+            ),
+            (
+                "statefulset deleted",
+                &ready_once,
+                f.clone(),
+                Phase::Degraded,
+                "NotServing",
+            ),
+            (
+                "back again",
+                &ready_once,
+                serving.clone(),
+                Phase::Ready,
+                "DatabaseReady",
+            ),
+            (
+                "upgrade rolling",
+                &upgraded,
+                rolling.clone(),
+                Phase::Upgrading,
+                "RollingOut",
+            ),
+            (
+                "new version: the upgrade starts, still serving the old image",
+                &upgraded,
+                serving_old_image.clone(),
+                Phase::Upgrading,
+                "DatabaseReady",
+            ),
+            (
+                "new version, pods already on it: still staged (preflight first)",
+                &upgraded,
+                serving.clone(),
+                Phase::Upgrading,
+                "DatabaseReady",
+            ),
+            (
+                "user secret missing",
+                &user_secret,
+                Facts {
+                    credentials: CredentialsFact::UserSecretProblem(SecretProblem::NotFound),
+                    ..f.clone()
+                },
+                Phase::Pending,
+                "CredentialsSecretNotFound",
+            ),
+            (
+                "user secret without password",
+                &user_secret,
+                Facts {
+                    credentials: CredentialsFact::UserSecretProblem(SecretProblem::MissingPassword),
+                    ..f.clone()
+                },
+                Phase::Pending,
+                "CredentialsSecretInvalid",
+            ),
+            (
+                "unsupported major",
+                &old_major,
+                serving.clone(),
+                Phase::Failed,
+                "UnsupportedVersion",
+            ),
+            (
+                "init ConfigMap missing",
+                &cm_init,
+                Facts {
+                    init_source: InitSourceFact::ConfigMapNotFound {
+                        name: "schema".into(),
+                    },
+                    ..serving.clone()
+                },
+                Phase::Pending,
+                "InitConfigMapNotFound",
+            ),
+            (
+                "init ConfigMap key missing",
+                &cm_init,
+                Facts {
+                    init_source: InitSourceFact::KeyNotFound {
+                        name: "schema".into(),
+                        key: "init.sql".into(),
+                    },
+                    ..serving.clone()
+                },
+                Phase::Pending,
+                "InitConfigMapKeyNotFound",
+            ),
+        ];
+        let mut reached = std::collections::HashSet::new();
+        for (name, db, facts, phase, reason) in table {
+            let d = decide(db, &facts, &Settings::default());
+            assert_eq!(d.phase, phase, "{name}");
+            assert_eq!(cond(&d, Ready).reason, reason, "{name}");
+            assert_eq!(
+                cond(&d, Ready).status,
+                reason == "DatabaseReady",
+                "{name}: Ready status"
+            );
+            reached.insert(d.phase);
+        }
+        // Deleting is decided by the finalizer path (cleanup), not here.
+        for p in Phase::ALL {
+            assert!(
+                p == Phase::Deleting || reached.contains(&p),
+                "phase {p:?} unreachable"
+            );
+        }
+    }
+
+    /// A Database restored from a backup: the restore Job in the init Job's place, its phase
+    /// and conditions, and a failed restore that never looks initialised.
+    #[test]
+    fn restore_takes_the_place_of_init() {
+        use super::super::restore::{BootstrapFact, RestoreJobFact};
+        let mut db = with_init(testing::minimal());
+        db.spec.bootstrap = Some(
+            serde_json::from_value(serde_json::json!({"fromBackup": {"s3": {
+                "bucket": "backups", "credentials": {"secretName": "s3-creds"}}}}))
+            .unwrap(),
+        );
+        let with = |job: Option<(JobState, &str)>| Facts {
+            statefulset: Some(sts(1, true, IMAGE)),
+            volume: bound("1Gi"),
+            bootstrap: Some(BootstrapFact {
+                source: Ok("the latest backup".into()),
+                job: job.map(|(state, result)| RestoreJobFact {
+                    state,
+                    result: dbop_contract::parse_termination_message(result),
+                    output: None,
+                }),
+            }),
+            ..facts()
+        };
+        let d = decide(&db, &with(None), &Settings::default());
+        assert!(d.steps.create_restore_job && !d.steps.create_init_job);
+        assert_eq!(d.phase, Phase::Initializing);
+
+        let d = decide(
+            &db,
+            &with(Some((JobState::Running, ""))),
+            &Settings::default(),
+        );
+        assert!(!d.steps.create_restore_job);
+        assert_eq!(d.phase, Phase::Initializing);
+        assert!(cond(&d, Ready).message.contains("orders-restore"));
+
+        let failed = JobState::Failed {
+            reason: "BackoffLimitExceeded".into(),
+            detail: String::new(),
+        };
+        let d = decide(
+            &db,
+            &with(Some((
+                failed,
+                r#"{"outcome":"Failed","failureKind":"integrity","message":"sha256 is x"}"#,
+            ))),
+            &Settings::default(),
+        );
+        assert_eq!(d.phase, Phase::Failed);
+        assert_eq!(cond(&d, Ready).reason, "RestoreFailed");
+        assert!(!cond(&d, Initialized).status);
+        assert_eq!(cond(&d, Initialized).reason, "BackupChecksumMismatch");
+        assert!(!d.steps.create_restore_job && !d.steps.create_init_job);
+        assert_eq!(d.bootstrap, None);
+
+        let done = r#"{"outcome":"Succeeded","backupId":"b9","key":"p/b9/dump.pgc.zst"}"#;
+        let d = decide(
+            &db,
+            &with(Some((JobState::Succeeded, done))),
+            &Settings::default(),
+        );
+        assert_eq!(d.phase, Phase::Ready);
+        assert_eq!(cond(&d, Initialized).reason, "RestoredFromBackup");
+        assert!(
+            !d.steps.create_init_job,
+            "the init SQL is not run after a restore"
+        );
+        assert_eq!(
+            d.bootstrap.unwrap().restored_backup_id.as_deref(),
+            Some("b9")
+        );
+    }
+
+    #[test]
+    fn blocked_databases_write_nothing() {
+        let mut db = testing::minimal();
+        db.spec.version = "99.0".into();
+        let d = decide(&db, &facts(), &Settings::default());
+        assert_eq!(d.steps, Steps::default());
+        assert!(
+            cond(&d, Ready).message.contains("13 to 18"),
+            "{}",
+            cond(&d, Ready).message
+        );
+    }
+
+    #[test]
+    fn steps_table() {
+        let db = testing::minimal();
+        let init = with_init(testing::minimal());
+        let serving = Facts {
+            statefulset: Some(sts(1, true, IMAGE)),
+            volume: bound("1Gi"),
+            ..facts()
+        };
+
+        let d = decide(
+            &db,
+            &Facts {
+                credentials: CredentialsFact::GeneratedMissing,
+                ..facts()
+            },
+            &Settings::default(),
+        );
+        assert!(d.steps.create_secret && d.steps.apply_services && d.steps.apply_statefulset);
+        assert!(!d.steps.create_init_job);
+
+        let d = decide(
+            &db,
+            &Facts {
+                credentials: CredentialsFact::GeneratedOrphaned,
+                ..facts()
+            },
+            &Settings::default(),
+        );
+        assert!(d.steps.adopt_secret && !d.steps.create_secret);
+
+        // The init Job starts only once the server serves, and only once.
+        assert!(
+            !decide(&init, &facts(), &Settings::default())
+                .steps
+                .create_init_job
+        );
+        assert!(
+            decide(&init, &serving, &Settings::default())
+                .steps
+                .create_init_job
+        );
+        let running = Facts {
+            init_job: Some(JobState::Running),
+            ..serving.clone()
+        };
+        assert!(
+            !decide(&init, &running, &Settings::default())
+                .steps
+                .create_init_job
+        );
+        let initialized = with_status(with_init(testing::minimal()), Some("16.4"), true);
+        let d = decide(&initialized, &serving, &Settings::default());
+        assert!(
+            !d.steps.create_init_job,
+            "a deleted init Job is not run again"
+        );
+        assert_eq!(d.phase, Phase::Ready);
+    }
+
+    #[test]
+    fn retained_data_is_not_initialised_again() {
+        let db = with_init(testing::minimal());
+        let mut volume = bound("1Gi");
+        volume.as_mut().unwrap().predates_database = true;
+        let f = Facts {
+            statefulset: Some(sts(1, true, IMAGE)),
+            volume,
+            ..facts()
+        };
+        let d = decide(&db, &f, &Settings::default());
+        assert!(!d.steps.create_init_job);
+        assert_eq!(cond(&d, Initialized).reason, "ExistingData");
+        assert_eq!(d.phase, Phase::Ready);
+    }
+
+    #[test]
+    fn act_can_override_a_condition() {
+        let mut d = decide(&testing::minimal(), &facts(), &Settings::default());
+        d.override_condition(ConditionStatus::new(
+            StorageReady,
+            false,
+            "ExpansionRefused",
+            "no",
+        ));
+        let storage: Vec<_> = d
+            .conditions
+            .iter()
+            .filter(|c| c.type_ == StorageReady)
+            .collect();
+        assert_eq!(storage.len(), 1);
+        assert_eq!(storage[0].reason, "ExpansionRefused");
+    }
+
+    #[test]
+    fn init_waits_for_a_config_map_without_starting_the_job() {
+        let mut db = testing::minimal();
+        db.spec.init = Some(crate::api::InitSpec {
+            sql: None,
+            config_map_ref: Some(crate::api::KeyRef {
+                name: "schema".into(),
+                key: "init.sql".into(),
+            }),
+        });
+        let f = Facts {
+            statefulset: Some(sts(1, true, IMAGE)),
+            init_source: InitSourceFact::ConfigMapNotFound {
+                name: "schema".into(),
+            },
+            ..facts()
+        };
+        let d = decide(&db, &f, &Settings::default());
+        assert!(!d.steps.create_init_job);
+        assert_eq!(d.requeue_after, REQUEUE_WAITING_ON_USER);
+        assert!(cond(&d, Initialized).message.contains("create it"));
+    }
+
+    #[test]
+    fn current_version_moves_only_when_the_upgrade_is_verified() {
+        use crate::api::{UpgradeStage, UpgradeStatus};
+        use crate::upgrade::facts::{PodFact, RevisionFact, UpgradeFacts};
+        let mut db = with_status(testing::minimal(), Some("16.3"), true);
+        db.spec.version = "16.4".into();
+        // A new version alone starts the upgrade: current stays, the pods keep the old image.
+        let d = decide(&db, &facts(), &Settings::default());
+        assert_eq!(d.current_version.as_deref(), Some("16.3"));
+        assert_eq!(d.pod_run.image, "docker.io/library/postgres:16.3");
+        assert_eq!(cond(&d, Upgrading).reason, "Preflight");
+        let started = Utc.timestamp_opt(1000, 0).unwrap();
+        db.status.as_mut().unwrap().upgrade = Some(UpgradeStatus {
+            from: "16.3".into(),
+            to: "16.4".into(),
+            from_image: "docker.io/library/postgres:16.3".into(),
+            to_image: IMAGE.into(),
+            partition: Some(0),
+            partition_since: Some(started),
+            ..crate::upgrade::testing::upgrade(UpgradeStage::Verifying, started)
+        });
+        let mut verified = Facts {
+            statefulset: Some(sts(1, true, IMAGE)),
+            ..facts()
+        };
+        verified.backups.now = started;
+        verified.upgrade = UpgradeFacts {
+            statefulset: Some(RevisionFact {
+                image: Some(IMAGE.into()),
+                observed_current: true,
+                update_revision: Some("r2".into()),
+            }),
+            pods: vec![PodFact {
+                name: "orders-0".into(),
+                ordinal: 0,
+                ready: true,
+                terminating: false,
+                revision: Some("r2".into()),
+                image: Some(IMAGE.into()),
+                image_id: None,
+            }],
+            ..UpgradeFacts::default()
+        };
+        let d = decide(&db, &verified, &Settings::default());
+        assert_eq!(d.current_version.as_deref(), Some("16.4"));
+        assert_eq!(d.upgrade.as_ref().unwrap().stage, UpgradeStage::Complete);
+        assert!(!cond(&d, Upgrading).status);
+        // Verified while the StatefulSet's status still lags (current revision not yet the
+        // update one): the version is recorded all the same, or the next pass would start again.
+        let lagging = Facts {
+            statefulset: Some(sts(1, false, IMAGE)),
+            ..verified.clone()
+        };
+        let d = decide(&db, &lagging, &Settings::default());
+        assert_eq!(d.current_version.as_deref(), Some("16.4"));
+        // Not yet Ready on the new revision: still Verifying, still the old version.
+        verified.upgrade.pods[0].ready = false;
+        let d = decide(&db, &verified, &Settings::default());
+        assert_eq!(d.current_version.as_deref(), Some("16.3"));
+        assert_eq!(d.phase, Phase::Upgrading);
+    }
+
+    #[test]
+    fn storage_table() {
+        let mut db = testing::minimal();
+        db.spec.storage.size = "2Gi".into();
+        let vol = |bound: bool, requested: &str, capacity: Option<&str>| {
+            Some(super::super::facts::VolumeFact {
+                bound,
+                predates_database: false,
+                requested: Some(requested.into()),
+                capacity: capacity.map(str::to_string),
+            })
+        };
+        let table = [
+            ("no claim", None, false, "ClaimMissing", None),
+            (
+                "pending",
+                vol(false, "2Gi", None),
+                false,
+                "ClaimPending",
+                None,
+            ),
+            (
+                "bound big PV",
+                vol(true, "2Gi", Some("100Gi")),
+                true,
+                "Bound",
+                None,
+            ),
+            (
+                "grow requested",
+                vol(true, "1Gi", Some("1Gi")),
+                false,
+                "Resizing",
+                Some("2Gi"),
+            ),
+            (
+                "growing",
+                vol(true, "2Gi", Some("1Gi")),
+                false,
+                "Resizing",
+                None,
+            ),
+            ("grown", vol(true, "2Gi", Some("2Gi")), true, "Bound", None),
+        ];
+        for (name, volume, status, reason, expand) in table {
+            let d = decide(&db, &Facts { volume, ..facts() }, &Settings::default());
+            let c = cond(&d, StorageReady);
+            assert_eq!((c.status, c.reason.as_str()), (status, reason), "{name}");
+            assert_eq!(d.steps.expand_volumes.as_deref(), expand, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_pending_claim_without_a_pod_points_at_the_pod() {
+        let db = testing::minimal();
+        let pending = Some(super::super::facts::VolumeFact {
+            bound: false,
+            predates_database: false,
+            requested: Some("1Gi".into()),
+            capacity: None,
+        });
+        let message = |replicas: i32| {
+            let f = Facts {
+                volume: pending.clone(),
+                statefulset: Some(StatefulSetFact {
+                    replicas,
+                    ..sts(0, false, IMAGE)
+                }),
+                ..facts()
+            };
+            cond(&decide(&db, &f, &Settings::default()), StorageReady)
+                .message
+                .clone()
+        };
+        // Under a ResourceQuota that refuses the pod, the claim waits for a pod that never comes.
+        let no_pod = message(0);
+        assert!(no_pod.contains("has created no pod"), "{no_pod}");
+        assert!(no_pod.contains("ResourceQuota"), "{no_pod}");
+        // With a pod, the storage itself is what to check.
+        let with_pod = message(1);
+        assert!(!with_pod.contains("no pod"), "{with_pod}");
+        assert!(with_pod.contains("StorageClass"), "{with_pod}");
+    }
+
+    #[test]
+    fn decisions_are_deterministic() {
+        let db = testing::minimal();
+        let f = Facts {
+            statefulset: Some(sts(1, true, IMAGE)),
+            volume: bound("1Gi"),
+            ..facts()
+        };
+        assert_eq!(
+            decide(&db, &f, &Settings::default()),
+            decide(&db, &f, &Settings::default())
+        );
+    }
+
+    #[test]
+    fn blockers_carry_their_reason() {
+        let db = testing::minimal();
+        let table = [
+            (
+                Blocker::Version(VersionProblem::Malformed),
+                Phase::Failed,
+                "UnsupportedVersion",
+                "MAJOR.MINOR",
+            ),
+            (
+                Blocker::Version(VersionProblem::UnsupportedMajor(9)),
+                Phase::Failed,
+                "UnsupportedVersion",
+                "PostgreSQL 9 is not supported",
+            ),
+            (
+                Blocker::Credentials(SecretProblem::NotFound),
+                Phase::Pending,
+                "CredentialsSecretNotFound",
+                "does not exist",
+            ),
+            (
+                Blocker::Credentials(SecretProblem::MissingPassword),
+                Phase::Pending,
+                "CredentialsSecretInvalid",
+                "no non-empty `password` key",
+            ),
+        ];
+        for (blocker, phase, reason, words) in table {
+            let d = blocked(&db, &blocker, Some("16.4".into()));
+            assert_eq!((d.phase, d.conditions[0].reason.as_str()), (phase, reason));
+            assert!(d.conditions[0].message.contains(words), "{blocker:?}");
+            assert_eq!(d.steps, Steps::default(), "{blocker:?} writes nothing");
+            assert_eq!(d.current_version.as_deref(), Some("16.4"));
+        }
+    }
+
+    #[test]
+    fn stage_table() {
+        let rollout = |serving, settled, upgrading, ran: bool| Rollout {
+            current_version: ran.then(|| "16.4".to_string()),
+            serving,
+            settled,
+            version_changed: false,
+            upgrading,
+            already_initialized: false,
+            template_version: "16.4".into(),
+        };
+        let blocked = InitOutcome::Blocked {
+            reason: "InitConfigMapNotFound",
+            message: "m".into(),
+        };
+        let failed = InitOutcome::Failed {
+            reason: "InitFailed",
+            message: "m".into(),
+        };
+        let table = [
+            (
+                "init blocked wins",
+                &blocked,
+                rollout(true, true, false, true),
+                "InitBlocked",
+            ),
+            (
+                "init failed",
+                &failed,
+                rollout(false, false, true, true),
+                "InitFailed",
+            ),
+            (
+                "upgrading",
+                &InitOutcome::Done,
+                rollout(true, false, true, true),
+                "Upgrading",
+            ),
+            (
+                "degraded",
+                &InitOutcome::Done,
+                rollout(false, false, false, true),
+                "Degraded",
+            ),
+            (
+                "first start",
+                &InitOutcome::Pending,
+                rollout(false, false, false, false),
+                "Provisioning",
+            ),
+            (
+                "serving, rolling out",
+                &InitOutcome::Done,
+                rollout(true, false, false, false),
+                "Provisioning",
+            ),
+            (
+                "init running",
+                &InitOutcome::Pending,
+                rollout(true, true, false, false),
+                "Initializing",
+            ),
+            (
+                "ready",
+                &InitOutcome::Done,
+                rollout(true, true, false, true),
+                "Ready",
+            ),
+        ];
+        for (name, init, rollout, want) in table {
+            let stage = format!("{:?}", Stage::of(init, &rollout));
+            assert!(stage.starts_with(want), "{name}: {stage}");
+        }
+    }
+
+    #[test]
+    fn init_steps_table() {
+        let names = Names::new("orders");
+        let source = [
+            (InitSourceFact::Available, "Running", true),
+            (
+                InitSourceFact::ConfigMapNotFound { name: "s".into() },
+                "InitConfigMapNotFound",
+                false,
+            ),
+            (
+                InitSourceFact::KeyNotFound {
+                    name: "s".into(),
+                    key: "k".into(),
+                },
+                "InitConfigMapKeyNotFound",
+                false,
+            ),
+        ];
+        for (fact, reason, create) in source {
+            let d = init_from_source(&fact, &names);
+            assert_eq!(
+                (d.condition.reason.as_str(), d.create_job),
+                (reason, create)
+            );
+            let blocked = matches!(d.outcome, InitOutcome::Blocked { .. });
+            assert_eq!(blocked, !create, "{fact:?}");
+        }
+        let failed = JobState::Failed {
+            reason: "BackoffLimitExceeded".into(),
+            detail: "limit".into(),
+        };
+        let job = [
+            (JobState::Succeeded, "Completed", true),
+            (JobState::Running, "Running", false),
+            (failed, "Failed", false),
+        ];
+        for (state, reason, status) in job {
+            let d = init_from_job(&state, &names);
+            assert_eq!(
+                (d.condition.reason.as_str(), d.condition.status),
+                (reason, status)
+            );
+            assert!(!d.create_job);
+        }
+        let d = init_from_job(
+            &JobState::Failed {
+                reason: "BackoffLimitExceeded".into(),
+                detail: "limit".into(),
+            },
+            &names,
+        );
+        assert!(
+            d.condition
+                .message
+                .contains("(BackoffLimitExceeded: limit)"),
+            "{}",
+            d.condition.message
+        );
+    }
+}

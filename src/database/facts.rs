@@ -1,0 +1,356 @@
+//! The facts of one Database reconcile: `Observed`, what `observe` read, and `Facts`, what
+//! `decide` knows about the world besides the Database itself, reduced from it.
+//!
+//! Pure: no client, no clock (`Observed.observed_at` is the `now` of the whole pass, carried
+//! into `Facts` as `backups.now`). Must not import `observe`, `kube_io` or `context`.
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+
+use super::restore::{self, BootstrapFact, RestoreObjects};
+use crate::api::{Database, DatabaseBackup};
+use crate::backup::plan::BackupHistory;
+use crate::backup::s3_secret::{S3SecretProblem, s3_secret_problem};
+use crate::backup::schedule::BackupRecord;
+use crate::objects::{JobState, job_state, owned_by, to_chrono};
+use crate::resources::credentials::{self, SecretProblem};
+use crate::resources::owner_reference;
+use crate::resources::statefulset::template_image;
+use crate::upgrade::facts::{self as upgrade_facts, UpgradeFacts};
+
+/// The objects of one Database as they were read (the owned ones as the watch caches have them).
+#[derive(Clone, Debug, Default)]
+pub struct Observed {
+    pub credentials_secret: Option<Secret>,
+    pub init_config_map: Option<ConfigMap>,
+    pub headless_service: Option<Service>,
+    pub rw_service: Option<Service>,
+    pub statefulset: Option<StatefulSet>,
+    pub init_job: Option<Job>,
+    /// The data claims of ordinals 0..replicas that exist.
+    pub data_claims: Vec<PersistentVolumeClaim>,
+    /// The `DatabaseBackup` objects of this Database (scheduled and on demand).
+    pub backups: Vec<DatabaseBackup>,
+    /// The Secret named by `spec.backup.s3.credentials` (only its keys are ever looked at).
+    pub s3_secret: Option<Secret>,
+    /// What is wrong with the `spec.backup.s3.ca` source, if anything (read before any Job).
+    pub s3_ca_problem: Option<String>,
+    /// When it was read: the `now` of every time-based decision of this pass.
+    pub observed_at: DateTime<Utc>,
+    /// What `spec.bootstrap.fromBackup` needs, read only until the Database is initialised.
+    pub restore: RestoreObjects,
+    /// What an upgrade under way reads (empty when none is).
+    pub upgrade: UpgradeObjects,
+}
+
+/// The objects an upgrade under way reads: the database pods, its preflight Job and that
+/// Job's pods.
+#[derive(Clone, Debug, Default)]
+pub struct UpgradeObjects {
+    pub pods: Vec<Pod>,
+    pub preflight_job: Option<Job>,
+    pub preflight_pods: Vec<Pod>,
+}
+
+/// The upgrade's facts: its preflight Job and backup, the StatefulSet's revisions, the pods.
+fn upgrade_fact(db: &Database, snap: &Observed) -> UpgradeFacts {
+    let upgrade = db.status.as_ref().and_then(|s| s.upgrade.as_ref());
+    let backup_name = upgrade.and_then(|u| u.pre_upgrade_backup.as_deref());
+    UpgradeFacts {
+        preflight: snap
+            .upgrade
+            .preflight_job
+            .as_ref()
+            .map(|job| upgrade_facts::preflight_fact(job, &snap.upgrade.preflight_pods)),
+        backup: snap
+            .backups
+            .iter()
+            .find(|b| b.metadata.name.as_deref() == backup_name && backup_name.is_some())
+            .map(upgrade_facts::backup_fact),
+        statefulset: snap.statefulset.as_ref().map(upgrade_facts::revision_fact),
+        pods: snap
+            .upgrade
+            .pods
+            .iter()
+            .filter_map(upgrade_facts::pod_fact)
+            .collect(),
+    }
+}
+
+/// The state of the credentials Secret.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CredentialsFact {
+    /// Usable: the user's Secret has a password, or the generated one exists and is ours.
+    Usable,
+    /// dbop generates the Secret and it does not exist yet.
+    GeneratedMissing,
+    /// The generated Secret exists without our owner reference (kept by `Retain` when an earlier
+    /// Database of this name was deleted): adopt it, its password matches the retained data.
+    GeneratedOrphaned,
+    /// The user's Secret is missing or has no password.
+    UserSecretProblem(SecretProblem),
+}
+
+/// What the StatefulSet controller reports.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StatefulSetFact {
+    pub replicas: i32,
+    pub ready_replicas: i32,
+    pub updated_replicas: i32,
+    /// The StatefulSet controller has seen the latest spec.
+    pub observed_current: bool,
+    /// Every pod runs the latest revision.
+    pub rolled_out: bool,
+    pub image: Option<String>,
+}
+
+/// The data volume of the primary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VolumeFact {
+    pub bound: bool,
+    /// The claim is older than the Database: its data was kept (Retain) by an earlier
+    /// Database of the same name.
+    pub predates_database: bool,
+    pub requested: Option<String>,
+    pub capacity: Option<String>,
+}
+
+/// Whether the init SQL's source exists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InitSourceFact {
+    /// Inline SQL, or no init at all.
+    Available,
+    ConfigMapNotFound {
+        name: String,
+    },
+    KeyNotFound {
+        name: String,
+        key: String,
+    },
+}
+
+/// Everything `decide` knows about the world besides the Database itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Facts {
+    pub credentials: CredentialsFact,
+    pub init_source: InitSourceFact,
+    pub statefulset: Option<StatefulSetFact>,
+    pub volume: Option<VolumeFact>,
+    pub init_job: Option<JobState>,
+    pub backups: BackupHistory,
+    /// The restore of `spec.bootstrap.fromBackup` (None without one).
+    pub bootstrap: Option<BootstrapFact>,
+    pub upgrade: UpgradeFacts,
+}
+
+impl Facts {
+    pub fn from_observed(db: &Database, snap: &Observed) -> Facts {
+        Facts {
+            credentials: credentials_fact(db, snap.credentials_secret.as_ref()),
+            init_source: init_source_fact(db, snap.init_config_map.as_ref()),
+            statefulset: snap.statefulset.as_ref().map(statefulset_fact),
+            volume: snap.data_claims.first().map(|pvc| volume_fact(db, pvc)),
+            init_job: snap.init_job.as_ref().map(job_state),
+            backups: backups_fact(db, snap),
+            bootstrap: restore::fact(db, &snap.restore),
+            upgrade: upgrade_fact(db, snap),
+        }
+    }
+}
+
+fn backups_fact(db: &Database, snap: &Observed) -> BackupHistory {
+    BackupHistory {
+        now: snap.observed_at,
+        records: snap
+            .backups
+            .iter()
+            .map(|b| {
+                let status = b.status.clone().unwrap_or_default();
+                BackupRecord {
+                    name: b.metadata.name.clone().unwrap_or_default(),
+                    phase: status.phase,
+                    created: b
+                        .metadata
+                        .creation_timestamp
+                        .as_ref()
+                        .map(to_chrono)
+                        .unwrap_or(snap.observed_at),
+                    completed: status.completed_at,
+                    message: status.message,
+                }
+            })
+            .collect(),
+        s3_problem: db
+            .spec
+            .backup
+            .as_ref()
+            .and_then(|spec| s3_secret_problem(&spec.s3.credentials, snap.s3_secret.as_ref()))
+            .or_else(|| snap.s3_ca_problem.clone().map(S3SecretProblem::CaSource)),
+    }
+}
+
+fn credentials_fact(db: &Database, secret: Option<&Secret>) -> CredentialsFact {
+    if !credentials::is_generated(db) {
+        return match credentials::check_secret(secret) {
+            Ok(()) => CredentialsFact::Usable,
+            Err(problem) => CredentialsFact::UserSecretProblem(problem),
+        };
+    }
+    match secret {
+        None => CredentialsFact::GeneratedMissing,
+        Some(s) => {
+            let ours = owner_reference(db)
+                .is_some_and(|owner| owned_by(&s.metadata, None, Some(&owner.uid)));
+            if ours {
+                CredentialsFact::Usable
+            } else {
+                CredentialsFact::GeneratedOrphaned
+            }
+        }
+    }
+}
+
+fn init_source_fact(db: &Database, config_map: Option<&ConfigMap>) -> InitSourceFact {
+    let Some(r) = db
+        .spec
+        .init
+        .as_ref()
+        .and_then(|i| i.config_map_ref.as_ref())
+    else {
+        return InitSourceFact::Available;
+    };
+    match config_map {
+        None => InitSourceFact::ConfigMapNotFound {
+            name: r.name.clone(),
+        },
+        Some(cm) if cm.data.as_ref().is_some_and(|d| d.contains_key(&r.key)) => {
+            InitSourceFact::Available
+        }
+        Some(_) => InitSourceFact::KeyNotFound {
+            name: r.name.clone(),
+            key: r.key.clone(),
+        },
+    }
+}
+
+fn statefulset_fact(sts: &StatefulSet) -> StatefulSetFact {
+    let replicas = sts.spec.replicas.unwrap_or(1);
+    let status = sts.status.clone().unwrap_or_default();
+    let observed_current = match (status.observed_generation, sts.metadata.generation) {
+        (Some(observed), Some(generation)) => observed >= generation,
+        _ => false,
+    };
+    let rolled_out = observed_current
+        && status.updated_replicas.unwrap_or(0) >= replicas
+        && status.current_revision.is_some()
+        && status.current_revision == status.update_revision;
+    StatefulSetFact {
+        replicas,
+        ready_replicas: status.ready_replicas.unwrap_or(0),
+        updated_replicas: status.updated_replicas.unwrap_or(0),
+        observed_current,
+        rolled_out,
+        image: template_image(sts),
+    }
+}
+
+fn volume_fact(db: &Database, pvc: &PersistentVolumeClaim) -> VolumeFact {
+    let status = pvc.status.clone().unwrap_or_default();
+    let predates_database = match (
+        &pvc.metadata.creation_timestamp,
+        &db.metadata.creation_timestamp,
+    ) {
+        (Some(claim), Some(database)) => claim.0 < database.0,
+        _ => false,
+    };
+    VolumeFact {
+        bound: status.phase.as_deref() == Some("Bound"),
+        predates_database,
+        requested: pvc
+            .spec
+            .as_ref()
+            .and_then(|s| s.resources.as_ref())
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get("storage"))
+            .map(|q| q.0.clone()),
+        capacity: status
+            .capacity
+            .as_ref()
+            .and_then(|c| c.get("storage"))
+            .map(|q| q.0.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::testing;
+    use crate::settings::Settings;
+    use k8s_openapi::api::apps::v1::StatefulSetStatus;
+
+    #[test]
+    fn generated_secret_ours_or_orphaned() {
+        let db = testing::minimal();
+        assert_eq!(
+            credentials_fact(&db, None),
+            CredentialsFact::GeneratedMissing
+        );
+        let mine = credentials::generated_secret(&db, "pw");
+        assert_eq!(credentials_fact(&db, Some(&mine)), CredentialsFact::Usable);
+        let mut orphan = mine.clone();
+        orphan.metadata.owner_references = None;
+        assert_eq!(
+            credentials_fact(&db, Some(&orphan)),
+            CredentialsFact::GeneratedOrphaned
+        );
+    }
+
+    #[test]
+    fn statefulset_rollout_state() {
+        let db = testing::minimal();
+        let mut sts = crate::resources::statefulset::statefulset(&db, &Settings::default(), None);
+        sts.metadata.generation = Some(2);
+        sts.status = Some(StatefulSetStatus {
+            observed_generation: Some(2),
+            ready_replicas: Some(1),
+            updated_replicas: Some(1),
+            current_revision: Some("r1".into()),
+            update_revision: Some("r1".into()),
+            replicas: 1,
+            ..StatefulSetStatus::default()
+        });
+        let fact = statefulset_fact(&sts);
+        assert!(fact.rolled_out && fact.observed_current);
+        sts.status.as_mut().unwrap().update_revision = Some("r2".into());
+        assert!(!statefulset_fact(&sts).rolled_out);
+        sts.metadata.generation = Some(3);
+        assert!(!statefulset_fact(&sts).observed_current);
+    }
+
+    #[test]
+    fn init_config_map_checks() {
+        let db = testing::database(serde_json::json!({
+            "version": "16.4", "storage": {"size": "1Gi"},
+            "init": {"configMapRef": {"name": "schema", "key": "init.sql"}}
+        }));
+        assert_eq!(
+            init_source_fact(&db, None),
+            InitSourceFact::ConfigMapNotFound {
+                name: "schema".into()
+            }
+        );
+        let mut cm = ConfigMap::default();
+        assert!(matches!(
+            init_source_fact(&db, Some(&cm)),
+            InitSourceFact::KeyNotFound { .. }
+        ));
+        cm.data = Some([("init.sql".to_string(), "select 1".to_string())].into());
+        assert_eq!(init_source_fact(&db, Some(&cm)), InitSourceFact::Available);
+        assert_eq!(
+            init_source_fact(&testing::minimal(), None),
+            InitSourceFact::Available
+        );
+    }
+}

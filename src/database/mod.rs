@@ -1,0 +1,123 @@
+//! The Database controller, and one reconcile of a Database: observe → decide → build → apply
+//! → status.
+//!
+//! - `controller` runs it: its triggers, kube's finalizer helper, a Database it cannot read,
+//!   the error policy and Events;
+//! - `observe` reads the Database's owned objects (the only reads) into a `Observed`, and
+//!   `facts` reduces it to the `Facts` `decide` reads (pure; one `now` for the pass);
+//! - `decide` is a pure function of the Database and the facts: the phase, the conditions and
+//!   the steps to take — all the domain knowledge lives there;
+//! - `build` builds every object the steps ask for (pure, with the builders of `resources`);
+//! - `apply` writes what differs (through `kube_io`), then the status if it changed, and
+//!   publishes the Events of a transition; `status` derives that status (pure);
+//! - `verification` reads the verify Jobs `backup::verify` decides from;
+//! - `deletion` decides the deletion policy (pure); `cleanup` is the finalizer's I/O for it,
+//!   and makes it wait while an upgrade's pods change version;
+//! - `restore` decides a restore from a backup (`spec.bootstrap.fromBackup`), which takes the
+//!   init SQL's place.
+//!
+//! Writes go through `kube_io`; `backup::plan` decides the backup part, `upgrade::plan` the
+//! version upgrade (its stages, the image and partition the pods run). Must not import
+//! `runtime` (it runs this, not the other way round) nor `database_backup`.
+
+pub mod apply;
+pub mod blocker;
+pub mod build;
+pub mod cleanup;
+pub mod controller;
+pub mod decide;
+pub mod deletion;
+pub mod events;
+pub mod facts;
+pub mod observe;
+pub mod quantity;
+pub mod restore;
+pub mod status;
+pub mod verification;
+
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+
+use crate::api::{Database, DatabaseStatus};
+use crate::backup::verify::{VerifyPlan, plan_verification};
+use crate::context::Context;
+use crate::error::{During, Result, Step};
+
+/// One pass of a Database that is not being deleted: observe → decide → build → apply →
+/// status, each step named in its error.
+pub async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> {
+    let observed = observe::observe(ctx, db).await.during(Step::Observe)?;
+    let facts = facts::Facts::from_observed(db, &observed);
+    let decision = decide::decide(db, &facts, &ctx.settings);
+    let verification = verification_plan(ctx, db, &facts, &decision)
+        .await
+        .during(Step::Observe)?;
+    let password = decision.steps.create_secret.then(apply::new_password);
+    let desired = build::build(
+        db,
+        &observed,
+        &decision,
+        verification.as_ref(),
+        &ctx.settings,
+        password.as_deref(),
+    );
+    // Boxed: the desired objects are large, and a pass runs deep inside the controller's
+    // futures.
+    let applied = Box::pin(apply::apply(ctx, db, &observed, desired))
+        .await
+        .during(Step::Apply)?;
+    let now = facts.backups.now;
+    let status = status::status(db, &decision, &applied, verification.as_ref(), now);
+    let key = (db.namespace_or_default(), db.name_any());
+    apply::update_status(ctx, db, status.clone())
+        .await
+        .during(Step::Status)?;
+    record(ctx, db, key, &status);
+    let verify_requeue = verification.and_then(|p| p.requeue_after);
+    Ok(Action::requeue(
+        verify_requeue.map_or(decision.requeue_after, |v| v.min(decision.requeue_after)),
+    ))
+}
+
+/// Backup verification (`spec.backup.verify`): observe its Jobs, decide. None while the
+/// Database is blocked or has no `verify`.
+async fn verification_plan(
+    ctx: &Context,
+    db: &Database,
+    facts: &facts::Facts,
+    decision: &decide::Decision,
+) -> Result<Option<VerifyPlan>> {
+    if decision.backup.is_none() {
+        return Ok(None);
+    }
+    let succeeded = verification::succeeded_backups(&facts.backups.records);
+    let now = facts.backups.now;
+    let observed =
+        verification::observe_verification(ctx, db, decision.phase, succeeded, now).await?;
+    Ok(observed.map(|f| plan_verification(db, &f)))
+}
+
+/// The Database's status as metrics: its phase, its conditions, its last successful backup.
+fn record(ctx: &Context, db: &Database, key: (String, String), status: &DatabaseStatus) {
+    let scheduled = db.spec.backup.as_ref().is_some_and(|b| !b.suspend);
+    ctx.metrics
+        .database_conditions(key.clone(), &status.conditions, scheduled);
+    let last_success = status.backup.as_ref().and_then(|b| b.last_successful_time);
+    if let Some(time) = last_success {
+        let seconds = time.timestamp_millis() as f64 / 1000.0;
+        ctx.metrics.backup_succeeded(key.clone(), seconds, None);
+    }
+    let verified = status
+        .verification
+        .as_ref()
+        .and_then(|v| v.last_verified_time);
+    if let Some(time) = verified {
+        let seconds = time.timestamp_millis() as f64 / 1000.0;
+        ctx.metrics.backup_verified(key.clone(), seconds);
+    }
+    let stage = status.upgrade.as_ref().map(|u| u.stage);
+    ctx.metrics.upgrade_stage(key.clone(), stage);
+    ctx.metrics
+        .upgrade_stopped(key.clone(), status.upgrade.as_ref());
+    ctx.metrics.database_phase(key, status.phase);
+}

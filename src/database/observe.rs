@@ -1,0 +1,208 @@
+//! Observe: read the objects a Database owns or refers to (the only reads of a reconcile) into
+//! a `Observed` (`facts`), which `Facts::from_observed` reduces to what `decide` needs.
+//!
+//! The objects dbop owns come from the watch caches (`context::caches`), the user's own objects
+//! from the API server. One clock read per pass: `Observed.observed_at`.
+
+use chrono::Utc;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use kube::api::ListParams;
+use kube::{Api, Client};
+
+use super::facts::{Observed, UpgradeObjects};
+use super::restore::{self, RestoreObjects};
+use crate::api::conditions::{self, ConditionType};
+use crate::api::{CaSource, Database, DatabaseBackup};
+use crate::context::Context;
+use crate::context::caches::{get, list};
+use crate::error::Error;
+use crate::kube_io::job_pods;
+use crate::objects::{JobState, job_state};
+use crate::resources::credentials::{self};
+use crate::resources::{Names, selector_labels};
+
+/// Reads the upgrade's objects, only while an upgrade is under way (an idle Database reads
+/// no pods).
+pub async fn upgrade_objects(client: &Client, db: &Database) -> Result<UpgradeObjects, Error> {
+    let Some(upgrade) = db
+        .status
+        .as_ref()
+        .and_then(|s| s.upgrade.as_ref())
+        .filter(|u| !u.stage.is_finished())
+    else {
+        return Ok(UpgradeObjects::default());
+    };
+    let ns = db.namespace_or_default();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let selector = selector_labels(&db.name())
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let database_pods = pods.list(&ListParams::default().labels(&selector)).await?;
+    let (preflight_job, preflight_pods) = match &upgrade.preflight_job {
+        Some(name) if upgrade.stage == crate::api::UpgradeStage::Preflight => {
+            let job = Api::<Job>::namespaced(client.clone(), &ns)
+                .get_opt(name)
+                .await?;
+            (job, job_pods(client, &ns, name).await?)
+        }
+        _ => (None, vec![]),
+    };
+    Ok(UpgradeObjects {
+        pods: database_pods.items,
+        preflight_job,
+        preflight_pods,
+    })
+}
+
+/// Reads what a pass decides from: what dbop labels from the watch caches, the user's objects (a Secret
+/// of their own, the init ConfigMap, the S3 Secret and CA) from the API server. A missing
+/// object is `None`, not an error.
+pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
+    ctx.caches.wait_until_synced().await;
+    let (client, caches) = (&ctx.client, &ctx.caches);
+    let ns = db.namespace_or_default();
+    let names = Names::of(db);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let init_config_map = match db
+        .spec
+        .init
+        .as_ref()
+        .and_then(|i| i.config_map_ref.as_ref())
+    {
+        Some(r) => {
+            Api::<ConfigMap>::namespaced(client.clone(), &ns)
+                .get_opt(&r.name)
+                .await?
+        }
+        None => None,
+    };
+    let data_claims = (0..db.spec.replicas.max(1))
+        .filter_map(|ordinal| get(&caches.claims, &ns, &names.data_pvc(ordinal)))
+        .collect();
+    let name = db.name();
+    let backups = list(&caches.backups, &ns, |b| b.spec.database == name);
+    let s3_secret = match &db.spec.backup {
+        Some(spec) => secrets.get_opt(&spec.s3.credentials.secret_name).await?,
+        None => None,
+    };
+    let s3_ca_problem = match &db.spec.backup {
+        Some(spec) => crate::backup::ca::read_problem(client, &ns, spec).await?,
+        None => None,
+    };
+    let restore = restore_objects(client, db).await?;
+    Ok(Observed {
+        restore,
+        backups,
+        s3_secret,
+        s3_ca_problem,
+        observed_at: Utc::now(),
+        credentials_secret: credentials_secret(ctx, db, &ns).await?,
+        init_config_map,
+        headless_service: get(&caches.services, &ns, &names.headless_service()),
+        rw_service: get(&caches.services, &ns, &names.rw_service()),
+        statefulset: get(&caches.statefulsets, &ns, &names.statefulset()),
+        init_job: get(&caches.jobs, &ns, &names.init_job()),
+        data_claims,
+        upgrade: upgrade_objects(client, db).await?,
+    })
+}
+
+/// The credentials Secret: a generated one from the cache, metadata only (its owner is all
+/// `decide` looks at: its data is never read); the user's own from the API server (its
+/// password key is checked, and dbop does not watch the user's Secrets).
+async fn credentials_secret(
+    ctx: &Context,
+    db: &Database,
+    ns: &str,
+) -> Result<Option<Secret>, Error> {
+    let name = credentials::secret_name(db);
+    if credentials::is_generated(db) {
+        return Ok(get(&ctx.caches.secrets, ns, &name).map(|meta| Secret {
+            metadata: meta.metadata,
+            ..Secret::default()
+        }));
+    }
+    Ok(Api::<Secret>::namespaced(ctx.client.clone(), ns)
+        .get_opt(&name)
+        .await?)
+}
+
+/// Reads what a restore from a backup needs: the restore Job (and its pods once it ended), the
+/// named `DatabaseBackup` and its Database, the S3 credentials Secret and CA source. Nothing
+/// once the Database is initialised: then the restore is history.
+async fn restore_objects(client: &Client, db: &Database) -> Result<RestoreObjects, Error> {
+    let Some(bootstrap) = &db.spec.bootstrap else {
+        return Ok(RestoreObjects::default());
+    };
+    let initialized = db
+        .status
+        .as_ref()
+        .is_some_and(|s| conditions::is_true(&s.conditions, ConditionType::Initialized));
+    if initialized {
+        return Ok(RestoreObjects::default());
+    }
+    let ns = db.namespace_or_default();
+    let from = &bootstrap.from_backup;
+    let mut snap = RestoreObjects::default();
+    if let Some(name) = &from.database_backup {
+        snap.backup = Api::<DatabaseBackup>::namespaced(client.clone(), &ns)
+            .get_opt(name)
+            .await?;
+        if let Some(b) = &snap.backup {
+            snap.source_database = Api::<Database>::namespaced(client.clone(), &ns)
+                .get_opt(&b.spec.database)
+                .await?;
+        }
+    }
+    if let Some(s3) = restore::source_s3(from, &snap).cloned() {
+        snap.s3_secret = Api::<Secret>::namespaced(client.clone(), &ns)
+            .get_opt(&s3.credentials.secret_name)
+            .await?;
+        snap.ca_problem = match &s3.ca {
+            Some(ca) => crate::backup::ca::problem(ca, ca_found(client, &ns, ca).await?),
+            None => None,
+        };
+    }
+    snap.job = Api::<Job>::namespaced(client.clone(), &ns)
+        .get_opt(&Names::of(db).restore_job())
+        .await?;
+    if snap
+        .job
+        .as_ref()
+        .is_some_and(|j| job_state(j) != JobState::Running)
+    {
+        snap.pods = job_pods(client, &ns, &Names::of(db).restore_job()).await?;
+    }
+    Ok(snap)
+}
+
+/// Whether the CA source's object exists (`None` if not) and has a non-empty value at its key.
+async fn ca_found(client: &Client, ns: &str, ca: &CaSource) -> Result<Option<bool>, Error> {
+    if let Some(r) = &ca.secret_key_ref {
+        let secret = Api::<Secret>::namespaced(client.clone(), ns)
+            .get_opt(&r.name)
+            .await?;
+        return Ok(secret.map(|s| {
+            s.data
+                .unwrap_or_default()
+                .get(&r.key)
+                .is_some_and(|v| !v.0.is_empty())
+        }));
+    }
+    if let Some(r) = &ca.config_map_key_ref {
+        let cm = Api::<ConfigMap>::namespaced(client.clone(), ns)
+            .get_opt(&r.name)
+            .await?;
+        return Ok(cm.map(|c| {
+            c.data
+                .unwrap_or_default()
+                .get(&r.key)
+                .is_some_and(|v| !v.is_empty())
+                || c.binary_data.unwrap_or_default().contains_key(&r.key)
+        }));
+    }
+    Ok(None)
+}

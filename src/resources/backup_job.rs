@@ -1,0 +1,235 @@
+//! The agent's Jobs of a Database's backups: the backup Job (`dbop-backup dump`) of a
+//! `DatabaseBackup`, owned by it, and the verify Job (`dbop-backup verify latest`), owned by
+//! the Database. Both run the agent from the database image of the running version (so
+//! `pg_dump` and `pg_restore` match the server), copied in by an init container from the
+//! operator's image, on the `job` skeleton.
+//!
+//! The S3 and database credentials reach the container only as environment variables read from
+//! their Secrets (never on the command line, never in the operator); the agent writes its JSON
+//! result to the termination message, which the `DatabaseBackup` controller reads back.
+//!
+//! Pure: a function of the Database, its parsed `spec.backup` limits (`AgentLimits`, from
+//! `backup::settings`), the image and the operator's settings. Whether a Job can be built at
+//! all is `backup::job`'s question.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use dbop_contract::layout;
+use dbop_contract::units::format_duration;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+
+pub use super::agent::{CA_DIR, TERMINATION_LOG};
+use super::agent::{CA_FILE, agent_env};
+use super::credentials::{USERNAME_KEY, secret_name};
+use super::job::{AgentRun, JobParts, agent_pod, job};
+use super::pod::secret_env;
+use super::{job_pod_labels, labels, owned_meta};
+use crate::api::{BackupSpec, Database, DatabaseBackup};
+use crate::settings::Settings;
+
+/// What `spec.backup` sets on an agent Job, parsed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AgentLimits {
+    /// How long the Job may run (`spec.backup.timeout`; at least a minute).
+    pub timeout: Duration,
+    /// The agent's retention in object storage.
+    pub keep_last: u32,
+    pub max_age: Option<Duration>,
+}
+
+impl AgentLimits {
+    fn deadline_seconds(&self) -> i64 {
+        i64::try_from(self.timeout.as_secs().max(60)).unwrap_or(i64::MAX)
+    }
+}
+
+/// The backup Job of `backup` (made at `created`), owned by it, running `image`.
+pub fn backup_job(
+    db: &Database,
+    spec: &BackupSpec,
+    limits: &AgentLimits,
+    image: String,
+    backup: &DatabaseBackup,
+    created: DateTime<Utc>,
+    settings: &Settings,
+) -> Job {
+    let backup_name = backup.metadata.name.clone().unwrap_or_default();
+    let mut args = vec!["dump".to_string()];
+    args.extend(s3_args(db, spec));
+    args.push(format!("--backup-id={}", backup_id(&backup_name, created)));
+    args.push(format!("--keep-last={}", limits.keep_last));
+    if let Some(max_age) = limits.max_age {
+        args.push(format!("--max-age={}", format_duration(max_age)));
+    }
+    let run = AgentRun {
+        container: BACKUP_CONTAINER,
+        image,
+        args,
+        env: agent_env(db, &spec.s3, "dbop-backup"),
+        s3: &spec.s3,
+    };
+    let parts = JobParts {
+        metadata: job_meta(db, backup, &backup_name),
+        pod_labels: with_backup_label(job_pod_labels(db, "backup"), &backup_name),
+        backoff_limit: BACKOFF_LIMIT,
+        active_deadline_seconds: limits.deadline_seconds(),
+        ttl_seconds_after_finished: None,
+        pod: agent_pod(settings, run),
+    };
+    job(db, settings, parts)
+}
+
+/// The verify Job `name`, owned by the Database: `dbop-backup verify latest` restores the
+/// latest backup into a scratch database on the server (created and dropped by the agent) and
+/// compares the row counts with the manifest's. Same image, agent, credentials and S3 settings
+/// as a backup Job.
+pub fn verify_job(
+    db: &Database,
+    spec: &BackupSpec,
+    limits: &AgentLimits,
+    image: String,
+    name: &str,
+    settings: &Settings,
+) -> Job {
+    let credentials = secret_name(db);
+    let mut env = agent_env(db, &spec.s3, "dbop-backup");
+    // The application database (named after the superuser): the scratch database is made from
+    // a connection to it, and its backups are the ones verified.
+    env.push(secret_env("PGDATABASE", &credentials, USERNAME_KEY, true));
+    env.push(secret_env(
+        "DBOP_BACKUP_SOURCE_DATABASE",
+        &credentials,
+        USERNAME_KEY,
+        true,
+    ));
+    let mut args = vec!["verify".to_string(), "latest".to_string()];
+    args.extend(s3_args(db, spec));
+    let run = AgentRun {
+        container: BACKUP_CONTAINER,
+        image,
+        args,
+        env,
+        s3: &spec.s3,
+    };
+    let parts = JobParts {
+        metadata: owned_meta(db, name.to_string(), "verify"),
+        pod_labels: job_pod_labels(db, "verify"),
+        backoff_limit: BACKOFF_LIMIT,
+        active_deadline_seconds: limits.deadline_seconds(),
+        ttl_seconds_after_finished: Some(VERIFY_JOB_TTL_SECONDS),
+        pod: agent_pod(settings, run),
+    };
+    job(db, settings, parts)
+}
+
+/// Where the init container puts the agent, and where the backup container runs it from.
+pub const AGENT_PATH: &str = "/dbop/dbop-backup";
+
+/// A retry covers a pod lost with its node; a dump that fails twice fails for a reason.
+pub const BACKOFF_LIMIT: i32 = 1;
+
+/// The name of the backup container (the one whose termination message holds the result).
+pub const BACKUP_CONTAINER: &str = "backup";
+
+/// Kubernetes label values and Job names are at most 63 characters.
+pub(crate) const MAX_JOB_NAME: usize = 63;
+
+/// The agent accepts backup ids of at most 128 characters.
+pub(crate) const MAX_BACKUP_ID: usize = 128;
+
+/// The Job's name: the `DatabaseBackup`'s name, shortened with a hash when it is too long.
+pub fn job_name(backup_name: &str) -> String {
+    shorten(backup_name, MAX_JOB_NAME)
+}
+
+/// The backup id in object storage: the `DatabaseBackup`'s creation time (the agent's own id
+/// format, so ids sort by time) and name, so a retried Job (same `DatabaseBackup`) finds the
+/// backup it already made.
+pub fn backup_id(backup_name: &str, created: DateTime<Utc>) -> String {
+    let stamp = layout::backup_id_at(created);
+    shorten(&format!("{stamp}-{backup_name}"), MAX_BACKUP_ID)
+}
+
+/// The key prefix of one Database's backups: `<prefix>/<namespace>/<database>`.
+pub fn storage_prefix(db: &Database, spec: &BackupSpec) -> String {
+    super::restore_job::storage_prefix(&spec.s3, &db.namespace_or_default(), &db.name())
+}
+
+/// The image of the version the server runs: `spec.image` when it is for that version, else
+/// the repository tagged with the running version.
+pub fn running_image(db: &Database, settings: &Settings) -> Option<String> {
+    let current = db.status.as_ref()?.current_version.clone()?;
+    Some(match &db.spec.image {
+        Some(image) if current == db.spec.version => image.clone(),
+        _ => settings.postgres_image(&current),
+    })
+}
+
+/// How long a finished verify Job stays (its outcome is in the Database's status by then).
+const VERIFY_JOB_TTL_SECONDS: i32 = 86_400;
+
+/// Where the backups are and how to reach them, for every agent command. Nothing secret.
+fn s3_args(db: &Database, spec: &BackupSpec) -> Vec<String> {
+    let s3 = &spec.s3;
+    let mut args = vec![
+        format!("--bucket={}", s3.bucket),
+        format!("--prefix={}", storage_prefix(db, spec)),
+        format!("--result-file={TERMINATION_LOG}"),
+    ];
+    if s3.force_path_style {
+        args.push("--path-style".into());
+    }
+    if s3.ca.is_some() {
+        args.push(format!("--ca-file={CA_FILE}"));
+    }
+    args
+}
+
+fn job_meta(db: &Database, backup: &DatabaseBackup, backup_name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(job_name(backup_name)),
+        namespace: backup.metadata.namespace.clone(),
+        labels: Some(with_backup_label(labels(&db.name(), "backup"), backup_name)),
+        owner_references: backup.controller_owner_ref(&()).map(|r| vec![r]),
+        ..ObjectMeta::default()
+    }
+}
+
+/// Adds the label naming the `DatabaseBackup` when the name fits in a label value.
+fn with_backup_label(
+    mut labels: BTreeMap<String, String>,
+    backup_name: &str,
+) -> BTreeMap<String, String> {
+    if backup_name.len() <= MAX_JOB_NAME {
+        labels.insert(BACKUP_LABEL.into(), backup_name.into());
+    }
+    labels
+}
+
+/// The label naming the `DatabaseBackup` a Job or pod belongs to.
+pub const BACKUP_LABEL: &str = "dbop.dev/backup";
+
+/// `text` if it fits in `max` characters, else its head, a dash and a hash of the whole.
+fn shorten(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let hash = fnv1a(text.as_bytes());
+    let mut head = max - 9;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let head = text[..head].trim_end_matches(['-', '.']);
+    format!("{head}-{:08x}", hash as u32)
+}
+
+/// FNV-1a: a stable hash for shortened names (not for security).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}

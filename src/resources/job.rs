@@ -1,0 +1,115 @@
+//! The one Job skeleton every dbop Job is built on (init, restore, preflight, backup, verify):
+//! no restarts, no ServiceAccount token, no service links, the pod security context, the pull
+//! secrets, the user's pod annotations, a backoff limit and a deadline. A builder says only
+//! what sets its Job apart (`JobParts`); `agent_pod` is the part the agent's Jobs share.
+//!
+//! Pure: plain functions of their arguments.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, PodTemplateSpec, Volume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::agent::{TERMINATION_LOG, agent_mounts, ca_volume};
+use super::pod::{
+    DBOP_BIN_VOLUME, container_security_context, copy_binary, pod_security_context, pull_secrets,
+    scratch,
+};
+use super::pod_annotations;
+use crate::api::{Database, S3Spec};
+use crate::settings::Settings;
+
+/// What sets one Job apart from the others.
+pub struct JobParts {
+    pub metadata: ObjectMeta,
+    /// The labels of its pod (`job_pod_labels`, and any of its own).
+    pub pod_labels: BTreeMap<String, String>,
+    pub backoff_limit: i32,
+    pub active_deadline_seconds: i64,
+    pub ttl_seconds_after_finished: Option<i32>,
+    pub pod: JobPod,
+}
+
+/// The pod of a Job: what runs, and what it mounts.
+pub struct JobPod {
+    pub init_containers: Option<Vec<Container>>,
+    pub container: Container,
+    pub volumes: Vec<Volume>,
+}
+
+/// A Job of `db` (whose pod annotations it carries) from its parts.
+pub fn job(db: &Database, settings: &Settings, parts: JobParts) -> Job {
+    let JobParts {
+        metadata,
+        pod_labels,
+        backoff_limit,
+        active_deadline_seconds,
+        ttl_seconds_after_finished,
+        pod,
+    } = parts;
+    Job {
+        metadata,
+        spec: Some(JobSpec {
+            backoff_limit: Some(backoff_limit),
+            active_deadline_seconds: Some(active_deadline_seconds),
+            ttl_seconds_after_finished,
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    annotations: pod_annotations(db),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".into()),
+                    init_containers: pod.init_containers,
+                    containers: vec![pod.container],
+                    security_context: Some(pod_security_context()),
+                    enable_service_links: Some(false),
+                    automount_service_account_token: Some(false),
+                    image_pull_secrets: pull_secrets(settings),
+                    volumes: Some(pod.volumes),
+                    ..PodSpec::default()
+                }),
+            },
+            ..JobSpec::default()
+        }),
+        ..Job::default()
+    }
+}
+
+/// What the agent runs: its container's name, the database image (so `pg_dump` and
+/// `pg_restore` match the server), its arguments and environment, and the bucket.
+pub struct AgentRun<'a> {
+    pub container: &'static str,
+    pub image: String,
+    pub args: Vec<String>,
+    pub env: Vec<EnvVar>,
+    pub s3: &'a S3Spec,
+}
+
+/// The pod of an agent Job: the agent copied in by an init container, run from the database
+/// image, its JSON result in the termination message, the S3 CA mounted when there is one.
+pub fn agent_pod(settings: &Settings, run: AgentRun<'_>) -> JobPod {
+    let (copy_agent, agent) = copy_binary(settings, "dbop-backup");
+    let container = Container {
+        name: run.container.into(),
+        image: Some(run.image),
+        command: Some(vec![agent]),
+        args: Some(run.args),
+        env: Some(run.env),
+        resources: Some(settings.job_resources.clone()),
+        security_context: Some(container_security_context()),
+        termination_message_path: Some(TERMINATION_LOG.into()),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        volume_mounts: Some(agent_mounts(run.s3.ca.is_some())),
+        ..Container::default()
+    };
+    let mut volumes = vec![scratch(DBOP_BIN_VOLUME), scratch("tmp")];
+    volumes.extend(run.s3.ca.as_ref().map(ca_volume));
+    JobPod {
+        init_containers: Some(vec![copy_agent]),
+        container,
+        volumes,
+    }
+}

@@ -1,0 +1,235 @@
+//! The watches of both controllers: one per kind and watched namespace (or one per kind for
+//! all namespaces), each kind's watches filling its one store in the watch caches
+//! (`context::caches`, slimmed: `Slim`; `merge` keeps several namespaces' lists in one
+//! store) and handing every object they see — added, changed or deleted — at once to each
+//! controller that kind triggers. Owned objects are selected by dbop's label; Secrets are
+//! watched as metadata only.
+//!
+//! Adding a kind: its store in `context::caches`, one `spawn` line in `start` and its field in
+//! `Triggers`.
+
+use futures::StreamExt;
+use futures::channel::mpsc;
+use futures::stream::BoxStream;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Secret;
+use std::marker::PhantomData;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::PartialObjectMeta;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher::{self, Event, watcher};
+use kube::{Api, Client, Resource};
+use tokio::task::JoinHandle;
+use tracing::warn;
+
+use crate::api::DatabaseBackup;
+use crate::context::caches::{Slim, SyncedMarker, Trigger, Writers, slim};
+use crate::database::controller::Triggers as DatabaseTriggers;
+use crate::resources::MANAGED_SELECTOR;
+
+use self::merge::Merge;
+
+mod merge;
+
+/// What an owned object's trigger carries: the metadata that names its owner (and its labels,
+/// for the claims). Triggers queue while every reconcile slot is busy (a restart lists
+/// everything at once), so they must not be a second copy of the caches.
+pub type Meta<K> = PartialObjectMeta<K>;
+
+/// The triggers of both controllers, one per (controller, kind): Jobs wake the Database that
+/// owns them (init, restore, preflight, verify) and the backup that owns them; backups wake
+/// their Database (history, health) and themselves.
+pub struct Triggers {
+    pub database: DatabaseTriggers,
+    pub backups: Trigger<DatabaseBackup>,
+    pub backup_jobs: Trigger<Meta<Job>>,
+}
+
+/// The running watches; dropping this stops them.
+pub struct Watches(Vec<JoinHandle<()>>);
+
+impl Drop for Watches {
+    fn drop(&mut self) {
+        self.0.iter().for_each(JoinHandle::abort);
+    }
+}
+
+/// One watch of one kind: its scope (a namespace, or all) and its events.
+type Watch<K> = (
+    Option<String>,
+    BoxStream<'static, watcher::Result<Event<K>>>,
+);
+
+/// How the watches get their first complete view (`kube_io::initial_list`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InitialList {
+    /// As watch events, one object at a time (the API server streams initial lists).
+    Streamed,
+    /// By a list (from the API server's cache), decoded whole.
+    Listed,
+}
+
+/// Starts one watch per kind and namespace of `namespaces` (none: one per kind, in all).
+pub fn start(
+    client: &Client,
+    namespaces: &[String],
+    initial: InitialList,
+    writers: Writers,
+) -> (Triggers, Watches) {
+    let all = match initial {
+        InitialList::Streamed => watcher::Config::default().streaming_lists(),
+        InitialList::Listed => watcher::Config::default().any_semantic(),
+    };
+    let managed = all.clone().labels(MANAGED_SELECTOR);
+    let mut watches = Watches(Vec::new());
+    let marker = || writers.synced_marker();
+    let (m1, m2, m3, m4, m5, m6, m7) = (
+        marker(),
+        marker(),
+        marker(),
+        marker(),
+        marker(),
+        marker(),
+        marker(),
+    );
+    let Writers {
+        databases,
+        backups,
+        statefulsets,
+        services,
+        secrets,
+        jobs,
+        claims,
+        ..
+    } = writers;
+    let scopes: Vec<Option<String>> = match namespaces {
+        [] => vec![None],
+        some => some.iter().cloned().map(Some).collect(),
+    };
+    let c = (client, scopes.as_slice());
+    let [databases] = watches.spawn(watch(c, &all), databases, m1, Clone::clone);
+    let backups = watches.spawn(watch(c, &all), backups, m2, Clone::clone);
+    let [statefulsets] = watches.spawn(watch(c, &managed), statefulsets, m3, meta);
+    let [services] = watches.spawn(watch(c, &managed), services, m4, meta);
+    let secrets_meta = watch::<PartialObjectMeta<Secret>>(c, &managed);
+    let [secrets] = watches.spawn(secrets_meta, secrets, m5, meta);
+    let jobs = watches.spawn(watch(c, &managed), jobs, m6, meta);
+    let [claims] = watches.spawn(watch(c, &managed), claims, m7, meta);
+    let ([jobs, backup_jobs], [backups, backups_self]) = (jobs, backups);
+    let database = DatabaseTriggers {
+        databases,
+        statefulsets,
+        services,
+        secrets,
+        claims,
+        jobs,
+        backups,
+    };
+    let triggers = Triggers {
+        database,
+        backups: backups_self,
+        backup_jobs,
+    };
+    (triggers, watches)
+}
+
+/// The watches of `K`: one per scope (a namespace, or all).
+fn watch<K>(
+    (client, scopes): (&Client, &[Option<String>]),
+    config: &watcher::Config,
+) -> Vec<Watch<K>>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    scopes
+        .iter()
+        .map(|scope| {
+            let api = match scope {
+                Some(ns) => Api::namespaced(client.clone(), ns),
+                None => Api::all(client.clone()),
+            };
+            (scope.clone(), watcher(api, config.clone()).boxed())
+        })
+        .collect()
+}
+
+impl Watches {
+    /// Runs the watches of one kind in one task: they fill the store through `writer` (one
+    /// `Merge`), mark the kind listed once each has listed completely, and hand `trigger(object)`
+    /// of each object stored or deleted to `N` triggers.
+    fn spawn<K, T, const N: usize>(
+        &mut self,
+        watches: Vec<Watch<K>>,
+        writer: Writer<K>,
+        mut synced: SyncedMarker,
+        trigger: fn(&K) -> T,
+    ) -> [Trigger<T>; N]
+    where
+        K: Resource<DynamicType = ()> + Slim + Clone + Send + Sync + 'static,
+        T: Clone + Send + 'static,
+    {
+        let mut senders = Vec::with_capacity(N);
+        let triggers = std::array::from_fn(|_| {
+            let (sender, trigger) = mpsc::unbounded();
+            senders.push(sender);
+            trigger.map(Ok).boxed()
+        });
+        let mut merge = Merge::new(writer, watches.iter().map(|w| w.0.clone()).collect());
+        let events = futures::stream::select_all(watches.into_iter().enumerate().map(
+            |(i, (scope, events))| {
+                events
+                    .backoff(crate::kube_io::watch::backoff())
+                    .modify(slim::<K>)
+                    .map(move |event| (i, scope.clone(), event))
+                    .boxed()
+            },
+        ));
+        self.0.push(tokio::spawn(async move {
+            let mut events = std::pin::pin!(events);
+            while let Some((i, scope, event)) = events.next().await {
+                match event {
+                    Ok(event) => {
+                        let listed = merge.apply(i, event, |o| {
+                            let t = trigger(o);
+                            for sender in &senders {
+                                let _ = sender.unbounded_send(t.clone());
+                            }
+                        });
+                        if listed {
+                            synced.listed();
+                        }
+                    }
+                    Err(error) => {
+                        let namespace = scope.as_deref().unwrap_or("<all>");
+                        let kind = <K as Resource>::kind(&());
+                        warn!(%error, %kind, namespace, "watch failed, retrying")
+                    }
+                }
+            }
+        }));
+        triggers
+    }
+}
+
+/// The trigger of an owned object: its name, namespace, owners and labels.
+fn meta<K: Resource>(object: &K) -> Meta<K> {
+    let m = object.meta();
+    PartialObjectMeta {
+        types: None,
+        metadata: ObjectMeta {
+            name: m.name.clone(),
+            namespace: m.namespace.clone(),
+            owner_references: m.owner_references.clone(),
+            labels: m.labels.clone(),
+            ..ObjectMeta::default()
+        },
+        _phantom: PhantomData,
+    }
+}

@@ -1,0 +1,59 @@
+//! The operator's settings: what `dbop run` is told (flags or environment) that the builders
+//! and the controllers use, with their defaults. Pure data.
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+
+use crate::objects::quantities;
+
+/// Operator-wide settings: what `dbop run` is told (flags or environment) and the builders use.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    /// The PostgreSQL image of a version: `{version}` is replaced by the Database's
+    /// `MAJOR.MINOR` (e.g. `docker.io/library/postgres:{version}`). A template without
+    /// `{version}` is a repository, tagged with the version.
+    pub postgres_image_template: String,
+    /// dbop's own image: it holds the static `dbop-backup` and `dbop-instance` at
+    /// `/usr/local/bin`, which init containers copy into the database and backup pods.
+    pub agent_image: String,
+    /// Pull secrets (in the Database's namespace) for the pods dbop creates.
+    pub image_pull_secrets: Vec<String>,
+    /// Resources of the init and backup Jobs' containers.
+    pub job_resources: ResourceRequirements,
+}
+
+/// The default agent image: the operator's image of this version.
+pub const DEFAULT_AGENT_IMAGE: &str = concat!("dbop:", env!("CARGO_PKG_VERSION"));
+/// The default PostgreSQL image template: the official images.
+pub const DEFAULT_POSTGRES_IMAGE_TEMPLATE: &str = "docker.io/library/postgres:{version}";
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            postgres_image_template: DEFAULT_POSTGRES_IMAGE_TEMPLATE.into(),
+            agent_image: DEFAULT_AGENT_IMAGE.into(),
+            image_pull_secrets: Vec::new(),
+            job_resources: default_job_resources(),
+        }
+    }
+}
+
+impl Settings {
+    /// The image of a PostgreSQL version from the template.
+    pub fn postgres_image(&self, version: &str) -> String {
+        if self.postgres_image_template.contains("{version}") {
+            self.postgres_image_template.replace("{version}", version)
+        } else {
+            format!("{}:{version}", self.postgres_image_template)
+        }
+    }
+}
+
+/// The default resources of Job containers (init SQL, backups): a namespace with a
+/// ResourceQuota and no LimitRange admits them. Operators change them with `--job-resources`.
+pub fn default_job_resources() -> ResourceRequirements {
+    ResourceRequirements {
+        requests: quantities(&[("cpu", "100m"), ("memory", "128Mi")]),
+        limits: quantities(&[("cpu", "1"), ("memory", "512Mi")]),
+        ..ResourceRequirements::default()
+    }
+}
