@@ -76,6 +76,9 @@ struct Common {
     /// Milliseconds between two looks at the server, the signals and the password file.
     #[arg(long, default_value_t = 500)]
     poll_millis: u64,
+    /// `run` only: serve PostgreSQL's metrics at http://ADDR/metrics (e.g. `0.0.0.0:9187`).
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<std::net::SocketAddr>,
 }
 
 impl Common {
@@ -93,6 +96,7 @@ impl Common {
                 fast: Duration::from_secs(self.fast_shutdown_seconds),
             },
             poll: Duration::from_millis(self.poll_millis),
+            metrics_addr: self.metrics_addr,
         }
     }
 }
