@@ -25,6 +25,8 @@ pub const NAMES: [&str; 8] = [
 
 /// The client backends (not the scraper's own connection).
 const CLIENTS: &str = "backend_type = 'client backend' AND pid <> pg_backend_pid()";
+/// The same, for `pg_stat_activity a` (the first column is qualified by the caller).
+const A_CLIENTS: &str = "backend_type = 'client backend' AND a.pid <> pg_backend_pid()";
 
 /// The built-in statements for a server of `major`.
 pub fn statements(major: u32) -> Vec<Statement> {
@@ -52,9 +54,16 @@ pub fn statements(major: u32) -> Vec<Statement> {
         st(
             "activity",
             4,
+            // Every (database, state), zeros included: the family is there when nobody is
+            // connected too.
             format!(
-                "SELECT 'activity', coalesce(datname, ''), coalesce(state, 'unknown'), count(*) \
-                 FROM pg_stat_activity WHERE {CLIENTS} GROUP BY 2, 3"
+                "SELECT 'activity', d.datname, s.state, count(a.pid) FROM pg_database d \
+                 CROSS JOIN (VALUES ('active'), ('idle'), ('idle in transaction'), \
+                   ('idle in transaction (aborted)'), ('fastpath function call'), \
+                   ('disabled')) AS s (state) \
+                 LEFT JOIN pg_stat_activity a \
+                   ON a.datid = d.oid AND a.state = s.state AND a.{A_CLIENTS} \
+                 WHERE NOT d.datistemplate GROUP BY 2, 3"
             ),
         ),
         st(
@@ -170,7 +179,7 @@ fn activity(rows: &Rows) -> Result<Vec<Family>, String> {
     let mut f = Family::new(
         "dbop_pg_connections",
         "Client connections by database and state (pg_stat_activity), the scraper's own \
-         excluded.",
+         excluded; 0 for a state no connection is in.",
         Kind::Gauge,
     );
     for row in rows {
