@@ -518,8 +518,8 @@ fn each_metric_is_what_postgresql_reports() {
     open.send("BEGIN; SELECT txid_current();");
     let age = |column: &str| {
         n.number(&format!(
-            "SELECT coalesce(extract(epoch FROM clock_timestamp() - {column}), -1) \
-             FROM pg_stat_activity WHERE application_name = 'test-open'"
+            "SELECT coalesce((SELECT extract(epoch FROM clock_timestamp() - {column}) \
+             FROM pg_stat_activity WHERE application_name = 'test-open'), -1)"
         ))
     };
     wait_for("the open transaction is 3 s old", || {
