@@ -240,7 +240,13 @@ impl Node {
     /// SQL over the local socket as `app` on `database`; the rows `|`-separated.
     fn sql_on(&self, database: &str, sql: &str) -> String {
         let out = Command::new(self.bin.join("psql"))
-            .args(["--no-psqlrc", "--no-align", "--tuples-only", "-v", "ON_ERROR_STOP=1"])
+            .args([
+                "--no-psqlrc",
+                "--no-align",
+                "--tuples-only",
+                "-v",
+                "ON_ERROR_STOP=1",
+            ])
             .args(["-c", sql])
             .arg(self.conninfo(database))
             .env_remove("PGPASSWORD")
@@ -453,7 +459,10 @@ fn each_metric_is_what_postgresql_reports() {
             0.0
         );
     }
-    assert!(!s.has_family("dbop_pg_replication_lag_bytes"), "no standby yet");
+    assert!(
+        !s.has_family("dbop_pg_replication_lag_bytes"),
+        "no standby yet"
+    );
 
     // Database size: a table of a known size, then the size PostgreSQL reports just before
     // and just after the scrape.
@@ -530,11 +539,15 @@ fn each_metric_is_what_postgresql_reports() {
     let (s, _) = n.scrape();
     let longest = s.must("dbop_pg_longest_transaction_seconds");
     let longest_idle = s.must("dbop_pg_longest_idle_in_transaction_seconds");
-    assert!(longest >= xact && longest < xact + 5.0, "{longest} vs {xact}");
-    assert!(longest_idle >= idle && longest_idle < idle + 5.0, "{longest_idle} vs {idle}");
     assert!(
-        s.must("dbop_pg_connections{database=\"app\",state=\"idle in transaction\"}") >= 1.0
+        longest >= xact && longest < xact + 5.0,
+        "{longest} vs {xact}"
     );
+    assert!(
+        longest_idle >= idle && longest_idle < idle + 5.0,
+        "{longest_idle} vs {idle}"
+    );
+    assert!(s.must("dbop_pg_connections{database=\"app\",state=\"idle in transaction\"}") >= 1.0);
 
     // A lock wait made by two sessions: one holds the table, the other waits for it.
     let mut holder = n.session("test-holder");
@@ -582,9 +595,17 @@ fn each_metric_is_what_postgresql_reports() {
     let (s, _) = n.scrape();
     let after = n.number(wal);
     assert!(requested >= 1.0);
-    assert_eq!(s.must("dbop_pg_checkpoints_total{kind=\"requested\"}"), requested);
+    assert_eq!(
+        s.must("dbop_pg_checkpoints_total{kind=\"requested\"}"),
+        requested
+    );
     assert!(s.get("dbop_pg_checkpoints_total{kind=\"timed\"}").is_some());
-    between("WAL bytes", before, s.must("dbop_pg_wal_bytes_total"), after);
+    between(
+        "WAL bytes",
+        before,
+        s.must("dbop_pg_wal_bytes_total"),
+        after,
+    );
 
     // The data volume: statvfs, as df reports it.
     let df = Command::new("df")
@@ -684,9 +705,8 @@ fn each_metric_is_what_postgresql_reports() {
         .unwrap()
         .parse()
         .unwrap();
-    let commits = || {
-        n.number("SELECT xact_commit FROM pg_stat_database WHERE datname = 'postgres'")
-    };
+    let commits =
+        || n.number("SELECT xact_commit FROM pg_stat_database WHERE datname = 'postgres'");
     const N: u32 = 20;
     let (c0, m0, p0) = (commits(), cpu_seconds(manager_pid), cpu_seconds(postmaster));
     let mut times = Vec::new();
@@ -735,15 +755,18 @@ fn a_standby_shows_in_the_primary_lag_metric() {
                   FROM pg_stat_replication WHERE application_name = 'db-1'";
     a.sql("CREATE TABLE t AS SELECT g FROM generate_series(1, 10000) g");
     let replayed = "dbop_pg_replication_lag_bytes{standby=\"db-1\",position=\"replayed\"}";
-    wait_for("the standby caught up, in the metric and in pg_stat_replication", || {
-        let (s, _) = a.scrape();
-        let scraped = s.get(replayed).ok_or("no lag metric for db-1")?;
-        let got = a.sql(direct);
-        match (scraped, got.as_str()) {
-            (0.0, "0") => Ok(s),
-            other => Err(format!("{other:?}")),
-        }
-    });
+    wait_for(
+        "the standby caught up, in the metric and in pg_stat_replication",
+        || {
+            let (s, _) = a.scrape();
+            let scraped = s.get(replayed).ok_or("no lag metric for db-1")?;
+            let got = a.sql(direct);
+            match (scraped, got.as_str()) {
+                (0.0, "0") => Ok(s),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    );
     // The flushed position too, and the primary is not in recovery.
     let (s, _) = a.scrape();
     assert_eq!(
@@ -757,9 +780,22 @@ fn a_standby_shows_in_the_primary_lag_metric() {
     assert_eq!(s.must("dbop_pg_up"), 1.0);
     assert_eq!(s.must("dbop_pg_in_recovery"), 1.0);
     assert!(!s.has_family("dbop_pg_wal_bytes_total"));
-    assert!(s.get("dbop_pg_standby_replay_lag_bytes").is_some(), "{}", s.text);
-    assert!(s.get("dbop_pg_database_size_bytes{database=\"app\"}").is_some());
-    for q in ["settings", "databases", "status", "replication", "checkpoints"] {
+    assert!(
+        s.get("dbop_pg_standby_replay_lag_bytes").is_some(),
+        "{}",
+        s.text
+    );
+    assert!(
+        s.get("dbop_pg_database_size_bytes{database=\"app\"}")
+            .is_some()
+    );
+    for q in [
+        "settings",
+        "databases",
+        "status",
+        "replication",
+        "checkpoints",
+    ] {
         assert_eq!(
             s.must(&format!("dbop_pg_query_errors_total{{query=\"{q}\"}}")),
             0.0,

@@ -156,7 +156,12 @@ mod tests {
 
     #[test]
     fn splits_rows_and_markers() {
-        let table: Vec<(&str, Vec<(&str, Vec<Vec<&str>>)>, Vec<&str>)> = vec![
+        type Case = (
+            &'static str,
+            Vec<(&'static str, Vec<Vec<&'static str>>)>,
+            Vec<&'static str>,
+        );
+        let table: Vec<Case> = vec![
             // a succeeded with two rows (one name holds a line feed and a '|'), b failed,
             // c succeeded with no row.
             (
@@ -166,16 +171,12 @@ mod tests {
             ),
             // Cut off in b's row: b has no marker, the partial record is dropped.
             (
-                "a\0x\0#ok\0a\0b\01\0",
+                "a\0x\0#ok\0a\0b\x001\0",
                 vec![("a", vec![vec!["x"]])],
                 vec!["a"],
             ),
             // b's rows but no marker: they are there, but `of` says it failed.
-            (
-                "b\01\02\0",
-                vec![("b", vec![vec!["1", "2"]])],
-                vec![],
-            ),
+            ("b\x001\x002\0", vec![("b", vec![vec!["1", "2"]])], vec![]),
             // An unknown tag ends the split.
             ("a\0x\0zz\0#ok\0a\0", vec![("a", vec![vec!["x"]])], vec![]),
             ("", vec![], vec![]),
@@ -201,7 +202,7 @@ mod tests {
                 "{output:?}"
             );
         }
-        let got = split("b\01\02\0#ok\0c\0", &statements());
+        let got = split("b\x001\x002\0#ok\0c\0", &statements());
         assert_eq!(got.of("b"), None);
         assert_eq!(got.of("c"), Some(&[][..]));
         assert_eq!(got.of("a"), None);

@@ -304,9 +304,8 @@ fn server_status(rows: &Rows) -> Result<Vec<Family>, String> {
 }
 
 fn replication(rows: &Rows) -> Result<Vec<Family>, String> {
-    let lsn = |s: &str| -> Result<Option<Lsn>, String> {
-        (!s.is_empty()).then(|| s.parse()).transpose()
-    };
+    let lsn =
+        |s: &str| -> Result<Option<Lsn>, String> { (!s.is_empty()).then(|| s.parse()).transpose() };
     // One series per standby and position: pg_basebackup's sender or a reconnecting standby
     // can show twice; the larger lag is kept.
     let mut lag: BTreeMap<(String, &str), u64> = BTreeMap::new();
@@ -329,7 +328,10 @@ fn replication(rows: &Rows) -> Result<Vec<Family>, String> {
         Kind::Gauge,
     );
     for ((standby, position), bytes) in lag {
-        f = f.with(&[("standby", &standby), ("position", position)], bytes as f64);
+        f = f.with(
+            &[("standby", &standby), ("position", position)],
+            bytes as f64,
+        );
     }
     Ok(vec![f])
 }
@@ -341,7 +343,11 @@ mod tests {
     use crate::metrics::exposition::render;
 
     fn output(records: &[&[&str]]) -> String {
-        records.iter().flat_map(|r| r.iter()).map(|f| format!("{f}\0")).collect()
+        records
+            .iter()
+            .flat_map(|r| r.iter())
+            .map(|f| format!("{f}\0"))
+            .collect()
     }
 
     fn ok(name: &str) -> [&str; 2] {
@@ -390,11 +396,32 @@ mod tests {
             &ok("checkpoints"),
             &["status", "f", "1", "0/3000148", "", "", "", "", ""],
             &ok("status"),
-            &["replication", "db-1", "streaming", "0/3000148", "0/3000100", "0/3000000"],
+            &[
+                "replication",
+                "db-1",
+                "streaming",
+                "0/3000148",
+                "0/3000100",
+                "0/3000000",
+            ],
             // pg_basebackup's sender: nothing flushed yet.
-            &["replication", "pg_basebackup", "backup", "0/3000148", "", ""],
+            &[
+                "replication",
+                "pg_basebackup",
+                "backup",
+                "0/3000148",
+                "",
+                "",
+            ],
             // The same standby twice (a reconnection): the larger lag wins.
-            &["replication", "db-1", "startup", "0/3000148", "0/2000000", ""],
+            &[
+                "replication",
+                "db-1",
+                "startup",
+                "0/3000148",
+                "0/2000000",
+                "",
+            ],
             &ok("replication"),
         ]);
         let (families, failed) = families(&batch::split(&out, &statements(15)));
@@ -427,25 +454,48 @@ mod tests {
         }
         assert!(!text.contains("template0\"} 0\n") && !text.contains("pg_basebackup"));
         assert!(!text.contains("committed_total{database=\"template0\""));
-        assert_eq!(text.matches("# TYPE").count(), text.matches("# HELP").count());
+        assert_eq!(
+            text.matches("# TYPE").count(),
+            text.matches("# HELP").count()
+        );
     }
 
     #[test]
     fn a_standby() {
         let out = output(&[
-            &["status", "t", "", "", "0/5000148", "0/5000100", "2", "streaming|h:5432", "30"],
+            &[
+                "status",
+                "t",
+                "",
+                "",
+                "0/5000148",
+                "0/5000100",
+                "2",
+                "streaming|h:5432",
+                "30",
+            ],
             &ok("status"),
             &ok("replication"),
         ]);
         let (families, failed) = families(&batch::split(&out, &statements(16)));
         let text = render(&families);
         assert!(text.contains("dbop_pg_in_recovery 1\n"), "{text}");
-        assert!(text.contains("dbop_pg_standby_replay_lag_bytes 72\n"), "{text}");
+        assert!(
+            text.contains("dbop_pg_standby_replay_lag_bytes 72\n"),
+            "{text}"
+        );
         assert!(!text.contains("dbop_pg_wal_bytes_total"), "{text}");
         assert!(!text.contains("dbop_pg_replication_lag_bytes"), "{text}");
         assert_eq!(
             failed,
-            ["settings", "activity", "databases", "transactions", "locks", "checkpoints"]
+            [
+                "settings",
+                "activity",
+                "databases",
+                "transactions",
+                "locks",
+                "checkpoints"
+            ]
         );
     }
 
@@ -465,8 +515,19 @@ mod tests {
                     &["locks", "app", "1"],
                     &ok("locks"),
                 ]),
-                vec!["settings", "activity", "databases", "transactions", "checkpoints", "status", "replication"],
-                vec!["dbop_pg_up 1\n", "dbop_pg_locks_waiting{database=\"app\"} 1\n"],
+                vec![
+                    "settings",
+                    "activity",
+                    "databases",
+                    "transactions",
+                    "checkpoints",
+                    "status",
+                    "replication",
+                ],
+                vec![
+                    "dbop_pg_up 1\n",
+                    "dbop_pg_locks_waiting{database=\"app\"} 1\n",
+                ],
             ),
         ];
         for (out, want_failed, want_text) in table {
@@ -476,7 +537,10 @@ mod tests {
             for want in want_text {
                 assert!(text.contains(want), "{want:?} missing from\n{text}");
             }
-            assert!(!text.contains("max_connections") && !text.contains("longest"), "{text}");
+            assert!(
+                !text.contains("max_connections") && !text.contains("longest"),
+                "{text}"
+            );
         }
     }
 }

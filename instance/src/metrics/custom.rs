@@ -103,7 +103,9 @@ pub fn parse(text: &str) -> Result<Vec<Query>, String> {
 
 fn validate(raw: Raw) -> Result<Query, String> {
     let simple = |s: &str| {
-        s.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        s.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
             && s.chars()
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
     };
@@ -124,7 +126,9 @@ fn validate(raw: Raw) -> Result<Query, String> {
     let mut columns = BTreeSet::new();
     for c in raw.labels.iter().chain(&raw.values) {
         if !exposition::valid_label_name(c) {
-            return Err(format!("column {c:?} cannot be a label or metric name part"));
+            return Err(format!(
+                "column {c:?} cannot be a label or metric name part"
+            ));
         }
         if !columns.insert(c) {
             return Err(format!("column {c:?} is named twice"));
@@ -279,9 +283,8 @@ queries:
 
     #[test]
     fn refuses_what_cannot_be_exported() {
-        let one = |fields: &str| {
-            format!("queries:\n  - {{help: h, sql: SELECT 1 AS v, {fields}}}\n")
-        };
+        let one =
+            |fields: &str| format!("queries:\n  - {{help: h, sql: SELECT 1 AS v, {fields}}}\n");
         let table = [
             (one("name: Bad, values: [v]"), "lowercase"),
             (one("name: 9a, values: [v]"), "lowercase"),
@@ -289,14 +292,29 @@ queries:
             (one("name: a, values: []"), "no value columns"),
             (one("name: a, values: [v], labels: [v]"), "named twice"),
             (one("name: a, values: [v-1]"), "cannot be a label"),
-            (one("name: a, values: [v], labels: [__x]"), "cannot be a label"),
-            (one("name: a, values: [v], type: histogram"), "gauge or counter"),
-            (one("name: a, values: [v], timeout_seconds: 0"), "timeout_seconds"),
-            (one("name: a, values: [v], timeout_seconds: 31"), "timeout_seconds"),
+            (
+                one("name: a, values: [v], labels: [__x]"),
+                "cannot be a label",
+            ),
+            (
+                one("name: a, values: [v], type: histogram"),
+                "gauge or counter",
+            ),
+            (
+                one("name: a, values: [v], timeout_seconds: 0"),
+                "timeout_seconds",
+            ),
+            (
+                one("name: a, values: [v], timeout_seconds: 31"),
+                "timeout_seconds",
+            ),
             (one("name: a, values: [v], database: ''"), "database"),
             (one("name: a, values: [v], colour: red"), "unknown field"),
             (one("values: [v]"), "missing field `name`"),
-            ("queries: [{name: a, help: h, sql: ' ', values: [v]}]".into(), "SQL is empty"),
+            (
+                "queries: [{name: a, help: h, sql: ' ', values: [v]}]".into(),
+                "SQL is empty",
+            ),
             (
                 "queries: [{name: a, help: h, sql: S, values: [v]}, \
                  {name: a, help: h, sql: S, values: [v]}]"
@@ -336,8 +354,12 @@ queries:
                 .collect()
         };
         let text = render(
-            &q.families(&rows(&[&["new", "3", "12.5"], &["a\"b", "1", ""], &["x", "t", "f"]]))
-                .unwrap(),
+            &q.families(&rows(&[
+                &["new", "3", "12.5"],
+                &["a\"b", "1", ""],
+                &["x", "t", "f"],
+            ]))
+            .unwrap(),
         );
         assert_eq!(
             text,
@@ -351,7 +373,10 @@ queries:
              dbop_pg_custom_orders_amount{status=\"new\"} 12.5\n\
              dbop_pg_custom_orders_amount{status=\"x\"} 0\n"
         );
-        assert!(q.families(&rows(&[&["a", "1", "2"], &["a", "3", "4"]])).is_err());
+        assert!(
+            q.families(&rows(&[&["a", "1", "2"], &["a", "3", "4"]]))
+                .is_err()
+        );
         assert!(q.families(&rows(&[&["a", "many", "2"]])).is_err());
         assert_eq!(render(&q.families(&[]).unwrap()), "");
     }

@@ -10,9 +10,13 @@ pub const MAX_HEAD: usize = 8 * 1024;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
     /// `GET /metrics` (`head`: a HEAD request, no body sent).
-    Metrics { head: bool },
+    Metrics {
+        head: bool,
+    },
     /// `GET /healthz`: the endpoint itself answers.
-    Health { head: bool },
+    Health {
+        head: bool,
+    },
     NotFound,
     MethodNotAllowed,
     BadRequest,
@@ -82,10 +86,22 @@ mod tests {
     #[test]
     fn routes() {
         let table: [(&[u8], Route); 10] = [
-            (b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", Route::Metrics { head: false }),
-            (b"HEAD /metrics HTTP/1.0\r\n\r\n", Route::Metrics { head: true }),
-            (b"GET /metrics?x=1 HTTP/1.1\r\n\r\n", Route::Metrics { head: false }),
-            (b"GET /healthz HTTP/1.1\r\n\r\n", Route::Health { head: false }),
+            (
+                b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+                Route::Metrics { head: false },
+            ),
+            (
+                b"HEAD /metrics HTTP/1.0\r\n\r\n",
+                Route::Metrics { head: true },
+            ),
+            (
+                b"GET /metrics?x=1 HTTP/1.1\r\n\r\n",
+                Route::Metrics { head: false },
+            ),
+            (
+                b"GET /healthz HTTP/1.1\r\n\r\n",
+                Route::Health { head: false },
+            ),
             (b"GET / HTTP/1.1\r\n\r\n", Route::NotFound),
             (b"POST /metrics HTTP/1.1\r\n\r\n", Route::MethodNotAllowed),
             (b"GET /metrics\r\n\r\n", Route::BadRequest),

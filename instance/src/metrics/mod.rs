@@ -45,6 +45,8 @@ pub fn start(addr: SocketAddr, o: &crate::run::Options, bin: &Path, superuser: &
     };
     match server::start(addr, collect::Collector::new(source)) {
         Ok(bound) => eprintln!("dbop-instance: metrics on http://{bound}/metrics"),
-        Err(e) => eprintln!("dbop-instance: metrics: cannot listen on {addr}: {e}; running without metrics"),
+        Err(e) => eprintln!(
+            "dbop-instance: metrics: cannot listen on {addr}: {e}; running without metrics"
+        ),
     }
 }

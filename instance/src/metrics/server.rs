@@ -35,12 +35,8 @@ pub fn start(addr: SocketAddr, collector: Collector) -> std::io::Result<SocketAd
                 if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
                     active.fetch_sub(1, Ordering::SeqCst);
                     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-                    let _ = (&stream).write_all(&http::response(
-                        503,
-                        "text/plain",
-                        "busy\n",
-                        false,
-                    ));
+                    let _ =
+                        (&stream).write_all(&http::response(503, "text/plain", "busy\n", false));
                     continue;
                 }
                 let (collector, done) = (collector.clone(), active.clone());
@@ -75,10 +71,7 @@ fn serve(mut stream: TcpStream, collector: &Mutex<Collector>) {
     }
     let response = match http::route(&head) {
         Route::Metrics { head } => {
-            let text = collector
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .scrape();
+            let text = collector.lock().unwrap_or_else(|e| e.into_inner()).scrape();
             http::response(200, CONTENT_TYPE, &text, head)
         }
         Route::Health { head } => http::response(200, "text/plain", "ok\n", head),
