@@ -675,6 +675,23 @@ fn each_metric_is_what_postgresql_reports() {
         }
         assert_eq!(s.must("dbop_pg_query_errors_total{query=\"tables\"}"), 0.0);
     }
+    // While a scrape waits for the slow query, the readiness probe answers at once.
+    std::thread::scope(|scope| {
+        let scrape = scope.spawn(|| n.scrape());
+        std::thread::sleep(Duration::from_millis(300));
+        let started = Instant::now();
+        assert!(n.probe(), "the probe failed during a scrape");
+        let probe = started.elapsed();
+        assert!(
+            !scrape.is_finished(),
+            "the scrape ended before the probe ran"
+        );
+        assert!(
+            probe < Duration::from_millis(700),
+            "the probe took {probe:?}"
+        );
+        scrape.join().unwrap();
+    });
     // The sleeping session was cancelled by its statement timeout, not left running.
     wait_for("no session sleeps", || {
         let sleeping = n.number(
