@@ -480,6 +480,26 @@ fn each_metric_is_what_postgresql_reports() {
     between("database size", before, scraped, after);
     assert!(scraped > table, "{scraped} <= the table's {table}");
 
+    // Dead tuples of the largest tables: 1000 deleted rows (below autovacuum's threshold for
+    // 20000, so they stay), as pg_stat_user_tables counts them; never autovacuumed: no age.
+    n.sql("DELETE FROM big WHERE id <= 1000");
+    let dead = "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'big'";
+    wait_for("the statistics count the dead tuples", || {
+        let d = n.number(dead);
+        (d == 1000.0).then_some(()).ok_or(format!("{d} dead"))
+    });
+    let (s, _) = n.scrape();
+    let big = "{database=\"app\",schema=\"public\",table=\"big\"}";
+    assert_eq!(
+        s.must(&format!("dbop_pg_table_dead_tuples{big}")),
+        n.number(dead)
+    );
+    assert!(
+        s.get(&format!("dbop_pg_table_last_autovacuum_age_seconds{big}"))
+            .is_none()
+    );
+    assert_eq!(s.must("dbop_pg_query_errors_total{query=\"tables\"}"), 0.0);
+
     // Transaction id age per database: age(datfrozenxid) read directly around the scrape.
     let ages = "SELECT string_agg(datname || '=' || age(datfrozenxid), ',' ORDER BY datname) \
                 FROM pg_database";
@@ -636,7 +656,7 @@ fn each_metric_is_what_postgresql_reports() {
     std::fs::write(
         n.path("queries.yaml"),
         "queries:
-  - name: tables
+  - name: schema_tables
     help: Tables of the application database by schema.
     database: app
     sql: SELECT schemaname AS schema, count(*) AS count FROM pg_tables GROUP BY schemaname
@@ -660,7 +680,7 @@ fn each_metric_is_what_postgresql_reports() {
         assert_eq!(s.must(errors), f64::from(round), "{}", s.text);
         assert!(!s.has_family("dbop_pg_custom_slow_value"));
         assert_eq!(
-            s.must("dbop_pg_custom_tables_count{schema=\"public\"}"),
+            s.must("dbop_pg_custom_schema_tables_count{schema=\"public\"}"),
             n.number("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
         );
         assert_eq!(s.must("dbop_pg_up"), 1.0);
@@ -673,7 +693,7 @@ fn each_metric_is_what_postgresql_reports() {
         ] {
             assert!(s.has_family(family), "{family} missing from\n{}", s.text);
         }
-        assert_eq!(s.must("dbop_pg_query_errors_total{query=\"tables\"}"), 0.0);
+        assert_eq!(s.must("dbop_pg_query_errors_total{query=\"schema_tables\"}"), 0.0);
     }
     // While a scrape waits for the slow query, the readiness probe answers at once.
     std::thread::scope(|scope| {

@@ -68,9 +68,9 @@ pub fn statements(major: u32) -> Vec<Statement> {
         ),
         st(
             "databases",
-            6,
+            7,
             "SELECT 'databases', d.datname, pg_database_size(d.oid), age(d.datfrozenxid), \
-             s.xact_commit, s.xact_rollback \
+             s.xact_commit, s.xact_rollback, d.datallowconn AND NOT d.datistemplate \
              FROM pg_database d LEFT JOIN pg_stat_database s ON s.datid = d.oid"
                 .into(),
         ),
@@ -336,6 +336,62 @@ fn replication(rows: &Rows) -> Result<Vec<Family>, String> {
     Ok(vec![f])
 }
 
+/// The statement of the per-table metrics, run in each database (`tables_databases`) in a
+/// session of its own: its 10 largest tables by pages (`relpages`, no file is read).
+pub const TABLES: &str = "tables";
+
+pub fn tables_statement() -> Statement {
+    Statement {
+        name: TABLES.into(),
+        sql: "SELECT 'tables', s.schemaname, s.relname, s.n_dead_tup, \
+              extract(epoch FROM clock_timestamp() - s.last_autovacuum) \
+              FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid \
+              ORDER BY c.relpages DESC, s.relid LIMIT 10"
+            .into(),
+        columns: 5,
+    }
+}
+
+/// The databases to run `tables_statement` in: those one can connect to, not templates (none
+/// when the `databases` statement failed).
+pub fn tables_databases(split: &Split) -> Vec<String> {
+    split
+        .of("databases")
+        .unwrap_or(&[])
+        .iter()
+        .filter(|row| row.get(5).is_some_and(|c| c == "t"))
+        .map(|row| row[0].clone())
+        .collect()
+}
+
+/// The per-table families of `database` from `tables_statement`'s rows.
+pub fn table_families(database: &str, rows: &Rows) -> Result<Vec<Family>, String> {
+    let mut dead = Family::new(
+        "dbop_pg_table_dead_tuples",
+        "Dead row versions in the table (pg_stat_user_tables.n_dead_tup), for the 10 largest \
+         tables of each database.",
+        Kind::Gauge,
+    );
+    let mut vacuumed = Family::new(
+        "dbop_pg_table_last_autovacuum_age_seconds",
+        "Seconds since autovacuum last vacuumed the table (absent when it never did), for the \
+         10 largest tables of each database.",
+        Kind::Gauge,
+    );
+    for row in rows {
+        let labels: &[(&str, &str)] = &[
+            ("database", database),
+            ("schema", &row[0]),
+            ("table", &row[1]),
+        ];
+        dead = dead.with(labels, number(&row[2])?);
+        if !row[3].is_empty() {
+            vacuumed = vacuumed.with(labels, number(&row[3])?);
+        }
+    }
+    Ok(vec![dead, vacuumed])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -384,8 +440,8 @@ mod tests {
             &["activity", "app", "idle in transaction", "1"],
             &["activity", "", "unknown", "1"],
             &ok("activity"),
-            &["databases", "app", "7569967", "12", "40", "3"],
-            &["databases", "template0", "7528931", "15", "", ""],
+            &["databases", "app", "7569967", "12", "40", "3", "t"],
+            &["databases", "template0", "7528931", "15", "", "", "f"],
             &ok("databases"),
             &["transactions", "12.5", "3.25"],
             &ok("transactions"),
@@ -457,6 +513,43 @@ mod tests {
         assert_eq!(
             text.matches("# TYPE").count(),
             text.matches("# HELP").count()
+        );
+    }
+
+    #[test]
+    fn tables_of_each_database() {
+        let out = output(&[
+            &["databases", "app", "1", "2", "3", "4", "t"],
+            &["databases", "template1", "1", "2", "3", "4", "f"],
+            &["databases", "other", "1", "2", "3", "4", "t"],
+            &ok("databases"),
+        ]);
+        let split = batch::split(&out, &statements(15));
+        assert_eq!(tables_databases(&split), ["app", "other"]);
+        assert!(tables_databases(&batch::split("", &statements(15))).is_empty());
+        let tables = output(&[
+            &["tables", "public", "big", "1000", ""],
+            &["tables", "app", "orders", "3", "42.5"],
+            &ok("tables"),
+        ]);
+        let split = batch::split(&tables, &[tables_statement()]);
+        let text = render(&table_families("app", split.of(TABLES).unwrap()).unwrap());
+        assert_eq!(
+            text.lines()
+                .filter(|l| !l.starts_with('#'))
+                .collect::<Vec<_>>(),
+            [
+                "dbop_pg_table_dead_tuples{database=\"app\",schema=\"public\",table=\"big\"} 1000",
+                "dbop_pg_table_dead_tuples{database=\"app\",schema=\"app\",table=\"orders\"} 3",
+                "dbop_pg_table_last_autovacuum_age_seconds{database=\"app\",schema=\"app\",table=\"orders\"} 42.5",
+            ]
+        );
+        assert!(
+            table_families(
+                "app",
+                &[vec!["s".into(), "t".into(), "x".into(), "".into()]]
+            )
+            .is_err()
         );
     }
 

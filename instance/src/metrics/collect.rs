@@ -1,6 +1,7 @@
-//! One scrape: the built-in statements in one psql session, each custom query in its own
-//! session beside it (all at once, each bounded by its own timeout), the data volume's
-//! statvfs, then the families of all that and the error counters, rendered.
+//! One scrape: the built-in statements in one psql session, then the largest tables of each
+//! database (one session per database), each custom query in its own session beside them (all
+//! at once, each bounded by its own timeout), the data volume's statvfs, then the families of
+//! all that and the error counters, rendered.
 //!
 //! I/O: psql children, the queries file, statvfs. What the output means is decided by the
 //! pure modules (`batch`, `builtin`, `custom`, `exposition`).
@@ -52,7 +53,7 @@ impl Collector {
     pub fn new(source: Source) -> Collector {
         let errors = builtin::NAMES
             .iter()
-            .chain(&[VOLUME, custom::FILE_ERROR])
+            .chain(&[builtin::TABLES, VOLUME, custom::FILE_ERROR])
             .map(|n| (n.to_string(), 0))
             .collect();
         Collector {
@@ -107,13 +108,20 @@ impl Collector {
     }
 
     fn run_builtin(&self, statements: &[Statement]) -> batch::Split {
+        self.run_batch("postgres", statements)
+    }
+
+    /// dbop's `statements` in one session on `database`.
+    fn run_batch(&self, database: &str, statements: &[Statement]) -> batch::Split {
         let script = batch::script(statements, BUILTIN_STATEMENT_TIMEOUT);
-        let mut cmd = self.psql("postgres");
+        let mut cmd = self.psql(database);
         cmd.arg("--file=-");
         match psql::run(cmd, Some(&script), BUILTIN_LIMIT) {
             Ok(out) => {
                 if out.killed {
-                    log(&format!("the built-in queries took over {BUILTIN_LIMIT:?}"));
+                    log(&format!(
+                        "the built-in queries on {database} took over {BUILTIN_LIMIT:?}"
+                    ));
                 }
                 batch::split(&out.stdout, statements)
             }
@@ -146,22 +154,49 @@ impl Collector {
         let started = Instant::now();
         let queries = self.custom_queries();
         let statements = builtin::statements(self.source.major);
-        let (split, custom) = std::thread::scope(|scope| {
+        let tables = [builtin::tables_statement()];
+        let (split, per_table, custom) = std::thread::scope(|scope| {
             let this = &*self;
             let customs: Vec<_> = queries
                 .iter()
                 .map(|q| scope.spawn(move || this.run_custom(q)))
                 .collect();
             let split = this.run_builtin(&statements);
+            // Then the largest tables of each database, one session each, all at once.
+            let per_table: Vec<_> = builtin::tables_databases(&split)
+                .into_iter()
+                .map(|db| {
+                    let tables = &tables;
+                    scope.spawn(move || {
+                        let split = this.run_batch(&db, tables);
+                        match split.of(builtin::TABLES) {
+                            Some(rows) => builtin::table_families(&db, rows),
+                            None => Err(format!("the largest tables of {db}")),
+                        }
+                    })
+                })
+                .collect::<Vec<_>>()
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err("panicked".into())))
+                .collect();
             let custom: Vec<_> = customs
                 .into_iter()
                 .map(|h| h.join().unwrap_or_else(|_| Err("panicked".into())))
                 .collect();
-            (split, custom)
+            (split, per_table, custom)
         });
         let (mut families, failed) = builtin::families(&split);
         for name in failed {
             *self.errors.entry(name.into()).or_default() += 1;
+        }
+        for result in per_table {
+            match result {
+                Ok(f) => families.extend(f),
+                Err(why) => {
+                    log(&format!("{why}: failed"));
+                    *self.errors.entry(builtin::TABLES.into()).or_default() += 1;
+                }
+            }
         }
         match statvfs(&self.source.pgdata) {
             Ok((size, free)) => families.extend([
@@ -210,7 +245,7 @@ impl Collector {
             Kind::Gauge,
             started.elapsed().as_secs_f64(),
         ));
-        exposition::render(&families)
+        exposition::render(&exposition::merge(families))
     }
 }
 

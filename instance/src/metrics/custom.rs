@@ -112,7 +112,14 @@ fn validate(raw: Raw) -> Result<Query, String> {
     if !simple(&raw.name) {
         return Err("the name must be lowercase letters, digits and _ (not first a digit)".into());
     }
-    if crate::metrics::builtin::NAMES.contains(&raw.name.as_str()) || raw.name == FILE_ERROR {
+    let reserved = [
+        crate::metrics::builtin::TABLES,
+        crate::metrics::collect::VOLUME,
+        FILE_ERROR,
+    ];
+    if crate::metrics::builtin::NAMES.contains(&raw.name.as_str())
+        || reserved.contains(&raw.name.as_str())
+    {
         return Err("the name is one of dbop's own queries".into());
     }
     let kind = match raw.kind.as_str() {

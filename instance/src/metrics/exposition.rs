@@ -75,6 +75,19 @@ impl Family {
     }
 }
 
+/// The families with their samples gathered under the first of each name (several sources may
+/// give one family: the per-table metrics of each database), in first-seen order.
+pub fn merge(families: Vec<Family>) -> Vec<Family> {
+    let mut out: Vec<Family> = Vec::new();
+    for f in families {
+        match out.iter_mut().find(|o| o.name == f.name) {
+            Some(o) => o.samples.extend(f.samples),
+            None => out.push(f),
+        }
+    }
+    out
+}
+
 /// Whether `name` is a valid metric name (`[a-zA-Z_:][a-zA-Z0-9_:]*`).
 pub fn valid_metric_name(name: &str) -> bool {
     let mut chars = name.chars();
@@ -172,6 +185,19 @@ mod tests {
              dbop_pg_total 12345678901\n"
         );
         assert_eq!(render(&[]), "");
+    }
+
+    #[test]
+    fn merges_families_of_one_name() {
+        let merged = merge(vec![
+            Family::new("a", "A.", Kind::Gauge).with(&[("db", "x")], 1.0),
+            Family::single("b", "B.", Kind::Gauge, 2.0),
+            Family::new("a", "A.", Kind::Gauge).with(&[("db", "y")], 3.0),
+        ]);
+        assert_eq!(merged.len(), 2);
+        assert_eq!(merged[0].samples.len(), 2);
+        assert_eq!(merged[0].samples[1], Sample::new(&[("db", "y")], 3.0));
+        assert_eq!(merged[1].name, "b");
     }
 
     #[test]
