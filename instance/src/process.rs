@@ -161,3 +161,40 @@ pub fn random_bytes(n: usize) -> std::io::Result<Vec<u8>> {
     }
     Ok(buf)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owned_children_are_left_to_their_owner() {
+        // Waited for with try_wait_owned, not Child::wait.
+        let pid = spawn_owned(Command::new("sh").args(["-c", "exit 7"]))
+            .unwrap()
+            .id();
+        // The supervisor's reaper runs meanwhile: it takes the exit but does not report it.
+        let start = std::time::Instant::now();
+        loop {
+            assert!(!reap().iter().any(|(p, _)| *p == pid));
+            if let Some(code) = try_wait_owned(pid) {
+                assert_eq!(code, 7);
+                break;
+            }
+            assert!(start.elapsed() < std::time::Duration::from_secs(10));
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(try_wait_owned(pid), None, "forgotten once seen");
+        // A child killed at its limit.
+        let pid = spawn_owned(Command::new("sleep").arg("30")).unwrap().id();
+        kill_owned(pid);
+        let start = std::time::Instant::now();
+        let code = loop {
+            if let Some(code) = try_wait_owned(pid) {
+                break code;
+            }
+            assert!(start.elapsed() < std::time::Duration::from_secs(10));
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        assert_eq!(code, 128 + libc::SIGKILL);
+    }
+}

@@ -693,7 +693,10 @@ fn each_metric_is_what_postgresql_reports() {
         ] {
             assert!(s.has_family(family), "{family} missing from\n{}", s.text);
         }
-        assert_eq!(s.must("dbop_pg_query_errors_total{query=\"schema_tables\"}"), 0.0);
+        assert_eq!(
+            s.must("dbop_pg_query_errors_total{query=\"schema_tables\"}"),
+            0.0
+        );
     }
     // While a scrape waits for the slow query, the readiness probe answers at once.
     std::thread::scope(|scope| {
