@@ -178,6 +178,11 @@ impl Node {
 
     /// `dbop-instance run --metrics-addr …`, its log in a file; returns once the probe passes.
     fn start(&self) -> Running {
+        self.start_with(true)
+    }
+
+    /// The same, with the endpoint or without it (no `--metrics-addr`: today's pods).
+    fn start_with(&self, metrics: bool) -> Running {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -193,7 +198,7 @@ impl Node {
                 self.path("termination-log").display()
             ))
             .arg("--poll-millis=200")
-            .arg(format!("--metrics-addr=127.0.0.1:{}", self.metrics_port))
+            .args(metrics.then(|| format!("--metrics-addr=127.0.0.1:{}", self.metrics_port)))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -432,6 +437,11 @@ fn each_metric_is_what_postgresql_reports() {
     let n = Node::new("db-0");
     let running = n.start();
     let manager_pid = running.0.as_ref().unwrap().id();
+    assert!(
+        n.log().contains("metrics on http://127.0.0.1:"),
+        "{}",
+        n.log()
+    );
 
     // The endpoint: metrics and health only.
     assert_eq!(n.get("/healthz"), (200, "ok\n".to_string()));
@@ -602,22 +612,27 @@ fn each_metric_is_what_postgresql_reports() {
         (w == 0.0).then_some(()).ok_or(format!("{w}"))
     });
 
-    // Checkpoints and WAL.
+    // Checkpoints (the checkpointer reports its count a little after CHECKPOINT returns) and
+    // WAL.
     n.sql("CHECKPOINT");
     let requested = if n.major >= 17 {
         "SELECT num_requested FROM pg_stat_checkpointer"
     } else {
         "SELECT checkpoints_req FROM pg_stat_bgwriter"
     };
-    let requested = n.number(requested);
+    wait_for("the checkpoint counted", || {
+        let r = n.number(requested);
+        (r >= 1.0).then_some(()).ok_or(format!("{r} requested"))
+    });
     let wal = "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn";
-    let before = n.number(wal);
+    let (before, requested_before) = (n.number(wal), n.number(requested));
     let (s, _) = n.scrape();
-    let after = n.number(wal);
-    assert!(requested >= 1.0);
-    assert_eq!(
+    let (after, requested_after) = (n.number(wal), n.number(requested));
+    between(
+        "requested checkpoints",
+        requested_before,
         s.must("dbop_pg_checkpoints_total{kind=\"requested\"}"),
-        requested
+        requested_after,
     );
     assert!(s.get("dbop_pg_checkpoints_total{kind=\"timed\"}").is_some());
     between(
@@ -843,4 +858,16 @@ fn a_standby_shows_in_the_primary_lag_metric() {
             b.log()
         );
     }
+}
+
+#[test]
+fn without_the_flag_nothing_listens() {
+    let n = Node::new("plain");
+    let running = n.start_with(false);
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", n.metrics_port)).is_err(),
+        "something listens on the metrics port"
+    );
+    drop(running);
+    assert!(!n.log().contains("metrics on http"), "{}", n.log());
 }
