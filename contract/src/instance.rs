@@ -78,6 +78,10 @@ pub struct Common {
     /// Milliseconds between two looks at the server, the signals and the password file.
     #[arg(long, default_value_t = 500)]
     pub poll_millis: u64,
+    /// `run` only: serve PostgreSQL's metrics at http://ADDR/metrics (e.g. `0.0.0.0:9187`);
+    /// without it, no endpoint.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// The flags the operator gives `run` and `probe` (the others keep the manager's defaults).

@@ -1,13 +1,15 @@
 //! dbop's instance manager: the entrypoint of the database container.
 //!
 //! Pure decisions live in their own modules (`datadir`, `config`, `shutdown`, `password`,
-//! `binaries`, and `replication`'s `config`, `rejoin`, `status`) and are table-tested; `run`,
-//! `process` and `replication::ops` do the I/O (files, child processes, signals) and nothing
+//! `binaries`, `replication`'s `config`, `rejoin`, `status`, and `metrics`' `exposition`, `batch`,
+//! `builtin`, `custom`, `http`) and are table-tested; `run`, `process`, `replication::ops` and
+//! `metrics`' `psql`, `collect`, `server` do the I/O (files, child processes, signals) and nothing
 //! else decides anything.
 
 pub mod binaries;
 pub mod config;
 pub mod datadir;
+pub mod metrics;
 pub mod password;
 pub mod process;
 pub mod replication;

@@ -51,6 +51,7 @@ impl IntoOptions for Common {
                 fast: Duration::from_secs(self.fast_shutdown_seconds),
             },
             poll: Duration::from_millis(self.poll_millis),
+            metrics_addr: self.metrics_addr,
         }
     }
 }

@@ -1,6 +1,10 @@
 //! The process-level I/O: signal handlers that only record what arrived, sending signals to
-//! the server, and reaping every child (the manager is PID 1 of its container).
+//! the server, and reaping every child (the manager is PID 1 of its container) except those
+//! another thread spawned with `spawn_owned` and waits for itself (the metrics' psql).
 
+use std::collections::BTreeMap;
+use std::process::{Child, Command};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::shutdown::Signal;
@@ -61,9 +65,29 @@ pub fn send(pid: u32, signal: Signal) {
     unsafe { libc::kill(pid as libc::pid_t, number) };
 }
 
+/// Children spawned by `spawn_owned`: their exit code once `reap` took it for their owner.
+/// `reap` holds the lock while it reaps, `spawn_owned` while it spawns and registers, so a
+/// reaped child is always known to be owned or not, and an owned pid is never reused before
+/// its owner has seen it end.
+static OWNED: Mutex<BTreeMap<u32, Option<i32>>> = Mutex::new(BTreeMap::new());
+
+fn owned() -> std::sync::MutexGuard<'static, BTreeMap<u32, Option<i32>>> {
+    OWNED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn exit_code(status: libc::c_int) -> i32 {
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        128 + libc::WTERMSIG(status)
+    }
+}
+
 /// Reaps every exited child; returns their pids and exit codes (128 + signal when killed).
+/// Children of `spawn_owned` are reaped too, their codes kept for `try_wait_owned`.
 pub fn reap() -> Vec<(u32, i32)> {
     let mut out = Vec::new();
+    let mut owned = owned();
     loop {
         let mut status: libc::c_int = 0;
         // SAFETY: status is a valid pointer.
@@ -71,12 +95,51 @@ pub fn reap() -> Vec<(u32, i32)> {
         if pid <= 0 {
             return out;
         }
-        let code = if libc::WIFEXITED(status) {
-            libc::WEXITSTATUS(status)
-        } else {
-            128 + libc::WTERMSIG(status)
-        };
-        out.push((pid as u32, code));
+        let code = exit_code(status);
+        match owned.get_mut(&(pid as u32)) {
+            Some(slot) => *slot = Some(code),
+            None => out.push((pid as u32, code)),
+        }
+    }
+}
+
+/// Spawns `cmd` as a child that this thread waits for with `try_wait_owned` (never with
+/// `Child::wait`: the supervisor's `reap` may take its exit first).
+pub fn spawn_owned(cmd: &mut Command) -> std::io::Result<Child> {
+    let mut owned = owned();
+    let child = cmd.spawn()?;
+    owned.insert(child.id(), None);
+    Ok(child)
+}
+
+/// The exit code of an owned child once it ended (then it is forgotten).
+pub fn try_wait_owned(pid: u32) -> Option<i32> {
+    let mut owned = owned();
+    let code = match owned.get(&pid)? {
+        Some(code) => Some(*code),
+        None => {
+            let mut status: libc::c_int = 0;
+            // SAFETY: status is a valid pointer.
+            match unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) } {
+                0 => None,
+                p if p > 0 => Some(exit_code(status)),
+                // Not our child any more (cannot happen while it is registered): ended.
+                _ => Some(-1),
+            }
+        }
+    };
+    if code.is_some() {
+        owned.remove(&pid);
+    }
+    code
+}
+
+/// SIGKILL to an owned child that has not been reaped (so its pid is still its own).
+pub fn kill_owned(pid: u32) {
+    let owned = owned();
+    if owned.get(&pid) == Some(&None) {
+        // SAFETY: kill has no memory effects; the pid is an unreaped child's.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
     }
 }
 
@@ -97,4 +160,41 @@ pub fn random_bytes(n: usize) -> std::io::Result<Vec<u8>> {
         }
     }
     Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owned_children_are_left_to_their_owner() {
+        // Waited for with try_wait_owned, not Child::wait.
+        let pid = spawn_owned(Command::new("sh").args(["-c", "exit 7"]))
+            .unwrap()
+            .id();
+        // The supervisor's reaper runs meanwhile: it takes the exit but does not report it.
+        let start = std::time::Instant::now();
+        loop {
+            assert!(!reap().iter().any(|(p, _)| *p == pid));
+            if let Some(code) = try_wait_owned(pid) {
+                assert_eq!(code, 7);
+                break;
+            }
+            assert!(start.elapsed() < std::time::Duration::from_secs(10));
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(try_wait_owned(pid), None, "forgotten once seen");
+        // A child killed at its limit.
+        let pid = spawn_owned(Command::new("sleep").arg("30")).unwrap().id();
+        kill_owned(pid);
+        let start = std::time::Instant::now();
+        let code = loop {
+            if let Some(code) = try_wait_owned(pid) {
+                break code;
+            }
+            assert!(start.elapsed() < std::time::Duration::from_secs(10));
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        assert_eq!(code, 128 + libc::SIGKILL);
+    }
 }

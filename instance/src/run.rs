@@ -33,6 +33,8 @@ pub struct Options {
     pub termination_log: PathBuf,
     pub timeouts: Timeouts,
     pub poll: Duration,
+    /// Where to serve `/metrics` (`--metrics-addr`); `None`: no endpoint.
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// A reason to stop before the server runs; logged and written to the termination log.
@@ -53,7 +55,12 @@ pub fn report(termination_log: &Path, message: &str) {
 
 /// Runs the instance to its end; returns the container's exit code.
 pub fn run(o: &Options) -> i32 {
-    match prepare(o).and_then(|(bin, user)| supervise(o, &bin, &user)) {
+    match prepare(o).and_then(|(bin, user)| {
+        if let Some(addr) = o.metrics_addr {
+            crate::metrics::start(addr, o, &bin, &user);
+        }
+        supervise(o, &bin, &user)
+    }) {
         Ok(code) => code,
         Err(Fatal(message)) => {
             report(&o.termination_log, &message);

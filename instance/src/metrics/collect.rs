@@ -1,0 +1,269 @@
+//! One scrape: the built-in statements in one psql session, then the largest tables of each
+//! database (one session per database), each custom query in its own session beside them (all
+//! at once, each bounded by its own timeout), the data volume's statvfs, then the families of
+//! all that and the error counters, rendered.
+//!
+//! I/O: psql children, the queries file, statvfs. What the output means is decided by the
+//! pure modules (`batch`, `builtin`, `custom`, `exposition`).
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::metrics::batch::{self, Statement};
+use crate::metrics::exposition::{self, Family, Kind};
+use crate::metrics::{builtin, custom, psql};
+
+/// `statement_timeout` of each built-in statement.
+pub const BUILTIN_STATEMENT_TIMEOUT: Duration = Duration::from_secs(2);
+/// The wall-clock bound of the built-in session (connection included).
+pub const BUILTIN_LIMIT: Duration = Duration::from_secs(5);
+/// What a custom query's session may take beyond its statement timeout (connecting).
+pub const CONNECT_SLACK: Duration = Duration::from_secs(2);
+/// The error counter's label for the data volume's statvfs.
+pub const VOLUME: &str = "data_volume";
+
+/// Where the server and the queries file are.
+#[derive(Clone, Debug)]
+pub struct Source {
+    pub bin: PathBuf,
+    pub socket_dir: PathBuf,
+    pub port: u16,
+    pub superuser: String,
+    pub pgdata: PathBuf,
+    pub major: u32,
+    pub queries_file: PathBuf,
+}
+
+/// The scraper and what outlives one scrape: the error counters.
+pub struct Collector {
+    source: Source,
+    errors: BTreeMap<String, u64>,
+    last_file_problem: Option<String>,
+}
+
+fn log(message: &str) {
+    eprintln!("dbop-instance: metrics: {message}");
+}
+
+impl Collector {
+    pub fn new(source: Source) -> Collector {
+        let errors = builtin::NAMES
+            .iter()
+            .chain(&[builtin::TABLES, VOLUME, custom::FILE_ERROR])
+            .map(|n| (n.to_string(), 0))
+            .collect();
+        Collector {
+            source,
+            errors,
+            last_file_problem: None,
+        }
+    }
+
+    fn psql(&self, database: &str) -> Command {
+        let s = &self.source;
+        let mut cmd = Command::new(s.bin.join("psql"));
+        cmd.arg(format!("--host={}", s.socket_dir.display()))
+            .arg(format!("--port={}", s.port))
+            .arg(format!("--username={}", s.superuser))
+            .arg(format!(
+                "--dbname=dbname='{}'",
+                database.replace('\\', "\\\\").replace('\'', "\\'")
+            ))
+            .args(batch::PSQL_ARGS);
+        cmd
+    }
+
+    /// The custom queries, or none (and a counted error) when the file is unusable. A missing
+    /// file means none.
+    fn custom_queries(&mut self) -> Vec<custom::Query> {
+        let parsed = match std::fs::read_to_string(&self.source.queries_file) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(format!("cannot read it: {e}")),
+            Ok(text) => custom::parse(&text),
+        };
+        match parsed {
+            Ok(queries) => {
+                self.last_file_problem = None;
+                for q in &queries {
+                    self.errors.entry(q.name.clone()).or_default();
+                }
+                queries
+            }
+            Err(why) => {
+                if self.last_file_problem.as_ref() != Some(&why) {
+                    log(&format!(
+                        "the custom queries in {} are not used: {why}",
+                        self.source.queries_file.display()
+                    ));
+                    self.last_file_problem = Some(why);
+                }
+                *self.errors.entry(custom::FILE_ERROR.into()).or_default() += 1;
+                Vec::new()
+            }
+        }
+    }
+
+    fn run_builtin(&self, statements: &[Statement]) -> batch::Split {
+        self.run_batch("postgres", statements)
+    }
+
+    /// dbop's `statements` in one session on `database`.
+    fn run_batch(&self, database: &str, statements: &[Statement]) -> batch::Split {
+        let script = batch::script(statements, BUILTIN_STATEMENT_TIMEOUT);
+        let mut cmd = self.psql(database);
+        cmd.arg("--file=-");
+        match psql::run(cmd, Some(&script), BUILTIN_LIMIT) {
+            Ok(out) => {
+                if out.killed {
+                    log(&format!(
+                        "the built-in queries on {database} took over {BUILTIN_LIMIT:?}"
+                    ));
+                }
+                batch::split(&out.stdout, statements)
+            }
+            Err(e) => {
+                log(&format!("cannot run psql: {e}"));
+                batch::Split::default()
+            }
+        }
+    }
+
+    fn run_custom(&self, q: &custom::Query) -> Result<Vec<Family>, String> {
+        let mut cmd = self.psql(&q.database);
+        cmd.arg("--set=ON_ERROR_STOP=1");
+        for c in q.commands() {
+            cmd.arg(format!("--command={c}"));
+        }
+        let out = psql::run(cmd, None, q.timeout + CONNECT_SLACK)
+            .map_err(|e| format!("cannot run psql: {e}"))?;
+        let statement = q.statement();
+        let split = batch::split(&out.stdout, std::slice::from_ref(&statement));
+        match split.of(&q.name) {
+            Some(rows) => q.families(rows),
+            None if out.killed => Err(format!("killed after {:?}", q.timeout + CONNECT_SLACK)),
+            None => Err(out.stderr.trim().to_string()),
+        }
+    }
+
+    /// One scrape's exposition text.
+    pub fn scrape(&mut self) -> String {
+        let started = Instant::now();
+        let queries = self.custom_queries();
+        let statements = builtin::statements(self.source.major);
+        let tables = [builtin::tables_statement()];
+        let (split, per_table, custom) = std::thread::scope(|scope| {
+            let this = &*self;
+            let customs: Vec<_> = queries
+                .iter()
+                .map(|q| scope.spawn(move || this.run_custom(q)))
+                .collect();
+            let split = this.run_builtin(&statements);
+            // Then the largest tables of each database, one session each, all at once.
+            let per_table: Vec<_> = builtin::tables_databases(&split)
+                .into_iter()
+                .map(|db| {
+                    let tables = &tables;
+                    scope.spawn(move || {
+                        let split = this.run_batch(&db, tables);
+                        match split.of(builtin::TABLES) {
+                            Some(rows) => builtin::table_families(&db, rows),
+                            None => Err(format!("the largest tables of {db}")),
+                        }
+                    })
+                })
+                .collect::<Vec<_>>()
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err("panicked".into())))
+                .collect();
+            let custom: Vec<_> = customs
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err("panicked".into())))
+                .collect();
+            (split, per_table, custom)
+        });
+        let (mut families, failed) = builtin::families(&split);
+        for name in failed {
+            *self.errors.entry(name.into()).or_default() += 1;
+        }
+        for result in per_table {
+            match result {
+                Ok(f) => families.extend(f),
+                Err(why) => {
+                    log(&format!("{why}: failed"));
+                    *self.errors.entry(builtin::TABLES.into()).or_default() += 1;
+                }
+            }
+        }
+        match statvfs(&self.source.pgdata) {
+            Ok((size, free)) => families.extend([
+                Family::single(
+                    "dbop_pg_data_volume_size_bytes",
+                    "Size of the filesystem holding the data directory (statvfs).",
+                    Kind::Gauge,
+                    size as f64,
+                ),
+                Family::single(
+                    "dbop_pg_data_volume_free_bytes",
+                    "Bytes free for the server on the filesystem holding the data directory \
+                     (statvfs f_bavail).",
+                    Kind::Gauge,
+                    free as f64,
+                ),
+            ]),
+            Err(e) => {
+                log(&format!("statvfs of the data directory: {e}"));
+                *self.errors.entry(VOLUME.into()).or_default() += 1;
+            }
+        }
+        for (q, result) in queries.iter().zip(custom) {
+            match result {
+                Ok(f) => families.extend(f),
+                Err(why) => {
+                    log(&format!("custom query {}: {why}", q.name));
+                    *self.errors.entry(q.name.clone()).or_default() += 1;
+                }
+            }
+        }
+        let mut errors = Family::new(
+            "dbop_pg_query_errors_total",
+            "Scrapes in which the query failed or timed out (its metrics were absent from that \
+             scrape), by query: dbop's own, custom ones, the custom queries file, the data \
+             volume's statvfs.",
+            Kind::Counter,
+        );
+        for (name, n) in &self.errors {
+            errors = errors.with(&[("query", name)], *n as f64);
+        }
+        families.push(errors);
+        families.push(Family::single(
+            "dbop_pg_scrape_duration_seconds",
+            "Wall-clock time this scrape took to query the server and the volume.",
+            Kind::Gauge,
+            started.elapsed().as_secs_f64(),
+        ));
+        exposition::render(&exposition::merge(families))
+    }
+}
+
+/// (size, bytes available to unprivileged users) of the filesystem holding `path` (or its
+/// parent, before initdb made it).
+fn statvfs(path: &Path) -> std::io::Result<(u64, u64)> {
+    let target = if path.exists() {
+        path
+    } else {
+        path.parent().unwrap_or(path)
+    };
+    let c = CString::new(target.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: a zeroed statvfs is a valid out-parameter; c is NUL-terminated.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let frsize = s.f_frsize as u64;
+    Ok((s.f_blocks as u64 * frsize, s.f_bavail as u64 * frsize))
+}

@@ -1,0 +1,52 @@
+//! PostgreSQL's own health as Prometheus metrics, served by the instance manager when
+//! `dbop-instance run --metrics-addr ADDR` is given (off otherwise).
+//!
+//! Pure: `exposition` (families and the text format 0.0.4), `batch` (a psql session of named
+//! statements and the split of its output), `builtin` (dbop's statements and their families),
+//! `custom` (the user's queries file, their SQL and families), `http` (request line to route,
+//! responses). I/O: `psql` (a child bounded in time), `collect` (one scrape), `server` (the
+//! listener). Nothing here writes to the database: every session is read-only in effect, and
+//! no label or value holds a secret (no password, no connection string).
+
+pub mod batch;
+pub mod builtin;
+pub mod collect;
+pub mod custom;
+pub mod exposition;
+pub mod http;
+pub mod psql;
+pub mod server;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// Where the custom queries are read at every scrape (the operator mounts a ConfigMap
+/// there); a missing file means none. `DBOP_METRICS_QUERIES` names another file.
+pub const DEFAULT_QUERIES_FILE: &str = "/etc/dbop/metrics/queries.yaml";
+
+/// The queries file: `DBOP_METRICS_QUERIES` or the default.
+pub fn queries_file() -> PathBuf {
+    std::env::var_os("DBOP_METRICS_QUERIES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_QUERIES_FILE))
+}
+
+/// Starts the endpoint for the server `run` supervises. A failure is logged and the database
+/// runs on without metrics (a scraper then sees the target down).
+pub fn start(addr: SocketAddr, o: &crate::run::Options, bin: &Path, superuser: &str) {
+    let source = collect::Source {
+        bin: bin.to_path_buf(),
+        socket_dir: o.socket_dir.clone(),
+        port: o.port,
+        superuser: superuser.to_string(),
+        pgdata: o.pgdata.clone(),
+        major: o.major,
+        queries_file: queries_file(),
+    };
+    match server::start(addr, collect::Collector::new(source)) {
+        Ok(bound) => eprintln!("dbop-instance: metrics on http://{bound}/metrics"),
+        Err(e) => eprintln!(
+            "dbop-instance: metrics: cannot listen on {addr}: {e}; running without metrics"
+        ),
+    }
+}

@@ -1,0 +1,83 @@
+//! The metrics endpoint: a TCP listener on its own thread, one short-lived thread per
+//! connection (at most `MAX_CONNECTIONS` at once, the others get a 503), one scrape at a time
+//! (a second scraper waits for the first: the database never runs two scrapes' queries at
+//! once). It serves only `/metrics` and `/healthz`, reads nothing but the request head, and
+//! never blocks the manager's supervision loop.
+//!
+//! I/O only: routing and responses are `http`'s, the scrape is `collect`'s.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::metrics::collect::Collector;
+use crate::metrics::exposition::CONTENT_TYPE;
+use crate::metrics::http::{self, Route};
+
+/// Connections served at once.
+pub const MAX_CONNECTIONS: usize = 4;
+/// How long a client may take to send its request head.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Binds `addr` and serves on a thread of its own; returns the address bound.
+pub fn start(addr: SocketAddr, collector: Collector) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind(addr)?;
+    let bound = listener.local_addr()?;
+    let collector = Arc::new(Mutex::new(collector));
+    let active = Arc::new(AtomicUsize::new(0));
+    std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || {
+            for stream in listener.incoming().flatten() {
+                if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+                    active.fetch_sub(1, Ordering::SeqCst);
+                    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+                    let _ =
+                        (&stream).write_all(&http::response(503, "text/plain", "busy\n", false));
+                    continue;
+                }
+                let (collector, done) = (collector.clone(), active.clone());
+                let spawned = std::thread::Builder::new()
+                    .name("metrics-conn".into())
+                    .spawn(move || {
+                        serve(stream, &collector);
+                        done.fetch_sub(1, Ordering::SeqCst);
+                    });
+                if spawned.is_err() {
+                    active.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+        })?;
+    Ok(bound)
+}
+
+fn serve(mut stream: TcpStream, collector: &Mutex<Collector>) {
+    let _ = stream.set_read_timeout(Some(READ_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !http::head_complete(&head) {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+        if head.len() > http::MAX_HEAD {
+            let _ = stream.write_all(&http::response(400, "text/plain", "too long\n", false));
+            return;
+        }
+    }
+    let response = match http::route(&head) {
+        Route::Metrics { head } => {
+            let text = collector.lock().unwrap_or_else(|e| e.into_inner()).scrape();
+            http::response(200, CONTENT_TYPE, &text, head)
+        }
+        Route::Health { head } => http::response(200, "text/plain", "ok\n", head),
+        Route::NotFound => http::response(404, "text/plain", "not found\n", false),
+        Route::MethodNotAllowed => http::response(405, "text/plain", "", false),
+        Route::BadRequest => http::response(400, "text/plain", "bad request\n", false),
+    };
+    let _ = stream.write_all(&response);
+}
