@@ -47,7 +47,7 @@ fmt: ## format the code
 lint: ## formatting, clippy (warnings are errors) and no import circles
 	$(TIMED) "lint: fmt" $(CARGO) fmt --all --check
 	$(TIMED) "lint: clippy" $(CARGO) clippy --workspace --all-targets --locked -- -D warnings
-	$(TIMED) "lint: import graph" $(CARGO) test -q --locked -p dbop --test import_graph
+	$(TIMED) "lint: import graph" $(CARGO) test -q --locked --workspace --test import_graph
 
 crds: ## regenerate crds/ (and the chart's copy) from the API types
 	$(CARGO) run -q --bin dbop -- crd > crds/dbop.dev.yaml
