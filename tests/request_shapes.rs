@@ -310,36 +310,51 @@ async fn a_new_database_gets_its_objects_by_server_side_apply() {
 }
 
 #[tokio::test]
-async fn inline_init_sql_becomes_a_config_map_created_before_its_job() {
+async fn inline_init_sql_becomes_a_config_map_applied_before_its_job() {
     let mut db = database();
     db.spec.init =
         Some(serde_json::from_value(json!({"sql": "CREATE TABLE t (id int);"})).unwrap());
     let world = ready_world(&db);
     let db = with_settled_status(db, &world);
     let sent = reconcile_against(&db, world).await;
-    let posts: Vec<&Sent> = sent.iter().filter(|s| s.method == "POST").collect();
-    let paths: Vec<&str> = posts.iter().map(|s| s.path.as_str()).collect();
-    let at = |path: &str| {
-        paths
+    let writes: Vec<&Sent> = sent.iter().filter(|s| s.method != "GET").collect();
+    let at = |method: &str, path: &str| {
+        writes
             .iter()
-            .position(|p| *p == path)
-            .unwrap_or_else(|| panic!("no POST {path}: {paths:?}"))
+            .position(|s| s.method == method && s.path == path)
+            .unwrap_or_else(|| {
+                let all: Vec<String> = writes
+                    .iter()
+                    .map(|s| format!("{} {}", s.method, s.path))
+                    .collect();
+                panic!("no {method} {path}: {all:?}")
+            })
     };
-    let config_map = at("/api/v1/namespaces/shop/configmaps");
-    let job = at("/apis/batch/v1/namespaces/shop/jobs");
+    // Applied (server-side apply), not created once: a retry after InitFailed must run the SQL
+    // as the spec says it now, not as it was when the first Job ran (docs/runbooks.md).
+    let config_map = at(
+        "PATCH",
+        "/api/v1/namespaces/shop/configmaps/orders-init-sql",
+    );
+    let job = at("POST", "/apis/batch/v1/namespaces/shop/jobs");
     assert!(
         config_map < job,
-        "the Job would wait for its ConfigMap: {paths:?}"
+        "the Job would wait for its ConfigMap: {:?}",
+        writes.iter().map(|s| &s.path).collect::<Vec<_>>()
     );
     assert_eq!(
-        posts[config_map].body["data"]["init.sql"],
+        writes[config_map].content_type,
+        "application/apply-patch+yaml"
+    );
+    assert_eq!(
+        writes[config_map].body["data"]["init.sql"],
         "CREATE TABLE t (id int);"
     );
     assert_eq!(
-        posts[config_map].body["metadata"]["name"],
+        writes[config_map].body["metadata"]["name"],
         "orders-init-sql"
     );
-    let job_body = posts[job].body.to_string();
+    let job_body = writes[job].body.to_string();
     assert!(
         !job_body.contains("CREATE TABLE"),
         "the SQL is inline in the Job"

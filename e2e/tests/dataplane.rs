@@ -4,13 +4,15 @@
 //! data survives the pod's deletion; a deleted generated Secret gives a new password that the
 //! server accepts; a scheduled backup Job uploads a real dump to an S3 server in a pod, which
 //! restores with `dbop-backup` to identical content; a backup over HTTPS with a private CA from
-//! an operand image without a CA bundle; a namespace with a ResourceQuota.
+//! an operand image without a CA bundle; a namespace with a ResourceQuota; the `InitFailed`
+//! runbook for inline SQL (fixed in the spec, the failed Job deleted, the fixed SQL runs).
 
 use std::time::Duration;
 
 use dbop::api::{BackupPhase, DatabaseBackup, Phase};
 use dbop_e2e::node::{POD_WAIT, PrivateCa, REAL_NODE, REAL_NODE_STORAGE_CLASS, pod_ready};
-use dbop_e2e::{TestBed, testbed, wait_until, wait_until_or_none};
+use dbop_e2e::{TestBed, condition, testbed, wait_until, wait_until_or_none};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ResourceQuota, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
@@ -377,4 +379,55 @@ async fn under_a_resource_quota_a_backup_over_https_with_a_private_ca() {
         used.get("requests.memory").is_some_and(|q| q.0 != "0"),
         "the quota counted the pods: {used:?}"
     );
+}
+
+/// The `InitFailed` runbook (docs/runbooks.md) for inline SQL, for real: a statement that fails
+/// stops the Database at Failed with `InitFailed`; with the SQL fixed in `spec.init.sql` and the
+/// failed Job deleted, the retry runs the fixed SQL — its ConfigMap follows the spec, it is not
+/// the one made for the first attempt — and the Database becomes Ready with the fixed schema.
+#[tokio::test]
+async fn a_failed_inline_init_sql_fixed_in_the_spec_runs_fixed_on_the_retry() {
+    let bed = testbed().await;
+    bed.require_real_node().await;
+    let ns = bed.real_node_namespace("dp-init").await;
+    let _operator = bed.operator_for_real_node(&ns);
+    let broken = "CREATE TABLE fixed (id int); SELEC 1;";
+    bed.apply_database(&ns, database("fix", json!({"init": {"sql": broken}})))
+        .await;
+    let db = bed
+        .wait_for_phase(&ns, "fix", Phase::Failed, READY_WAIT)
+        .await;
+    assert_eq!(
+        condition(&db, "Ready").map(|(_, reason)| reason).as_deref(),
+        Some("InitFailed"),
+        "{:?}",
+        db.status
+    );
+
+    let fixed = "CREATE TABLE fixed (id int); INSERT INTO fixed VALUES (7);";
+    bed.apply_database(&ns, database("fix", json!({"init": {"sql": fixed}})))
+        .await;
+    Api::<Job>::namespaced(bed.client.clone(), &ns)
+        .delete("fix-init", &DeleteParams::background())
+        .await
+        .expect("the failed init Job deleted, as the runbook says");
+    wait_ready(&bed, &ns, "fix").await;
+    let config_maps = Api::<ConfigMap>::namespaced(bed.client.clone(), &ns);
+    let sql = config_maps
+        .get("fix-init-sql")
+        .await
+        .expect("the SQL ConfigMap");
+    assert!(
+        sql.data
+            .unwrap_or_default()
+            .values()
+            .any(|text| text.contains("INSERT INTO fixed VALUES (7)")),
+        "the retry's ConfigMap holds the fixed SQL"
+    );
+    bed.psql_client(&ns, "client", "fix", "fix-credentials")
+        .await;
+    let rows = bed
+        .psql_until_ok(&ns, "client", "postgres", "select id from fixed", NET_WAIT)
+        .await;
+    assert_eq!(rows, "7", "the fixed init SQL ran");
 }

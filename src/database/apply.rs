@@ -89,9 +89,12 @@ pub async fn apply(
         applied.overrides.extend(refused);
     }
     if let Some((sql, job)) = init_job {
-        // The SQL is mounted into the Job's pod as a file: its ConfigMap goes first.
+        // The SQL is mounted into the Job's pod as a file: its ConfigMap goes first, applied
+        // with the spec's SQL each time the Job is made, so a retry after `InitFailed` runs
+        // the SQL as fixed in the spec (docs/runbooks.md), not the first version.
         if let Some(sql) = sql {
-            create_once(&Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns), &sql).await?;
+            let config_maps = Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns);
+            apply_if_drifted(&config_maps, &sql, None).await?;
         }
         create_once(&jobs, &job).await?;
     }
