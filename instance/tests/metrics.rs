@@ -716,7 +716,14 @@ fn each_metric_is_what_postgresql_reports() {
     // While a scrape waits for the slow query, the readiness probe answers at once.
     std::thread::scope(|scope| {
         let scrape = scope.spawn(|| n.scrape());
-        std::thread::sleep(Duration::from_millis(300));
+        // The scrape is inside the slow query once its session sleeps.
+        wait_for("the scrape's slow query running", || {
+            let sleeping = n.number(
+                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(10)%' \
+                 AND state = 'active' AND pid <> pg_backend_pid()",
+            );
+            (sleeping > 0.0).then_some(()).ok_or("not yet".to_string())
+        });
         let started = Instant::now();
         assert!(n.probe(), "the probe failed during a scrape");
         let probe = started.elapsed();
@@ -771,8 +778,17 @@ fn each_metric_is_what_postgresql_reports() {
         times.push(took);
     }
     let (m1, p1) = (cpu_seconds(manager_pid), cpu_seconds(postmaster));
-    std::thread::sleep(Duration::from_millis(600));
-    let c1 = commits();
+    // The scrapes' backends report their commits within a second of ending: wait until the
+    // count only moves by this read's own transaction.
+    let mut last = commits();
+    let c1 = wait_for("the scrapes' commits counted", || {
+        let now = commits();
+        let settled = now - last <= 1.0;
+        last = now;
+        settled
+            .then_some(now)
+            .ok_or(format!("still rising at {now}"))
+    });
     times.sort();
     eprintln!(
         "scrape cost over {N} scrapes: wall median {:?}, max {:?}; manager CPU {:.1} ms/scrape; \
