@@ -4,7 +4,7 @@
 //! thing at the same moment. Sessions that hold a transaction, wait for a lock or sleep are
 //! real psql clients. Every wait polls with a deadline; every server and session is stopped
 //! when its test ends, failed or not.
-//! Requires the PostgreSQL server packages (agent/install-test-deps.sh installs them).
+//! Requires the PostgreSQL server packages (backups/install-test-deps.sh installs them).
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -13,55 +13,12 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+use common::{free_port, ids, server};
+
 const DEADLINE: Duration = Duration::from_secs(60);
 const PASSWORD: &str = "app-Secr3t-never-scraped";
 const REPLICATION_PASSWORD: &str = "repl-Secr3t-never-scraped";
-
-/// The newest PostgreSQL under /usr/lib/postgresql: (major, bin dir).
-fn server() -> (u32, PathBuf) {
-    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .expect("PostgreSQL server packages (run agent/install-test-deps.sh)")
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let major = e.file_name().to_str()?.parse().ok()?;
-            let bin = e.path().join("bin");
-            bin.join("postgres").is_file().then_some((major, bin))
-        })
-        .collect();
-    found.sort();
-    found
-        .pop()
-        .expect("a PostgreSQL server under /usr/lib/postgresql")
-}
-
-/// The uid and gid to run as: `postgres` when root, else ourselves.
-fn ids() -> Option<(u32, u32)> {
-    // SAFETY: getuid has no preconditions.
-    if unsafe { libc::getuid() } != 0 {
-        return None;
-    }
-    let id = |flag: &str| -> u32 {
-        let out = Command::new("id")
-            .args([flag, "postgres"])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "the postgres system user is missing");
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
-    };
-    Some((id("-u"), id("-g")))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// Polls `check` until it gives a value, for at most `DEADLINE`; the last error says why not.
 fn wait_for<T>(what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {

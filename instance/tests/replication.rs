@@ -16,54 +16,11 @@ use dbop_instance::replication::status::{
     self, Lsn, Role, STATUS_QUERY, Status, lag_bytes, parse_status,
 };
 
+mod common;
+use common::{free_port, ids, server};
+
 const DEADLINE: Duration = Duration::from_secs(90);
 const REPLICATION_PASSWORD: &str = "repl-Secr3t:never\\printed";
-
-/// The newest PostgreSQL under /usr/lib/postgresql: (major, bin dir).
-fn server() -> (u32, PathBuf) {
-    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .expect("PostgreSQL server packages (run backups/install-test-deps.sh)")
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let major = e.file_name().to_str()?.parse().ok()?;
-            let bin = e.path().join("bin");
-            bin.join("postgres").is_file().then_some((major, bin))
-        })
-        .collect();
-    found.sort();
-    found
-        .pop()
-        .expect("a PostgreSQL server under /usr/lib/postgresql")
-}
-
-/// The uid and gid to run as: `postgres` when root, else ourselves.
-fn ids() -> Option<(u32, u32)> {
-    // SAFETY: getuid has no preconditions.
-    if unsafe { libc::getuid() } != 0 {
-        return None;
-    }
-    let id = |flag: &str| -> u32 {
-        let out = Command::new("id")
-            .args([flag, "postgres"])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "the postgres system user is missing");
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
-    };
-    Some((id("-u"), id("-g")))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// Polls `check` until it gives a value, for at most `DEADLINE`; the last error says why not.
 fn wait_for<T>(what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
