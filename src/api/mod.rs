@@ -4,18 +4,22 @@
 //! (enums, ranges, patterns, CEL). Pure data: no client, no clock, no I/O.
 
 pub mod backup;
+pub mod backup_policy;
 pub mod conditions;
 pub mod database;
 
 pub use backup::{
     BackupPhase, BackupReason, DatabaseBackup, DatabaseBackupSpec, DatabaseBackupStatus,
 };
-pub use database::{
-    BackupSpec, BackupStatus, CaSource, Compression, CredentialsSpec, Database, DatabaseSpec,
-    DatabaseStatus, DeletionPolicy, Engine, InitSpec, KeyRef, Phase, PodMetadata, RetentionSpec,
-    S3CredentialsRef, S3Spec, StorageSpec, VerificationStatus, VerifySpec,
+pub use backup_policy::{
+    BackupSpec, BackupStatus, CaSource, Compression, RetentionSpec, S3CredentialsRef, S3Spec,
+    VerificationStatus, VerifySpec,
 };
 pub use database::{BootstrapSpec, BootstrapStatus, FromBackupSpec};
+pub use database::{
+    CredentialsSpec, Database, DatabaseSpec, DatabaseStatus, DeletionPolicy, Engine, InitSpec,
+    KeyRef, Phase, PodMetadata, StorageSpec,
+};
 pub use database::{UpgradeSpec, UpgradeStage, UpgradeStageTime, UpgradeStatus};
 
 /// The API group of every dbop resource.

@@ -1,0 +1,276 @@
+//! The `Database`'s backup policy (`spec.backup`): the schedule, the S3 location and its
+//! credentials, retention, compression and scheduled verification, and what `status.backup` and
+//! `status.verification` report about them. Part of the `Database` kind (`database.rs`).
+
+use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::database::{KeyRef, no_unsigned_format};
+
+/// Scheduled backups: when, where, and how long they are kept.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupSpec {
+    /// When to back up, as a standard 5-field cron expression (`minute hour day-of-month month
+    /// day-of-week`, e.g. `0 2 * * *` for 02:00 every night) or `@hourly`, `@daily`, `@weekly`,
+    /// `@monthly`, `@yearly`. Read in `timeZone`.
+    #[schemars(length(min = 1, max = 256))]
+    #[schemars(regex(
+        pattern = r"^\s*(@(yearly|monthly|weekly|daily|hourly)|\S+\s+\S+\s+\S+\s+\S+\s+\S+)\s*$"
+    ))]
+    pub schedule: String,
+
+    /// The IANA time zone the schedule is read in, e.g. `Europe/Berlin`; UTC when absent.
+    /// Across a daylight-saving change, a time that does not exist that day is skipped and a
+    /// time that happens twice runs once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 64),
+        regex(pattern = r"^[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*$")
+    )]
+    pub time_zone: Option<String>,
+
+    /// Stop starting scheduled backups (running and on-demand ones are not affected).
+    #[serde(default)]
+    pub suspend: bool,
+
+    /// How late a missed run may still start, as a duration such as `1h` or `30m` (default
+    /// `1h`). After downtime, at most one missed run starts (the latest), and only within this
+    /// deadline; older missed runs are skipped, never replayed in a burst.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]{1,6}[smhdw])+$"), length(max = 32))]
+    pub starting_deadline: Option<String>,
+
+    /// The recovery point objective: `BackupHealthy` turns False when the last successful
+    /// backup is older than this (a duration such as `26h`). Default: twice the longest interval
+    /// between two scheduled runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]{1,6}[smhdw])+$"), length(max = 32))]
+    pub rpo: Option<String>,
+
+    /// The longest a backup Job may run before it is stopped and marked Failed (a duration such
+    /// as `6h`; default `6h`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]{1,6}[smhdw])+$"), length(max = 32))]
+    pub timeout: Option<String>,
+
+    /// The S3-compatible bucket the dumps go to.
+    pub s3: S3Spec,
+
+    /// How many backups are kept, in object storage and as `DatabaseBackup` objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<RetentionSpec>,
+
+    /// The compression of the dumps.
+    #[serde(default)]
+    pub compression: Compression,
+
+    /// Proof that the backups restore: a Job restores the latest backup into a scratch
+    /// database and checks it. No verification when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<VerifySpec>,
+}
+
+/// When the latest backup is restored into a scratch database to prove it restores: on a
+/// schedule or after every Nth successful backup (exactly one of them).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.schedule) != has(self.everyNthBackup)",
+    "message": "verify needs exactly one of schedule or everyNthBackup"
+}]))]
+pub struct VerifySpec {
+    /// A standard 5-field cron expression (or `@daily`, `@weekly`, …), read in
+    /// `spec.backup.timeZone`: verify the latest successful backup at these times.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    #[schemars(regex(
+        pattern = r"^\s*(@(yearly|monthly|weekly|daily|hourly)|\S+\s+\S+\s+\S+\s+\S+\s+\S+)\s*$"
+    ))]
+    pub schedule: Option<String>,
+    /// Verify after every Nth successful backup (1: after each one). At most
+    /// `retention.keepLast` is counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    #[schemars(transform = no_unsigned_format)]
+    pub every_nth_backup: Option<u32>,
+}
+
+/// The latest verification of a backup (`spec.backup.verify`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VerificationStatus {
+    /// When the latest verification succeeded (the agent's completion time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_verified_time: Option<DateTime<Utc>>,
+    /// The backup id that verification restored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_verified_backup_id: Option<String>,
+    /// When the latest verification failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure_time: Option<DateTime<Utc>>,
+    /// The outcome of the latest finished verification: `Succeeded` or `Failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    /// What the latest finished verification reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The verify Job of the latest trigger.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    /// The time of the latest trigger: the scheduled time, or the completion of the backup
+    /// that made it the Nth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_trigger_time: Option<DateTime<Utc>>,
+}
+
+/// An S3-compatible bucket (AWS S3, MinIO, any S3 API).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct S3Spec {
+    /// The endpoint URL, e.g. `https://minio.storage.svc:9000`; AWS S3 when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512), regex(pattern = r"^https?://[^\s]+$"))]
+    pub endpoint: Option<String>,
+
+    /// The bucket name.
+    #[schemars(
+        length(min = 3, max = 63),
+        regex(pattern = r"^[a-z0-9][a-z0-9.\-]*[a-z0-9]$")
+    )]
+    pub bucket: String,
+
+    /// A key prefix. Objects are stored under `<prefix>/<namespace>/<database>/…`, so several
+    /// Databases can share a bucket and a prefix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256), regex(pattern = r"^[A-Za-z0-9!_.*'()/\-]*$"))]
+    pub prefix: Option<String>,
+
+    /// The region (default `us-east-1`, which MinIO and most S3-compatible servers accept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub region: Option<String>,
+
+    /// Path-style requests (`endpoint/bucket/key`), as MinIO and most S3-compatible servers
+    /// need. Default false (virtual-hosted style, as AWS S3 prefers).
+    #[serde(default)]
+    pub force_path_style: bool,
+
+    /// The Secret holding the access key. Only the backup Jobs read it; dbop itself never does
+    /// more than check that its keys exist.
+    pub credentials: S3CredentialsRef,
+
+    /// A private CA to trust for the endpoint (PEM), from a key of a Secret or ConfigMap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<CaSource>,
+}
+
+/// A Secret with an S3 access key pair.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct S3CredentialsRef {
+    /// The Secret's name, in the Database's namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: String,
+    /// The key holding the access key id (default `AWS_ACCESS_KEY_ID`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub access_key_id_key: Option<String>,
+    /// The key holding the secret access key (default `AWS_SECRET_ACCESS_KEY`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_access_key_key: Option<String>,
+}
+
+impl S3CredentialsRef {
+    pub const DEFAULT_ACCESS_KEY_ID_KEY: &str = "AWS_ACCESS_KEY_ID";
+    pub const DEFAULT_SECRET_ACCESS_KEY_KEY: &str = "AWS_SECRET_ACCESS_KEY";
+
+    /// The key of the access key id.
+    pub fn access_key_id_key(&self) -> &str {
+        self.access_key_id_key
+            .as_deref()
+            .unwrap_or(Self::DEFAULT_ACCESS_KEY_ID_KEY)
+    }
+
+    /// The key of the secret access key.
+    pub fn secret_access_key_key(&self) -> &str {
+        self.secret_access_key_key
+            .as_deref()
+            .unwrap_or(Self::DEFAULT_SECRET_ACCESS_KEY_KEY)
+    }
+}
+
+/// Where a CA certificate (PEM) comes from: exactly one of a Secret key or a ConfigMap key.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.secretKeyRef) != has(self.configMapKeyRef)",
+    "message": "ca needs exactly one of secretKeyRef or configMapKeyRef"
+}]))]
+pub struct CaSource {
+    /// A key of a Secret in the Database's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_key_ref: Option<KeyRef>,
+    /// A key of a ConfigMap in the Database's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_key_ref: Option<KeyRef>,
+}
+
+/// How many backups are kept. One policy for both places: the agent prunes object storage after
+/// each backup, and dbop deletes the `DatabaseBackup` objects of the same backups. The newest
+/// successful backup is never deleted.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetentionSpec {
+    /// Keep at most this many successful backups (default 7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    #[schemars(transform = no_unsigned_format)]
+    pub keep_last: Option<u32>,
+    /// Delete successful backups older than this (a duration such as `30d`); no age limit when
+    /// absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]{1,6}[smhdw])+$"), length(max = 32))]
+    pub max_age: Option<String>,
+    /// Keep at most this many failed `DatabaseBackup` objects, for their messages (default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1000))]
+    #[schemars(transform = no_unsigned_format)]
+    pub keep_failed: Option<u32>,
+}
+
+/// The compression of a dump.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// Zstandard (level 3).
+    #[default]
+    Zstd,
+}
+
+/// The schedule's progress and the latest backup outcomes.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupStatus {
+    /// The scheduled time of the latest run dbop started (a `DatabaseBackup` named
+    /// `<database>-<yyyymmddhhmm>` in UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_schedule_time: Option<DateTime<Utc>>,
+    /// When the next scheduled run is due (absent while suspended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_schedule_time: Option<DateTime<Utc>>,
+    /// The `DatabaseBackup` that succeeded last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_successful: Option<String>,
+    /// When that backup completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_successful_time: Option<DateTime<Utc>>,
+    /// The `DatabaseBackup` that failed last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<String>,
+    /// When that backup failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure_time: Option<DateTime<Utc>>,
+}
