@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::database::{KeyRef, no_unsigned_format};
+use super::shared::{KeyRef, no_unsigned_format};
 
 /// Scheduled backups: when, where, and how long they are kept.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]

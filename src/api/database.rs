@@ -12,6 +12,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::backup_policy::{BackupSpec, BackupStatus, S3Spec, VerificationStatus};
+use super::shared::KeyRef;
 
 /// `spec.version` may move to a newer minor of the same major, or back (not below) to the version
 /// the server runs (`status.currentVersion`): that is how a failed upgrade is abandoned.
@@ -193,18 +194,6 @@ pub struct InitSpec {
     /// A key of a ConfigMap in the Database's namespace that holds the SQL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map_ref: Option<KeyRef>,
-}
-
-/// A key of a ConfigMap or Secret in the same namespace.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct KeyRef {
-    /// The object's name.
-    #[schemars(length(min = 1, max = 253))]
-    pub name: String,
-    /// The key inside it.
-    #[schemars(length(min = 1, max = 253))]
-    pub key: String,
 }
 
 /// What the finalizer does with the data when the Database is deleted.
@@ -552,19 +541,6 @@ pub struct BootstrapStatus {
     /// When the restore finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_at: Option<DateTime<Utc>>,
-}
-
-/// The API server knows the OpenAPI formats `int32` and `int64`, not schemars' `uint32`
-/// (`kubectl apply` warns `unrecognized format "uint32"`): an unsigned field keeps its type and
-/// its `minimum`/`maximum`, which do the validating, without the format.
-pub(super) fn no_unsigned_format(schema: &mut schemars::Schema) {
-    if schema
-        .get("format")
-        .and_then(|f| f.as_str())
-        .is_some_and(|f| f.starts_with("uint"))
-    {
-        schema.remove("format");
-    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ pub mod backup;
 pub mod backup_policy;
 pub mod conditions;
 pub mod database;
+pub mod shared;
 
 pub use backup::{
     BackupPhase, BackupReason, DatabaseBackup, DatabaseBackupSpec, DatabaseBackupStatus,
@@ -18,9 +19,10 @@ pub use backup_policy::{
 pub use database::{BootstrapSpec, BootstrapStatus, FromBackupSpec};
 pub use database::{
     CredentialsSpec, Database, DatabaseSpec, DatabaseStatus, DeletionPolicy, Engine, InitSpec,
-    KeyRef, Phase, PodMetadata, StorageSpec,
+    Phase, PodMetadata, StorageSpec,
 };
 pub use database::{UpgradeSpec, UpgradeStage, UpgradeStageTime, UpgradeStatus};
+pub use shared::KeyRef;
 
 /// The API group of every dbop resource.
 pub const GROUP: &str = "dbop.dev";
