@@ -24,6 +24,7 @@ use crate::resources::preflight_job::preflight_job;
 use crate::resources::restore_job::restore_job;
 use crate::resources::services::{headless, read_write};
 use crate::resources::statefulset::statefulset_running;
+use crate::resources::template_origin;
 use crate::settings::Settings;
 
 /// What one pass writes, built. `apply` destructures it without `..`: a new object does not
@@ -89,7 +90,16 @@ pub fn build(
             let observed = snap.statefulset.as_ref();
             // The claim templates it has are kept: they are immutable.
             let claims = observed.and_then(|s| s.spec.volume_claim_templates.clone());
-            statefulset_running(db, settings, claims, &decision.pod_run)
+            let mut desired = statefulset_running(db, settings, claims, &decision.pod_run);
+            // An operator upgrade alone rebuilds no template (template_origin).
+            template_origin::settle(
+                &mut desired,
+                observed,
+                db,
+                decision.pod_run.origin(),
+                settings,
+            );
+            desired
         }),
         preflight_job: create_preflight_job
             .as_ref()

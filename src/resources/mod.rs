@@ -15,6 +15,7 @@ pub mod preflight_job;
 pub mod restore_job;
 pub mod services;
 pub mod statefulset;
+pub mod template_origin;
 
 use std::collections::BTreeMap;
 
@@ -152,11 +153,17 @@ pub fn job_pod_labels(db: &Database, component: &str) -> BTreeMap<String, String
 
 /// Pod annotations from `podMetadata.annotations` (None when there are none).
 pub fn pod_annotations(db: &Database) -> Option<BTreeMap<String, String>> {
-    db.spec
+    let mut annotations = db
+        .spec
         .pod_metadata
         .as_ref()
         .map(|m| m.annotations.clone())
-        .filter(|a| !a.is_empty())
+        .unwrap_or_default();
+    // A new value rolls the pods: that is how a restart is asked for.
+    if let Some(at) = template_origin::restarted_at(db) {
+        annotations.insert(template_origin::RESTARTED_AT_ANNOTATION.into(), at);
+    }
+    Some(annotations).filter(|a| !a.is_empty())
 }
 
 /// The parsed `MAJOR.MINOR` version.

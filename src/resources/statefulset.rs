@@ -59,6 +59,14 @@ impl PodRun {
             partition: None,
         }
     }
+
+    /// What the pod template records of it (`template_origin`).
+    pub fn origin(&self) -> super::template_origin::Run<'_> {
+        super::template_origin::Run {
+            image: &self.image,
+            version: &self.version,
+        }
+    }
 }
 
 /// The desired StatefulSet running the spec's version (see `statefulset_running`).
@@ -90,6 +98,7 @@ pub fn statefulset_running(
     if let Some(l) = meta.labels.as_mut() {
         l.insert(LABEL_VERSION.into(), run.version.clone());
     }
+    meta.annotations = Some(super::template_origin::record(db, run.origin(), settings));
     let claim_policy = match db.spec.deletion_policy {
         DeletionPolicy::Retain => "Retain",
         DeletionPolicy::Delete => "Delete",
