@@ -15,6 +15,7 @@ use dbop_e2e::{
     wait_until_or_none, workspace_root,
 };
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::rbac::v1::Role;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
@@ -567,9 +568,86 @@ async fn helm_install_runs_the_operator_in_the_cluster_through_provisioning_and_
         "forbidden in the operator's logs: {denied:#?}"
     );
 
-    psql_through_the_plugin(&bed, &ns).await;
+    assert_eq!(psql(&bed, &ns, "select 6 * 7").await, "42");
+    let before = DatabasePod::now(&bed, &ns).await;
     upgrade_the_operator(&bed, &ns, &values, &holder).await;
+    the_upgrade_restarted_no_database(&bed, &ns, &before).await;
+    a_restart_moves_the_database_to_the_new_instance_manager(&bed, &ns, &before).await;
 }
+
+/// The database pod, and when its postgres started.
+#[derive(Debug, PartialEq)]
+struct DatabasePod {
+    uid: String,
+    copy_image: String,
+    postmaster_started: String,
+}
+
+impl DatabasePod {
+    async fn now(bed: &TestBed, ns: &str) -> DatabasePod {
+        let pods: Api<Pod> = Api::namespaced(bed.client.clone(), ns);
+        let pod = pods.get("shop-0").await.expect("the database pod");
+        let copy_image = pod
+            .spec
+            .and_then(|s| s.init_containers)
+            .and_then(|c| c.into_iter().next())
+            .and_then(|c| c.image)
+            .expect("the copying init container's image");
+        DatabasePod {
+            uid: pod.metadata.uid.expect("a pod uid"),
+            copy_image,
+            postmaster_started: psql(bed, ns, "select pg_postmaster_start_time()").await,
+        }
+    }
+}
+
+/// After `helm upgrade` to another operator image, the database pod is the same pod, its
+/// postgres started when it did, and it still runs the old operator's instance manager.
+async fn the_upgrade_restarted_no_database(bed: &TestBed, ns: &str, before: &DatabasePod) {
+    assert_eq!(before.copy_image, release_image(bed));
+    let after = DatabasePod::now(bed, ns).await;
+    assert_eq!(
+        &after, before,
+        "the operator upgrade restarted the database"
+    );
+}
+
+/// `dbop.dev/restartedAt` on the Database rolls its pod onto the new operator's instance
+/// manager: a new postgres start time, and the copying init container runs the new image.
+async fn a_restart_moves_the_database_to_the_new_instance_manager(
+    bed: &TestBed,
+    ns: &str,
+    before: &DatabasePod,
+) {
+    let (ok, _, err) = bed.kubectl(&[
+        "-n",
+        ns,
+        "annotate",
+        "database",
+        "shop",
+        "dbop.dev/restartedAt=2026-12-01T00:00:00Z",
+    ]);
+    assert!(ok, "kubectl annotate: {err}");
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), ns);
+    wait_until("the restarted database pod is Ready", REAL_WAIT, || async {
+        let pod = pods.get("shop-0").await.ok()?;
+        let moved = pod.metadata.uid.as_deref() != Some(before.uid.as_str());
+        let ready = pod
+            .status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        (moved && ready).then_some(())
+    })
+    .await;
+    let after = DatabasePod::now(bed, ns).await;
+    assert_eq!(after.copy_image, NEXT_OPERATOR_IMAGE);
+    assert_ne!(after.postmaster_started, before.postmaster_started);
+}
+
+/// The operator image `helm upgrade` moves to: the debug build's (another image than the
+/// release one the chart installed).
+const NEXT_OPERATOR_IMAGE: &str = "dbop.local/dbop:dev";
 
 /// Upgrading dbop as docs/install.md says: the CRDs first (server-side apply), then `helm
 /// upgrade`. The Deployment rolls; a pod of the new revision takes the Lease; it serves a
@@ -591,6 +669,11 @@ async fn upgrade_the_operator(bed: &TestBed, ns: &str, values: &std::path::Path,
             values.to_str().unwrap(),
             "--set-string",
             "podAnnotations.e2e/revision=2",
+            "--set-string",
+            &format!(
+                "image.tag={}",
+                NEXT_OPERATOR_IMAGE.rsplit_once(':').unwrap().1
+            ),
             "--wait",
             "--timeout",
             "4m",
@@ -630,13 +713,13 @@ async fn upgrade_the_operator(bed: &TestBed, ns: &str, values: &std::path::Path,
     );
 }
 
-/// `kubectl dbop psql shop -- -tAc 'select 6 * 7'` in the real database pod.
-async fn psql_through_the_plugin(bed: &TestBed, ns: &str) {
+/// `kubectl dbop psql shop -- -tAc QUERY` in the real database pod: its output.
+async fn psql(bed: &TestBed, ns: &str, query: &str) -> String {
     let plugin = operator_binary_path().with_file_name("kubectl-dbop");
     let kubectl = bed.dir.join("bin/kubectl");
     let out = wait_until("kubectl dbop psql answers", WAIT, || async {
         let out = tokio::process::Command::new(&plugin)
-            .args(["psql", "shop", "-n", ns, "--", "-tAc", "select 6 * 7"])
+            .args(["psql", "shop", "-n", ns, "--", "-tAc", query])
             .env("KUBECONFIG", &bed.kubeconfig)
             .env("KUBECTL", &kubectl)
             .stdin(std::process::Stdio::null())
@@ -648,7 +731,7 @@ async fn psql_through_the_plugin(bed: &TestBed, ns: &str) {
             .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
     })
     .await;
-    assert_eq!(out.trim(), "42");
+    out.trim().to_string()
 }
 
 /// The release image on the real node: `dbop.local/dbop:<version>`, never the debug `:dev`.

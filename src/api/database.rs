@@ -291,6 +291,11 @@ pub struct DatabaseStatus {
     #[schemars(length(max = 7))]
     pub current_version: Option<String>,
 
+    /// The image every instance runs (the one `currentVersion` is for). dbop's backup,
+    /// verification and preflight Jobs that read this server's data run it too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_image: Option<String>,
+
     /// The version the spec asks for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_version: Option<String>,

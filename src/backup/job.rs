@@ -390,6 +390,26 @@ pub(crate) mod tests {
         );
     }
 
+    /// The pre-upgrade backup of an air-gapped Database runs the mirrored image its server
+    /// runs, not the public repository's tag of the running version.
+    #[test]
+    fn image_is_the_recorded_running_image_in_every_state() {
+        let mut db = with_backup(serde_json::json!({}));
+        db.spec.image = Some("mirror/pg:16.4".into());
+        db.status.as_mut().unwrap().current_image = Some("mirror/pg:16.4".into());
+        db.spec.version = "16.5".into();
+        db.spec.image = Some("mirror/pg:16.5".into());
+        let settings = Settings::default();
+        assert_eq!(
+            running_image(&db, &settings).as_deref(),
+            Some("mirror/pg:16.4")
+        );
+        let job = backup_job(&db, &backup("orders-1"), created(), &settings).unwrap();
+        assert_eq!(container(&job).image.as_deref(), Some("mirror/pg:16.4"));
+        let verify = verify_job(&db, "orders-verify-1", &settings).unwrap();
+        assert_eq!(container(&verify).image.as_deref(), Some("mirror/pg:16.4"));
+    }
+
     #[test]
     fn long_names_are_shortened_deterministically() {
         let long = "a".repeat(200);

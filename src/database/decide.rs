@@ -60,6 +60,8 @@ pub struct Decision {
     pub steps: Steps,
     /// The version every instance runs, once known.
     pub current_version: Option<String>,
+    /// The image they run it from, once known.
+    pub current_image: Option<String>,
     /// When to look again if nothing else happens first.
     pub requeue_after: Duration,
     /// Scheduled backups, history and `BackupHealthy` (None while the Database is blocked:
@@ -145,6 +147,7 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
         .collect(),
         steps,
         current_version: rollout.new_version(&upgrade),
+        current_image: rollout.new_image(&upgrade),
         requeue_after,
         backup: Some(backup),
         bootstrap: init.restored,
@@ -181,6 +184,7 @@ fn blocked(db: &Database, blocker: &Blocker, current_version: Option<String>) ->
         )],
         steps: Steps::default(),
         current_version,
+        current_image: db.status.as_ref().and_then(|s| s.current_image.clone()),
         requeue_after: blocked_requeue(blocker),
         backup: None,
         bootstrap: None,
@@ -220,6 +224,10 @@ struct Rollout {
     already_initialized: bool,
     /// The version the pod template runs.
     template_version: String,
+    /// The image every instance ran when the last rollout settled.
+    current_image: Option<String>,
+    /// The image the pod template runs.
+    template_image: String,
 }
 
 impl Rollout {
@@ -243,6 +251,8 @@ impl Rollout {
             already_initialized: conditions::is_true(&status.conditions, Initialized),
             current_version,
             template_version: upgrade.template.version.clone(),
+            current_image: status.current_image,
+            template_image: upgrade.template.image.clone(),
         }
     }
 
@@ -269,6 +279,25 @@ impl Rollout {
             Some(self.template_version.clone())
         } else {
             self.current_version.clone()
+        }
+    }
+
+    /// The image to record, settled as the version is (`new_version`).
+    fn new_image(&self, upgrade: &UpgradePlan) -> Option<String> {
+        let verified = upgrade
+            .status
+            .as_ref()
+            .is_some_and(|u| u.stage == crate::api::UpgradeStage::Complete);
+        if (verified
+            && upgrade
+                .status
+                .as_ref()
+                .is_some_and(|u| u.to == self.template_version))
+            || (self.settled && !upgrade.active)
+        {
+            Some(self.template_image.clone())
+        } else {
+            self.current_image.clone()
         }
     }
 
@@ -1191,8 +1220,10 @@ mod tests {
         let mut db = with_status(testing::minimal(), Some("16.3"), true);
         db.spec.version = "16.4".into();
         // A new version alone starts the upgrade: current stays, the pods keep the old image.
+        db.status.as_mut().unwrap().current_image = Some("docker.io/library/postgres:16.3".into());
         let d = decide(&db, &facts(), &Settings::default());
         assert_eq!(d.current_version.as_deref(), Some("16.3"));
+        assert_eq!(d.current_image, db.status.as_ref().unwrap().current_image);
         assert_eq!(d.pod_run.image, "docker.io/library/postgres:16.3");
         assert_eq!(cond(&d, Upgrading).reason, "Preflight");
         let started = Utc.timestamp_opt(1000, 0).unwrap();
@@ -1229,6 +1260,7 @@ mod tests {
         };
         let d = decide(&db, &verified, &Settings::default());
         assert_eq!(d.current_version.as_deref(), Some("16.4"));
+        assert_eq!(d.current_image.as_deref(), Some(IMAGE));
         assert_eq!(d.upgrade.as_ref().unwrap().stage, UpgradeStage::Complete);
         assert!(!cond(&d, Upgrading).status);
         // Verified while the StatefulSet's status still lags (current revision not yet the
@@ -1243,6 +1275,10 @@ mod tests {
         verified.upgrade.pods[0].ready = false;
         let d = decide(&db, &verified, &Settings::default());
         assert_eq!(d.current_version.as_deref(), Some("16.3"));
+        assert_eq!(
+            d.current_image.as_deref(),
+            Some("docker.io/library/postgres:16.3")
+        );
         assert_eq!(d.phase, Phase::Upgrading);
     }
 
@@ -1392,6 +1428,8 @@ mod tests {
             upgrading,
             already_initialized: false,
             template_version: "16.4".into(),
+            current_image: None,
+            template_image: "pg:16.4".into(),
         };
         let blocked = InitOutcome::Blocked {
             reason: "InitConfigMapNotFound",

@@ -75,6 +75,7 @@ pub fn next_status(db: &Database, decision: &Decision, now: DateTime<Utc>) -> Da
         ),
         observed_generation: generation,
         current_version: decision.current_version.clone(),
+        current_image: decision.current_image.clone(),
         target_version: Some(db.spec.version.clone()),
         endpoint: Some(Names::of(db).endpoint(&db.namespace_or_default())),
         credentials_secret: Some(secret_name(db)),

@@ -159,10 +159,15 @@ pub fn storage_prefix(db: &Database, spec: &BackupSpec) -> String {
     super::restore_job::storage_prefix(&spec.s3, &db.namespace_or_default(), &db.name())
 }
 
-/// The image of the version the server runs: `spec.image` when it is for that version, else
+/// The image the server runs: the one the status recorded when its rollout settled; for a
+/// status from before that was recorded, `spec.image` when it is for the running version, else
 /// the repository tagged with the running version.
 pub fn running_image(db: &Database, settings: &Settings) -> Option<String> {
-    let current = db.status.as_ref()?.current_version.clone()?;
+    let status = db.status.as_ref()?;
+    if let Some(image) = &status.current_image {
+        return Some(image.clone());
+    }
+    let current = status.current_version.clone()?;
     Some(match &db.spec.image {
         Some(image) if current == db.spec.version => image.clone(),
         _ => settings.postgres_image(&current),
