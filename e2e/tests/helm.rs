@@ -650,8 +650,8 @@ async fn a_restart_moves_the_database_to_the_new_instance_manager(
 const NEXT_OPERATOR_IMAGE: &str = "dbop.local/dbop:dev";
 
 /// Upgrading dbop as docs/install.md says: the CRDs first (server-side apply), then `helm
-/// upgrade`. The Deployment rolls; a pod of the new revision takes the Lease; it serves a
-/// backup asked for with `kubectl dbop backup --wait`.
+/// upgrade` to another operator image. The Deployment rolls; a pod of the new revision takes the
+/// Lease; it serves a backup asked for with `kubectl dbop backup --wait`.
 async fn upgrade_the_operator(bed: &TestBed, ns: &str, values: &std::path::Path, old_holder: &str) {
     let crds = chart().join("crds/dbop.dev.yaml");
     let (ok, _, err) = bed.kubectl(&["apply", "--server-side", "-f", crds.to_str().unwrap()]);
