@@ -326,13 +326,17 @@ fn the_release_image_indexes_both_platforms_with_their_own_binaries() {
 #[test]
 fn check_image_refuses_a_dockerfile_that_disagrees_with_the_index() {
     let dir = scratch("multiarch-check-image");
+    // A copy: the images cache is shared, and another checkout's `images.sh release` replaces
+    // the tarball when its binaries differ.
+    let image = dir.join("release.tar");
+    std::fs::copy(release_image(), &image).unwrap();
     let dockerfile = std::fs::read_to_string(workspace_root().join("Dockerfile")).unwrap();
     let check = |text: &str| {
         let path = dir.join("Dockerfile");
         std::fs::write(&path, text).unwrap();
         let out = run({
             let mut c = Command::new(workspace_root().join("e2e/testbed/check-image.sh"));
-            c.arg(release_image()).arg(&path);
+            c.arg(&image).arg(&path);
             c
         });
         (
