@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1.7
 #
 # One image, three static binaries (musl: they run in any operand image, Debian or Alpine,
-# old or new glibc):
+# old or new glibc), for linux/amd64 and linux/arm64:
 #   /usr/local/bin/dbop           the operator (the entrypoint: `dbop run`, `dbop crd`)
 #   /usr/local/bin/dbop-instance  the instance manager: database pods copy it with an init
 #                                 container (`cp /usr/local/bin/dbop-instance /dbop/…`, uid 999)
@@ -9,7 +9,12 @@
 #   /usr/local/bin/dbop-backup    the backup agent, copied into backup Jobs the same way
 # The paths are a contract (src/resources/pod.rs). See docs/operand-images.md.
 #
-# Build: docker build -t dbop:0.1.0 .
+# One image index for linux/amd64 and linux/arm64 (DBOP_ARCHES below):
+#   docker buildx build --platform linux/amd64,linux/arm64 -t registry.example/dbop:0.1.0 --push .
+# The build stage runs once, on the build host's platform ($BUILDPLATFORM: cross-compiling, never
+# emulating), and `make static` builds both architectures in one cargo run; each platform's final
+# stage copies its own binaries (/out/$TARGETARCH). `docker build -t dbop:0.1.0 .` builds the
+# host's platform only.
 # Without Docker: `make static && e2e/testbed/images.sh release` builds the same image as an OCI
 # tarball; e2e/testbed/check-image.sh (run by it, and by e2e/tests/helm.rs) fails when the two
 # disagree (files, owners, modes, static binaries, USER, ENTRYPOINT, CMD): keep them in step.
@@ -20,16 +25,26 @@ ARG RUST_IMAGE=rust:1-bookworm
 ARG RUNTIME_IMAGE=gcr.io/distroless/static-debian12:nonroot
 
 # ---------------------------------------------------------------------------------------------
-# Build stage: the same static build as `make static` (x86_64-unknown-linux-musl; musl-gcc
-# compiles the C parts: ring, zstd).
-FROM ${RUST_IMAGE} AS build
+# Build stage: the same static build as `make static` (x86_64- and aarch64-unknown-linux-musl;
+# Debian's <arch>-linux-musl-gcc compile the C parts: ring, zstd), on the build host's platform.
+# It uses no TARGETARCH, so BuildKit runs it once for both platforms.
+FROM --platform=$BUILDPLATFORM ${RUST_IMAGE} AS build
 
-# busybox-static: a statically linked `cp` for the runtime image, which has no coreutils (the
-# init containers that copy dbop's binaries into pods run `cp`).
-RUN apt-get update \
- && apt-get install -y --no-install-recommends busybox-static file make musl-tools \
- && rm -rf /var/lib/apt/lists/* \
- && rustup target add x86_64-unknown-linux-musl
+# Debian's names, which are Docker's TARGETARCH (check-image.sh compares this list with the index
+# images.sh release writes).
+ARG DBOP_ARCHES="amd64 arm64"
+# musl-dev of each architecture: its musl-gcc wrapper and headers, and (for the foreign one) its
+# cross gcc. busybox-static of each: a statically linked `cp` for the runtime image, which has no
+# coreutils (the init containers that copy dbop's binaries into pods run `cp`).
+RUN native="$(dpkg --print-architecture)" \
+ && for a in $DBOP_ARCHES; do [ "$a" = "$native" ] || dpkg --add-architecture "$a"; done \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends file make $(for a in $DBOP_ARCHES; do echo "musl-dev:$a"; done) \
+ && mkdir -p /busybox && cd /busybox \
+ && apt-get download $(for a in $DBOP_ARCHES; do echo "busybox-static:$a"; done) \
+ && for a in $DBOP_ARCHES; do mkdir -p "$a" && dpkg-deb -x busybox-static_*_"$a".deb "$a"; done \
+ && rm -rf /var/lib/apt/lists/* /busybox/*.deb \
+ && rustup target add x86_64-unknown-linux-musl aarch64-unknown-linux-musl
 
 WORKDIR /src
 # The whole workspace (every member manifest is needed for --locked, even e2e's);
@@ -41,17 +56,20 @@ COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,target=/usr/local/cargo/git,sharing=locked \
     --mount=type=cache,target=/src/target,sharing=locked \
-    make static CARGO=cargo \
- && mkdir -p /out \
- && cp target/x86_64-unknown-linux-musl/release/dbop \
-       target/x86_64-unknown-linux-musl/release/dbop-backup \
-       target/x86_64-unknown-linux-musl/release/dbop-instance /out/ \
- && cp /bin/busybox /out/cp
+    triple() { case "$1" in amd64) echo x86_64-unknown-linux-musl ;; arm64) echo aarch64-unknown-linux-musl ;; esac; } \
+ && make static CARGO=cargo STATIC_TARGETS="$(for a in $DBOP_ARCHES; do printf '%s ' "$(triple "$a")"; done)" \
+ && for a in $DBOP_ARCHES; do \
+      t="$(triple "$a")" && mkdir -p "/out/$a" \
+      && cp "target/$t/release/dbop" "target/$t/release/dbop-backup" "target/$t/release/dbop-instance" "/out/$a/" \
+      && cp "/busybox/$a/bin/busybox" "/out/$a/cp" || exit 1; \
+    done
 
 # ---------------------------------------------------------------------------------------------
 # Runtime stage: distroless static (CA certificates, no libc, no shell, no package manager).
 FROM ${RUNTIME_IMAGE}
 
+# Set by BuildKit to the platform being built (amd64, arm64).
+ARG TARGETARCH
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 LABEL org.opencontainers.image.title="dbop" \
@@ -63,11 +81,11 @@ LABEL org.opencontainers.image.title="dbop" \
 
 # Owned by root, world-readable and executable: the operator runs as 65532, the init
 # containers that copy the binaries as 999, and neither may modify them.
-COPY --from=build --chown=0:0 --chmod=0755 /out/dbop /usr/local/bin/dbop
-COPY --from=build --chown=0:0 --chmod=0755 /out/dbop-instance /usr/local/bin/dbop-instance
-COPY --from=build --chown=0:0 --chmod=0755 /out/dbop-backup /usr/local/bin/dbop-backup
+COPY --from=build --chown=0:0 --chmod=0755 /out/${TARGETARCH}/dbop /usr/local/bin/dbop
+COPY --from=build --chown=0:0 --chmod=0755 /out/${TARGETARCH}/dbop-instance /usr/local/bin/dbop-instance
+COPY --from=build --chown=0:0 --chmod=0755 /out/${TARGETARCH}/dbop-backup /usr/local/bin/dbop-backup
 # busybox runs the applet named by argv[0]: installed as `cp`, it is `cp`.
-COPY --from=build --chown=0:0 --chmod=0755 /out/cp /usr/bin/cp
+COPY --from=build --chown=0:0 --chmod=0755 /out/${TARGETARCH}/cp /usr/bin/cp
 
 # distroless's `nonroot` user; numeric so that runAsNonRoot can verify it.
 USER 65532:65532

@@ -6,7 +6,21 @@ CARGO ?= cargo
 TESTBED_DIR ?= $(CURDIR)/.testbed
 export DBOP_TESTBED_DIR := $(TESTBED_DIR)
 
+# The static binaries are built for both targets in one cargo invocation (build scripts and proc
+# macros compile once, for the host). The C parts (ring, zstd) compile with Debian's musl wrappers
+# <arch>-linux-musl-gcc (musl-dev:amd64 and musl-dev:arm64: the arch's gcc with musl's headers),
+# and the arch's gcc links against Rust's own musl (self-contained). The same names work on an
+# x86_64 and an aarch64 build host (the native gcc for one, Debian's cross gcc for the other).
 MUSL_TARGET := x86_64-unknown-linux-musl
+ARM_MUSL_TARGET := aarch64-unknown-linux-musl
+STATIC_TARGETS := $(MUSL_TARGET) $(ARM_MUSL_TARGET)
+STATIC_TOOLS := x86_64-linux-musl-gcc x86_64-linux-gnu-gcc x86_64-linux-gnu-ar aarch64-linux-musl-gcc aarch64-linux-gnu-gcc aarch64-linux-gnu-ar
+export CC_x86_64_unknown_linux_musl := x86_64-linux-musl-gcc
+export AR_x86_64_unknown_linux_musl := x86_64-linux-gnu-ar
+export CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_LINKER := x86_64-linux-gnu-gcc
+export CC_aarch64_unknown_linux_musl := aarch64-linux-musl-gcc
+export AR_aarch64_unknown_linux_musl := aarch64-linux-gnu-ar
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER := aarch64-linux-gnu-gcc
 
 # Each step of `make test` (and of .ci/run) appends its time here (e2e/timed.sh); the table at the
 # end of `make test` is printed from it (e2e/times.sh).
@@ -28,15 +42,20 @@ help: ## list the targets
 build: ## build the binaries (release)
 	$(CARGO) build --release --bins
 
-static: ## build dbop, dbop-backup and dbop-instance static (musl, release) into target/x86_64-unknown-linux-musl/release
-	@rustup target list --installed 2>/dev/null | grep -qx $(MUSL_TARGET) && command -v musl-gcc >/dev/null || \
-	  { echo "make static needs the $(MUSL_TARGET) target and musl-gcc: rustup target add $(MUSL_TARGET); apt-get install musl-tools"; exit 1; }
-	CC_x86_64_unknown_linux_musl=musl-gcc $(CARGO) build --release --locked --target $(MUSL_TARGET) -p dbop -p dbop-backup -p dbop-instance --bins
-	@for b in $(STATIC_BINS); do \
-	  f=target/$(MUSL_TARGET)/release/$$b; \
+static: ## build dbop, dbop-backup and dbop-instance static (musl, release) for x86_64 and aarch64 into target/<x86_64|aarch64>-unknown-linux-musl/release
+	@missing=; for t in $(STATIC_TARGETS); do rustup target list --installed 2>/dev/null | grep -qx $$t || missing="$$missing rustup-target:$$t"; done; \
+	  for c in $(STATIC_TOOLS); do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
+	  [ -z "$$missing" ] || { echo "make static is missing:$$missing"; \
+	    echo "  rustup target add $(STATIC_TARGETS)"; \
+	    echo "  dpkg --add-architecture arm64 && apt-get update && apt-get install musl-dev musl-dev:arm64 (on an aarch64 host: amd64, musl-dev:amd64; e2e/testbed/install-deps.sh does this)"; exit 1; }
+	$(CARGO) build --release --locked $(addprefix --target ,$(STATIC_TARGETS)) -p dbop -p dbop-backup -p dbop-instance --bins
+	@for t in $(STATIC_TARGETS); do for b in $(STATIC_BINS); do \
+	  f=$${CARGO_TARGET_DIR:-target}/$$t/release/$$b; \
 	  file -L $$f | grep -Eq 'statically linked|static-pie linked' || { echo "$$f is not static: $$(file -L $$f)"; exit 1; }; \
-	  echo "$$f: static"; \
-	done
+	  case $$t in x86_64-*) arch=x86-64 ;; aarch64-*) arch='ARM aarch64' ;; esac; \
+	  file -L $$f | grep -q "$$arch" || { echo "$$f is not $$arch: $$(file -L $$f)"; exit 1; }; \
+	  echo "$$f: static, $$arch"; \
+	done; done
 
 plugin: ## install the kubectl plugin (`kubectl dbop ...`) as kubectl-dbop into cargo's bin directory (~/.cargo/bin)
 	$(CARGO) install --locked --path . --bin kubectl-dbop
@@ -80,7 +99,7 @@ E2E_REAL_NODE_JOBS ?= 2
 build-tests: ## compile everything `make test` runs, so that it only runs (CI builds this beside the test bed)
 	$(TIMED) "build: debug, all targets" $(CARGO) build --locked --workspace --all-targets
 	$(TIMED) "build: clippy" $(CARGO) clippy --locked --workspace --all-targets -- -D warnings
-	$(TIMED) "build: static (musl, release)" $(MAKE) --no-print-directory static
+	$(TIMED) "build: static (musl, release, x86_64 + aarch64)" $(MAKE) --no-print-directory static
 
 test-e2e: ## end-to-end suites against the local control plane, side by side (brings it up and down; checks that down leaves nothing behind)
 	$(TIMED) "e2e: build" $(CARGO) build --locked --workspace --all-targets

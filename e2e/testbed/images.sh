@@ -19,8 +19,9 @@
 #                              <repo>/target/release) that has it, with their shared libraries, and
 #                              `cp` (the init containers copy the binaries into pods with it)
 #
-#   dbop.local/dbop:<version>  `release` only (never by default): the Dockerfile's image from the static
-#                              binaries of `make static` (build_release below)
+#   dbop.local/dbop:<version>  `release` only (never by default): the Dockerfile's image, an index of
+#                              linux/amd64 and linux/arm64, from the static binaries of `make static`
+#                              (build_release below)
 #
 # Usage: images.sh [postgres] [s3s-fs] [socat] [pause] [dbop] [release]   (default: all but release;
 # dbop only when its binaries exist)
@@ -36,18 +37,18 @@ SELF_HASH="$(sha256sum "$TESTBED_SRC/images.sh" | cut -c1-64)"
 WORK="$(mktemp -d "$IMAGES/.work.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 
-# oci_image ref rootfs out config-json: writes an OCI image layout tarball of one layer.
-oci_image() {
-  local ref="$1" rootfs="$2" out="$3" cfg="$4" d="$WORK/oci" t0 diffid ldig lsize cdig csize mdig msize
-  t0=$(date +%s.%N)
-  rm -rf "$d"; mkdir -p "$d/blobs/sha256"
+# oci_manifest dir rootfs config-json arch: writes the layer, config and manifest blobs of one image
+# into the layout dir and prints the manifest's descriptor (JSON).
+oci_manifest() {
+  local d="$1" rootfs="$2" cfg="$3" arch="$4" diffid ldig lsize cdig csize mdig msize
+  mkdir -p "$d/blobs/sha256"
   tar -C "$rootfs" --sort=name --mtime=@0 --numeric-owner --xattrs-exclude='*' -cf "$d/layer.tar" .
   diffid="$(sha256sum < "$d/layer.tar" | cut -d' ' -f1)"
   gzip -n -1 "$d/layer.tar"
   ldig="$(sha256sum < "$d/layer.tar.gz" | cut -d' ' -f1)"; lsize=$(stat -c %s "$d/layer.tar.gz")
   mv "$d/layer.tar.gz" "$d/blobs/sha256/$ldig"
-  jq -cn --argjson c "$cfg" --arg diff "sha256:$diffid" \
-    '{architecture:"amd64", os:"linux", config:$c, rootfs:{type:"layers", diff_ids:[$diff]}}' > "$d/config.json"
+  jq -cn --argjson c "$cfg" --arg diff "sha256:$diffid" --arg arch "$arch" \
+    '{architecture:$arch, os:"linux", config:$c, rootfs:{type:"layers", diff_ids:[$diff]}}' > "$d/config.json"
   cdig="$(sha256sum < "$d/config.json" | cut -d' ' -f1)"; csize=$(stat -c %s "$d/config.json")
   mv "$d/config.json" "$d/blobs/sha256/$cdig"
   jq -cn --arg cd "sha256:$cdig" --argjson cs "$csize" --arg ld "sha256:$ldig" --argjson ls "$lsize" \
@@ -56,16 +57,45 @@ oci_image() {
       layers:[{mediaType:"application/vnd.oci.image.layer.v1.tar+gzip", digest:$ld, size:$ls}]}' > "$d/manifest.json"
   mdig="$(sha256sum < "$d/manifest.json" | cut -d' ' -f1)"; msize=$(stat -c %s "$d/manifest.json")
   mv "$d/manifest.json" "$d/blobs/sha256/$mdig"
-  jq -cn --arg md "sha256:$mdig" --argjson ms "$msize" --arg ref "$ref" --arg tag "${ref##*:}" \
+  jq -cn --arg md "sha256:$mdig" --argjson ms "$msize" '{mediaType:"application/vnd.oci.image.manifest.v1+json", digest:$md, size:$ms}'
+}
+# oci_layout ref dir out descriptor t0: index.json naming the image (the descriptor of a manifest or
+# of an image index), then the tarball; older builds of the same image are removed.
+oci_layout() {
+  local ref="$1" d="$2" out="$3" desc="$4" t0="$5"
+  jq -cn --argjson desc "$desc" --arg ref "$ref" --arg tag "${ref##*:}" \
     '{schemaVersion:2, mediaType:"application/vnd.oci.image.index.v1+json",
-      manifests:[{mediaType:"application/vnd.oci.image.manifest.v1+json", digest:$md, size:$ms,
-                  annotations:{"io.containerd.image.name":$ref, "org.opencontainers.image.ref.name":$tag}}]}' > "$d/index.json"
+      manifests:[$desc + {annotations:{"io.containerd.image.name":$ref, "org.opencontainers.image.ref.name":$tag}}]}' > "$d/index.json"
   echo '{"imageLayoutVersion":"1.0.0"}' > "$d/oci-layout"
   tar -C "$d" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf "$out.tmp" oci-layout index.json blobs
   mv -f "$out.tmp" "$out"
   # Older builds of the same image (other inputs) are of no use any more.
   find "$IMAGES" -maxdepth 1 -type f -name "$(sed 's/-[0-9a-f]\{12\}\.tar$/-*.tar/' <<<"${out##*/}")" ! -name "${out##*/}" -delete
   log "image $ref: $(du -h "$out" | cut -f1) in $(elapsed "$t0")s"
+}
+# oci_image ref rootfs out config-json: writes an OCI image layout tarball of one layer (amd64).
+oci_image() {
+  local ref="$1" rootfs="$2" out="$3" cfg="$4" d="$WORK/oci" t0 desc
+  t0=$(date +%s.%N)
+  rm -rf "$d"; mkdir -p "$d"
+  desc="$(oci_manifest "$d" "$rootfs" "$cfg" amd64)"
+  oci_layout "$ref" "$d" "$out" "$desc" "$t0"
+}
+# oci_multiarch_image ref out config-json arch=rootfs...: one image per architecture (linux), under
+# an image index that names each platform, as `docker buildx build --platform …` writes it.
+oci_multiarch_image() {
+  local ref="$1" out="$2" cfg="$3" d="$WORK/oci" t0 arch rootfs descs=() idig isize; shift 3
+  t0=$(date +%s.%N)
+  rm -rf "$d"; mkdir -p "$d"
+  for arch in "$@"; do
+    rootfs="${arch#*=}"; arch="${arch%%=*}"
+    descs+=("$(oci_manifest "$d" "$rootfs" "$cfg" "$arch" | jq -c --arg a "$arch" '. + {platform:{architecture:$a, os:"linux"}}')")
+  done
+  printf '%s\n' "${descs[@]}" | jq -cs '{schemaVersion:2, mediaType:"application/vnd.oci.image.index.v1+json", manifests:.}' > "$d/image-index.json"
+  idig="$(sha256sum < "$d/image-index.json" | cut -d' ' -f1)"; isize=$(stat -c %s "$d/image-index.json")
+  mv "$d/image-index.json" "$d/blobs/sha256/$idig"
+  oci_layout "$ref" "$d" "$out" "$(jq -cn --arg id "sha256:$idig" --argjson is "$isize" \
+    '{mediaType:"application/vnd.oci.image.index.v1+json", digest:$id, size:$is}')" "$t0"
 }
 
 # The shared libraries a dynamically linked binary needs, with the loader (for images of host binaries).
@@ -229,39 +259,68 @@ build_dbop() {
 }
 
 # --- dbop's release image -----------------------------------------------------------------------
-# What the Dockerfile describes, without Docker: the static binaries of `make static`
-# (DBOP_RELEASE_BIN_DIR, default target/x86_64-unknown-linux-musl/release) in /usr/local/bin,
-# root-owned 0755, busybox's static `cp` at /usr/bin/cp, a passwd with distroless's nonroot
-# (65532), the CA bundle; user 65532:65532, entrypoint dbop, command `run`. check-image.sh then
-# compares it with the Dockerfile (paths, owners, modes, static binaries, user, entrypoint, cmd).
+# What the Dockerfile describes, without Docker: an image index of linux/amd64 and linux/arm64 (the
+# Dockerfile's DBOP_ARCHES), each image with its architecture's static binaries of `make static`
+# in /usr/local/bin, root-owned 0755, busybox's static `cp` at /usr/bin/cp (the host's for amd64,
+# busybox-static:arm64's for arm64), a passwd with distroless's nonroot (65532), the CA bundle;
+# user 65532:65532, entrypoint dbop, command `run`. check-image.sh then compares it with the
+# Dockerfile (platforms, paths, owners, modes, static binaries of the right architecture, user,
+# entrypoint, cmd). DBOP_RELEASE_BIN_DIR is the amd64 binaries' directory (default
+# target/x86_64-unknown-linux-musl/release), DBOP_RELEASE_ARM64_BIN_DIR the arm64 ones' (default:
+# aarch64-unknown-linux-musl/release beside it).
+release_bins() { # dir -> the three binaries' paths, each checked static
+  local b
+  for b in dbop dbop-backup dbop-instance; do
+    [[ -x "$1/$b" ]] || die "no $1/$b: run make static first (or set DBOP_RELEASE_BIN_DIR / DBOP_RELEASE_ARM64_BIN_DIR)"
+    file -L "$1/$b" | grep -Eq 'statically linked|static-pie linked' || die "$1/$b is not static: $(file -L "$1/$b")"
+    echo "$1/$b"
+  done
+}
+arm64_busybox() { # -> busybox-static:arm64's busybox, extracted once into the images cache
+  local ver deb dir
+  ver="$(apt-cache show --no-all-versions busybox-static:arm64 2>/dev/null | sed -n 's/^Version: //p')"
+  [[ -n "$ver" ]] || die "no busybox-static:arm64 in apt (dpkg --add-architecture arm64 && apt-get update; e2e/testbed/install-deps.sh)"
+  dir="$IMAGES/busybox-static-arm64-${ver//[^A-Za-z0-9.+-]/_}"
+  if [[ ! -x "$dir/bin/busybox" ]]; then
+    (cd "$WORK" && apt-get download -q "busybox-static:arm64=$ver" >/dev/null 2>"$WORK/apt.log") ||
+      die "apt-get download busybox-static:arm64 failed: $(tail -n 3 "$WORK/apt.log")"
+    deb="$(echo "$WORK"/busybox-static_*_arm64.deb)"
+    rm -rf "$dir.tmp"; dpkg-deb -x "$deb" "$dir.tmp" && mv "$dir.tmp" "$dir"
+  fi
+  echo "$dir/bin/busybox"
+}
+release_rootfs() { # root cp-binary binary... : the release image's files
+  local root="$1" cp_bin="$2" b; shift 2
+  mkdir -p "$root/etc/ssl/certs" "$root/tmp" "$root/home/nonroot" "$root/usr/local/bin" "$root/usr/bin"
+  chmod 1777 "$root/tmp"
+  chown 65532:65532 "$root/home/nonroot"
+  printf 'root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' > "$root/etc/passwd"
+  printf 'root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n' > "$root/etc/group"
+  cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
+  for b in "$@"; do install -o 0 -g 0 -m 0755 "$b" "$root/usr/local/bin/"; done
+  install -o 0 -g 0 -m 0755 "$cp_bin" "$root/usr/bin/cp"
+}
 build_release() {
-  local dir="${DBOP_RELEASE_BIN_DIR:-$REPO_ROOT/target/x86_64-unknown-linux-musl/release}"
-  local version ref bins=() key out root b busybox=/bin/busybox
+  local amd64="${DBOP_RELEASE_BIN_DIR:-$REPO_ROOT/target/x86_64-unknown-linux-musl/release}" arm64
+  local version ref amd64_bins arm64_bins key out busybox=/bin/busybox arm64_busybox
+  arm64="${DBOP_RELEASE_ARM64_BIN_DIR:-$(dirname "$(dirname "$amd64")")/aarch64-unknown-linux-musl/release}"
   version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO_ROOT/Cargo.toml" | head -n 1)"
   ref="dbop.local/dbop:$version"
-  for b in dbop dbop-backup dbop-instance; do
-    [[ -x "$dir/$b" ]] || die "no $dir/$b: run make static first (or set DBOP_RELEASE_BIN_DIR)"
-    file -L "$dir/$b" | grep -Eq 'statically linked|static-pie linked' || die "$dir/$b is not static: $(file -L "$dir/$b")"
-    bins+=("$dir/$b")
-  done
+  mapfile -t amd64_bins < <(release_bins "$amd64"); ((${#amd64_bins[@]} == 3)) || exit 1
+  mapfile -t arm64_bins < <(release_bins "$arm64"); ((${#arm64_bins[@]} == 3)) || exit 1
   [[ -x "$busybox" ]] || die "no $busybox: e2e/testbed/install-deps.sh installs busybox-static"
-  key="$( { echo "$SELF_HASH"; sha256sum "${bins[@]}" "$busybox" /etc/ssl/certs/ca-certificates.crt | cut -c1-64; } | sha256sum | cut -c1-12)"
+  arm64_busybox="$(arm64_busybox)" || exit 1
+  key="$( { echo "$SELF_HASH"; sha256sum "${amd64_bins[@]}" "${arm64_bins[@]}" "$busybox" "$arm64_busybox" /etc/ssl/certs/ca-certificates.crt | cut -c1-64; } | sha256sum | cut -c1-12)"
   out="$IMAGES/dbop-release-$key.tar"
   if [[ ! -f "$out" ]]; then
-    root="$WORK/rootfs-release"
-    mkdir -p "$root/etc/ssl/certs" "$root/tmp" "$root/home/nonroot" "$root/usr/local/bin" "$root/usr/bin"
-    chmod 1777 "$root/tmp"
-    chown 65532:65532 "$root/home/nonroot"
-    printf 'root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' > "$root/etc/passwd"
-    printf 'root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n' > "$root/etc/group"
-    cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
-    for b in "${bins[@]}"; do install -o 0 -g 0 -m 0755 "$b" "$root/usr/local/bin/"; done
-    install -o 0 -g 0 -m 0755 "$busybox" "$root/usr/bin/cp"
-    oci_image "$ref" "$root" "$out" "$(jq -cn --arg v "$version" '{
+    release_rootfs "$WORK/rootfs-release-amd64" "$busybox" "${amd64_bins[@]}"
+    release_rootfs "$WORK/rootfs-release-arm64" "$arm64_busybox" "${arm64_bins[@]}"
+    oci_multiarch_image "$ref" "$out" "$(jq -cn --arg v "$version" '{
       User: "65532:65532", Entrypoint: ["/usr/local/bin/dbop"], Cmd: ["run"],
       Env: ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"],
       Labels: {"org.opencontainers.image.title": "dbop", "org.opencontainers.image.version": $v,
-               "org.opencontainers.image.licenses": "Apache-2.0"}}')"
+               "org.opencontainers.image.licenses": "Apache-2.0"}}')" \
+      amd64="$WORK/rootfs-release-amd64" arm64="$WORK/rootfs-release-arm64"
   fi
   "$TESTBED_SRC/check-image.sh" "$out" >&2 || die "the release image $out does not match the Dockerfile"
   echo "$ref $out"

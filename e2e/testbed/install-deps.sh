@@ -23,15 +23,24 @@ command -v socat >/dev/null || need+=(socat) # the TLS front image of the data-p
 [[ -x /bin/busybox ]] || need+=(busybox-static)
 command -v file >/dev/null || need+=(file)
 command -v promtool >/dev/null || need+=(prometheus) # promtool: e2e/tests/alerts.rs tests the chart's alerts
-if ((${#need[@]} == 0)); then
-  echo "[testbed] install-deps: everything present (openssl, curl, ss, flock, setsid, git, runc, CNI plugins, iptables, conntrack, jq, socat, busybox-static, file, promtool)"
+# make static builds for x86_64 and aarch64 (musl): Debian's musl wrappers of both architectures
+# (musl-dev:arm64 pulls the aarch64 cross gcc); images.sh release takes busybox-static:arm64's
+# `cp` for the arm64 image (apt-get download: needs the arm64 architecture); e2e/multiarch.sh runs
+# the aarch64 binaries with qemu-aarch64-static (user-mode emulation, no binfmt needed).
+command -v x86_64-linux-musl-gcc >/dev/null || need+=(musl-dev)
+command -v aarch64-linux-musl-gcc >/dev/null || need+=(musl-dev:arm64)
+command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
+dpkg --print-foreign-architectures | grep -qx arm64 || add_arm64=1
+if ((${#need[@]} == 0)) && [[ -z "${add_arm64:-}" ]]; then
+  echo "[testbed] install-deps: everything present (openssl, curl, ss, flock, setsid, git, runc, CNI plugins, iptables, conntrack, jq, socat, busybox-static, file, promtool, musl-dev amd64 and arm64, qemu-user-static)"
   exit 0
 fi
 if [[ $(id -u) -ne 0 ]]; then
-  echo "[testbed] install-deps: missing ${need[*]}; run as root: apt-get install -y ${need[*]}" >&2
+  echo "[testbed] install-deps: missing ${need[*]}${add_arm64:+ and the arm64 architecture}; run as root:${add_arm64:+ dpkg --add-architecture arm64 && apt-get update &&} apt-get install -y ${need[*]}" >&2
   exit 1
 fi
 export DEBIAN_FRONTEND=noninteractive
+[[ -z "${add_arm64:-}" ]] || dpkg --add-architecture arm64
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${need[@]}"
 echo "[testbed] install-deps: installed ${need[*]}"
