@@ -372,29 +372,31 @@ mod tests {
     #[test]
     fn a_crash_looping_pod_names_its_instance_failure() {
         let message = InstanceFailure::NoUserEntry.message("uid 5 has no entry");
-        let pod = |state: serde_json::Value| -> Pod {
+        let pod = |state: serde_json::Value, last: serde_json::Value| -> Pod {
             serde_json::from_value(serde_json::json!({
                 "metadata": {"name": "orders-0"},
                 "status": {"containerStatuses": [{
                     "name": "postgres", "image": "i", "imageID": "", "ready": false,
-                    "restartCount": 3, "state": state.clone(), "lastState": state
+                    "restartCount": 3, "state": state, "lastState": last
                 }]}
             }))
             .unwrap()
         };
-        let crashed = pod(serde_json::json!({"terminated": {"exitCode": 1, "message": message}}));
-        assert_eq!(
-            instance_failure_fact(&crashed),
-            Some(InstanceFailureFact {
-                pod: "orders-0".into(),
-                failure: InstanceFailure::NoUserEntry,
-                message: "uid 5 has no entry".into(),
-            })
-        );
-        let other =
-            pod(serde_json::json!({"terminated": {"exitCode": 1, "message": "initdb failed"}}));
+        let terminated = |m: &str| serde_json::json!({"terminated": {"exitCode": 1, "message": m}});
+        let backoff = serde_json::json!({"waiting": {"reason": "CrashLoopBackOff"}});
+        let fact = Some(InstanceFailureFact {
+            pod: "orders-0".into(),
+            failure: InstanceFailure::NoUserEntry,
+            message: "uid 5 has no entry".into(),
+        });
+        // Just exited, and waiting to restart (then the last state holds the message).
+        let crashed = pod(terminated(&message), serde_json::json!({}));
+        assert_eq!(instance_failure_fact(&crashed), fact);
+        let waiting = pod(backoff.clone(), terminated(&message));
+        assert_eq!(instance_failure_fact(&waiting), fact);
+        let other = pod(backoff, terminated("initdb failed"));
         assert_eq!(instance_failure_fact(&other), None);
-        let running = pod(serde_json::json!({"running": {}}));
+        let running = pod(serde_json::json!({"running": {}}), serde_json::json!({}));
         assert_eq!(instance_failure_fact(&running), None);
         assert_eq!(instance_failure_fact(&Pod::default()), None);
     }
