@@ -15,4 +15,4 @@ pub mod units;
 #[cfg(feature = "test-support")]
 pub mod test_support;
 
-pub use result::{BackupResult, Operation, Outcome, parse_termination_message};
+pub use result::{BackupResult, InstanceFailure, Operation, Outcome, parse_termination_message};

@@ -138,6 +138,40 @@ pub fn parse_termination_message(message: &str) -> Option<BackupResult> {
         .find_map(|l| serde_json::from_str::<BackupResult>(l).ok())
 }
 
+/// Why the instance manager stopped before its server ran, when the operator can tell the user
+/// what to change: the first word of the database container's termination message, as
+/// `<label>: <message>` (other fatal errors are plain text).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstanceFailure {
+    /// The container's uid has no passwd entry and the image no nss_wrapper to give it one.
+    NoUserEntry,
+}
+
+impl InstanceFailure {
+    pub const ALL: [InstanceFailure; 1] = [InstanceFailure::NoUserEntry];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            InstanceFailure::NoUserEntry => "no-user-entry",
+        }
+    }
+
+    /// The termination message: the label, then the message.
+    pub fn message(self, message: &str) -> String {
+        format!("{}: {message}", self.label())
+    }
+
+    /// The failure a termination message names, with the rest of its first line.
+    pub fn parse(termination_message: &str) -> Option<(InstanceFailure, &str)> {
+        let first = termination_message.lines().next()?;
+        let (label, rest) = first.split_once(": ")?;
+        Self::ALL
+            .into_iter()
+            .find(|f| f.label() == label)
+            .map(|f| (f, rest))
+    }
+}
+
 /// RFC 3339 with whole seconds and `Z`, e.g. `2025-01-31T02:00:00Z`.
 pub fn format_time(t: &DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
@@ -257,6 +291,25 @@ mod tests {
         assert_eq!(minimal.message.as_deref(), Some("x"));
         for garbage in ["", "panic", "{not json", "{}", r#"{"sizeBytes": -1}"#] {
             assert_eq!(parse_termination_message(garbage), None, "{garbage}");
+        }
+    }
+
+    #[test]
+    fn instance_failures_read_back() {
+        for f in InstanceFailure::ALL {
+            let line = f.message("uid 5 has no entry");
+            assert_eq!(
+                InstanceFailure::parse(&line),
+                Some((f, "uid 5 has no entry"))
+            );
+        }
+        for other in [
+            "",
+            "initdb failed (exit status: 1)",
+            "no-user-entry",
+            "x: no-user-entry: y",
+        ] {
+            assert_eq!(InstanceFailure::parse(other), None, "{other}");
         }
     }
 

@@ -9,7 +9,12 @@
 #                              PostgreSQL from Debian 12's packages (POSTGRES_DEBIAN_VERSIONS in
 #                              versions.env), the official images' layout: /usr/lib/postgresql/15/bin
 #                              on PATH, user postgres uid/gid 999, PGDATA /var/lib/postgresql/data;
-#                              no entrypoint script (dbop's dbop-instance is the entrypoint).
+#                              no entrypoint script (dbop's dbop-instance is the entrypoint);
+#                              libnss-wrapper, as the official Debian images have it.
+#   dbop.local/cloudnative-pg/postgresql:15.18, dbop.local/alpine/postgres:15.18-alpine
+#                              the first version's rootfs again with postgres as uid/gid 26
+#                              (CloudNativePG's) and 70 (Alpine's, without libnss_wrapper.so):
+#                              operand images whose user is not 999 (e2e/tests/operand_images.rs)
 #   dbop.local/s3s-fs:<v>      the S3 server s3s-fs (from PATH or ~/.cargo/bin) and its shared libraries
 #   dbop.local/socat:<v>       socat (Debian's, from the host) and its shared libraries: a TLS front
 #                              for s3s-fs in the data-plane suite
@@ -128,12 +133,15 @@ PG_EXCLUDE=' adduser cdebconf debconf dpkg install-info libdebian-installer4 lib
   postgresql-common postgresql-client-common ssl-cert sysvinit-utils ucf lsb-base passwd libsemanage-common
   libsemanage2 libsepol2 libelogind0 '
 PG_CLOSURE=()
+# amd64 only, whatever foreign architectures the host's dpkg has (with arm64 added, the closure
+# names `…:arm64` packages and the image gets arm64 psql and pg_isready).
+APT_ARCH=(-o 'APT::Architectures::=amd64')
 pg_packages() { # debian-version -> "name=version" lines (pinned server, client and libpq)
   local v="$1" p
   if ((${#PG_CLOSURE[@]} == 0)); then # (the names are the same for every version: resolve once)
-    mapfile -t PG_CLOSURE < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
+    mapfile -t PG_CLOSURE < <(apt-cache "${APT_ARCH[@]}" depends --recurse --no-recommends --no-suggests --no-conflicts \
         --no-breaks --no-replaces --no-enhances --no-pre-depends \
-        postgresql-15 bash dash coreutils libc-bin grep sed findutils procps 2>/dev/null | grep -v '^[ <]' | sort -u)
+        postgresql-15 libnss-wrapper bash dash coreutils libc-bin grep sed findutils procps 2>/dev/null | grep -v '^[ <]' | sort -u)
   fi
   for p in "${PG_CLOSURE[@]}"; do
     [[ "$PG_EXCLUDE" == *" $p "* ]] && continue
@@ -143,20 +151,46 @@ pg_packages() { # debian-version -> "name=version" lines (pinned server, client 
     esac
   done
 }
+# postgres_config minor: the image config of the PostgreSQL images.
+postgres_config() {
+  jq -cn --arg v "$1" '{
+      Env:["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/lib/postgresql/15/bin",
+           "LANG=C.UTF-8", "PG_MAJOR=15", ("PG_VERSION=" + $v), "PGDATA=/var/lib/postgresql/data"],
+      Cmd:["postgres"], StopSignal:"SIGINT", WorkingDir:"/",
+      Labels:{"org.opencontainers.image.title":"PostgreSQL from Debian 12 packages (dbop test bed)"}}'
+}
+# postgres_variant rootfs uid ref out wrapper(keep|drop) minor: the rootfs with its postgres user
+# and files moved to uid/gid `uid` (and libnss_wrapper.so removed with `drop`), as an image.
+postgres_variant() {
+  local root="$1" uid="$2" ref="$3" out="$4" wrapper="$5" minor="$6"
+  sed -i "s/^postgres:x:[0-9]*:[0-9]*:/postgres:x:$uid:$uid:/" "$root/etc/passwd"
+  sed -i "s/^postgres:x:[0-9]*:/postgres:x:$uid:/" "$root/etc/group"
+  chown -R "$uid:$uid" "$root/var/lib/postgresql" "$root/var/run/postgresql"
+  [[ "$wrapper" == keep ]] || find "$root" -name 'libnss_wrapper.so*' -delete
+  oci_image "$ref" "$root" "$out" "$(postgres_config "$minor")"
+}
 build_postgres() { # debian-version
-  local v="$1" minor ref out key uris root dl
+  local v="$1" minor ref out key uris root dl cnpg alpine cnpg_out alpine_out variants=0
   minor="${v%%-*}"; ref="dbop.local/postgres:$minor"
+  # The images of another uid: from the first version only (one more tarball each, no download).
+  [[ "$v" == "${POSTGRES_DEBIAN_VERSIONS%% *}" ]] && variants=1
+  cnpg="dbop.local/cloudnative-pg/postgresql:$minor"; alpine="dbop.local/alpine/postgres:$minor-alpine"
   pg_packages "$v" >/dev/null # (fills PG_CLOSURE in this shell, not in a subshell)
   mapfile -t pkgs < <(pg_packages "$v")
-  uris="$(cd "$WORK" && apt-get download --print-uris "${pkgs[@]}" 2>&1)" ||
+  uris="$(cd "$WORK" && apt-get "${APT_ARCH[@]}" download --print-uris "${pkgs[@]}" 2>&1)" ||
     die "apt-get download --print-uris failed for PostgreSQL $v (run apt-get update; is bookworm-security in the sources?): $(tail -n 3 <<<"$uris")"
   key="$( { echo "$SELF_HASH"; sed -n "s/^'[^']*' \([^ ]*\) .*/\1/p" <<<"$uris" | sort; } | sha256sum | cut -c1-12)"
   out="$IMAGES/postgres-$minor-$key.tar"
-  if [[ -f "$out" ]]; then echo "$ref $out"; return; fi
+  cnpg_out="$IMAGES/postgres_cnpg-$minor-$key.tar"; alpine_out="$IMAGES/postgres_alpine-$minor-$key.tar"
+  if [[ -f "$out" ]] && { ((variants == 0)) || [[ -f "$cnpg_out" && -f "$alpine_out" ]]; }; then
+    echo "$ref $out"
+    ((variants == 0)) || printf '%s %s\n%s %s\n' "$cnpg" "$cnpg_out" "$alpine" "$alpine_out"
+    return
+  fi
   log "building $ref from ${#pkgs[@]} Debian packages"
   dl="$WORK/debs-$minor"; root="$WORK/rootfs-$minor"
   mkdir -p "$dl" "$root"
-  (cd "$dl" && apt-get download -q "${pkgs[@]}" >/dev/null 2>"$WORK/apt.log") ||
+  (cd "$dl" && apt-get "${APT_ARCH[@]}" download -q "${pkgs[@]}" >/dev/null 2>"$WORK/apt.log") ||
     die "apt-get download failed: $(tail -n 5 "$WORK/apt.log")"
   for deb in "$dl"/*.deb; do dpkg-deb -x "$deb" "$root"; done
   rm -rf "$root/usr/share/doc" "$root/usr/share/man" "$root/usr/share/info" "$root/usr/share/locale" "$root/usr/share/lintian"
@@ -167,13 +201,15 @@ build_postgres() { # debian-version
   chown -R 999:999 "$root/var/lib/postgresql" "$root/var/run/postgresql"
   chmod 2777 "$root/var/run/postgresql"; chmod 0700 "$root/var/lib/postgresql/data"
   "$root/usr/lib/postgresql/15/bin/postgres" --version >/dev/null 2>&1 || true # (host libs; checked in the pod)
-  oci_image "$ref" "$root" "$out" "$(jq -cn --arg v "$minor" '{
-      Env:["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/lib/postgresql/15/bin",
-           "LANG=C.UTF-8", "PG_MAJOR=15", ("PG_VERSION=" + $v), "PGDATA=/var/lib/postgresql/data"],
-      Cmd:["postgres"], StopSignal:"SIGINT", WorkingDir:"/",
-      Labels:{"org.opencontainers.image.title":"PostgreSQL from Debian 12 packages (dbop test bed)"}}')"
-  rm -rf "$dl" "$root"
+  [[ -f "$out" ]] || oci_image "$ref" "$root" "$out" "$(postgres_config "$minor")"
   echo "$ref $out"
+  if ((variants)); then
+    # CloudNativePG's images are the official Debian ones with `usermod -u 26 postgres`.
+    postgres_variant "$root" 26 "$cnpg" "$cnpg_out" keep "$minor"
+    postgres_variant "$root" 70 "$alpine" "$alpine_out" drop "$minor"
+    printf '%s %s\n%s %s\n' "$cnpg" "$cnpg_out" "$alpine" "$alpine_out"
+  fi
+  rm -rf "$dl" "$root"
 }
 
 # --- s3s-fs ------------------------------------------------------------------------------------

@@ -32,6 +32,19 @@ async fn invalid_databases_are_refused_with_a_message() {
             "spec.version",
         ),
         (
+            "ids with assignedBy Platform",
+            database_manifest(
+                "p1",
+                json!({"podSecurity": {"assignedBy": "Platform", "runAsUser": 26}}),
+            ),
+            "assignedBy Platform lets the platform choose the ids",
+        ),
+        (
+            "runAsUser root",
+            database_manifest("p0", json!({"podSecurity": {"runAsUser": 0}})),
+            "spec.podSecurity.runAsUser",
+        ),
+        (
             "replicas above 1",
             database_manifest("r1", json!({"replicas": 3})),
             "spec.replicas",
@@ -163,4 +176,48 @@ async fn invalid_changes_are_refused_with_a_message() {
     )
     .await
     .expect("minor upgrade and growth accepted");
+}
+
+/// `spec.podSecurity` may change until the server first ran (`status.currentVersion`), then
+/// not: the data directory belongs to the uid that created it.
+#[tokio::test]
+async fn pod_security_changes_only_until_the_server_ran() {
+    let bed = testbed().await;
+    let ns = bed.namespace("podsecurity").await;
+    let spec =
+        |ids: Value| json!({"version": "16.4", "storage": {"size": "1Gi"}, "podSecurity": ids});
+    let ids = database_manifest("ids", spec(json!({"runAsUser": 26})));
+    apply(&bed, &ns, ids).await.expect("accepted");
+    let fixed = database_manifest("ids", spec(json!({"runAsUser": 70})));
+    apply(&bed, &ns, fixed)
+        .await
+        .expect("a change before the server ran is accepted");
+    bed.databases(&ns)
+        .patch_status(
+            "ids",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"currentVersion": "16.4"}})),
+        )
+        .await
+        .expect("status patched");
+    let unset = database_manifest(
+        "ids",
+        json!({"version": "16.4", "storage": {"size": "1Gi"}}),
+    );
+    for manifest in [
+        database_manifest("ids", spec(json!({"runAsUser": 999}))),
+        unset,
+    ] {
+        match apply(&bed, &ns, manifest).await {
+            Ok(()) => panic!("a podSecurity change after the server ran was accepted"),
+            Err(message) => assert!(
+                message.contains("spec.podSecurity cannot change once the server has run"),
+                "{message}"
+            ),
+        }
+    }
+    let same = database_manifest("ids", spec(json!({"runAsUser": 70})));
+    apply(&bed, &ns, same)
+        .await
+        .expect("an unchanged podSecurity is accepted");
 }

@@ -127,6 +127,14 @@ fn axes() -> Vec<Axis> {
             ],
         ),
         axis(
+            "podSecurity",
+            vec![
+                json!({}),
+                json!({"podSecurity": {"assignedBy": "Platform"}}),
+                json!({"podSecurity": {"runAsUser": 1001, "runAsGroup": 0}}),
+            ],
+        ),
+        axis(
             "names",
             vec![
                 json!({}),
@@ -291,6 +299,8 @@ struct Expect {
     rule: bool,
     rbac: bool,
     service_account: bool,
+    /// None for both with `podSecurity.assignedBy: Platform` (OpenShift restricted-v2).
+    pod_ids: (Option<i64>, Option<i64>),
 }
 
 fn expect(values: &Value) -> Expect {
@@ -338,7 +348,20 @@ fn expect(values: &Value) -> Expect {
             .unwrap(),
         rbac: values["rbac"]["create"].as_bool().unwrap(),
         service_account: values["serviceAccount"]["create"].as_bool().unwrap(),
+        pod_ids: match values["podSecurity"]["assignedBy"].as_str() {
+            Some("Platform") => (None, None),
+            _ => (
+                values["podSecurity"]["runAsUser"].as_i64(),
+                values["podSecurity"]["runAsGroup"].as_i64(),
+            ),
+        },
     }
+}
+
+/// The operator pod's (runAsUser, runAsGroup).
+fn pod_ids(deployment: &Value) -> (Option<i64>, Option<i64>) {
+    let sc = &deployment["spec"]["template"]["spec"]["securityContext"];
+    (sc["runAsUser"].as_i64(), sc["runAsGroup"].as_i64())
 }
 
 fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
@@ -430,6 +453,18 @@ fn check(values: &Value, docs: &[Value], notes: &str) -> Vec<String> {
         fail(
             env(dep, "DBOP_METRICS_ADDR") == Some(format!("0.0.0.0:{port}")),
             "DBOP_METRICS_ADDR".into(),
+        );
+        fail(
+            pod_ids(dep) == e.pod_ids,
+            format!(
+                "the pod's (runAsUser, runAsGroup) {:?} != {:?}",
+                pod_ids(dep),
+                e.pod_ids
+            ),
+        );
+        fail(
+            dep["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] == true,
+            "runAsNonRoot".into(),
         );
     }
     fail(

@@ -1,6 +1,6 @@
 //! dbop's instance manager: the entrypoint of the database container.
 //!
-//! Pure decisions live in their own modules (`datadir`, `config`, `shutdown`, `password`,
+//! Pure decisions live in their own modules (`datadir`, `identity`, `config`, `shutdown`, `password`,
 //! `binaries`, `replication`'s `config`, `rejoin`, `status`, and `metrics`' `exposition`, `batch`,
 //! `builtin`, `custom`, `http`) and are table-tested; `run`, `process`, `replication::ops` and
 //! `metrics`' `psql`, `collect`, `server` do the I/O (files, child processes, signals) and nothing
@@ -9,6 +9,7 @@
 pub mod binaries;
 pub mod config;
 pub mod datadir;
+pub mod identity;
 pub mod metrics;
 pub mod password;
 pub mod process;

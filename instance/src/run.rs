@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use crate::binaries;
 use crate::config::{self, Managed};
 use crate::datadir::{self, Observed, Start};
+use crate::identity::{self, Identity};
 use crate::password::{self, Fingerprint, Read, Sync};
 use crate::process;
 use crate::shutdown::{self, Event, State, Timeouts};
@@ -94,6 +95,7 @@ pub fn bin_dir(major: u32) -> Result<PathBuf, Fatal> {
 
 fn prepare(o: &Options) -> Result<(PathBuf, String), Fatal> {
     let bin = bin_dir(o.major)?;
+    give_uid_an_entry(o)?;
     let user = superuser(&o.credentials_dir)?;
     let _ = std::fs::remove_file(o.socket_dir.join(READY_MARKER));
     match datadir::decide(&observe(&o.pgdata)?, o.major) {
@@ -103,6 +105,53 @@ fn prepare(o: &Options) -> Result<(PathBuf, String), Fatal> {
     }
     write_config(o, &user)?;
     Ok((bin, user))
+}
+
+/// Makes sure PostgreSQL can look the container's uid up (`identity`): when the image's
+/// `/etc/passwd` lacks it, every child (initdb, postgres, psql) runs with nss_wrapper and a
+/// passwd file in the socket directory; without nss_wrapper, a fatal `no-user-entry`.
+fn give_uid_an_entry(o: &Options) -> Result<(), Fatal> {
+    // SAFETY: getuid and getgid cannot fail and touch no memory of ours.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let image_passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let nss_wrapper_lib = std::env::var("NSS_WRAPPER_LIB").ok();
+    let candidates = identity::wrapper_candidates(nss_wrapper_lib.as_deref());
+    let library = match identity::decide(
+        identity::listed(&image_passwd, uid),
+        &candidates,
+        Path::is_file,
+    ) {
+        Identity::Listed => return Ok(()),
+        Identity::Unknown => {
+            let failure = dbop_contract::InstanceFailure::NoUserEntry;
+            return Err(Fatal(failure.message(&identity::unknown_message(uid))));
+        }
+        Identity::Wrapped { library } => library,
+    };
+    let image_group = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    let home = o.pgdata.parent().unwrap_or(&o.pgdata);
+    let passwd = o.socket_dir.join("dbop-nss-passwd");
+    let group = o.socket_dir.join("dbop-nss-group");
+    let write = |path: &Path, text: String| {
+        std::fs::write(path, text)
+            .map_err(|e| Fatal(format!("cannot write {}: {e}", path.display())))
+    };
+    write(
+        &passwd,
+        identity::passwd_file(&image_passwd, uid, gid, home),
+    )?;
+    write(&group, identity::group_file(&image_group, gid))?;
+    log(&format!(
+        "uid {uid} has no entry in /etc/passwd: PostgreSQL runs with nss_wrapper ({})",
+        library.display()
+    ));
+    // SAFETY: the manager has one thread here (the metrics thread starts after `prepare`).
+    unsafe {
+        std::env::set_var("LD_PRELOAD", &library);
+        std::env::set_var("NSS_WRAPPER_PASSWD", &passwd);
+        std::env::set_var("NSS_WRAPPER_GROUP", &group);
+    }
+    Ok(())
 }
 
 fn observe(pgdata: &Path) -> Result<Observed, Fatal> {

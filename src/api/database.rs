@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::backup_policy::{BackupSpec, BackupStatus, S3Spec, VerificationStatus};
 use super::shared::KeyRef;
+use super::security::PodSecuritySpec;
 
 /// `spec.version` may move to a newer minor of the same major, or back (not below) to the version
 /// the server runs (`status.currentVersion`): that is how a failed upgrade is abandoned.
@@ -25,6 +26,12 @@ self.spec.version.split('.')[0] == self.status.currentVersion.split('.')[0] && \
 int(self.spec.version.split('.')[1]) >= int(self.status.currentVersion.split('.')[1]))))";
 /// What the API server says when `VERSION_TRANSITION_RULE` refuses a change.
 pub const VERSION_TRANSITION_MESSAGE: &str = "spec.version may only move to a newer minor release of the same major version, or back to the running version (status.currentVersion) to abandon a failed upgrade; a major upgrade needs a new Database restored from a backup";
+
+/// `spec.podSecurity` may change only until the server first ran (`status.currentVersion`):
+/// the data directory is owned by the uid that initialised it, and PostgreSQL refuses another.
+pub const POD_SECURITY_TRANSITION_RULE: &str = "(has(self.spec.podSecurity) ? \
+(has(oldSelf.spec.podSecurity) && self.spec.podSecurity == oldSelf.spec.podSecurity) : \
+!has(oldSelf.spec.podSecurity)) || !has(self.status) || !has(self.status.currentVersion)";
 
 /// A PostgreSQL database run by dbop: storage, credentials, the server itself and its lifecycle.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -40,6 +47,7 @@ pub const VERSION_TRANSITION_MESSAGE: &str = "spec.version may only move to a ne
     doc = "A PostgreSQL database run by dbop with its whole lifecycle.",
     validation = Rule::new("self.metadata.name.size() <= 40").message("metadata.name must be at most 40 characters: dbop derives the names of Services, Pods and Jobs from it"),
     validation = Rule::new(VERSION_TRANSITION_RULE).message(VERSION_TRANSITION_MESSAGE).field_path(".spec.version"),
+    validation = Rule::new(POD_SECURITY_TRANSITION_RULE).message("spec.podSecurity cannot change once the server has run: its data directory belongs to the uid that created it").field_path(".spec.podSecurity"),
     validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name must be a DNS-1035 label (lower-case letters, digits and '-', starting with a letter, no dots): it names the Database's Services"),
     validation = Rule::new("!has(self.spec.deletionPolicy) || self.spec.deletionPolicy != 'Snapshot' || has(self.spec.backup)").message("deletionPolicy Snapshot needs spec.backup: the final backup is stored where spec.backup.s3 says"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase", description = "Where the database is in its lifecycle"),
@@ -125,6 +133,13 @@ pub struct DatabaseSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "bootstrap is immutable: it says how the Database was created"}]))]
     pub bootstrap: Option<BootstrapSpec>,
+
+    /// The user and groups the database pods (and dbop's Job pods beside them) run as. By
+    /// default dbop derives them from the image (docs/operand-images.md); `assignedBy:
+    /// Platform` leaves them to the platform (OpenShift `restricted-v2`). May change only until
+    /// the server first ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_security: Option<PodSecuritySpec>,
 }
 
 fn default_replicas() -> i32 {

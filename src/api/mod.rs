@@ -8,6 +8,7 @@ pub mod backup_policy;
 pub mod conditions;
 pub mod database;
 pub mod shared;
+pub mod security;
 
 pub use backup::{
     BackupPhase, BackupReason, DatabaseBackup, DatabaseBackupSpec, DatabaseBackupStatus,
@@ -23,6 +24,7 @@ pub use database::{
 };
 pub use database::{UpgradeSpec, UpgradeStage, UpgradeStageTime, UpgradeStatus};
 pub use shared::KeyRef;
+pub use security::{IdsAssignedBy, PodSecuritySpec};
 
 /// The API group of every dbop resource.
 pub const GROUP: &str = "dbop.dev";

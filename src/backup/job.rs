@@ -68,7 +68,7 @@ pub(crate) mod tests {
         AGENT_PATH, BACKOFF_LIMIT, BACKUP_LABEL, CA_DIR, MAX_BACKUP_ID, MAX_JOB_NAME, backup_id,
         job_name,
     };
-    use crate::resources::pod::pod_security_context;
+    use crate::resources::pod::{RunAs, pod_security_context};
     use crate::resources::testing;
     use chrono::TimeZone;
     use k8s_openapi::api::core::v1::Container;
@@ -225,7 +225,12 @@ pub(crate) mod tests {
         assert_eq!(labels["testbed.dbop.dev/hold"], "true");
         assert_eq!(labels["app.kubernetes.io/component"], "backup");
         assert_eq!(labels[BACKUP_LABEL], "orders-202503010200");
-        assert_eq!(pod.security_context, Some(pod_security_context()));
+        let ids = RunAs {
+            user: Some(999),
+            group: Some(999),
+            fs_group: Some(999),
+        };
+        assert_eq!(pod.security_context, Some(pod_security_context(ids)));
     }
 
     #[test]

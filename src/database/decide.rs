@@ -22,9 +22,10 @@ use crate::backup::plan::{BackupPlan, plan_backups};
 use crate::objects::JobState;
 
 use super::blocker::Blocker;
-use super::facts::{CredentialsFact, Facts, InitSourceFact, StatefulSetFact};
+use super::facts::{CredentialsFact, Facts, InitSourceFact, InstanceFailureFact, StatefulSetFact};
 use super::quantity;
 use super::restore::{self, RestoreDecision, RestoreOutcome};
+use dbop_contract::InstanceFailure;
 
 /// What to do to the world. Every step is idempotent; `apply` skips writes that change nothing.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -121,7 +122,7 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
     // With spec.bootstrap, the restore Job takes the init Job's place.
     steps.create_init_job = init.create_job && db.spec.bootstrap.is_none();
     steps.create_restore_job = init.create_job && db.spec.bootstrap.is_some();
-    let stage = Stage::of(&init.outcome, &rollout);
+    let stage = Stage::of(&init.outcome, &rollout, facts.instance_failure.as_ref());
     let (phase, ready, requeue_after) = stage_outcome(db, &stage, &rollout, facts);
 
     // Backups: the due run, the history and BackupHealthy; a run waits while the phase says
@@ -340,6 +341,8 @@ enum Stage {
         reason: &'static str,
         message: String,
     },
+    /// A pod's instance manager stopped for a reason only a spec change fixes.
+    InstanceFailed(InstanceFailureFact),
     Upgrading,
     Degraded,
     Provisioning,
@@ -348,7 +351,14 @@ enum Stage {
 }
 
 impl Stage {
-    fn of(init: &InitOutcome, rollout: &Rollout) -> Stage {
+    fn of(
+        init: &InitOutcome,
+        rollout: &Rollout,
+        instance_failure: Option<&InstanceFailureFact>,
+    ) -> Stage {
+        if let Some(failure) = instance_failure.filter(|_| !rollout.serving) {
+            return Stage::InstanceFailed(failure.clone());
+        }
         match (init, rollout.serving, rollout.settled) {
             (InitOutcome::Blocked { reason, message }, _, _) => Stage::InitBlocked {
                 reason,
@@ -389,6 +399,15 @@ fn stage_outcome(
             not_ready(reason, message.clone()),
             REQUEUE_FAILED,
         ),
+        Stage::InstanceFailed(failure) => (
+            Phase::Failed,
+            not_ready(
+                instance_failure_reason(failure.failure),
+                format!("pod {}: {}", failure.pod, failure.message),
+            ),
+            // Pods are not watched: look again for the pod that replaces it.
+            REQUEUE_IN_PROGRESS,
+        ),
         // Ready says whether the database serves, throughout an upgrade.
         Stage::Upgrading if rollout.serving => (
             Phase::Upgrading,
@@ -416,6 +435,13 @@ fn stage_outcome(
             REQUEUE_IN_PROGRESS,
         ),
         Stage::Ready => (Phase::Ready, ready_condition(db, &names), REQUEUE_STEADY),
+    }
+}
+
+/// The `Ready` condition's reason for an instance manager's failure.
+fn instance_failure_reason(failure: InstanceFailure) -> &'static str {
+    match failure {
+        InstanceFailure::NoUserEntry => "ImageUserNotFound",
     }
 }
 
@@ -755,6 +781,7 @@ mod tests {
             backups: Default::default(),
             bootstrap: None,
             upgrade: Default::default(),
+            instance_failure: None,
         }
     }
 
@@ -1490,9 +1517,48 @@ mod tests {
             ),
         ];
         for (name, init, rollout, want) in table {
-            let stage = format!("{:?}", Stage::of(init, &rollout));
+            let stage = format!("{:?}", Stage::of(init, &rollout, None));
             assert!(stage.starts_with(want), "{name}: {stage}");
         }
+        // A pod that cannot start for a reason the spec fixes, until the Database serves.
+        let failure = InstanceFailureFact {
+            pod: "orders-0".into(),
+            failure: InstanceFailure::NoUserEntry,
+            message: "no entry".into(),
+        };
+        let not_serving = rollout(false, false, false, false);
+        let stage = Stage::of(&InitOutcome::Pending, &not_serving, Some(&failure));
+        assert_eq!(stage, Stage::InstanceFailed(failure.clone()));
+        let serving = rollout(true, true, false, true);
+        let stage = Stage::of(&InitOutcome::Done, &serving, Some(&failure));
+        assert_eq!(stage, Stage::Ready);
+    }
+
+    #[test]
+    fn a_pod_without_a_user_fails_the_database_saying_what_to_set() {
+        let facts = Facts {
+            statefulset: Some(sts(0, true, IMAGE)),
+            volume: bound("1Gi"),
+            instance_failure: Some(InstanceFailureFact {
+                pod: "orders-0".into(),
+                failure: InstanceFailure::NoUserEntry,
+                message: "set spec.podSecurity.runAsUser".into(),
+            }),
+            ..facts()
+        };
+        let d = decide(&testing::minimal(), &facts, &Settings::default());
+        assert_eq!(d.phase, Phase::Failed);
+        let ready = cond(&d, Ready);
+        assert_eq!(ready.reason, "ImageUserNotFound");
+        assert_eq!(
+            ready.message,
+            "pod orders-0: set spec.podSecurity.runAsUser"
+        );
+        assert_eq!(d.requeue_after, REQUEUE_IN_PROGRESS);
+        assert!(
+            d.steps.apply_statefulset,
+            "a spec change still reaches the pods"
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! into `Facts` as `backups.now`). Must not import `observe`, `kube_io` or `context`.
 
 use chrono::{DateTime, Utc};
+use dbop_contract::InstanceFailure;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
@@ -43,6 +44,9 @@ pub struct Observed {
     pub restore: RestoreObjects,
     /// What an upgrade under way reads (empty when none is).
     pub upgrade: UpgradeObjects,
+    /// The database pods, read only while the StatefulSet has fewer ready pods than it wants
+    /// (to say why a pod does not start).
+    pub database_pods: Vec<Pod>,
 }
 
 /// The objects an upgrade under way reads: the database pods, its preflight Job and that
@@ -143,6 +147,17 @@ pub struct Facts {
     /// The restore of `spec.bootstrap.fromBackup` (None without one).
     pub bootstrap: Option<BootstrapFact>,
     pub upgrade: UpgradeFacts,
+    /// A database pod whose instance manager stopped for a reason the user can fix.
+    pub instance_failure: Option<InstanceFailureFact>,
+}
+
+/// Why a database pod's instance manager stopped, from its termination message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InstanceFailureFact {
+    pub pod: String,
+    pub failure: InstanceFailure,
+    /// The rest of the message: what is wrong and what to set.
+    pub message: String,
 }
 
 impl Facts {
@@ -156,8 +171,33 @@ impl Facts {
             backups: backups_fact(db, snap),
             bootstrap: restore::fact(db, &snap.restore),
             upgrade: upgrade_fact(db, snap),
+            instance_failure: snap.database_pods.iter().find_map(instance_failure_fact),
         }
     }
+}
+
+/// The failure the `postgres` container's termination message names: the current one, or the
+/// last one while it waits to restart (CrashLoopBackOff).
+fn instance_failure_fact(pod: &Pod) -> Option<InstanceFailureFact> {
+    let status = pod
+        .status
+        .as_ref()?
+        .container_statuses
+        .iter()
+        .flatten()
+        .find(|c| c.name == "postgres")?;
+    let terminated = [&status.state, &status.last_state]
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.terminated.as_ref());
+    terminated
+        .filter_map(|t| t.message.as_deref())
+        .find_map(InstanceFailure::parse)
+        .map(|(failure, message)| InstanceFailureFact {
+            pod: pod.metadata.name.clone().unwrap_or_default(),
+            failure,
+            message: message.to_string(),
+        })
 }
 
 fn backups_fact(db: &Database, snap: &Observed) -> BackupHistory {
@@ -327,6 +367,38 @@ mod tests {
         assert!(!statefulset_fact(&sts).rolled_out);
         sts.metadata.generation = Some(3);
         assert!(!statefulset_fact(&sts).observed_current);
+    }
+
+    #[test]
+    fn a_crash_looping_pod_names_its_instance_failure() {
+        let message = InstanceFailure::NoUserEntry.message("uid 5 has no entry");
+        let pod = |state: serde_json::Value, last: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "orders-0"},
+                "status": {"containerStatuses": [{
+                    "name": "postgres", "image": "i", "imageID": "", "ready": false,
+                    "restartCount": 3, "state": state, "lastState": last
+                }]}
+            }))
+            .unwrap()
+        };
+        let terminated = |m: &str| serde_json::json!({"terminated": {"exitCode": 1, "message": m}});
+        let backoff = serde_json::json!({"waiting": {"reason": "CrashLoopBackOff"}});
+        let fact = Some(InstanceFailureFact {
+            pod: "orders-0".into(),
+            failure: InstanceFailure::NoUserEntry,
+            message: "uid 5 has no entry".into(),
+        });
+        // Just exited, and waiting to restart (then the last state holds the message).
+        let crashed = pod(terminated(&message), serde_json::json!({}));
+        assert_eq!(instance_failure_fact(&crashed), fact);
+        let waiting = pod(backoff.clone(), terminated(&message));
+        assert_eq!(instance_failure_fact(&waiting), fact);
+        let other = pod(backoff, terminated("initdb failed"));
+        assert_eq!(instance_failure_fact(&other), None);
+        let running = pod(serde_json::json!({"running": {}}), serde_json::json!({}));
+        assert_eq!(instance_failure_fact(&running), None);
+        assert_eq!(instance_failure_fact(&Pod::default()), None);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! from the API server. One clock read per pass: `Observed.observed_at`.
 
 use chrono::Utc;
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::ListParams;
@@ -35,12 +36,9 @@ pub async fn upgrade_objects(client: &Client, db: &Database) -> Result<UpgradeOb
     };
     let ns = db.namespace_or_default();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let selector = selector_labels(&db.name())
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",");
-    let database_pods = pods.list(&ListParams::default().labels(&selector)).await?;
+    let database_pods = pods
+        .list(&ListParams::default().labels(&pod_selector(db)))
+        .await?;
     let (preflight_job, preflight_pods) = match &upgrade.preflight_job {
         Some(name) if upgrade.stage == crate::api::UpgradeStage::Preflight => {
             let job = Api::<Job>::namespaced(client.clone(), &ns)
@@ -93,6 +91,7 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         None => None,
     };
     let restore = restore_objects(client, db).await?;
+    let statefulset = get(&caches.statefulsets, &ns, &names.statefulset());
     Ok(Observed {
         restore,
         backups,
@@ -103,11 +102,42 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         init_config_map,
         headless_service: get(&caches.services, &ns, &names.headless_service()),
         rw_service: get(&caches.services, &ns, &names.rw_service()),
-        statefulset: get(&caches.statefulsets, &ns, &names.statefulset()),
+        database_pods: database_pods(client, db, statefulset.as_ref()).await?,
+        statefulset,
         init_job: get(&caches.jobs, &ns, &names.init_job()),
         data_claims,
         upgrade: upgrade_objects(client, db).await?,
     })
+}
+
+/// The database pods, only while the StatefulSet has fewer ready pods than it wants (a
+/// serving Database reads no pods).
+async fn database_pods(
+    client: &Client,
+    db: &Database,
+    statefulset: Option<&StatefulSet>,
+) -> Result<Vec<Pod>, Error> {
+    let short = statefulset.is_some_and(|sts| {
+        let ready = sts.status.as_ref().and_then(|s| s.ready_replicas);
+        ready.unwrap_or(0) < sts.spec.replicas.unwrap_or(1)
+    });
+    if !short {
+        return Ok(vec![]);
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &db.namespace_or_default());
+    let list = pods
+        .list(&ListParams::default().labels(&pod_selector(db)))
+        .await?;
+    Ok(list.items)
+}
+
+/// The label selector of `db`'s database pods.
+fn pod_selector(db: &Database) -> String {
+    selector_labels(&db.name())
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The credentials Secret: a generated one from the cache, metadata only (its owner is all

@@ -133,6 +133,7 @@ mod tests {
             backups: Default::default(),
             bootstrap: None,
             upgrade: Default::default(),
+            instance_failure: None,
         };
         let decision =
             crate::database::decide::decide(&db, &facts, &crate::settings::Settings::default());

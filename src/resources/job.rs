@@ -13,8 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::agent::{TERMINATION_LOG, agent_mounts, ca_volume};
 use super::pod::{
-    DBOP_BIN_VOLUME, container_security_context, copy_binary, pod_security_context, pull_secrets,
-    scratch,
+    DBOP_BIN_VOLUME, container_security_context, copy_binary, database_security_context,
+    pull_secrets, scratch,
 };
 use super::pod_annotations;
 use crate::api::{Database, S3Spec};
@@ -48,6 +48,9 @@ pub fn job(db: &Database, settings: &Settings, parts: JobParts) -> Job {
         ttl_seconds_after_finished,
         pod,
     } = parts;
+    // The database's ids: the Job reads its credentials (and a restore writes its data).
+    let security_context =
+        database_security_context(db, pod.container.image.as_deref().unwrap_or_default());
     Job {
         metadata,
         spec: Some(JobSpec {
@@ -64,7 +67,7 @@ pub fn job(db: &Database, settings: &Settings, parts: JobParts) -> Job {
                     restart_policy: Some("Never".into()),
                     init_containers: pod.init_containers,
                     containers: vec![pod.container],
-                    security_context: Some(pod_security_context()),
+                    security_context: Some(security_context),
                     enable_service_links: Some(false),
                     automount_service_account_token: Some(false),
                     image_pull_secrets: pull_secrets(settings),

@@ -1,5 +1,6 @@
 //! Shared pieces of every pod dbop creates (the database's, the init Job's, the backup Job's):
-//! security contexts, scratch volumes, environment from Secrets, default resources and the
+//! the user and groups they run as (`run_as`, from `spec.podSecurity` and the image), security
+//! contexts, scratch volumes, environment from Secrets, default resources and the
 //! init container that copies one of dbop's static binaries into the pod.
 //!
 //! Pure: plain functions of their arguments.
@@ -10,11 +11,18 @@ use k8s_openapi::api::core::v1::{
     Volume, VolumeMount,
 };
 
+use crate::api::{Database, IdsAssignedBy, PodSecuritySpec};
 use crate::objects::quantities;
 use crate::settings::Settings;
 
-/// The uid and gid of the `postgres` user in the official and Debian-built images.
+/// The uid and gid of the `postgres` user in the official Debian images (and Debian-built ones).
 pub const POSTGRES_UID: i64 = 999;
+/// The `postgres` user of the official Alpine images (`adduser -u 70`).
+pub const ALPINE_POSTGRES_UID: i64 = 70;
+/// The `postgres` user of CloudNativePG's images (`usermod -u 26 postgres`).
+pub const CNPG_POSTGRES_UID: i64 = 26;
+/// The user of Bitnami's images (`USER 1001`, no passwd entry: they ship nss_wrapper).
+pub const BITNAMI_UID: i64 = 1001;
 /// Where the copying init container puts dbop's binaries (an emptyDir).
 pub const DBOP_BIN_DIR: &str = "/dbop";
 /// The name of the emptyDir holding dbop's binaries.
@@ -59,13 +67,67 @@ pub fn container_security_context() -> SecurityContext {
     }
 }
 
+/// The uid of the `postgres` user in `image`, from its name: CloudNativePG's
+/// (`…cloudnative-pg/postgresql`) 26, Bitnami's (`…bitnami/postgresql`) 1001, a tag with
+/// `alpine` 70, anything else the official Debian images' 999.
+pub fn image_uid(image: &str) -> i64 {
+    let name = image.split_once('@').map_or(image, |(name, _digest)| name);
+    let (repository, tag) = match name.rsplit_once(':') {
+        Some((repository, tag)) if !tag.contains('/') => (repository, tag),
+        _ => (name, ""),
+    };
+    if repository.ends_with("cloudnative-pg/postgresql") {
+        CNPG_POSTGRES_UID
+    } else if repository.ends_with("bitnami/postgresql") {
+        BITNAMI_UID
+    } else if tag.contains("alpine") {
+        ALPINE_POSTGRES_UID
+    } else {
+        POSTGRES_UID
+    }
+}
+
+/// The ids a pod runs as; `None`: left to the platform.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunAs {
+    pub user: Option<i64>,
+    pub group: Option<i64>,
+    pub fs_group: Option<i64>,
+}
+
+/// Which ids the pods of a Database running `image` get: none with `assignedBy: Platform`;
+/// else the spec's, each missing one from the one before it (`runAsGroup` from `runAsUser`,
+/// `fsGroup` from `runAsGroup`), the user from the image's name when the spec has none.
+pub fn run_as(spec: Option<&PodSecuritySpec>, image: &str) -> RunAs {
+    let spec = spec.cloned().unwrap_or_default();
+    if spec.assigned_by == Some(IdsAssignedBy::Platform) {
+        return RunAs {
+            user: None,
+            group: None,
+            fs_group: None,
+        };
+    }
+    let user = spec.run_as_user.unwrap_or_else(|| image_uid(image));
+    let group = spec.run_as_group.unwrap_or(user);
+    RunAs {
+        user: Some(user),
+        group: Some(group),
+        fs_group: Some(spec.fs_group.unwrap_or(group)),
+    }
+}
+
+/// The security context of `db`'s pods that run `image` (the database's, its Jobs').
+pub fn database_security_context(db: &Database, image: &str) -> PodSecurityContext {
+    pod_security_context(run_as(db.spec.pod_security.as_ref(), image))
+}
+
 /// The pod security context every dbop pod runs with. `OnRootMismatch`: the kubelet changes
 /// a volume's ownership only when its root is wrong, not recursively at every start.
-pub fn pod_security_context() -> PodSecurityContext {
+pub fn pod_security_context(ids: RunAs) -> PodSecurityContext {
     PodSecurityContext {
-        run_as_user: Some(POSTGRES_UID),
-        run_as_group: Some(POSTGRES_UID),
-        fs_group: Some(POSTGRES_UID),
+        run_as_user: ids.user,
+        run_as_group: ids.group,
+        fs_group: ids.fs_group,
         fs_group_change_policy: Some("OnRootMismatch".into()),
         run_as_non_root: Some(true),
         seccomp_profile: Some(SeccompProfile {
@@ -154,8 +216,81 @@ mod tests {
 
     #[test]
     fn every_pod_changes_ownership_only_on_mismatch() {
-        let sc = pod_security_context();
+        let sc = pod_security_context(run_as(None, "postgres:16"));
         assert_eq!(sc.fs_group_change_policy.as_deref(), Some("OnRootMismatch"));
+        assert_eq!(sc.run_as_non_root, Some(true));
+    }
+
+    #[test]
+    fn the_uid_follows_the_image_name() {
+        for (image, uid) in [
+            ("docker.io/library/postgres:16.4", 999),
+            ("postgres:16", 999),
+            ("postgres", 999),
+            ("registry.local:5000/postgres", 999),
+            ("postgres:16-alpine", 70),
+            ("docker.io/library/postgres:16.4-alpine3.20", 70),
+            (
+                "registry.local:5000/pg/postgres:15.18-alpine@sha256:abc",
+                70,
+            ),
+            ("ghcr.io/cloudnative-pg/postgresql:16.4", 26),
+            (
+                "mirror.example/ghcr.io/cloudnative-pg/postgresql:16.4-bookworm",
+                26,
+            ),
+            ("ghcr.io/cloudnative-pg/postgresql@sha256:abc", 26),
+            ("docker.io/bitnami/postgresql:16", 1001),
+            ("postgis/postgis:16-3.4", 999),
+            ("alpine.example/postgres:16", 999),
+        ] {
+            assert_eq!(image_uid(image), uid, "{image}");
+        }
+    }
+
+    #[test]
+    fn the_spec_wins_and_fills_the_groups_from_the_user() {
+        let spec =
+            |json: serde_json::Value| -> PodSecuritySpec { serde_json::from_value(json).unwrap() };
+        let ids = |user, group, fs_group| RunAs {
+            user,
+            group,
+            fs_group,
+        };
+        let alpine = "postgres:16-alpine";
+        assert_eq!(run_as(None, alpine), ids(Some(70), Some(70), Some(70)));
+        let cases = [
+            (serde_json::json!({}), ids(Some(70), Some(70), Some(70))),
+            (
+                serde_json::json!({"runAsUser": 1000650000}),
+                ids(Some(1000650000), Some(1000650000), Some(1000650000)),
+            ),
+            (
+                serde_json::json!({"runAsUser": 26, "runAsGroup": 0}),
+                ids(Some(26), Some(0), Some(0)),
+            ),
+            (
+                serde_json::json!({"runAsGroup": 5, "fsGroup": 6}),
+                ids(Some(70), Some(5), Some(6)),
+            ),
+            (
+                serde_json::json!({"assignedBy": "Dbop", "runAsUser": 26}),
+                ids(Some(26), Some(26), Some(26)),
+            ),
+            (
+                serde_json::json!({"assignedBy": "Platform"}),
+                ids(None, None, None),
+            ),
+        ];
+        for (json, expected) in cases {
+            assert_eq!(
+                run_as(Some(&spec(json.clone())), alpine),
+                expected,
+                "{json}"
+            );
+        }
+        let sc = pod_security_context(ids(None, None, None));
+        assert_eq!((sc.run_as_user, sc.fs_group), (None, None));
         assert_eq!(sc.run_as_non_root, Some(true));
     }
 

@@ -18,8 +18,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use super::credentials::secret_name;
 use super::pod::{
-    DBOP_BIN_DIR, DBOP_BIN_VOLUME, container_security_context, copy_binary, env, mount,
-    pod_security_context, pull_secrets, scratch, shared_memory,
+    DBOP_BIN_DIR, DBOP_BIN_VOLUME, container_security_context, copy_binary,
+    database_security_context, env, mount, pull_secrets, scratch, shared_memory,
 };
 use super::{
     LABEL_VERSION, Names, POSTGRES_PORT, Version, image, labels, owned_meta, pod_annotations,
@@ -250,7 +250,7 @@ fn pod_template(db: &Database, settings: &Settings, image: &str) -> PodTemplateS
         spec: Some(PodSpec {
             init_containers: Some(vec![copy]),
             containers: vec![container],
-            security_context: Some(pod_security_context()),
+            security_context: Some(database_security_context(db, image)),
             // The manager asks a smart shutdown, then a fast one, then an immediate one, all
             // before the kubelet's SIGKILL.
             termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
