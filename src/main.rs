@@ -60,8 +60,12 @@ struct RunArgs {
     image_pull_secrets: Vec<String>,
     /// Resources of the init and backup Jobs' containers, as JSON
     /// (`{"requests":{"cpu":"100m","memory":"128Mi"},"limits":{"memory":"512Mi"}}`).
-    #[arg(long, env = "DBOP_JOB_RESOURCES", value_parser = parse_job_resources)]
+    #[arg(long, env = "DBOP_JOB_RESOURCES", value_parser = parse_resources)]
     job_resources: Option<ResourceRequirements>,
+    /// Resources of the database container of a Database without `spec.resources`, as JSON
+    /// (default: requests cpu 100m, memory 256Mi; limits cpu 1, memory 256Mi).
+    #[arg(long, env = "DBOP_DATABASE_RESOURCES", value_parser = parse_resources)]
+    database_resources: Option<ResourceRequirements>,
     /// API requests per second on average (0: no limit); a watch counts once, when it starts.
     #[arg(long, env = "DBOP_API_QPS", default_value_t = 50.0, allow_negative_numbers = true, value_parser = parse_qps)]
     api_qps: f64,
@@ -149,6 +153,9 @@ async fn run(args: RunArgs) -> ExitCode {
             .filter(|s| !s.is_empty())
             .collect(),
         job_resources,
+        database_resources: args
+            .database_resources
+            .unwrap_or_else(dbop::settings::default_database_resources),
     };
     let process = ProcessSettings {
         metrics_addr: args.metrics_addr,
@@ -279,10 +286,10 @@ fn parse_listen_addr(value: &str) -> Result<SocketAddr, String> {
     })
 }
 
-/// `--job-resources`: a ResourceRequirements object (`requests`, `limits`, `claims`) whose
+/// `--job-resources`, `--database-resources`: a ResourceRequirements object (`requests`, `limits`, `claims`) whose
 /// every value is a Kubernetes quantity, so that a typo stops the operator now rather than
 /// failing each Job the API server refuses later.
-fn parse_job_resources(value: &str) -> Result<ResourceRequirements, String> {
+fn parse_resources(value: &str) -> Result<ResourceRequirements, String> {
     const EXAMPLE: &str =
         r#"{"requests":{"cpu":"100m","memory":"128Mi"},"limits":{"memory":"512Mi"}}"#;
     let json: serde_json::Value = serde_json::from_str(value)
@@ -485,6 +492,13 @@ mod tests {
         .unwrap();
         let r = ok.job_resources.unwrap();
         assert_eq!(r.requests.unwrap()["cpu"].0, "100m");
+        let error = parse(&["--database-resources", r#"{"limits":{"cpu":"x"}}"#])
+            .err()
+            .unwrap();
+        assert!(
+            error.contains("--database-resources") && error.contains("limits.cpu"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -19,6 +19,8 @@ pub struct Settings {
     pub image_pull_secrets: Vec<String>,
     /// Resources of the init and backup Jobs' containers.
     pub job_resources: ResourceRequirements,
+    /// Resources of the database container of a Database without `spec.resources`.
+    pub database_resources: ResourceRequirements,
 }
 
 /// The default agent image: the operator's image of this version.
@@ -33,6 +35,7 @@ impl Default for Settings {
             agent_image: DEFAULT_AGENT_IMAGE.into(),
             image_pull_secrets: Vec::new(),
             job_resources: default_job_resources(),
+            database_resources: default_database_resources(),
         }
     }
 }
@@ -54,6 +57,20 @@ pub fn default_job_resources() -> ResourceRequirements {
     ResourceRequirements {
         requests: quantities(&[("cpu", "100m"), ("memory", "128Mi")]),
         limits: quantities(&[("cpu", "1"), ("memory", "512Mi")]),
+        ..ResourceRequirements::default()
+    }
+}
+
+/// The default resources of the database container (`spec.resources` absent): enough for a
+/// small database, and admitted by a namespace whose ResourceQuota requires requests and limits
+/// of cpu and memory. The memory limit equals the request, so the pod is never killed for using
+/// memory it was promised (and a runaway query cannot take the node's memory); the CPU limit is
+/// generous, one core over a request of a tenth, because a CPU limit throttles rather than
+/// protects. Operators change them with `--database-resources`, users with `spec.resources`.
+pub fn default_database_resources() -> ResourceRequirements {
+    ResourceRequirements {
+        requests: quantities(&[("cpu", "100m"), ("memory", "256Mi")]),
+        limits: quantities(&[("cpu", "1"), ("memory", "256Mi")]),
         ..ResourceRequirements::default()
     }
 }

@@ -1,13 +1,15 @@
 //! Helpers for suites that run real containers on the test bed's real node (`dbop-real-node`,
-//! kubelet + containerd, started by `e2e/testbed/up.sh` when the host allows it): namespaces that
-//! opt in to the real node, the locally built images, pods and their waits, and `kubectl logs` /
+//! kubelet + containerd, started by `e2e/testbed/up.sh` when the host allows it): the placement
+//! that takes pods there, the locally built images, pods and their waits, and `kubectl logs` /
 //! `exec` through the API server. A missing real node is a failure with a clear message.
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, Pod, ResourceQuota, Secret, Service, ServiceAccount,
+};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use rand::Rng;
@@ -17,7 +19,7 @@ use crate::{OperatorProcess, TestBed, wait_until};
 
 /// The real node's name.
 pub const REAL_NODE: &str = "dbop-real-node";
-/// Its taint; namespaces that opt in tolerate it.
+/// Its taint (and its label, with the value `true`): pods that tolerate it and select it run there.
 pub const REAL_NODE_TAINT: &str = "testbed.dbop.dev/real-node";
 /// The StorageClass of its local PersistentVolumes (real directories on the node).
 pub const REAL_NODE_STORAGE_CLASS: &str = "real-node";
@@ -34,6 +36,16 @@ pub const S3_SECRET_KEY: &str = "e2e-secret-key";
 /// The port s3s-fs listens on inside its pod, and the TLS front's.
 const S3_PORT: i32 = 9000;
 const S3_TLS_PORT: i32 = 9443;
+
+/// The scheduling fields that put a pod on the real node: its label as node selector and a
+/// toleration of its taint. As a Database's `spec.placement` it takes the database pods and
+/// every Job of the Database there.
+pub fn real_node_placement() -> Value {
+    json!({
+        "nodeSelector": {REAL_NODE_TAINT: "true"},
+        "tolerations": [{"key": REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+    })
+}
 
 /// Resources for test pods: a namespace with a ResourceQuota on cpu and memory admits only
 /// containers that set requests and limits.
@@ -167,18 +179,15 @@ impl TestBed {
         );
     }
 
-    /// A fresh namespace whose pods land on the real node: the PodNodeSelector and
-    /// PodTolerationRestriction admission plugins add the node selector and the toleration to
-    /// every pod created in it (so the operator's pods get them without knowing).
+    /// A fresh plain namespace for a real-node suite. Nothing in it lands on the real node by
+    /// itself (managed control planes have no PodNodeSelector admission plugin): a Database
+    /// gets there through `spec.placement` ([`real_node_placement`]), a test's own pod through
+    /// [`TestBed::create_pod`], which gives it the same node selector and toleration.
     pub async fn real_node_namespace(&self, prefix: &str) -> String {
         let suffix: u32 = rand::rng().random_range(0..1_000_000);
         let name = format!("e2e-{prefix}-{suffix:06}");
-        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name, "annotations": {
-            "scheduler.alpha.kubernetes.io/node-selector": format!("{REAL_NODE_TAINT}=true"),
-            "scheduler.alpha.kubernetes.io/defaultTolerations":
-                json!([{"key": REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}]).to_string(),
-        }}}))
-        .expect("namespace");
+        let ns: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": name}})).expect("namespace");
         Api::<Namespace>::all(self.client.clone())
             .create(&PostParams::default(), &ns)
             .await
@@ -210,11 +219,17 @@ impl TestBed {
             .to_string()
     }
 
-    /// Creates a pod from a spec (`containers` etc.); a short grace period, since `sh` as PID 1
-    /// ignores SIGTERM.
+    /// Creates a pod from a spec (`containers` etc.) on the real node (its node selector and
+    /// toleration, [`real_node_placement`]); a short grace period, since `sh` as PID 1 ignores
+    /// SIGTERM.
     pub async fn create_pod(&self, ns: &str, name: &str, labels: Value, spec: Value) -> Pod {
         let mut spec = spec;
         spec["terminationGracePeriodSeconds"] = json!(1);
+        if let Value::Object(placement) = real_node_placement() {
+            for (field, value) in placement {
+                spec[field] = value;
+            }
+        }
         let pod: Pod = serde_json::from_value(json!({
             "metadata": {"name": name, "labels": labels}, "spec": spec,
         }))
@@ -338,6 +353,41 @@ impl TestBed {
                 ("DBOP_AGENT_IMAGE", DBOP_IMAGE),
             ],
         )
+    }
+
+    /// A ResourceQuota `compute` on cpu and memory, requests and limits (so the API server
+    /// refuses any container without both), once the quota controller has computed its usage.
+    pub async fn compute_quota(&self, ns: &str) {
+        let quota: ResourceQuota = serde_json::from_value(json!({
+            "metadata": {"name": "compute"},
+            "spec": {"hard": {"requests.cpu": "4", "requests.memory": "4Gi",
+                              "limits.cpu": "8", "limits.memory": "8Gi"}},
+        }))
+        .expect("quota");
+        let quotas: Api<ResourceQuota> = Api::namespaced(self.client.clone(), ns);
+        quotas
+            .create(&PostParams::default(), &quota)
+            .await
+            .expect("quota created");
+        wait_until("the quota's status", POD_WAIT, || async {
+            quotas.get("compute").await.ok()?.status?.hard.map(|_| ())
+        })
+        .await;
+    }
+
+    /// Panics unless the `compute` quota counted memory requests (pods were admitted under it).
+    pub async fn assert_quota_counted(&self, ns: &str) {
+        let used = Api::<ResourceQuota>::namespaced(self.client.clone(), ns)
+            .get("compute")
+            .await
+            .expect("quota")
+            .status
+            .and_then(|s| s.used)
+            .unwrap_or_default();
+        assert!(
+            used.get("requests.memory").is_some_and(|q| q.0 != "0"),
+            "the quota counted the pods: {used:?}"
+        );
     }
 
     /// Creates a Secret from string data.

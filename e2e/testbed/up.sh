@@ -247,7 +247,6 @@ start kube-apiserver "$BIN/kube-apiserver" \
   --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
   --service-cluster-ip-range 10.96.0.0/16 \
   --authorization-mode Node,RBAC --allow-privileged=true \
-  --enable-admission-plugins PodNodeSelector,PodTolerationRestriction \
   --kubelet-preferred-address-types InternalIP \
   --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
   --audit-log-path "$DIR/audit.log" --audit-policy-file "$TESTBED_SRC/audit-policy.yaml" \
@@ -345,5 +344,5 @@ log "up in ${ELAPSED}s: kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, kwok
 echo "kubeconfig: $KUBECONFIG_OUT"
 echo "export KUBECONFIG=$KUBECONFIG_OUT"
 echo "kubectl: $DIR/bin/kubectl"
-if ((REAL_NODE)); then echo "real node: $NODE_NAME (namespaces opt in: e2e/testbed/README.md)"; else echo "real node: none ($REAL_NODE_WHY)"; fi
+if ((REAL_NODE)); then echo "real node: $NODE_NAME (pods select it and tolerate its taint: e2e/testbed/README.md)"; else echo "real node: none ($REAL_NODE_WHY)"; fi
 echo "startup took ${ELAPSED}s"

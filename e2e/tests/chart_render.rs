@@ -110,7 +110,9 @@ fn axes() -> Vec<Axis> {
                     "limits": {"memory": "256Mi"}},
                     "extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}],
                     "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}),
-                json!({"resources": {"limits": {"cpu": "2", "memory": "1Gi"}}}),
+                json!({"resources": {"limits": {"cpu": "2", "memory": "1Gi"}},
+                    "databaseResources": {"requests": {"cpu": "250m", "memory": "1Gi"},
+                    "limits": {"memory": "1Gi"}}}),
             ],
         ),
         axis(

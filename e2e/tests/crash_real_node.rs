@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use dbop::api::{BackupPhase, DatabaseBackup, Phase};
 use dbop_e2e::chaos::{KillPlan, assert_each_created_once, seed, stream, with_random_kills};
-use dbop_e2e::node::{DBOP_IMAGE, REAL_NODE_STORAGE_CLASS};
+use dbop_e2e::node::{DBOP_IMAGE, REAL_NODE_STORAGE_CLASS, real_node_placement};
 use dbop_e2e::{testbed, wait_until};
 use k8s_openapi::api::batch::v1::Job;
 use kube::Api;
@@ -48,6 +48,7 @@ async fn random_kills_on_the_real_node_lose_no_data() {
         let spec = json!({
             "version": "15.20",
             "storage": {"size": "1Gi", "storageClassName": REAL_NODE_STORAGE_CLASS},
+            "placement": real_node_placement(),
             "init": {"sql": INIT_SQL},
             "backup": {"schedule": "0 3 * * *", "s3": {
                 "endpoint": endpoint, "bucket": "backups", "forcePathStyle": true,

@@ -10,10 +10,12 @@
 use std::time::Duration;
 
 use dbop::api::{BackupPhase, DatabaseBackup, Phase};
-use dbop_e2e::node::{POD_WAIT, PrivateCa, REAL_NODE, REAL_NODE_STORAGE_CLASS, pod_ready};
+use dbop_e2e::node::{
+    POD_WAIT, PrivateCa, REAL_NODE, REAL_NODE_STORAGE_CLASS, pod_ready, real_node_placement,
+};
 use dbop_e2e::{TestBed, condition, testbed, wait_until, wait_until_or_none};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, ResourceQuota, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -33,6 +35,7 @@ fn database(name: &str, extra: Value) -> Value {
     let mut spec = json!({
         "version": "15.20",
         "storage": {"size": "1Gi", "storageClassName": REAL_NODE_STORAGE_CLASS},
+        "placement": real_node_placement(),
     });
     for (k, v) in extra.as_object().expect("an object") {
         spec[k] = v.clone();
@@ -316,22 +319,7 @@ async fn under_a_resource_quota_a_backup_over_https_with_a_private_ca() {
     let bed = testbed().await;
     bed.require_real_node().await;
     let ns = bed.real_node_namespace("dp-quota").await;
-    let quota: ResourceQuota = serde_json::from_value(json!({
-        "metadata": {"name": "compute"},
-        "spec": {"hard": {"requests.cpu": "4", "requests.memory": "4Gi",
-                          "limits.cpu": "8", "limits.memory": "8Gi"}},
-    }))
-    .unwrap();
-    Api::<ResourceQuota>::namespaced(bed.client.clone(), &ns)
-        .create(&PostParams::default(), &quota)
-        .await
-        .expect("quota");
-    // The quota controller must have computed its usage before pods are admitted.
-    let quotas: Api<ResourceQuota> = Api::namespaced(bed.client.clone(), &ns);
-    wait_until("the quota's status", POD_WAIT, || async {
-        quotas.get("compute").await.ok()?.status?.hard.map(|_| ())
-    })
-    .await;
+    bed.compute_quota(&ns).await;
     let _operator = bed.operator_for_real_node(&ns);
     let ca = PrivateCa::issue(&format!("s3.{ns}.svc"));
     let endpoint = bed.s3_server(&ns, "backups", Some(&ca)).await;
@@ -368,17 +356,7 @@ async fn under_a_resource_quota_a_backup_over_https_with_a_private_ca() {
     );
     assert!(!ok, "the operand image has a CA bundle");
     first_finished_backup(&bed, &ns).await;
-    let used = quotas
-        .get("compute")
-        .await
-        .expect("quota")
-        .status
-        .and_then(|s| s.used)
-        .unwrap_or_default();
-    assert!(
-        used.get("requests.memory").is_some_and(|q| q.0 != "0"),
-        "the quota counted the pods: {used:?}"
-    );
+    bed.assert_quota_counted(&ns).await;
 }
 
 /// The `InitFailed` runbook (docs/runbooks.md) for inline SQL, for real: a statement that fails

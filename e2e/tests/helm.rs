@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use dbop::api::{BackupPhase, DatabaseBackup, Phase};
-use dbop_e2e::node::{REAL_NODE_STORAGE_CLASS, small_resources};
+use dbop_e2e::node::{REAL_NODE_STORAGE_CLASS, real_node_placement, small_resources};
 use dbop_e2e::{
     TestBed, WAIT, database_manifest, operator_binary_path, testbed, wait_until,
     wait_until_or_none, workspace_root,
@@ -430,6 +430,9 @@ async fn helm_install_runs_the_operator_in_the_cluster_through_provisioning_and_
             "logFormat": "text",
             "leaderElection": {"leaseDurationSeconds": 10, "renewGraceSeconds": 4},
             "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "256Mi"}},
+            // The operator's pods reach the real node through the chart's own values.
+            "nodeSelector": real_node_placement()["nodeSelector"],
+            "tolerations": real_node_placement()["tolerations"],
         }),
     );
     let chart = chart();
@@ -457,6 +460,7 @@ async fn helm_install_runs_the_operator_in_the_cluster_through_provisioning_and_
     db["spec"] = json!({
         "version": "15.20",
         "storage": {"size": "1Gi", "storageClassName": REAL_NODE_STORAGE_CLASS},
+        "placement": real_node_placement(),
         "resources": small_resources(),
         "backup": {"schedule": "* * * * *", "s3": {
             "endpoint": endpoint, "bucket": "backups", "forcePathStyle": true,

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use dbop::api::{BackupPhase, DatabaseBackup, Phase};
-use dbop_e2e::node::REAL_NODE_STORAGE_CLASS;
+use dbop_e2e::node::{REAL_NODE_STORAGE_CLASS, real_node_placement};
 use dbop_e2e::{TestBed, condition, testbed, wait_until_or_none};
 use kube::Api;
 use kube::api::ListParams;
@@ -40,6 +40,7 @@ fn database(name: &str, extra: Value) -> Value {
     let mut spec = json!({
         "version": "15.20",
         "storage": {"size": "1Gi", "storageClassName": REAL_NODE_STORAGE_CLASS},
+        "placement": real_node_placement(),
     });
     for (k, v) in extra.as_object().expect("an object") {
         spec[k] = v.clone();

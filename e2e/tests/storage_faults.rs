@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use dbop::api::{BackupPhase, DatabaseBackup, Phase};
 use dbop_e2e::node::{
-    POSTGRES_15_20, REAL_NODE_STORAGE_CLASS, S3_ACCESS_KEY, S3_SECRET_KEY, small_resources,
+    POSTGRES_15_20, REAL_NODE_STORAGE_CLASS, S3_ACCESS_KEY, S3_SECRET_KEY, real_node_placement,
+    small_resources,
 };
 use dbop_e2e::{TestBed, condition, testbed, wait_until};
 use kube::Api;
@@ -71,6 +72,7 @@ async fn s3_unreachable_from_the_pod_fails_cleanly_and_the_next_backup_succeeds(
     let spec = json!({
         "version": "15.20",
         "storage": {"size": "1Gi", "storageClassName": REAL_NODE_STORAGE_CLASS},
+        "placement": real_node_placement(),
         "init": {"sql": "CREATE TABLE t AS SELECT g AS id FROM generate_series(1, 1000) g;"},
         // Daily: the scheduled run does not interfere; the backups here are on demand.
         "backup": {"schedule": "0 3 * * *", "s3": {

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use dbop::api::{BackupPhase, Database, DatabaseBackup, Phase, UpgradeStage};
-use dbop_e2e::node::REAL_NODE_STORAGE_CLASS;
+use dbop_e2e::node::{REAL_NODE_STORAGE_CLASS, real_node_placement};
 use dbop_e2e::{TestBed, condition, testbed};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -74,6 +74,7 @@ async fn a_real_minor_upgrade_backs_up_first_rolls_back_on_failure_and_stops_a_t
         json!({"metadata": {"name": "ledger"}, "spec": {
             "version": "15.18",
             "storage": {"size": "1Gi", "storageClassName": REAL_NODE_STORAGE_CLASS},
+            "placement": real_node_placement(),
             "init": {"sql": sql},
             // No scheduled run during the test: the only backups are the pre-upgrade ones.
             "backup": {"schedule": "0 3 1 1 *", "s3": {"endpoint": endpoint, "bucket": "backups",

@@ -6,7 +6,9 @@ use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::placement::PlacementSpec;
 use super::shared::{KeyRef, no_unsigned_format};
+use k8s_openapi::api::core::v1::ResourceRequirements;
 
 /// Scheduled backups: when, where, and how long they are kept.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -70,6 +72,16 @@ pub struct BackupSpec {
     /// database and checks it. No verification when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify: Option<VerifySpec>,
+
+    /// Where the backup and verify Jobs run: replaces `spec.placement` for them as a whole
+    /// (e.g. to keep dumps off the database's node pool). Default: `spec.placement`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<PlacementSpec>,
+
+    /// CPU and memory of the backup and verify Jobs' containers. Default: `spec.jobResources`,
+    /// else the operator's `--job-resources`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
 }
 
 /// When the latest backup is restored into a scratch database to prove it restores: on a

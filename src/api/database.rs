@@ -12,8 +12,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::backup_policy::{BackupSpec, BackupStatus, S3Spec, VerificationStatus};
-use super::shared::KeyRef;
+use super::placement::{PlacementSpec, ProbesSpec};
 use super::security::PodSecuritySpec;
+use super::shared::KeyRef;
 
 /// `spec.version` may move to a newer minor of the same major, or back (not below) to the version
 /// the server runs (`status.currentVersion`): that is how a failed upgrade is abandoned.
@@ -88,9 +89,25 @@ pub struct DatabaseSpec {
     #[schemars(range(min = 1, max = 1))]
     pub replicas: i32,
 
-    /// CPU and memory requests and limits of the database container.
+    /// CPU and memory requests and limits of the database container. Default: the operator's
+    /// `--database-resources` (requests cpu 100m, memory 256Mi; limits cpu 1, memory 256Mi).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+
+    /// Where the database pods and dbop's Jobs for this Database run: node selector,
+    /// tolerations, affinity, topology spread, priority class (see docs/operations.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<PlacementSpec>,
+
+    /// The timings of the database container's startup, readiness and liveness probes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probes: Option<ProbesSpec>,
+
+    /// CPU and memory of the containers of this Database's Jobs (init, restore, preflight;
+    /// backup and verify unless `spec.backup.resources` is set). Default: the operator's
+    /// `--job-resources`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_resources: Option<ResourceRequirements>,
 
     /// The data volume.
     pub storage: StorageSpec,

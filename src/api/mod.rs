@@ -7,8 +7,9 @@ pub mod backup;
 pub mod backup_policy;
 pub mod conditions;
 pub mod database;
-pub mod shared;
+pub mod placement;
 pub mod security;
+pub mod shared;
 
 pub use backup::{
     BackupPhase, BackupReason, DatabaseBackup, DatabaseBackupSpec, DatabaseBackupStatus,
@@ -23,8 +24,9 @@ pub use database::{
     Phase, PodMetadata, StorageSpec,
 };
 pub use database::{UpgradeSpec, UpgradeStage, UpgradeStageTime, UpgradeStatus};
-pub use shared::KeyRef;
+pub use placement::{PlacementSpec, ProbeTiming, ProbesSpec};
 pub use security::{IdsAssignedBy, PodSecuritySpec};
+pub use shared::KeyRef;
 
 /// The API group of every dbop resource.
 pub const GROUP: &str = "dbop.dev";

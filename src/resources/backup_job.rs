@@ -26,6 +26,7 @@ pub use super::agent::{CA_DIR, TERMINATION_LOG};
 use super::agent::{CA_FILE, agent_env};
 use super::credentials::{USERNAME_KEY, secret_name};
 use super::job::{AgentRun, JobParts, agent_pod, job};
+use super::placement::JobClass;
 use super::pod::secret_env;
 use super::{job_pod_labels, labels, owned_meta};
 use crate::api::{BackupSpec, Database, DatabaseBackup};
@@ -78,6 +79,7 @@ pub fn backup_job(
         backoff_limit: BACKOFF_LIMIT,
         active_deadline_seconds: limits.deadline_seconds(),
         ttl_seconds_after_finished: None,
+        class: JobClass::Backup,
         pod: agent_pod(settings, run),
     };
     job(db, settings, parts)
@@ -121,6 +123,7 @@ pub fn verify_job(
         backoff_limit: BACKOFF_LIMIT,
         active_deadline_seconds: limits.deadline_seconds(),
         ttl_seconds_after_finished: Some(VERIFY_JOB_TTL_SECONDS),
+        class: JobClass::Backup,
         pod: agent_pod(settings, run),
     };
     job(db, settings, parts)

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, ConfigMapVolumeSource, Container, Ke
 
 use super::credentials::{PASSWORD_KEY, USERNAME_KEY, secret_name};
 use super::job::{JobParts, JobPod, job};
+use super::placement::JobClass;
 use super::pod::{container_security_context, env, mount, scratch, secret_env};
 use super::{Names, POSTGRES_PORT, image, job_pod_labels, owned_meta};
 use crate::api::Database;
@@ -88,7 +89,6 @@ pub fn init_job(db: &Database, settings: &Settings) -> Option<Job> {
         image: Some(image(db, settings)),
         command: Some(vec!["/bin/sh".into(), "-c".into(), SCRIPT.into()]),
         env: Some(env),
-        resources: Some(settings.job_resources.clone()),
         security_context: Some(container_security_context()),
         volume_mounts: Some(vec![
             mount("tmp", "/tmp", false),
@@ -102,6 +102,7 @@ pub fn init_job(db: &Database, settings: &Settings) -> Option<Job> {
         backoff_limit: BACKOFF_LIMIT,
         active_deadline_seconds: ACTIVE_DEADLINE_SECONDS,
         ttl_seconds_after_finished: None,
+        class: JobClass::Database,
         pod: JobPod {
             init_containers: None,
             container,

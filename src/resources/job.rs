@@ -1,7 +1,8 @@
 //! The one Job skeleton every dbop Job is built on (init, restore, preflight, backup, verify):
 //! no restarts, no ServiceAccount token, no service links, the pod security context, the pull
-//! secrets, the user's pod annotations, a backoff limit and a deadline. A builder says only
-//! what sets its Job apart (`JobParts`); `agent_pod` is the part the agent's Jobs share.
+//! secrets, the user's pod annotations, a backoff limit and a deadline, the Database's placement
+//! and the Job resources of its class (`placement::JobClass`) on the main container. A builder
+//! says only what sets its Job apart (`JobParts`); `agent_pod` is the part the agent's Jobs share.
 //!
 //! Pure: plain functions of their arguments.
 
@@ -12,6 +13,7 @@ use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, PodTemplateSpec, Vo
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::agent::{TERMINATION_LOG, agent_mounts, ca_volume};
+use super::placement::{JobClass, job_placement, job_resources, place};
 use super::pod::{
     DBOP_BIN_VOLUME, container_security_context, copy_binary, database_security_context,
     pull_secrets, scratch,
@@ -28,6 +30,8 @@ pub struct JobParts {
     pub backoff_limit: i32,
     pub active_deadline_seconds: i64,
     pub ttl_seconds_after_finished: Option<i32>,
+    /// Whose placement and resources it takes (a backup or verify Job: `spec.backup`'s first).
+    pub class: JobClass,
     pub pod: JobPod,
 }
 
@@ -46,11 +50,26 @@ pub fn job(db: &Database, settings: &Settings, parts: JobParts) -> Job {
         backoff_limit,
         active_deadline_seconds,
         ttl_seconds_after_finished,
+        class,
         pod,
     } = parts;
     // The database's ids: the Job reads its credentials (and a restore writes its data).
     let security_context =
         database_security_context(db, pod.container.image.as_deref().unwrap_or_default());
+    let mut container = pod.container;
+    container.resources = Some(job_resources(db, settings, class));
+    let mut pod_spec = PodSpec {
+        restart_policy: Some("Never".into()),
+        init_containers: pod.init_containers,
+        containers: vec![container],
+        security_context: Some(security_context),
+        enable_service_links: Some(false),
+        automount_service_account_token: Some(false),
+        image_pull_secrets: pull_secrets(settings),
+        volumes: Some(pod.volumes),
+        ..PodSpec::default()
+    };
+    place(&mut pod_spec, job_placement(db, class));
     Job {
         metadata,
         spec: Some(JobSpec {
@@ -63,17 +82,7 @@ pub fn job(db: &Database, settings: &Settings, parts: JobParts) -> Job {
                     annotations: pod_annotations(db),
                     ..ObjectMeta::default()
                 }),
-                spec: Some(PodSpec {
-                    restart_policy: Some("Never".into()),
-                    init_containers: pod.init_containers,
-                    containers: vec![pod.container],
-                    security_context: Some(security_context),
-                    enable_service_links: Some(false),
-                    automount_service_account_token: Some(false),
-                    image_pull_secrets: pull_secrets(settings),
-                    volumes: Some(pod.volumes),
-                    ..PodSpec::default()
-                }),
+                spec: Some(pod_spec),
             },
             ..JobSpec::default()
         }),
@@ -101,7 +110,6 @@ pub fn agent_pod(settings: &Settings, run: AgentRun<'_>) -> JobPod {
         command: Some(vec![agent]),
         args: Some(run.args),
         env: Some(run.env),
-        resources: Some(settings.job_resources.clone()),
         security_context: Some(container_security_context()),
         termination_message_path: Some(TERMINATION_LOG.into()),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
@@ -114,5 +122,61 @@ pub fn agent_pod(settings: &Settings, run: AgentRun<'_>) -> JobPod {
         init_containers: Some(vec![copy_agent]),
         container,
         volumes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::testing;
+
+    fn parts(class: JobClass) -> JobParts {
+        JobParts {
+            metadata: ObjectMeta::default(),
+            pod_labels: BTreeMap::new(),
+            backoff_limit: 0,
+            active_deadline_seconds: 60,
+            ttl_seconds_after_finished: None,
+            class,
+            pod: JobPod {
+                init_containers: None,
+                container: Container::default(),
+                volumes: Vec::new(),
+            },
+        }
+    }
+
+    #[test]
+    fn every_job_carries_the_placement_and_the_resources_of_its_class() {
+        let db = testing::database(serde_json::json!({
+            "version": "16.4", "storage": {"size": "1Gi"},
+            "placement": {"nodeSelector": {"pool": "db"}},
+            "jobResources": {"requests": {"cpu": "200m"}, "limits": {"cpu": "200m"}},
+            "backup": {"schedule": "@daily", "s3": {"bucket": "b", "credentials": {"secretName": "s3"}},
+                       "placement": {"nodeSelector": {"pool": "batch"}},
+                       "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "2"}}}
+        }));
+        let settings = Settings::default();
+        let pod = |class| {
+            job(&db, &settings, parts(class))
+                .spec
+                .unwrap()
+                .template
+                .spec
+                .unwrap()
+        };
+        for (class, pool, cpu) in [
+            (JobClass::Database, "db", "200m"),
+            (JobClass::Backup, "batch", "2"),
+        ] {
+            let pod = pod(class);
+            assert_eq!(pod.node_selector.unwrap()["pool"], pool, "{class:?}");
+            let r = pod.containers[0].resources.clone().unwrap();
+            assert_eq!(r.requests.unwrap()["cpu"].0, cpu, "{class:?}");
+        }
+        let bare = job(&testing::minimal(), &settings, parts(JobClass::Backup));
+        let pod = bare.spec.unwrap().template.spec.unwrap();
+        assert_eq!(pod.node_selector, None);
+        assert_eq!(pod.containers[0].resources, Some(settings.job_resources));
     }
 }

@@ -9,6 +9,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Container;
 
 use super::job::{JobParts, JobPod, job};
+use super::placement::JobClass;
 use super::pod::{
     DBOP_BIN_DIR, DBOP_BIN_VOLUME, container_security_context, copy_binary, mount, scratch,
 };
@@ -36,7 +37,6 @@ pub fn preflight_job(
         name: PREFLIGHT_CONTAINER.into(),
         image: Some(image.to_string()),
         command: Some([vec![manager], server_version_args(major, version)].concat()),
-        resources: Some(settings.job_resources.clone()),
         security_context: Some(container_security_context()),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         volume_mounts: Some(vec![
@@ -51,6 +51,7 @@ pub fn preflight_job(
         backoff_limit: 0,
         active_deadline_seconds: ACTIVE_DEADLINE_SECONDS,
         ttl_seconds_after_finished: None,
+        class: JobClass::Database,
         pod: JobPod {
             init_containers: Some(vec![copy]),
             container: check,

@@ -13,6 +13,7 @@ use k8s_openapi::api::batch::v1::Job;
 
 use super::agent::{CA_FILE, TERMINATION_LOG, agent_env};
 use super::job::{AgentRun, JobParts, agent_pod, job};
+use super::placement::JobClass;
 use super::{Names, image, job_pod_labels, owned_meta};
 use crate::api::{Database, S3Spec};
 use crate::settings::Settings;
@@ -59,6 +60,7 @@ pub fn restore_job(db: &Database, source: &RestoreSource, settings: &Settings) -
         backoff_limit: BACKOFF_LIMIT,
         active_deadline_seconds: ACTIVE_DEADLINE_SECONDS,
         ttl_seconds_after_finished: None,
+        class: JobClass::Database,
         pod: agent_pod(settings, run),
     };
     job(db, settings, parts)

@@ -1,6 +1,7 @@
 //! The StatefulSet that runs PostgreSQL: one pod per instance, a data volume each, dbop's
 //! instance manager as the entrypoint (copied in by an init container), the credentials Secret
-//! mounted as files, probes, a locked-down security context.
+//! mounted as files, probes with the spec's timings, the spec's placement and resources (the
+//! operator's default resources without them), a locked-down security context.
 
 use std::collections::BTreeMap;
 
@@ -17,6 +18,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use super::credentials::secret_name;
+use super::placement::{database_placement, database_resources, place};
 use super::pod::{
     DBOP_BIN_DIR, DBOP_BIN_VOLUME, container_security_context, copy_binary,
     database_security_context, env, mount, pull_secrets, scratch, shared_memory,
@@ -25,7 +27,7 @@ use super::{
     LABEL_VERSION, Names, POSTGRES_PORT, Version, image, labels, owned_meta, pod_annotations,
     pod_labels, selector_labels,
 };
-use crate::api::{Database, DeletionPolicy};
+use crate::api::{Database, DeletionPolicy, ProbeTiming};
 use crate::settings::Settings;
 
 const DATA_MOUNT: &str = "/var/lib/postgresql/data";
@@ -178,18 +180,45 @@ pub fn manager_args(db: &Database) -> Vec<String> {
     .to_args()
 }
 
+/// The database container's three probes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeKind {
+    Startup,
+    Readiness,
+    Liveness,
+}
+
+/// The timing of a probe: the spec's fields over the defaults. The startup probe allows an
+/// hour (crash recovery of a large database replays WAL before the server accepts
+/// connections; a kubelet restart in the middle would start it over), then liveness takes over.
+pub fn probe_timing(db: &Database, kind: ProbeKind) -> ProbeTiming {
+    let probes = db.spec.probes.as_ref();
+    let (spec, failure_threshold) = match kind {
+        ProbeKind::Startup => (probes.and_then(|p| p.startup), 360),
+        ProbeKind::Readiness => (probes.and_then(|p| p.readiness), 3),
+        ProbeKind::Liveness => (probes.and_then(|p| p.liveness), 6),
+    };
+    let spec = spec.unwrap_or_default();
+    ProbeTiming {
+        period_seconds: Some(spec.period_seconds.unwrap_or(10)),
+        timeout_seconds: Some(spec.timeout_seconds.unwrap_or(6)),
+        failure_threshold: Some(spec.failure_threshold.unwrap_or(failure_threshold)),
+    }
+}
+
 /// The probe: the instance manager's own check (it connects as the Database's superuser to
 /// the application database over the local socket, so a custom superuser logs no failures).
-fn probe(manager: &str, db: &Database, period: i32, failure_threshold: i32) -> Probe {
+fn probe(manager: &str, db: &Database, kind: ProbeKind) -> Probe {
     let mut command = vec![manager.to_string(), "probe".into()];
     command.extend(manager_args(db));
+    let timing = probe_timing(db, kind);
     Probe {
         exec: Some(ExecAction {
             command: Some(command),
         }),
-        period_seconds: Some(period),
-        timeout_seconds: Some(6),
-        failure_threshold: Some(failure_threshold),
+        period_seconds: timing.period_seconds,
+        timeout_seconds: timing.timeout_seconds,
+        failure_threshold: timing.failure_threshold,
         ..Probe::default()
     }
 }
@@ -223,12 +252,10 @@ fn pod_template(db: &Database, settings: &Settings, image: &str) -> PodTemplateS
         }]),
         // Not a secret: lets `kubectl exec … -- psql` find the data and the socket.
         env: Some(vec![env("PGDATA", PGDATA)]),
-        resources: db.spec.resources.clone(),
-        // Crash recovery of a large database can take a while: the startup probe allows ten
-        // minutes before liveness takes over.
-        startup_probe: Some(probe(&manager, db, 10, 60)),
-        readiness_probe: Some(probe(&manager, db, 10, 3)),
-        liveness_probe: Some(probe(&manager, db, 10, 6)),
+        resources: Some(database_resources(db, settings)),
+        startup_probe: Some(probe(&manager, db, ProbeKind::Startup)),
+        readiness_probe: Some(probe(&manager, db, ProbeKind::Readiness)),
+        liveness_probe: Some(probe(&manager, db, ProbeKind::Liveness)),
         security_context: Some(container_security_context()),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         volume_mounts: Some(vec![
@@ -241,31 +268,33 @@ fn pod_template(db: &Database, settings: &Settings, image: &str) -> PodTemplateS
         ]),
         ..Container::default()
     };
+    let mut spec = PodSpec {
+        init_containers: Some(vec![copy]),
+        containers: vec![container],
+        security_context: Some(database_security_context(db, image)),
+        // The manager asks a smart shutdown, then a fast one, then an immediate one, all
+        // before the kubelet's SIGKILL.
+        termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
+        enable_service_links: Some(false),
+        automount_service_account_token: Some(false),
+        image_pull_secrets: pull_secrets(settings),
+        volumes: Some(vec![
+            scratch("run"),
+            scratch("tmp"),
+            shared_memory(),
+            scratch(DBOP_BIN_VOLUME),
+            credentials_volume(db),
+        ]),
+        ..PodSpec::default()
+    };
+    place(&mut spec, database_placement(db));
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(pod_labels(db, "database")),
             annotations: pod_annotations(db),
             ..ObjectMeta::default()
         }),
-        spec: Some(PodSpec {
-            init_containers: Some(vec![copy]),
-            containers: vec![container],
-            security_context: Some(database_security_context(db, image)),
-            // The manager asks a smart shutdown, then a fast one, then an immediate one, all
-            // before the kubelet's SIGKILL.
-            termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
-            enable_service_links: Some(false),
-            automount_service_account_token: Some(false),
-            image_pull_secrets: pull_secrets(settings),
-            volumes: Some(vec![
-                scratch("run"),
-                scratch("tmp"),
-                shared_memory(),
-                scratch(DBOP_BIN_VOLUME),
-                credentials_volume(db),
-            ]),
-            ..PodSpec::default()
-        }),
+        spec: Some(spec),
     }
 }
 
@@ -475,6 +504,59 @@ mod tests {
         assert_eq!(partition(&sts), Some(2));
         // Without an upgrade the partition is explicitly 0, so a finished rollout lowers it.
         assert_eq!(partition(&build()), Some(0));
+    }
+
+    #[test]
+    fn probe_timings_follow_the_spec_over_the_defaults() {
+        let timing = |p: &Option<Probe>| {
+            let p = p.as_ref().unwrap();
+            (p.period_seconds, p.timeout_seconds, p.failure_threshold)
+        };
+        let c = &build().spec.template.spec.unwrap().containers[0];
+        // An hour of crash recovery before liveness takes over.
+        assert_eq!(timing(&c.startup_probe), (Some(10), Some(6), Some(360)));
+        assert_eq!(timing(&c.readiness_probe), (Some(10), Some(6), Some(3)));
+        assert_eq!(timing(&c.liveness_probe), (Some(10), Some(6), Some(6)));
+        let db = testing::database(serde_json::json!({
+            "version": "16.4", "storage": {"size": "1Gi"},
+            "probes": {"startup": {"failureThreshold": 1440, "periodSeconds": 5},
+                       "liveness": {"timeoutSeconds": 20}}
+        }));
+        let sts = statefulset(&db, &Settings::default(), None);
+        let c = &sts.spec.template.spec.unwrap().containers[0];
+        assert_eq!(timing(&c.startup_probe), (Some(5), Some(6), Some(1440)));
+        assert_eq!(timing(&c.readiness_probe), (Some(10), Some(6), Some(3)));
+        assert_eq!(timing(&c.liveness_probe), (Some(10), Some(20), Some(6)));
+    }
+
+    #[test]
+    fn the_pods_follow_the_placement_and_get_default_resources() {
+        let pod = build().spec.template.spec.unwrap();
+        assert_eq!(pod.node_selector, None);
+        assert_eq!(pod.tolerations, None);
+        assert_eq!(
+            pod.containers[0].resources,
+            Some(crate::settings::default_database_resources())
+        );
+        let db = testing::database(serde_json::json!({
+            "version": "16.4", "storage": {"size": "1Gi"},
+            "placement": {"nodeSelector": {"pool": "db"},
+                          "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+                          "priorityClassName": "databases"}
+        }));
+        let pod = statefulset(&db, &Settings::default(), None)
+            .spec
+            .template
+            .spec
+            .unwrap();
+        assert_eq!(pod.node_selector.unwrap()["pool"], "db");
+        assert_eq!(pod.tolerations.unwrap().len(), 1);
+        assert_eq!(pod.priority_class_name.as_deref(), Some("databases"));
+        // Every container carries requests and limits (a ResourceQuota admits the pod).
+        for c in pod.init_containers.unwrap().iter().chain(&pod.containers) {
+            let r = c.resources.as_ref().unwrap();
+            assert!(r.requests.is_some() && r.limits.is_some(), "{}", c.name);
+        }
     }
 
     #[test]
