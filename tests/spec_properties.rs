@@ -529,6 +529,7 @@ fn facts() -> BoxedStrategy<Facts> {
                 backups,
                 bootstrap: None,
                 upgrade: Default::default(),
+                restart: Default::default(),
             },
         )
         .boxed()

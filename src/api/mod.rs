@@ -7,6 +7,7 @@ pub mod backup;
 pub mod backup_policy;
 pub mod conditions;
 pub mod database;
+pub mod postgresql;
 
 pub use backup::{
     BackupPhase, BackupReason, DatabaseBackup, DatabaseBackupSpec, DatabaseBackupStatus,
@@ -21,6 +22,7 @@ pub use database::{
     KeyRef, Phase, PodMetadata, StorageSpec,
 };
 pub use database::{UpgradeSpec, UpgradeStage, UpgradeStageTime, UpgradeStatus};
+pub use postgresql::PostgresqlSpec;
 
 /// The API group of every dbop resource.
 pub const GROUP: &str = "dbop.dev";

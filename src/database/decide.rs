@@ -14,7 +14,7 @@ use crate::api::UpgradeStatus;
 use crate::api::conditions::{self, ConditionStatus, ConditionType};
 use crate::api::{BootstrapStatus, Database};
 use crate::resources::statefulset::PodRun;
-use crate::resources::{Names, check_version};
+use crate::resources::{Names, check_version, quantity};
 use crate::settings::Settings;
 use crate::upgrade::plan::{Input as UpgradeInput, UpgradePlan, plan as plan_upgrade};
 
@@ -23,7 +23,7 @@ use crate::objects::JobState;
 
 use super::blocker::Blocker;
 use super::facts::{CredentialsFact, Facts, InitSourceFact, StatefulSetFact};
-use super::quantity;
+use super::restart;
 use super::restore::{self, RestoreDecision, RestoreOutcome};
 
 /// What to do to the world. Every step is idempotent; `apply` skips writes that change nothing.
@@ -142,6 +142,11 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
         ]
         .into_iter()
         .chain(backup.condition.clone())
+        .chain([restart::condition(
+            db,
+            &facts.restart,
+            facts.statefulset.as_ref().is_some_and(|s| s.rolled_out),
+        )])
         .collect(),
         steps,
         current_version: rollout.new_version(&upgrade),
@@ -726,6 +731,7 @@ mod tests {
             backups: Default::default(),
             bootstrap: None,
             upgrade: Default::default(),
+            restart: Default::default(),
         }
     }
 
@@ -746,6 +752,7 @@ mod tests {
         db.spec.init = Some(crate::api::InitSpec {
             sql: Some("select 1".into()),
             config_map_ref: None,
+            single_transaction: true,
         });
         db
     }
@@ -778,6 +785,7 @@ mod tests {
                 name: "schema".into(),
                 key: "init.sql".into(),
             }),
+            single_transaction: true,
         });
 
         let f = facts();
@@ -1170,6 +1178,7 @@ mod tests {
                 name: "schema".into(),
                 key: "init.sql".into(),
             }),
+            single_transaction: true,
         });
         let f = Facts {
             statefulset: Some(sts(1, true, IMAGE)),

@@ -9,6 +9,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 
+use super::restart::RestartFact;
 use super::restore::{self, BootstrapFact, RestoreObjects};
 use crate::api::{Database, DatabaseBackup};
 use crate::backup::plan::BackupHistory;
@@ -25,6 +26,8 @@ use crate::upgrade::facts::{self as upgrade_facts, UpgradeFacts};
 pub struct Observed {
     pub credentials_secret: Option<Secret>,
     pub init_config_map: Option<ConfigMap>,
+    /// The server configuration `<name>-config` (from the cache).
+    pub server_config: Option<ConfigMap>,
     pub headless_service: Option<Service>,
     pub rw_service: Option<Service>,
     pub statefulset: Option<StatefulSet>,
@@ -143,6 +146,8 @@ pub struct Facts {
     /// The restore of `spec.bootstrap.fromBackup` (None without one).
     pub bootstrap: Option<BootstrapFact>,
     pub upgrade: UpgradeFacts,
+    /// The restart-needing parameters the StatefulSet's pod template carries.
+    pub restart: RestartFact,
 }
 
 impl Facts {
@@ -156,6 +161,7 @@ impl Facts {
             backups: backups_fact(db, snap),
             bootstrap: restore::fact(db, &snap.restore),
             upgrade: upgrade_fact(db, snap),
+            restart: RestartFact::of(snap.statefulset.as_ref()),
         }
     }
 }

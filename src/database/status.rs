@@ -132,6 +132,7 @@ mod tests {
             backups: Default::default(),
             bootstrap: None,
             upgrade: Default::default(),
+            restart: Default::default(),
         };
         let decision =
             crate::database::decide::decide(&db, &facts, &crate::settings::Settings::default());

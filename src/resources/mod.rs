@@ -12,7 +12,9 @@ pub mod init_job;
 pub mod job;
 pub mod pod;
 pub mod preflight_job;
+pub mod quantity;
 pub mod restore_job;
+pub mod server_config;
 pub mod services;
 pub mod statefulset;
 
