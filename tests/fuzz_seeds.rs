@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use dbop::database::quantity;
+use dbop::resources::quantity;
 use dbop_contract::result::MAX_SUMMARY_BYTES;
 use dbop_contract::units::{format_duration, parse_duration, parse_size};
 use dbop_contract::{BackupResult, Outcome, parse_termination_message};

@@ -11,7 +11,7 @@ use dbop::context::Context;
 use dbop::context::caches::{self, Caches};
 use dbop::database::reconcile_database;
 use dbop::database::{decide, facts, status};
-use dbop::resources::{credentials, services, statefulset};
+use dbop::resources::{credentials, server_config, services, statefulset};
 use dbop::settings::Settings;
 use http::{Request, Response, StatusCode};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
@@ -97,6 +97,7 @@ fn cached(objects: &HashMap<String, Value>) -> Caches {
             "Job" if labelled => apply(&mut writers.jobs, value),
             "PersistentVolumeClaim" if labelled => apply(&mut writers.claims, value),
             "Secret" if labelled => apply(&mut writers.secrets, value),
+            "ConfigMap" if labelled => apply(&mut writers.config_maps, value),
             "DatabaseBackup" => apply(&mut writers.backups, value),
             _ => {}
         }
@@ -193,6 +194,10 @@ fn ready_world(db: &Database) -> HashMap<String, Value> {
         (
             format!("{ns}/persistentvolumeclaims/data-orders-0"),
             serde_json::to_value(pvc).unwrap(),
+        ),
+        (
+            format!("{ns}/configmaps/orders-config"),
+            serde_json::to_value(server_config::server_config_map(db)).unwrap(),
         ),
     ])
 }

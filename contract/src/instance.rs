@@ -12,6 +12,13 @@ use clap::{Args, Parser, Subcommand};
 
 /// The superuser when the credentials Secret has no `username`.
 pub const DEFAULT_SUPERUSER: &str = "postgres";
+/// Where the operator mounts the Database's server configuration (its ConfigMap
+/// `<name>-config`), the default of `--config-dir`.
+pub const CONFIG_DIR: &str = "/etc/dbop/config";
+/// The file of `CONFIG_DIR` with `spec.postgresql`'s parameters, included by the server.
+pub const PARAMETERS_FILE: &str = "postgresql.conf";
+/// The file of `CONFIG_DIR` with the extra `pg_hba.conf` rules.
+pub const HBA_FILE: &str = "pg_hba.conf";
 
 /// The instance manager's command line.
 #[derive(Parser, Clone, Debug, PartialEq, Eq)]
@@ -67,6 +74,10 @@ pub struct Common {
     /// The mounted credentials Secret: files `password` and, optionally, `username`.
     #[arg(long)]
     pub credentials_dir: PathBuf,
+    /// The mounted server configuration: `postgresql.conf` (parameters, included by the
+    /// server) and `pg_hba.conf` (extra rules); either may be missing. Reloaded on change.
+    #[arg(long, default_value = CONFIG_DIR)]
+    pub config_dir: PathBuf,
     #[arg(long, default_value = "/dev/termination-log")]
     pub termination_log: PathBuf,
     /// Seconds a smart shutdown may take before a fast one.

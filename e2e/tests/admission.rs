@@ -107,6 +107,62 @@ async fn invalid_databases_are_refused_with_a_message() {
             database_manifest("2orders", json!({})),
             "metadata.name must be a DNS-1035 label",
         ),
+        (
+            "a parameter dbop manages",
+            database_manifest(
+                "p1",
+                json!({"postgresql": {"parameters": {"port": "5433"}}}),
+            ),
+            "spec.postgresql.parameters.port is managed by dbop",
+        ),
+        (
+            "an ssl parameter",
+            database_manifest(
+                "p2",
+                json!({"postgresql": {"parameters": {"work_mem": "8MB", "ssl_cert_file": "/x"}}}),
+            ),
+            "spec.postgresql.parameters.ssl_cert_file is managed by dbop",
+        ),
+        (
+            "shared_preload_libraries as a parameter",
+            database_manifest(
+                "p3",
+                json!({"postgresql": {"parameters": {"shared_preload_libraries": "x"}}}),
+            ),
+            "use spec.postgresql.sharedPreloadLibraries",
+        ),
+        (
+            "a parameter name that is not one",
+            database_manifest(
+                "p4",
+                json!({"postgresql": {"parameters": {"Work-Mem": "8MB"}}}),
+            ),
+            "spec.postgresql.parameters: a parameter name",
+        ),
+        (
+            "a parameter value on two lines",
+            database_manifest(
+                "p5",
+                json!({"postgresql": {"parameters": {"work_mem": "8MB\nport = 1"}}}),
+            ),
+            "spec.postgresql.parameters.work_mem",
+        ),
+        (
+            "a trust rule",
+            database_manifest(
+                "p6",
+                json!({"postgresql": {"pgHba": ["host all all 0.0.0.0/0 trust"]}}),
+            ),
+            "spec.postgresql.pgHba[0]",
+        ),
+        (
+            "a local rule",
+            database_manifest(
+                "p7",
+                json!({"postgresql": {"pgHba": ["local all all scram-sha-256"]}}),
+            ),
+            "spec.postgresql.pgHba[0]",
+        ),
     ];
     for (case, manifest, expected) in table {
         match apply(&bed, &ns, manifest).await {
@@ -114,6 +170,14 @@ async fn invalid_databases_are_refused_with_a_message() {
             Err(message) => assert!(message.contains(expected), "{case}: {message}"),
         }
     }
+    let settings = json!({"postgresql": {
+        "parameters": {"max_connections": "200", "work_mem": "16MB", "pg_stat_statements.max": "5000"},
+        "sharedPreloadLibraries": ["pg_stat_statements"],
+        "pgHba": ["hostssl all all 10.0.0.0/8 scram-sha-256", "host all all 192.168.0.0 255.255.0.0 reject"]
+    }});
+    apply(&bed, &ns, database_manifest("settings", settings))
+        .await
+        .expect("valid PostgreSQL settings accepted");
 }
 
 #[tokio::test]

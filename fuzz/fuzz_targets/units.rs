@@ -1,13 +1,13 @@
 //! The duration and size parsers of the contract (`30d`, `1h30m`, `8MiB`), which read what users
 //! write in `spec.backup` and what the operator passes the agent, and the operator's storage
-//! quantity reader (`src/database/quantity.rs`, `10Gi`, `1.5G`, `1e9`): no panic, no overflow,
+//! quantity reader (`src/resources/quantity.rs`, `10Gi`, `1.5G`, `1e9`): no panic, no overflow,
 //! and a parsed duration survives `format_duration`.
 #![no_main]
 
 use dbop_contract::units::{format_duration, parse_duration, parse_size};
 use libfuzzer_sys::fuzz_target;
 
-#[path = "../../src/database/quantity.rs"]
+#[path = "../../src/resources/quantity.rs"]
 mod quantity;
 
 fuzz_target!(|data: &[u8]| {

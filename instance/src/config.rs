@@ -1,8 +1,11 @@
-//! The configuration dbop manages: the authentication files and the server's command line.
+//! The configuration dbop manages: the authentication files, the server's command line, and
+//! the line of `postgresql.conf` that includes the Database's own parameters.
 //!
 //! Pure: text and argument lists from the settings (the replication part comes from
 //! `replication::config`). The server reads the command line last,
-//! so these settings win over `postgresql.conf` and `ALTER SYSTEM`.
+//! so these settings win over `postgresql.conf` and `ALTER SYSTEM`; the Database's parameters
+//! (the mounted `postgresql.conf` of `--config-dir`) are included at the end of the data
+//! directory's `postgresql.conf`, so they win over initdb's, and `ALTER SYSTEM` over them.
 
 use std::path::{Path, PathBuf};
 
@@ -19,19 +22,63 @@ pub struct Managed {
 /// The name of the pg_ident map that lets the pod's own OS user in as the superuser.
 pub const IDENT_MAP: &str = "dbop";
 
-/// `pg_hba.conf`: peer on the local socket (mapped to the superuser), SCRAM for the network,
-/// and replication connections for dbop's replication role only.
-pub fn pg_hba() -> String {
+/// `pg_hba.conf`, first match wins: peer on the local socket (mapped to the superuser) and
+/// replication connections for dbop's replication role, which nothing can override; then the
+/// Database's own rules (`extra`: network rules, `spec.postgresql.pgHba`), which can narrow
+/// what follows; then SCRAM for every other network client.
+pub fn pg_hba(extra: &str) -> String {
     let mut text = format!(
-        "# Written by dbop-instance at every start: edits here are lost.\n\
+        "# Written by dbop-instance at every start and reload: edits here are lost.\n\
          # The local socket is inside the pod only: peer authentication, mapped to the superuser.\n\
-         local all all peer map={IDENT_MAP}\n\
-         # Network clients: SCRAM only.\n\
-         host all all 0.0.0.0/0 scram-sha-256\n\
-         host all all ::/0 scram-sha-256\n"
+         local all all peer map={IDENT_MAP}\n"
     );
     text.push_str(&crate::replication::config::hba_lines());
+    text.push_str("# The Database's rules (spec.postgresql.pgHba): network rules only.\n");
+    for line in extra.lines() {
+        let rule = line.trim_start();
+        // The operator's schema allows network rules only; a local rule here would come after
+        // dbop's own anyway, but is dropped so the file says what applies.
+        if !rule.is_empty() && !rule.starts_with('#') && !rule.starts_with("local") {
+            text.push_str(rule);
+            text.push('\n');
+        }
+    }
+    text.push_str(
+        "# Network clients: SCRAM only.\n\
+         host all all 0.0.0.0/0 scram-sha-256\n\
+         host all all ::/0 scram-sha-256\n",
+    );
     text
+}
+
+/// The line of `postgresql.conf` that includes the Database's parameters file.
+pub fn parameters_include(file: &Path) -> String {
+    format!(
+        "include_if_exists = {}",
+        crate::replication::config::conf_value(&file.display().to_string())
+    )
+}
+
+/// `postgresql.conf` with the include of the parameters file last, or `None` when it already
+/// is: a line appended after it (by the replication setup) is moved below it again, so the
+/// Database's parameters win over initdb's and come after any other include.
+pub fn with_parameters_include(postgresql_conf: &str, file: &Path) -> Option<String> {
+    let line = parameters_include(file);
+    let comment = "# Added by dbop-instance: the Database's parameters (spec.postgresql).";
+    let last = postgresql_conf.lines().rev().find(|l| !l.trim().is_empty());
+    if last.is_some_and(|l| l.trim() == line) {
+        return None;
+    }
+    let mut text: String = postgresql_conf
+        .lines()
+        .filter(|l| l.trim() != line && l.trim() != comment)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    text.push_str(comment);
+    text.push('\n');
+    text.push_str(&line);
+    text.push('\n');
+    Some(text)
 }
 
 /// `pg_ident.conf`: any OS user of the pod may connect over the local socket as the superuser
@@ -120,20 +167,49 @@ mod tests {
 
     #[test]
     fn hba_is_scram_for_the_network_and_peer_locally() {
-        let hba = pg_hba();
+        let hba = pg_hba("");
         let rules: Vec<&str> = hba.lines().filter(|l| !l.starts_with('#')).collect();
         assert_eq!(
             rules,
             [
                 "local all all peer map=dbop",
-                "host all all 0.0.0.0/0 scram-sha-256",
-                "host all all ::/0 scram-sha-256",
                 "host replication dbop_replication 0.0.0.0/0 scram-sha-256",
                 "host replication dbop_replication ::/0 scram-sha-256",
+                "host all all 0.0.0.0/0 scram-sha-256",
+                "host all all ::/0 scram-sha-256",
             ]
         );
         assert!(!hba.contains("trust") && !hba.contains("md5"));
         assert!(pg_ident("app").ends_with("dbop /^.*$ \"app\"\n"));
+    }
+
+    #[test]
+    fn the_databases_rules_come_after_dbops_own_and_before_the_catch_all() {
+        let extra =
+            "# spec.postgresql.pgHba\nhost all all 10.0.0.0/8 reject\nlocal all all trust\n";
+        let hba = pg_hba(extra);
+        let rules: Vec<&str> = hba.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(rules[0], "local all all peer map=dbop");
+        assert!(rules[1].starts_with("host replication dbop_replication"));
+        assert_eq!(rules[3], "host all all 10.0.0.0/8 reject");
+        assert_eq!(rules[4], "host all all 0.0.0.0/0 scram-sha-256");
+        assert!(!hba.contains("trust"), "{hba}");
+    }
+
+    #[test]
+    fn the_parameters_include_is_last_once() {
+        let file = Path::new("/etc/dbop/config/postgresql.conf");
+        let line = "include_if_exists = '/etc/dbop/config/postgresql.conf'";
+        let added = with_parameters_include("max_connections = 100", file).unwrap();
+        assert!(added.starts_with("max_connections = 100\n#"), "{added}");
+        assert!(added.ends_with(&format!("{line}\n")));
+        assert_eq!(with_parameters_include(&added, file), None);
+        // Something appended after it (the replication include): moved back to the end.
+        let later = format!("{added}include_if_exists = 'dbop-replication.conf'\n");
+        let moved = with_parameters_include(&later, file).unwrap();
+        assert!(moved.ends_with(&format!("{line}\n")), "{moved}");
+        assert_eq!(moved.matches(line).count(), 1);
+        assert!(moved.contains("'dbop-replication.conf'"));
     }
 
     #[test]

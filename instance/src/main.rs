@@ -45,6 +45,7 @@ impl IntoOptions for Common {
             port: self.port,
             socket_dir: self.socket_dir,
             credentials_dir: self.credentials_dir,
+            config_dir: self.config_dir,
             termination_log: self.termination_log,
             timeouts: Timeouts {
                 smart: Duration::from_secs(self.smart_shutdown_seconds),

@@ -13,6 +13,7 @@ use crate::datadir::{self, Observed, Start};
 use crate::identity::{self, Identity};
 use crate::password::{self, Fingerprint, Read, Sync};
 use crate::process;
+use crate::reload::{self, Mounted, Reloader};
 use crate::shutdown::{self, Event, State, Timeouts};
 
 /// The superuser when the credentials have no `username` file (the operator's too).
@@ -31,6 +32,8 @@ pub struct Options {
     pub socket_dir: PathBuf,
     /// A directory with the files `password` and (optionally) `username`: the mounted Secret.
     pub credentials_dir: PathBuf,
+    /// The Database's server configuration, mounted from its ConfigMap (`reload`).
+    pub config_dir: PathBuf,
     pub termination_log: PathBuf,
     pub timeouts: Timeouts,
     pub poll: Duration,
@@ -56,11 +59,11 @@ pub fn report(termination_log: &Path, message: &str) {
 
 /// Runs the instance to its end; returns the container's exit code.
 pub fn run(o: &Options) -> i32 {
-    match prepare(o).and_then(|(bin, user)| {
+    match prepare(o).and_then(|(bin, user, mounted)| {
         if let Some(addr) = o.metrics_addr {
             crate::metrics::start(addr, o, &bin, &user);
         }
-        supervise(o, &bin, &user)
+        supervise(o, &bin, &user, mounted)
     }) {
         Ok(code) => code,
         Err(Fatal(message)) => {
@@ -93,7 +96,7 @@ pub fn bin_dir(major: u32) -> Result<PathBuf, Fatal> {
     })
 }
 
-fn prepare(o: &Options) -> Result<(PathBuf, String), Fatal> {
+fn prepare(o: &Options) -> Result<(PathBuf, String, reload::Mounted), Fatal> {
     let bin = bin_dir(o.major)?;
     give_uid_an_entry(o)?;
     let user = superuser(&o.credentials_dir)?;
@@ -104,7 +107,8 @@ fn prepare(o: &Options) -> Result<(PathBuf, String), Fatal> {
         Start::Refuse(message) => return Err(Fatal(message)),
     }
     write_config(o, &user)?;
-    Ok((bin, user))
+    let mounted = reload::prepare(&o.pgdata, &o.config_dir)?;
+    Ok((bin, user, mounted))
 }
 
 /// Makes sure PostgreSQL can look the container's uid up (`identity`): when the image's
@@ -203,7 +207,6 @@ fn write_config(o: &Options, user: &str) -> Result<(), Fatal> {
         std::fs::write(o.pgdata.join(name), text)
             .map_err(|e| Fatal(format!("cannot write {name}: {e}")))
     };
-    write("pg_hba.conf", config::pg_hba())?;
     write("pg_ident.conf", config::pg_ident(user))
 }
 
@@ -217,7 +220,7 @@ fn managed(o: &Options, user: &str) -> Managed {
     }
 }
 
-fn supervise(o: &Options, bin: &Path, user: &str) -> Result<i32, Fatal> {
+fn supervise(o: &Options, bin: &Path, user: &str, mounted: Mounted) -> Result<i32, Fatal> {
     process::install_handlers().map_err(|e| Fatal(format!("cannot handle signals: {e}")))?;
     let child = Command::new(bin.join("postgres"))
         .args(config::server_args(&managed(o, user)))
@@ -227,6 +230,7 @@ fn supervise(o: &Options, bin: &Path, user: &str) -> Result<i32, Fatal> {
     log(&format!("postgres started (pid {pid})"));
     let mut state = State::Running;
     let mut sync = Syncer::new(o, bin, user);
+    let mut reloader = Reloader::new(&o.pgdata, &o.config_dir, mounted);
     loop {
         let now = Instant::now();
         let events = process::take_signals().into_iter().map(Event::Received);
@@ -243,6 +247,7 @@ fn supervise(o: &Options, bin: &Path, user: &str) -> Result<i32, Fatal> {
         }
         if state == State::Running {
             sync.tick();
+            reloader.tick(pid);
         }
         std::thread::sleep(o.poll);
     }

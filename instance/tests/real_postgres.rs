@@ -36,7 +36,7 @@ impl Instance {
             .prefix("dbop-instance-")
             .tempdir()
             .unwrap();
-        for sub in ["", "data", "run", "creds"] {
+        for sub in ["", "data", "run", "creds", "config"] {
             let p = dir.path().join(sub);
             std::fs::create_dir_all(&p).unwrap();
             chown(&p, ids);
@@ -78,6 +78,39 @@ impl Instance {
         }
     }
 
+    /// Writes the Database's parameters file the way the kubelet updates a ConfigMap volume.
+    fn set_parameters(&mut self, text: &str) {
+        self.generation += 1;
+        let config = self.path("config");
+        let version = format!("..v{}", self.generation);
+        std::fs::create_dir(config.join(&version)).unwrap();
+        std::fs::write(config.join(&version).join("postgresql.conf"), text).unwrap();
+        symlink(&version, config.join("..data_tmp")).unwrap();
+        std::fs::rename(config.join("..data_tmp"), config.join("..data")).unwrap();
+        if !config.join("postgresql.conf").exists() {
+            symlink("..data/postgresql.conf", config.join("postgresql.conf")).unwrap();
+        }
+    }
+
+    /// One value, over the network as `app` (a superuser) with `password`.
+    fn query(&self, password: &str, sql: &str) -> String {
+        let out = Command::new(self.bin.join("psql"))
+            .args(["--no-psqlrc", "--tuples-only", "--no-align", "-c", sql])
+            .arg(format!(
+                "host=127.0.0.1 port={} user=app dbname=app connect_timeout=10",
+                self.port
+            ))
+            .env("PGPASSWORD", password)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
     fn command(&self, sub: &str, major: u32) -> Command {
         let mut cmd = Command::new(self.path("dbop-instance"));
         cmd.arg(sub)
@@ -94,6 +127,7 @@ impl Instance {
                 "--termination-log={}",
                 self.path("termination-log").display()
             ))
+            .arg(format!("--config-dir={}", self.path("config").display()))
             .arg("--poll-millis=100")
             .env_remove("PGPASSWORD")
             .current_dir(self.dir.path());
@@ -260,4 +294,38 @@ fn refuses_a_data_directory_of_another_major() {
         1,
         "the data directory was touched"
     );
+}
+
+#[test]
+fn includes_the_mounted_parameters_and_reloads_them_in_place_when_they_change() {
+    let mut i = Instance::new();
+    i.set_parameters("work_mem = '12MB'\nlog_min_duration_statement = '250'\n");
+    let child = i.start();
+    i.wait_login("first-password");
+    assert_eq!(i.query("first-password", "SHOW work_mem"), "12MB");
+    assert_eq!(
+        i.query("first-password", "SHOW log_min_duration_statement"),
+        "250ms"
+    );
+    let started = i.query("first-password", "SELECT pg_postmaster_start_time()");
+
+    i.set_parameters("work_mem = '20MB'\n");
+    let start = Instant::now();
+    while i.query("first-password", "SHOW work_mem") != "20MB" {
+        assert!(start.elapsed() < DEADLINE, "work_mem was not reloaded");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Removed from the file: back to the default, still without a restart.
+    assert_eq!(
+        i.query("first-password", "SHOW log_min_duration_statement"),
+        "-1"
+    );
+    assert_eq!(
+        i.query("first-password", "SELECT pg_postmaster_start_time()"),
+        started,
+        "a reload does not restart the server"
+    );
+    let (status, log) = terminate(child);
+    assert!(status.success(), "exit {status}: {log}");
+    assert!(log.contains("reloading the server (SIGHUP)"), "{log}");
 }

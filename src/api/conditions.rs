@@ -22,16 +22,20 @@ pub enum ConditionType {
     Upgrading,
     /// The latest backup verification restored the backup and its row counts matched.
     BackupVerified,
+    /// A change of `spec.postgresql` (or of the memory it follows) needs the server restarted,
+    /// and the pods have not all restarted on it yet.
+    RestartPending,
 }
 
 impl ConditionType {
-    pub const ALL: [ConditionType; 6] = [
+    pub const ALL: [ConditionType; 7] = [
         ConditionType::Ready,
         ConditionType::StorageReady,
         ConditionType::Initialized,
         ConditionType::BackupHealthy,
         ConditionType::Upgrading,
         ConditionType::BackupVerified,
+        ConditionType::RestartPending,
     ];
 
     pub fn label(self) -> &'static str {
@@ -42,6 +46,7 @@ impl ConditionType {
             ConditionType::BackupHealthy => "BackupHealthy",
             ConditionType::Upgrading => "Upgrading",
             ConditionType::BackupVerified => "BackupVerified",
+            ConditionType::RestartPending => "RestartPending",
         }
     }
 }

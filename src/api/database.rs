@@ -112,6 +112,10 @@ pub struct DatabaseSpec {
     /// The data volume.
     pub storage: StorageSpec,
 
+    /// PostgreSQL's own settings: parameters, preloaded libraries, extra pg_hba rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub postgresql: Option<super::postgresql::PostgresqlSpec>,
+
     /// Where the superuser credentials live. When absent, dbop generates a Secret named
     /// `<name>-credentials` with a random password. Immutable; the password in the Secret is
     /// not: the server follows it (edit the Secret's `password` key to rotate it). The
@@ -218,7 +222,7 @@ pub struct CredentialsSpec {
     "message": "init needs exactly one of sql or configMapRef"
 }]))]
 pub struct InitSpec {
-    /// The SQL itself. It runs in one transaction and stops at the first error.
+    /// The SQL itself. It stops at the first error; see `singleTransaction`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 262144))]
     pub sql: Option<String>,
@@ -226,6 +230,21 @@ pub struct InitSpec {
     /// A key of a ConfigMap in the Database's namespace that holds the SQL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map_ref: Option<KeyRef>,
+
+    /// `true` (default): the SQL runs in one transaction, all or nothing. `false`: each
+    /// statement commits on its own, so `CREATE DATABASE`, `ALTER SYSTEM` or `VACUUM` can run;
+    /// it still stops at the first error, and a retry runs the whole SQL again, so every
+    /// statement must then be idempotent (`IF NOT EXISTS`, or `\gexec` guards).
+    #[serde(default = "single_transaction", skip_serializing_if = "is_true")]
+    pub single_transaction: bool,
+}
+
+fn single_transaction() -> bool {
+    true
+}
+
+fn is_true(value: &bool) -> bool {
+    *value
 }
 
 /// What the finalizer does with the data when the Database is deleted.

@@ -8,6 +8,7 @@ pub mod backup_policy;
 pub mod conditions;
 pub mod database;
 pub mod placement;
+pub mod postgresql;
 pub mod security;
 pub mod shared;
 
@@ -25,6 +26,7 @@ pub use database::{
 };
 pub use database::{UpgradeSpec, UpgradeStage, UpgradeStageTime, UpgradeStatus};
 pub use placement::{PlacementSpec, ProbeTiming, ProbesSpec};
+pub use postgresql::PostgresqlSpec;
 pub use security::{IdsAssignedBy, PodSecuritySpec};
 pub use shared::KeyRef;
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use futures::stream::BoxStream;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::core::{DeserializeGuard, PartialObjectMeta};
@@ -68,6 +68,8 @@ caches! {
     secrets: PartialObjectMeta<Secret>,
     jobs: Job,
     claims: PersistentVolumeClaim,
+    // The server configuration dbop ships (`<name>-config`) and the inline init SQL.
+    config_maps: ConfigMap,
 }
 
 impl Caches {
@@ -159,6 +161,7 @@ impl Slim for StatefulSet {}
 impl Slim for Service {}
 impl Slim for PartialObjectMeta<Secret> {}
 impl Slim for PersistentVolumeClaim {}
+impl Slim for ConfigMap {}
 
 /// A Job keeps its metadata and status only: readers ask whether it ran and when (`job_state`,
 /// `finished_at`, its owner); dbop creates a Job once and never compares its spec, and the pod

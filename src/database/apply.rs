@@ -46,6 +46,7 @@ pub async fn apply(
         secret,
         adopt_secret,
         services,
+        server_config,
         statefulset,
         preflight_job,
         pre_upgrade_backup,
@@ -65,6 +66,11 @@ pub async fn apply(
         let api: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
         apply_if_drifted(&api, &headless, snap.headless_service.as_ref()).await?;
         apply_if_drifted(&api, &read_write, snap.rw_service.as_ref()).await?;
+    }
+    if let Some(desired) = server_config {
+        // Before the StatefulSet: a new pod finds its parameters at its first start.
+        let api = Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns);
+        apply_if_drifted(&api, &desired, snap.server_config.as_ref()).await?;
     }
     if let Some(desired) = statefulset {
         let api = Api::namespaced(ctx.client.clone(), &ns);

@@ -1,6 +1,6 @@
 //! Build: every object one pass of a Database writes, from the decision (and, for what must
 //! keep what the server has, what was observed): the credentials Secret, the Services, the
-//! StatefulSet, the init, restore, preflight and verify Jobs, the `DatabaseBackup`s, and what
+//! server configuration ConfigMap, the StatefulSet, the init, restore, preflight and verify Jobs, the `DatabaseBackup`s, and what
 //! is patched or deleted. `apply` then writes what differs, in the order of `Desired`'s fields.
 //!
 //! Pure: no client, no clock, no randomness (a new password comes in). Every object is built by
@@ -22,6 +22,7 @@ use crate::resources::database_backup::{pre_upgrade_backup, scheduled_backup};
 use crate::resources::init_job::{init_job, init_sql_config_map};
 use crate::resources::preflight_job::preflight_job;
 use crate::resources::restore_job::restore_job;
+use crate::resources::server_config::server_config_map;
 use crate::resources::services::{headless, read_write};
 use crate::resources::statefulset::statefulset_running;
 use crate::resources::template_origin;
@@ -38,6 +39,8 @@ pub struct Desired {
     pub adopt_secret: Option<String>,
     /// The headless and read-write Services (applied where they drifted).
     pub services: Option<(Service, Service)>,
+    /// The server configuration the database pods mount (applied before the StatefulSet).
+    pub server_config: Option<ConfigMap>,
     pub statefulset: Option<StatefulSet>,
     pub preflight_job: Option<Job>,
     pub pre_upgrade_backup: Option<DatabaseBackup>,
@@ -86,6 +89,7 @@ pub fn build(
             .map(|password| (generated_secret(db, password), regenerated(db))),
         adopt_secret: adopt_secret.then(|| secret_name(db)),
         services: apply_services.then(|| (headless(db), read_write(db))),
+        server_config: apply_statefulset.then(|| server_config_map(db)),
         statefulset: apply_statefulset.then(|| {
             let observed = snap.statefulset.as_ref();
             // The claim templates it has are kept: they are immutable.

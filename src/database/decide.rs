@@ -14,7 +14,7 @@ use crate::api::UpgradeStatus;
 use crate::api::conditions::{self, ConditionStatus, ConditionType};
 use crate::api::{BootstrapStatus, Database};
 use crate::resources::statefulset::PodRun;
-use crate::resources::{Names, check_version};
+use crate::resources::{Names, check_version, quantity};
 use crate::settings::Settings;
 use crate::upgrade::plan::{Input as UpgradeInput, UpgradePlan, plan as plan_upgrade};
 
@@ -23,7 +23,7 @@ use crate::objects::JobState;
 
 use super::blocker::Blocker;
 use super::facts::{CredentialsFact, Facts, InitSourceFact, InstanceFailureFact, StatefulSetFact};
-use super::quantity;
+use super::restart;
 use super::restore::{self, RestoreDecision, RestoreOutcome};
 use dbop_contract::InstanceFailure;
 
@@ -145,6 +145,11 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
         ]
         .into_iter()
         .chain(backup.condition.clone())
+        .chain([restart::condition(
+            db,
+            &facts.restart,
+            facts.statefulset.as_ref().is_some_and(|s| s.rolled_out),
+        )])
         .collect(),
         steps,
         current_version: rollout.new_version(&upgrade),
@@ -782,6 +787,7 @@ mod tests {
             bootstrap: None,
             upgrade: Default::default(),
             instance_failure: None,
+            restart: Default::default(),
         }
     }
 
@@ -802,6 +808,7 @@ mod tests {
         db.spec.init = Some(crate::api::InitSpec {
             sql: Some("select 1".into()),
             config_map_ref: None,
+            single_transaction: true,
         });
         db
     }
@@ -834,6 +841,7 @@ mod tests {
                 name: "schema".into(),
                 key: "init.sql".into(),
             }),
+            single_transaction: true,
         });
 
         let f = facts();
@@ -1226,6 +1234,7 @@ mod tests {
                 name: "schema".into(),
                 key: "init.sql".into(),
             }),
+            single_transaction: true,
         });
         let f = Facts {
             statefulset: Some(sts(1, true, IMAGE)),

@@ -10,6 +10,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 
+use super::restart::RestartFact;
 use super::restore::{self, BootstrapFact, RestoreObjects};
 use crate::api::{Database, DatabaseBackup};
 use crate::backup::plan::BackupHistory;
@@ -26,6 +27,8 @@ use crate::upgrade::facts::{self as upgrade_facts, UpgradeFacts};
 pub struct Observed {
     pub credentials_secret: Option<Secret>,
     pub init_config_map: Option<ConfigMap>,
+    /// The server configuration `<name>-config` (from the cache).
+    pub server_config: Option<ConfigMap>,
     pub headless_service: Option<Service>,
     pub rw_service: Option<Service>,
     pub statefulset: Option<StatefulSet>,
@@ -149,6 +152,8 @@ pub struct Facts {
     pub upgrade: UpgradeFacts,
     /// A database pod whose instance manager stopped for a reason the user can fix.
     pub instance_failure: Option<InstanceFailureFact>,
+    /// The restart-needing parameters the StatefulSet's pod template carries.
+    pub restart: RestartFact,
 }
 
 /// Why a database pod's instance manager stopped, from its termination message.
@@ -172,6 +177,7 @@ impl Facts {
             bootstrap: restore::fact(db, &snap.restore),
             upgrade: upgrade_fact(db, snap),
             instance_failure: snap.database_pods.iter().find_map(instance_failure_fact),
+            restart: RestartFact::of(snap.statefulset.as_ref()),
         }
     }
 }

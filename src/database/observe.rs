@@ -100,6 +100,11 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         observed_at: Utc::now(),
         credentials_secret: credentials_secret(ctx, db, &ns).await?,
         init_config_map,
+        server_config: get(
+            &caches.config_maps,
+            &ns,
+            &crate::resources::server_config::config_map_name(db),
+        ),
         headless_service: get(&caches.services, &ns, &names.headless_service()),
         rw_service: get(&caches.services, &ns, &names.rw_service()),
         database_pods: database_pods(client, db, statefulset.as_ref()).await?,

@@ -134,6 +134,7 @@ mod tests {
             bootstrap: None,
             upgrade: Default::default(),
             instance_failure: None,
+            restart: Default::default(),
         };
         let decision =
             crate::database::decide::decide(&db, &facts, &crate::settings::Settings::default());

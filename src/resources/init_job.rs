@@ -1,5 +1,7 @@
 //! The init Job: runs the Database's init SQL once, with psql from the database image, against
-//! the `-rw` Service, in one transaction that stops at the first error.
+//! the `-rw` Service, stopping at the first error: in one transaction (`singleTransaction`,
+//! the default), or statement by statement, each committing on its own, so that `CREATE
+//! DATABASE`, `ALTER SYSTEM` and the like, which cannot run in a transaction block, can run.
 //!
 //! The SQL reaches the container as a file (`psql --file`): the user's ConfigMap key, or a
 //! ConfigMap dbop makes from inline SQL, mounted as a volume. No size limit but the
@@ -27,10 +29,15 @@ pub const SQL_KEY: &str = "init.sql";
 const SQL_DIR: &str = "/etc/dbop/init";
 
 /// libpq connects as the Secret's user (default `postgres`) to the database of the same name:
-/// the application database.
-const SCRIPT: &str = r#"set -eu
-export PGUSER="${PGUSER:-postgres}"
-exec psql --no-psqlrc --set=ON_ERROR_STOP=1 --single-transaction --file=/etc/dbop/init/init.sql"#;
+/// the application database. `--single-transaction` when `single`; otherwise psql runs the
+/// statements one by one in autocommit, and still stops at the first error.
+fn script(single: bool) -> String {
+    let transaction = if single { " --single-transaction" } else { "" };
+    format!(
+        "set -eu\nexport PGUSER=\"${{PGUSER:-postgres}}\"\n\
+         exec psql --no-psqlrc --set=ON_ERROR_STOP=1{transaction} --file={SQL_DIR}/{SQL_KEY}"
+    )
+}
 
 /// The ConfigMap holding inline init SQL (None when there is none, or it comes from the
 /// user's ConfigMap). Created once with the Job; owned by the Database.
@@ -73,6 +80,7 @@ fn sql_volume(db: &Database) -> Option<Volume> {
 /// The init Job, or None when the Database has no init SQL.
 pub fn init_job(db: &Database, settings: &Settings) -> Option<Job> {
     let sql = sql_volume(db)?;
+    let single = db.spec.init.as_ref().is_none_or(|i| i.single_transaction);
     let names = Names::of(db);
     let namespace = db.namespace_or_default();
     let secret = secret_name(db);
@@ -87,7 +95,7 @@ pub fn init_job(db: &Database, settings: &Settings) -> Option<Job> {
     let container = Container {
         name: "init".into(),
         image: Some(image(db, settings)),
-        command: Some(vec!["/bin/sh".into(), "-c".into(), SCRIPT.into()]),
+        command: Some(vec!["/bin/sh".into(), "-c".into(), script(single)]),
         env: Some(env),
         security_context: Some(container_security_context()),
         volume_mounts: Some(vec![
@@ -170,6 +178,38 @@ mod tests {
         assert!(env.iter().all(|e| e.name != "PGDATABASE"));
         let pw = env.iter().find(|e| e.name == "PGPASSWORD").unwrap();
         assert!(pw.value.is_none() && pw.value_from.is_some());
+    }
+
+    #[test]
+    fn the_sql_runs_in_one_transaction_unless_the_spec_says_otherwise() {
+        let command = |init: serde_json::Value| {
+            let db = testing::database(serde_json::json!({
+                "version": "16.4", "storage": {"size": "1Gi"}, "init": init
+            }));
+            pod(&init_job(&db, &Settings::default()).unwrap()).containers[0]
+                .command
+                .clone()
+                .unwrap()[2]
+                .clone()
+        };
+        let single = command(serde_json::json!({"sql": "SELECT 1"}));
+        assert!(
+            single.contains(
+                "--set=ON_ERROR_STOP=1 --single-transaction --file=/etc/dbop/init/init.sql"
+            ),
+            "{single}"
+        );
+        assert!(
+            single.contains("export PGUSER=\"${PGUSER:-postgres}\""),
+            "{single}"
+        );
+        let each =
+            command(serde_json::json!({"sql": "CREATE DATABASE a", "singleTransaction": false}));
+        assert!(!each.contains("--single-transaction"), "{each}");
+        assert!(
+            each.contains("--set=ON_ERROR_STOP=1 --file=/etc/dbop/init/init.sql"),
+            "{each}"
+        );
     }
 
     #[test]

@@ -132,7 +132,11 @@ pub fn statefulset_running(
                     when_scaled: Some("Retain".into()),
                 },
             ),
-            template: pod_template(db, settings, &run.image),
+            template: {
+                let mut template = pod_template(db, settings, &run.image);
+                super::server_config::add_to_pod_template(&mut template, db);
+                template
+            },
             volume_claim_templates: Some(
                 existing_claims.unwrap_or_else(|| vec![data_claim_template(db)]),
             ),

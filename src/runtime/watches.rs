@@ -85,7 +85,8 @@ pub fn start(
     let managed = all.clone().labels(MANAGED_SELECTOR);
     let mut watches = Watches(Vec::new());
     let marker = || writers.synced_marker();
-    let (m1, m2, m3, m4, m5, m6, m7) = (
+    let (m1, m2, m3, m4, m5, m6, m7, m8) = (
+        marker(),
         marker(),
         marker(),
         marker(),
@@ -102,6 +103,7 @@ pub fn start(
         secrets,
         jobs,
         claims,
+        config_maps,
         ..
     } = writers;
     let scopes: Vec<Option<String>> = match namespaces {
@@ -117,6 +119,8 @@ pub fn start(
     let [secrets] = watches.spawn(secrets_meta, secrets, m5, meta);
     let jobs = watches.spawn(watch(c, &managed), jobs, m6, meta);
     let [claims] = watches.spawn(watch(c, &managed), claims, m7, meta);
+    // Cached only (no trigger): a reconcile reads its ConfigMaps and rewrites what drifted.
+    let [] = watches.spawn(watch(c, &managed), config_maps, m8, meta);
     let ([jobs, backup_jobs], [backups, backups_self]) = (jobs, backups);
     let database = DatabaseTriggers {
         databases,

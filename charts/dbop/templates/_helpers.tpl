@@ -126,11 +126,12 @@ the operator as this chart's ServiceAccount and fails on any Forbidden in the au
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "delete"]
-# ConfigMaps: read those referenced by spec.init.configMapRef and s3.ca; create the one holding
-# inline init SQL (mounted into the init Job as a file).
+# ConfigMaps: read those referenced by spec.init.configMapRef and s3.ca; apply the one holding
+# inline init SQL (mounted into the init Job as a file) and the server configuration
+# `<name>-config` (mounted into the database pods), both watched (dbop's label) for the cache.
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["get", "create"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 # Events (a repeated one is patched into a series).
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]

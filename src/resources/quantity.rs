@@ -1,5 +1,5 @@
 //! Kubernetes resource quantities (`10Gi`, `1.5G`, `500M`, `1e9`) as byte counts, to compare
-//! requested and actual volume sizes. Pure.
+//! requested and actual volume sizes and to size the server's memory settings. Pure.
 
 /// The number of bytes a quantity stands for, rounded down; None when it is not a quantity.
 pub fn bytes(text: &str) -> Option<u128> {
