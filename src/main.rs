@@ -66,6 +66,11 @@ struct RunArgs {
     /// (default: requests cpu 100m, memory 256Mi; limits cpu 1, memory 256Mi).
     #[arg(long, env = "DBOP_DATABASE_RESOURCES", value_parser = parse_resources)]
     database_resources: Option<ResourceRequirements>,
+    /// The ids of the pods of a Database without `spec.podSecurity`, as JSON with its fields
+    /// (`{"assignedBy":"Platform"}` on OpenShift; `{"runAsUser":26}` for an image template
+    /// whose postgres user the name does not tell). Default: from each image's name.
+    #[arg(long, env = "DBOP_DATABASE_POD_SECURITY", value_parser = parse_pod_security)]
+    database_pod_security: Option<dbop::api::PodSecuritySpec>,
     /// API requests per second on average (0: no limit); a watch counts once, when it starts.
     #[arg(long, env = "DBOP_API_QPS", default_value_t = 50.0, allow_negative_numbers = true, value_parser = parse_qps)]
     api_qps: f64,
@@ -156,6 +161,7 @@ async fn run(args: RunArgs) -> ExitCode {
         database_resources: args
             .database_resources
             .unwrap_or_else(dbop::settings::default_database_resources),
+        database_pod_security: args.database_pod_security,
     };
     let process = ProcessSettings {
         metrics_addr: args.metrics_addr,
@@ -289,6 +295,13 @@ fn parse_listen_addr(value: &str) -> Result<SocketAddr, String> {
 /// `--job-resources`, `--database-resources`: a ResourceRequirements object (`requests`, `limits`, `claims`) whose
 /// every value is a Kubernetes quantity, so that a typo stops the operator now rather than
 /// failing each Job the API server refuses later.
+fn parse_pod_security(value: &str) -> Result<dbop::api::PodSecuritySpec, String> {
+    const EXAMPLE: &str = r#"{"assignedBy":"Platform"} or {"runAsUser":26,"fsGroup":26}"#;
+    let spec: dbop::api::PodSecuritySpec = serde_json::from_str(value)
+        .map_err(|e| format!("not a podSecurity object ({e}), e.g. {EXAMPLE}"))?;
+    dbop::resources::pod::pod_security_problem(&spec).map_or(Ok(spec), Err)
+}
+
 fn parse_resources(value: &str) -> Result<ResourceRequirements, String> {
     const EXAMPLE: &str =
         r#"{"requests":{"cpu":"100m","memory":"128Mi"},"limits":{"memory":"512Mi"}}"#;

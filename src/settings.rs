@@ -3,6 +3,7 @@
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
 
+use crate::api::PodSecuritySpec;
 use crate::objects::quantities;
 
 /// Operator-wide settings: what `dbop run` is told (flags or environment) and the builders use.
@@ -21,6 +22,9 @@ pub struct Settings {
     pub job_resources: ResourceRequirements,
     /// Resources of the database container of a Database without `spec.resources`.
     pub database_resources: ResourceRequirements,
+    /// The ids of the pods of a Database without `spec.podSecurity` (None: from the image's
+    /// name, `resources::pod::image_uid`). On OpenShift, `assignedBy: Platform` for all.
+    pub database_pod_security: Option<PodSecuritySpec>,
 }
 
 /// The default agent image: the operator's image of this version.
@@ -36,6 +40,7 @@ impl Default for Settings {
             image_pull_secrets: Vec::new(),
             job_resources: default_job_resources(),
             database_resources: default_database_resources(),
+            database_pod_security: None,
         }
     }
 }

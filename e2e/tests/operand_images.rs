@@ -26,6 +26,7 @@ fn database(name: &str, image: &str, pod_security: Option<Value>) -> Value {
     let mut spec = json!({
         "version": "15.18", "image": image,
         "storage": {"size": "1Gi", "storageClassName": dbop_e2e::node::REAL_NODE_STORAGE_CLASS},
+        "placement": dbop_e2e::node::real_node_placement(),
     });
     if let Some(p) = pod_security {
         spec["podSecurity"] = p;

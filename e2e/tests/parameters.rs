@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use dbop_e2e::node::{REAL_NODE_STORAGE_CLASS, pod_ready};
+use dbop_e2e::node::{REAL_NODE_STORAGE_CLASS, pod_ready, real_node_placement};
 use dbop_e2e::{TestBed, testbed, wait_until};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -26,6 +26,7 @@ fn database(postgresql: Value) -> Value {
     json!({"metadata": {"name": "conf"}, "spec": {
         "version": "15.20",
         "storage": {"size": "1Gi", "storageClassName": REAL_NODE_STORAGE_CLASS},
+        "placement": real_node_placement(),
         "resources": {"requests": {"cpu": "50m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}},
         "postgresql": postgresql,
         "init": {

@@ -264,19 +264,23 @@ async fn a_real_node_volume_keeps_its_data_when_the_pod_is_deleted() {
 }
 
 #[tokio::test]
-async fn pods_of_other_namespaces_stay_on_the_kwok_nodes() {
+async fn pods_without_the_real_node_s_placement_stay_on_the_kwok_nodes() {
     let bed = testbed().await;
     bed.require_real_node().await;
     let ns = bed.namespace("kwokonly").await;
-    bed.create_pod(
-        &ns,
-        "p",
-        json!({}),
-        json!({
+    // Not `create_pod`, which gives every pod the real node's placement.
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p"},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
             "containers": [{"name": "c", "image": POSTGRES_15_18, "command": ["sleep", "3600"]}],
-        }),
-    )
-    .await;
+        },
+    }))
+    .expect("pod spec");
+    kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(bed.client.clone(), &ns)
+        .create(&kube::api::PostParams::default(), &pod)
+        .await
+        .expect("pod created");
     let pod = bed.wait_pod_phase(&ns, "p", &["Running"]).await;
     let node = pod.spec.and_then(|s| s.node_name).unwrap_or_default();
     assert!(

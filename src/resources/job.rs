@@ -54,8 +54,11 @@ pub fn job(db: &Database, settings: &Settings, parts: JobParts) -> Job {
         pod,
     } = parts;
     // The database's ids: the Job reads its credentials (and a restore writes its data).
-    let security_context =
-        database_security_context(db, pod.container.image.as_deref().unwrap_or_default());
+    let security_context = database_security_context(
+        db,
+        pod.container.image.as_deref().unwrap_or_default(),
+        settings,
+    );
     let mut container = pod.container;
     container.resources = Some(job_resources(db, settings, class));
     let mut pod_spec = PodSpec {

@@ -87,6 +87,28 @@ pub fn image_uid(image: &str) -> i64 {
     }
 }
 
+/// What the API server's rules on `spec.podSecurity` refuse, for the same value given to the
+/// operator (`--database-pod-security`), which no schema checks.
+pub fn pod_security_problem(spec: &PodSecuritySpec) -> Option<String> {
+    let ids = [spec.run_as_user, spec.run_as_group, spec.fs_group];
+    if spec.assigned_by == Some(IdsAssignedBy::Platform) && ids.iter().any(Option::is_some) {
+        return Some(
+            "assignedBy Platform lets the platform choose the ids: remove runAsUser, runAsGroup and fsGroup".into(),
+        );
+    }
+    if spec.run_as_user.is_some_and(|uid| uid < 1) {
+        return Some("runAsUser must be at least 1: PostgreSQL refuses to run as root".into());
+    }
+    if ids
+        .iter()
+        .flatten()
+        .any(|id| *id < 0 || *id > 2_147_483_647)
+    {
+        return Some("ids are between 0 and 2147483647".into());
+    }
+    None
+}
+
 /// The ids a pod runs as; `None`: left to the platform.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RunAs {
@@ -117,8 +139,18 @@ pub fn run_as(spec: Option<&PodSecuritySpec>, image: &str) -> RunAs {
 }
 
 /// The security context of `db`'s pods that run `image` (the database's, its Jobs').
-pub fn database_security_context(db: &Database, image: &str) -> PodSecurityContext {
-    pod_security_context(run_as(db.spec.pod_security.as_ref(), image))
+/// The Database's `spec.podSecurity` wins over the operator's `--database-pod-security`.
+pub fn database_security_context(
+    db: &Database,
+    image: &str,
+    settings: &Settings,
+) -> PodSecurityContext {
+    let spec = db
+        .spec
+        .pod_security
+        .as_ref()
+        .or(settings.database_pod_security.as_ref());
+    pod_security_context(run_as(spec, image))
 }
 
 /// The pod security context every dbop pod runs with. `OnRootMismatch`: the kubelet changes
@@ -213,6 +245,46 @@ pub fn pull_secrets(settings: &Settings) -> Option<Vec<LocalObjectReference>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_operator_s_default_applies_unless_the_database_has_its_own() {
+        let mut db = crate::resources::testing::minimal();
+        let settings = Settings {
+            database_pod_security: Some(PodSecuritySpec {
+                assigned_by: Some(IdsAssignedBy::Platform),
+                ..PodSecuritySpec::default()
+            }),
+            ..Settings::default()
+        };
+        let sc = database_security_context(&db, "postgres:16", &settings);
+        assert_eq!((sc.run_as_user, sc.fs_group), (None, None));
+        db.spec.pod_security = Some(PodSecuritySpec {
+            run_as_user: Some(26),
+            ..PodSecuritySpec::default()
+        });
+        let sc = database_security_context(&db, "postgres:16", &settings);
+        assert_eq!((sc.run_as_user, sc.fs_group), (Some(26), Some(26)));
+    }
+
+    #[test]
+    fn an_operator_default_the_schema_would_refuse_is_refused() {
+        let platform_with_ids = PodSecuritySpec {
+            assigned_by: Some(IdsAssignedBy::Platform),
+            run_as_user: Some(1000),
+            ..PodSecuritySpec::default()
+        };
+        assert!(
+            pod_security_problem(&platform_with_ids)
+                .unwrap()
+                .contains("remove runAsUser")
+        );
+        let root = PodSecuritySpec {
+            run_as_user: Some(0),
+            ..PodSecuritySpec::default()
+        };
+        assert!(pod_security_problem(&root).unwrap().contains("root"));
+        assert_eq!(pod_security_problem(&PodSecuritySpec::default()), None);
+    }
 
     #[test]
     fn every_pod_changes_ownership_only_on_mismatch() {

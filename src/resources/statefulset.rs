@@ -275,7 +275,7 @@ fn pod_template(db: &Database, settings: &Settings, image: &str) -> PodTemplateS
     let mut spec = PodSpec {
         init_containers: Some(vec![copy]),
         containers: vec![container],
-        security_context: Some(database_security_context(db, image)),
+        security_context: Some(database_security_context(db, image, settings)),
         // The manager asks a smart shutdown, then a fast one, then an immediate one, all
         // before the kubelet's SIGKILL.
         termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
