@@ -152,7 +152,8 @@ fn hold(db: &Database, fact: &BackupHistory, phase: Phase) -> Option<Hold> {
         Some(Hold::Misconfigured)
     } else if phase == Phase::Upgrading {
         Some(Hold::Upgrading)
-    } else if !has_run {
+    } else if !has_run || phase == Phase::Initializing {
+        // The server may run before its init SQL did: a backup then would hold none of it.
         Some(Hold::DatabaseNotReady)
     } else {
         None
@@ -411,6 +412,13 @@ mod tests {
                 .create
                 .is_none()
         );
+        // Running, but its init SQL has not: nothing worth a backup yet.
+        assert!(
+            plan_backups(&db, &fact(), Phase::Initializing)
+                .create
+                .is_none()
+        );
+        assert!(plan_backups(&db, &fact(), Phase::Ready).create.is_some());
         db.status.as_mut().unwrap().current_version = None;
         assert!(
             plan_backups(&db, &fact(), Phase::Provisioning)
