@@ -112,7 +112,8 @@ fn axes() -> Vec<Axis> {
                     "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}),
                 json!({"resources": {"limits": {"cpu": "2", "memory": "1Gi"}},
                     "databaseResources": {"requests": {"cpu": "250m", "memory": "1Gi"},
-                    "limits": {"memory": "1Gi"}}}),
+                    "limits": {"memory": "1Gi"}},
+                    "databasePodSecurity": {"assignedBy": "Platform"}}),
             ],
         ),
         axis(
@@ -463,6 +464,19 @@ fn check(values: &Value, docs: &[Value], notes: &str) -> Vec<String> {
                 pod_ids(dep),
                 e.pod_ids
             ),
+        );
+        let pod_security = &values["databasePodSecurity"];
+        let want = (pod_security.is_object()
+            && pod_security.as_object().is_some_and(|o| !o.is_empty()))
+        .then(|| pod_security.to_string());
+        let got = env(dep, "DBOP_DATABASE_POD_SECURITY").map(|v| {
+            serde_json::from_str::<Value>(&v)
+                .map(|v| v.to_string())
+                .unwrap_or(v)
+        });
+        fail(
+            got == want,
+            format!("DBOP_DATABASE_POD_SECURITY {got:?} != {want:?}"),
         );
         fail(
             dep["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] == true,
