@@ -101,6 +101,48 @@ pub async fn client_for(kubeconfig: &Path, user_agent: &'static str) -> Client {
     Client::try_from(config).expect("client")
 }
 
+/// The label of the namespaces a suite creates: `e2e-suites` names the suite in
+/// `DBOP_E2E_SUITE` and deletes them when the suite ends (`delete_suite_namespaces`).
+pub const SUITE_LABEL: &str = "testbed.dbop.dev/suite";
+
+/// The labels of a namespace a test creates: the suite it belongs to, when `e2e-suites` runs it.
+pub fn suite_label() -> Value {
+    match std::env::var("DBOP_E2E_SUITE") {
+        Ok(suite) => serde_json::json!({ SUITE_LABEL: suite }),
+        Err(_) => serde_json::json!({}),
+    }
+}
+
+/// Deletes the namespaces a finished suite created, so that its database pods, S3 servers and
+/// claims stop holding the real node's CPU, pod slots and volumes while later suites run. The
+/// namespace controller removes the pods even while a Database keeps its finalizer (the suite's
+/// operator is gone); nothing waits for that.
+pub async fn delete_suite_namespaces(
+    kubeconfig: &Path,
+    suite: &str,
+) -> Result<Vec<String>, String> {
+    let client = client_for(kubeconfig, TEST_USER_AGENT).await;
+    let api: Api<Namespace> = Api::all(client);
+    let selector = format!("{SUITE_LABEL}={suite}");
+    let list = api
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await
+        .map_err(|e| format!("listing the namespaces of {suite}: {e}"))?;
+    let names: Vec<String> = list
+        .items
+        .into_iter()
+        .filter_map(|ns| ns.metadata.name)
+        .collect();
+    for name in &names {
+        match api.delete(name, &Default::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.is_not_found() => {}
+            Err(e) => return Err(format!("deleting namespace {name}: {e}")),
+        }
+    }
+    Ok(names)
+}
+
 /// The workspace root (the e2e crate sits one level below it).
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -150,8 +192,9 @@ impl TestBed {
         let suffix: u32 = rand::rng().random_range(0..1_000_000);
         let name = format!("e2e-{prefix}-{suffix:06}");
         let api: Api<Namespace> = Api::all(self.client.clone());
-        let ns: Namespace =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+        let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {
+            "name": name, "labels": suite_label()}}))
+        .unwrap();
         api.create(&PostParams::default(), &ns)
             .await
             .expect("namespace created");
@@ -259,11 +302,72 @@ impl TestBed {
             Some(db) => db,
             None => {
                 let last = api.get(name).await.ok().and_then(|db| db.status);
+                let around = self.namespace_report(namespace).await;
                 panic!(
-                    "Database {namespace}/{name} did not reach {phase:?} within {timeout:?}; last status: {last:#?}"
+                    "Database {namespace}/{name} did not reach {phase:?} within {timeout:?}; last status: {last:#?}\n{around}"
                 )
             }
         }
+    }
+
+    /// What a timed-out wait leaves to read: every pod of the namespace with its phase, node,
+    /// unmet conditions and container states, every claim with its phase, and the Warning Events.
+    pub async fn namespace_report(&self, namespace: &str) -> String {
+        use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
+        let lp = kube::api::ListParams::default();
+        let mut out = format!("namespace {namespace}:\n");
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        for pod in pods.list(&lp).await.map(|l| l.items).unwrap_or_default() {
+            let status = pod.status.unwrap_or_default();
+            let spec = pod.spec.unwrap_or_default();
+            out += &format!(
+                "  pod {} {} on {}\n",
+                pod.metadata.name.unwrap_or_default(),
+                status.phase.unwrap_or_default(),
+                spec.node_name.unwrap_or_else(|| "no node".into())
+            );
+            for c in status.conditions.unwrap_or_default() {
+                if c.status != "True" {
+                    out += &format!(
+                        "    {} {}: {} {}\n",
+                        c.type_,
+                        c.status,
+                        c.reason.unwrap_or_default(),
+                        c.message.unwrap_or_default()
+                    );
+                }
+            }
+            let containers = status.init_container_statuses.into_iter().flatten();
+            for c in containers.chain(status.container_statuses.into_iter().flatten()) {
+                out += &format!(
+                    "    container {} ready={} restarts={} state={}\n",
+                    c.name,
+                    c.ready,
+                    c.restart_count,
+                    serde_json::to_string(&c.state).unwrap_or_default()
+                );
+            }
+        }
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
+        for pvc in claims.list(&lp).await.map(|l| l.items).unwrap_or_default() {
+            out += &format!(
+                "  claim {} {}\n",
+                pvc.metadata.name.unwrap_or_default(),
+                pvc.status.and_then(|s| s.phase).unwrap_or_default()
+            );
+        }
+        let events: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        for e in events.list(&lp).await.map(|l| l.items).unwrap_or_default() {
+            if e.type_.as_deref() == Some("Warning") {
+                out += &format!(
+                    "  event {} {}: {}\n",
+                    e.involved_object.name.unwrap_or_default(),
+                    e.reason.unwrap_or_default(),
+                    e.message.unwrap_or_default()
+                );
+            }
+        }
+        out
     }
 
     /// The audit-log entries of write requests sent by the operator (user agent `dbop/…`) in

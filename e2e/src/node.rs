@@ -186,8 +186,10 @@ impl TestBed {
     pub async fn real_node_namespace(&self, prefix: &str) -> String {
         let suffix: u32 = rand::rng().random_range(0..1_000_000);
         let name = format!("e2e-{prefix}-{suffix:06}");
-        let ns: Namespace =
-            serde_json::from_value(json!({"metadata": {"name": name}})).expect("namespace");
+        let ns: Namespace = serde_json::from_value(
+            json!({"metadata": {"name": name, "labels": crate::suite_label()}}),
+        )
+        .expect("namespace");
         Api::<Namespace>::all(self.client.clone())
             .create(&PostParams::default(), &ns)
             .await

@@ -15,7 +15,7 @@ NODE_BRIDGE=dbopbr0
 NODE_POD_CIDR=10.244.0.0/24
 NODE_GW=10.244.0.1
 NODE_SVC_CIDR=10.96.0.0/16
-NODE_PVS="${DBOP_TESTBED_REAL_NODE_PVS:-40}"
+NODE_PVS="${DBOP_TESTBED_REAL_NODE_PVS:-100}"
 NODE_OWNER=/run/dbop-testbed-real-node.owner
 NODE_CGROUP=dbop-testbed
 # sysctls the kubelet, kube-proxy and the bridge change; saved before and restored by node-down.sh

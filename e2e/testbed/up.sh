@@ -8,7 +8,7 @@
 #      DBOP_TESTBED_NODES (default 2), DBOP_TESTBED_CACHE / DBOP_TESTBED_BIN_DIR (binaries),
 #      DBOP_TESTBED_TIMEOUT (seconds per component health wait, default 120),
 #      DBOP_TESTBED_REAL_NODE (auto|0|1: the real node beside the kwok nodes, see node-up.sh),
-#      DBOP_TESTBED_REAL_NODE_PVS (default 40), DBOP_TESTBED_NODE_BIN_DIR.
+#      DBOP_TESTBED_REAL_NODE_PVS (default 100), DBOP_TESTBED_NODE_BIN_DIR.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 

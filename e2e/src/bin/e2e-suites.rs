@@ -278,6 +278,7 @@ fn start(suite: Suite, opts: &Options) -> Result<Running, String> {
         .arg(format!("--test-threads={}", opts.test_threads))
         .arg("--nocapture")
         .args(&opts.test_args)
+        .env("DBOP_E2E_SUITE", &suite.name)
         .stdin(Stdio::null())
         .stdout(file)
         .stderr(err)
@@ -336,6 +337,54 @@ fn finish(run: Running, status: Option<std::process::ExitStatus>) -> Outcome {
         ok,
         why,
         secs,
+    }
+}
+
+/// How much of each operator log a failed suite's namespaces leave is printed.
+const OPERATOR_LOG_TAIL: usize = 80;
+
+/// Deletes the namespaces the ended suite created (`dbop_e2e::delete_suite_namespaces`): a
+/// finished suite's database pods would otherwise keep running on the real node, taking CPU,
+/// pod slots and volumes from the suites after it. A failure here is printed, not fatal: the
+/// test bed goes down at the end anyway. For a failed suite, the end of the log of each
+/// operator it ran (one per namespace, in the test bed's `logs/`) is printed first: the test
+/// bed, and those logs with it, is gone when CI shows the failure.
+fn clean_up(outcome: &Outcome, suite_logs: &Path) {
+    let suite = outcome.suite.name.as_str();
+    let kubeconfig = std::env::var_os("KUBECONFIG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(".testbed/kubeconfig"));
+    let deleted = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+        .and_then(|rt| rt.block_on(dbop_e2e::delete_suite_namespaces(&kubeconfig, suite)));
+    let namespaces = match deleted {
+        Ok(names) => names,
+        Err(e) => {
+            println!("e2e suite {suite}: its namespaces were not deleted: {e}");
+            return;
+        }
+    };
+    if !outcome.ok {
+        let logs = suite_logs.parent().unwrap_or(Path::new(".")).join("logs");
+        for ns in &namespaces {
+            let path = logs.join(format!("dbop-{ns}.log"));
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(OPERATOR_LOG_TAIL)..];
+            println!("--- the last {} lines of {}:", tail.len(), path.display());
+            tail.iter().for_each(|l| println!("{l}"));
+            println!("--- end of {}", path.display());
+        }
+    }
+    if !namespaces.is_empty() {
+        println!(
+            "e2e suite {suite}: its {} namespace(s) deleted",
+            namespaces.len()
+        );
     }
 }
 
@@ -428,7 +477,9 @@ fn run(opts: Options) -> Result<bool, String> {
                 let _ = run.child.kill();
                 let _ = run.child.wait();
             }
-            outcomes.push(finish(run, status));
+            let outcome = finish(run, status);
+            clean_up(&outcome, &opts.log_dir);
+            outcomes.push(outcome);
         }
     }
     print_table(&mut outcomes, t0.elapsed().as_secs_f64());
