@@ -530,6 +530,7 @@ fn facts() -> BoxedStrategy<Facts> {
                 bootstrap: None,
                 upgrade: Default::default(),
                 instance_failure: None,
+                unschedulable: None,
                 restart: Default::default(),
             },
         )

@@ -4,7 +4,7 @@
 //! Pure: no client, no I/O, no clock of its own (time comes in the facts: the backups' `now`).
 //!
 //! The steps, in order: the version and the credentials (`credential_steps`, or a `Blocker`),
-//! where the rollout stands (`Rollout`), the init SQL (`decide_init`), the phase (`Stage`,
+//! where the rollout stands (`Rollout`), the init SQL (`init::decide_init`), the phase (`Stage`,
 //! worded by `stage_outcome`), storage, and the backups (`plan_backups`).
 
 use std::time::Duration;
@@ -19,12 +19,13 @@ use crate::settings::Settings;
 use crate::upgrade::plan::{Input as UpgradeInput, UpgradePlan, plan as plan_upgrade};
 
 use crate::backup::plan::{BackupPlan, plan_backups};
-use crate::objects::JobState;
 
 use super::blocker::Blocker;
-use super::facts::{CredentialsFact, Facts, InitSourceFact, InstanceFailureFact, StatefulSetFact};
+use super::facts::{
+    CredentialsFact, Facts, InstanceFailureFact, StatefulSetFact, UnschedulableFact,
+};
+use super::init::{InitOutcome, decide_init};
 use super::restart;
-use super::restore::{self, RestoreDecision, RestoreOutcome};
 use dbop_contract::InstanceFailure;
 
 /// What to do to the world. Every step is idempotent; `apply` skips writes that change nothing.
@@ -148,7 +149,12 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
         .chain([restart::condition(
             db,
             &facts.restart,
-            facts.statefulset.as_ref().is_some_and(|s| s.rolled_out),
+            // Ready too: while the only pod is replaced, the StatefulSet controller counts 0
+            // of 0 pods ready and moves currentRevision on before the new pod has started.
+            facts
+                .statefulset
+                .as_ref()
+                .is_some_and(|s| s.rolled_out && s.ready_replicas >= s.replicas),
         )])
         .collect(),
         steps,
@@ -424,6 +430,19 @@ fn stage_outcome(
             not_ready("RollingOut", rollout.message(db)),
             REQUEUE_IN_PROGRESS,
         ),
+        Stage::Degraded | Stage::Provisioning if facts.unschedulable.is_some() => {
+            let phase = match stage {
+                Stage::Degraded => Phase::Degraded,
+                _ => Phase::Provisioning,
+            };
+            let pod = facts.unschedulable.as_ref().expect("checked");
+            (
+                phase,
+                not_ready("Unschedulable", unschedulable_message(pod)),
+                // Pods are not watched: look again for the scheduler's next word.
+                REQUEUE_IN_PROGRESS,
+            )
+        }
         Stage::Degraded => (
             Phase::Degraded,
             not_ready("NotServing", degraded_message(db, sts)),
@@ -492,183 +511,21 @@ fn provisioning_message(names: &Names, sts: Option<&StatefulSetFact>) -> String 
     }
 }
 
+/// A pod no node can take: the scheduler's reason, and what in the spec decides it.
+fn unschedulable_message(pod: &UnschedulableFact) -> String {
+    format!(
+        "pod {} cannot be scheduled: {} (the nodes it may use come from spec.placement, what it needs from spec.resources)",
+        pod.pod,
+        pod.message.trim_end_matches('.')
+    )
+}
+
 fn degraded_message(db: &Database, sts: Option<&StatefulSetFact>) -> String {
     match sts {
         None => format!("StatefulSet {} is missing; recreating it", db.name()),
         Some(s) => format!(
             "{}/{} instances ready; see the pods' events and logs",
             s.ready_replicas, db.spec.replicas
-        ),
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum InitOutcome {
-    /// Nothing left to run (ran, or no init SQL).
-    Done,
-    /// Waiting for the server, or the Job is running.
-    Pending,
-    /// The init SQL's ConfigMap is missing: the user must act.
-    Blocked {
-        reason: &'static str,
-        message: String,
-    },
-    /// The Job failed for good; `reason` is the `Ready` condition's.
-    Failed {
-        reason: &'static str,
-        message: String,
-    },
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct InitDecision {
-    outcome: InitOutcome,
-    condition: ConditionStatus,
-    create_job: bool,
-    /// Set when a restore of `spec.bootstrap.fromBackup` just succeeded.
-    restored: Option<BootstrapStatus>,
-}
-
-impl InitDecision {
-    fn done(reason: &str, message: impl Into<String>) -> InitDecision {
-        InitDecision {
-            outcome: InitOutcome::Done,
-            condition: ConditionStatus::new(Initialized, true, reason, message),
-            create_job: false,
-            restored: None,
-        }
-    }
-
-    fn pending(reason: &str, message: String, create_job: bool) -> InitDecision {
-        InitDecision {
-            outcome: InitOutcome::Pending,
-            condition: ConditionStatus::new(Initialized, false, reason, message),
-            create_job,
-            restored: None,
-        }
-    }
-
-    fn waiting_for_server() -> InitDecision {
-        Self::pending(
-            "WaitingForServer",
-            "waiting for the server to start".into(),
-            false,
-        )
-    }
-
-    fn blocked(reason: &'static str, message: String) -> InitDecision {
-        InitDecision {
-            outcome: InitOutcome::Blocked {
-                reason,
-                message: message.clone(),
-            },
-            condition: ConditionStatus::new(Initialized, false, reason, message),
-            create_job: false,
-            restored: None,
-        }
-    }
-
-    /// The restore of `spec.bootstrap.fromBackup`, in the init's place.
-    fn restore(d: RestoreDecision) -> InitDecision {
-        InitDecision {
-            outcome: match d.outcome {
-                RestoreOutcome::Done => InitOutcome::Done,
-                RestoreOutcome::Pending => InitOutcome::Pending,
-                RestoreOutcome::Blocked { reason, message } => {
-                    InitOutcome::Blocked { reason, message }
-                }
-                RestoreOutcome::Failed { message } => InitOutcome::Failed {
-                    reason: "RestoreFailed",
-                    message,
-                },
-            },
-            condition: d.condition,
-            create_job: d.create_job,
-            restored: d.status,
-        }
-    }
-}
-
-/// The init SQL: whether it ran, runs, must wait, or cannot run.
-fn decide_init(db: &Database, facts: &Facts, server_up: bool) -> InitDecision {
-    let previous = db
-        .status
-        .as_ref()
-        .and_then(|s| conditions::find(&s.conditions, Initialized))
-        .filter(|c| c.status == "True");
-    if let Some(c) = previous {
-        return InitDecision::done(&c.reason, c.message.clone());
-    }
-    if let Some(fact) = &facts.bootstrap {
-        let predates = facts.volume.as_ref().is_some_and(|v| v.predates_database);
-        return InitDecision::restore(restore::decide_restore(db, fact, server_up, predates));
-    }
-    if db.spec.init.is_none() {
-        return if server_up {
-            InitDecision::done("NoInitSql", "no init SQL to run")
-        } else {
-            InitDecision::waiting_for_server()
-        };
-    }
-    if facts.volume.as_ref().is_some_and(|v| v.predates_database) && facts.init_job.is_none() {
-        return InitDecision::done(
-            "ExistingData",
-            "the data volume predates this Database (kept by an earlier one with deletionPolicy Retain): the init SQL is not run on existing data",
-        );
-    }
-    let names = Names::of(db);
-    match &facts.init_job {
-        Some(job) => init_from_job(job, &names),
-        None if !server_up => InitDecision::waiting_for_server(),
-        None => init_from_source(&facts.init_source, &names),
-    }
-}
-
-/// The init Job exists: its state is the init's.
-fn init_from_job(job: &JobState, names: &Names) -> InitDecision {
-    match job {
-        JobState::Succeeded => InitDecision::done("Completed", "the init SQL ran successfully"),
-        JobState::Running => InitDecision::pending(
-            "Running",
-            format!("init Job {} is running the init SQL", names.init_job()),
-            false,
-        ),
-        JobState::Failed { reason, detail } => {
-            let message = format!(
-                "init Job {} failed ({}): check its pod's logs, fix the SQL, then delete the Job to run it again",
-                names.init_job(),
-                JobState::failure_text(reason, detail)
-            );
-            InitDecision {
-                outcome: InitOutcome::Failed {
-                    reason: "InitFailed",
-                    message: message.clone(),
-                },
-                condition: ConditionStatus::new(Initialized, false, "Failed", message),
-                create_job: false,
-                restored: None,
-            }
-        }
-    }
-}
-
-/// No Job yet and the server is up: start it, unless its SQL's source is missing.
-fn init_from_source(source: &InitSourceFact, names: &Names) -> InitDecision {
-    match source {
-        InitSourceFact::Available => InitDecision::pending(
-            "Running",
-            format!("starting init Job {}", names.init_job()),
-            true,
-        ),
-        InitSourceFact::ConfigMapNotFound { name } => InitDecision::blocked(
-            "InitConfigMapNotFound",
-            format!(
-                "ConfigMap {name} (spec.init.configMapRef) does not exist: create it with the init SQL"
-            ),
-        ),
-        InitSourceFact::KeyNotFound { name, key } => InitDecision::blocked(
-            "InitConfigMapKeyNotFound",
-            format!("ConfigMap {name} has no key {key:?} (spec.init.configMapRef.key): add it"),
         ),
     }
 }
@@ -746,9 +603,11 @@ fn volume_to_expand(db: &Database, facts: &Facts) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::facts::InitSourceFact;
     use super::*;
     use crate::api::DatabaseStatus;
     use crate::api::conditions::merge;
+    use crate::objects::JobState;
     use crate::resources::VersionProblem;
     use crate::resources::credentials::SecretProblem;
     use crate::resources::testing;
@@ -787,6 +646,7 @@ mod tests {
             bootstrap: None,
             upgrade: Default::default(),
             instance_failure: None,
+            unschedulable: None,
             restart: Default::default(),
         }
     }
@@ -818,6 +678,38 @@ mod tests {
             .iter()
             .find(|c| c.type_ == t)
             .expect("condition present")
+    }
+
+    /// A restart-needing change stays pending while the replaced pod starts: the StatefulSet
+    /// controller reports the new revision as current (0 of 0 ready) before the pod serves.
+    #[test]
+    fn a_restart_stays_pending_until_the_new_pod_is_ready() {
+        let mut db = with_status(testing::minimal(), Some("16.4"), true);
+        let pending = ConditionStatus::new(
+            ConditionType::RestartPending,
+            true,
+            "RestartPending",
+            "max_connections changed",
+        );
+        let status = db.status.as_mut().unwrap();
+        status.conditions = merge(
+            &status.conditions,
+            &[pending],
+            Some(1),
+            Utc.timestamp_opt(0, 0).unwrap(),
+        );
+        let replaced = |ready| Facts {
+            statefulset: Some(sts(ready, true, IMAGE)),
+            volume: bound("1Gi"),
+            restart: super::super::restart::RestartFact {
+                template: Some(Default::default()),
+            },
+            ..facts()
+        };
+        let starting = decide(&db, &replaced(0), &Settings::default());
+        assert!(cond(&starting, ConditionType::RestartPending).status);
+        let serving = decide(&db, &replaced(1), &Settings::default());
+        assert!(!cond(&serving, ConditionType::RestartPending).status);
     }
 
     /// The phase table: (name, database, facts, expected phase, Ready reason).
@@ -1544,6 +1436,44 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_no_node_can_take_says_what_the_scheduler_said() {
+        let unplaced = UnschedulableFact {
+            pod: "orders-0".into(),
+            message: "0/3 nodes are available: 3 Insufficient memory.".into(),
+        };
+        let facts = |ready, current_version| {
+            let f = Facts {
+                statefulset: Some(sts(ready, true, IMAGE)),
+                volume: bound("1Gi"),
+                unschedulable: Some(unplaced.clone()),
+                ..facts()
+            };
+            (with_status(testing::minimal(), current_version, true), f)
+        };
+        for (ready, version, phase) in [
+            (0, None, Phase::Provisioning),
+            (0, Some("16.4"), Phase::Degraded),
+        ] {
+            let (db, f) = facts(ready, version);
+            let d = decide(&db, &f, &Settings::default());
+            assert_eq!(d.phase, phase);
+            let ready = cond(&d, Ready);
+            assert_eq!(ready.reason, "Unschedulable");
+            assert!(
+                ready.message.starts_with(
+                    "pod orders-0 cannot be scheduled: 0/3 nodes are available: 3 Insufficient memory ("
+                ),
+                "{}",
+                ready.message
+            );
+            assert_eq!(d.requeue_after, REQUEUE_IN_PROGRESS);
+        }
+        // Serving: a second pod waiting for a node does not make the Database unready.
+        let (db, f) = facts(1, Some("16.4"));
+        assert_eq!(decide(&db, &f, &Settings::default()).phase, Phase::Ready);
+    }
+
+    #[test]
     fn a_pod_without_a_user_fails_the_database_saying_what_to_set() {
         let facts = Facts {
             statefulset: Some(sts(0, true, IMAGE)),
@@ -1567,67 +1497,6 @@ mod tests {
         assert!(
             d.steps.apply_statefulset,
             "a spec change still reaches the pods"
-        );
-    }
-
-    #[test]
-    fn init_steps_table() {
-        let names = Names::new("orders");
-        let source = [
-            (InitSourceFact::Available, "Running", true),
-            (
-                InitSourceFact::ConfigMapNotFound { name: "s".into() },
-                "InitConfigMapNotFound",
-                false,
-            ),
-            (
-                InitSourceFact::KeyNotFound {
-                    name: "s".into(),
-                    key: "k".into(),
-                },
-                "InitConfigMapKeyNotFound",
-                false,
-            ),
-        ];
-        for (fact, reason, create) in source {
-            let d = init_from_source(&fact, &names);
-            assert_eq!(
-                (d.condition.reason.as_str(), d.create_job),
-                (reason, create)
-            );
-            let blocked = matches!(d.outcome, InitOutcome::Blocked { .. });
-            assert_eq!(blocked, !create, "{fact:?}");
-        }
-        let failed = JobState::Failed {
-            reason: "BackoffLimitExceeded".into(),
-            detail: "limit".into(),
-        };
-        let job = [
-            (JobState::Succeeded, "Completed", true),
-            (JobState::Running, "Running", false),
-            (failed, "Failed", false),
-        ];
-        for (state, reason, status) in job {
-            let d = init_from_job(&state, &names);
-            assert_eq!(
-                (d.condition.reason.as_str(), d.condition.status),
-                (reason, status)
-            );
-            assert!(!d.create_job);
-        }
-        let d = init_from_job(
-            &JobState::Failed {
-                reason: "BackoffLimitExceeded".into(),
-                detail: "limit".into(),
-            },
-            &names,
-        );
-        assert!(
-            d.condition
-                .message
-                .contains("(BackoffLimitExceeded: limit)"),
-            "{}",
-            d.condition.message
         );
     }
 }

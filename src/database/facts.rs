@@ -152,8 +152,18 @@ pub struct Facts {
     pub upgrade: UpgradeFacts,
     /// A database pod whose instance manager stopped for a reason the user can fix.
     pub instance_failure: Option<InstanceFailureFact>,
+    /// A database pod the scheduler cannot place, with the scheduler's reason.
+    pub unschedulable: Option<UnschedulableFact>,
     /// The restart-needing parameters the StatefulSet's pod template carries.
     pub restart: RestartFact,
+}
+
+/// A database pod the scheduler found no node for (`PodScheduled` False, `Unschedulable`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnschedulableFact {
+    pub pod: String,
+    /// The scheduler's message: which nodes it tried and what each lacked.
+    pub message: String,
 }
 
 /// Why a database pod's instance manager stopped, from its termination message.
@@ -177,6 +187,7 @@ impl Facts {
             bootstrap: restore::fact(db, &snap.restore),
             upgrade: upgrade_fact(db, snap),
             instance_failure: snap.database_pods.iter().find_map(instance_failure_fact),
+            unschedulable: snap.database_pods.iter().find_map(unschedulable_fact),
             restart: RestartFact::of(snap.statefulset.as_ref()),
         }
     }
@@ -204,6 +215,22 @@ fn instance_failure_fact(pod: &Pod) -> Option<InstanceFailureFact> {
             failure,
             message: message.to_string(),
         })
+}
+
+/// The scheduler's word on a pod it could not place.
+fn unschedulable_fact(pod: &Pod) -> Option<UnschedulableFact> {
+    let condition = pod
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+        .filter(|c| c.reason.as_deref() == Some("Unschedulable"))?;
+    Some(UnschedulableFact {
+        pod: pod.metadata.name.clone().unwrap_or_default(),
+        message: condition.message.clone().unwrap_or_default(),
+    })
 }
 
 fn backups_fact(db: &Database, snap: &Observed) -> BackupHistory {
@@ -373,6 +400,28 @@ mod tests {
         assert!(!statefulset_fact(&sts).rolled_out);
         sts.metadata.generation = Some(3);
         assert!(!statefulset_fact(&sts).observed_current);
+    }
+
+    #[test]
+    fn a_pod_the_scheduler_cannot_place_is_named_with_its_reason() {
+        let pod = |reason: &str| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "orders-0"},
+                "status": {"phase": "Pending", "conditions": [{
+                    "type": "PodScheduled", "status": "False", "reason": reason,
+                    "message": "0/3 nodes are available: 3 Insufficient memory."}]}
+            }))
+            .unwrap()
+        };
+        assert_eq!(
+            unschedulable_fact(&pod("Unschedulable")),
+            Some(UnschedulableFact {
+                pod: "orders-0".into(),
+                message: "0/3 nodes are available: 3 Insufficient memory.".into()
+            })
+        );
+        assert_eq!(unschedulable_fact(&pod("SchedulingGated")), None);
+        assert_eq!(unschedulable_fact(&Pod::default()), None);
     }
 
     #[test]

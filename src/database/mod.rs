@@ -13,6 +13,7 @@
 //! - `verification` reads the verify Jobs `backup::verify` decides from;
 //! - `deletion` decides the deletion policy (pure); `cleanup` is the finalizer's I/O for it,
 //!   and makes it wait while an upgrade's pods change version;
+//! - `init` decides the init SQL (`Initialized`), a part of `decide`;
 //! - `restart` decides whether the pods must restart for `spec.postgresql` (`RestartPending`);
 //! - `restore` decides a restore from a backup (`spec.bootstrap.fromBackup`), which takes the
 //!   init SQL's place.
@@ -30,6 +31,7 @@ pub mod decide;
 pub mod deletion;
 pub mod events;
 pub mod facts;
+pub mod init;
 pub mod observe;
 pub mod restart;
 pub mod restore;

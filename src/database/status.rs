@@ -134,6 +134,7 @@ mod tests {
             bootstrap: None,
             upgrade: Default::default(),
             instance_failure: None,
+            unschedulable: None,
             restart: Default::default(),
         };
         let decision =
