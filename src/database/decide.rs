@@ -399,6 +399,17 @@ fn stage_outcome(
     let sts = facts.statefulset.as_ref();
     let not_ready =
         |reason: &str, message: String| ConditionStatus::new(Ready, false, reason, message);
+    // A pod no node takes: the scheduler's reason says more than a count of ready pods. Pods
+    // are not watched, so look again for its next word.
+    let phase = match stage {
+        Stage::Provisioning => Some(Phase::Provisioning),
+        Stage::Degraded => Some(Phase::Degraded),
+        _ => None,
+    };
+    if let (Some(phase), Some(pod)) = (phase, &facts.unschedulable) {
+        let reason = not_ready("Unschedulable", unschedulable_message(pod));
+        return (phase, reason, REQUEUE_IN_PROGRESS);
+    }
     match stage {
         Stage::InitBlocked { reason, message } => (
             Phase::Pending,
@@ -430,19 +441,6 @@ fn stage_outcome(
             not_ready("RollingOut", rollout.message(db)),
             REQUEUE_IN_PROGRESS,
         ),
-        Stage::Degraded | Stage::Provisioning if facts.unschedulable.is_some() => {
-            let phase = match stage {
-                Stage::Degraded => Phase::Degraded,
-                _ => Phase::Provisioning,
-            };
-            let pod = facts.unschedulable.as_ref().expect("checked");
-            (
-                phase,
-                not_ready("Unschedulable", unschedulable_message(pod)),
-                // Pods are not watched: look again for the scheduler's next word.
-                REQUEUE_IN_PROGRESS,
-            )
-        }
         Stage::Degraded => (
             Phase::Degraded,
             not_ready("NotServing", degraded_message(db, sts)),
