@@ -109,127 +109,122 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("dbop");
-        let reconciles = Family::<ControllerLabels, Counter>::default();
-        let errors = Family::<ErrorLabels, Counter>::default();
-        let duration = Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new([0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0])
-        });
-        let databases = Family::<PhaseLabels, Gauge>::default();
-        let backup_time = Family::<DatabaseLabels, Gauge<f64, AtomicU64>>::default();
-        let backup_size = Family::<DatabaseLabels, Gauge>::default();
-        let backup_scheduled = Family::<DatabaseLabels, Gauge>::default();
-        let backup_verified = Family::<DatabaseLabels, Gauge<f64, AtomicU64>>::default();
-        let conditions = Family::<ConditionLabels, Gauge>::default();
-        let upgrade_stage = Family::<StageLabels, Gauge>::default();
-        let upgrade_stopped = Family::<StageLabels, Gauge>::default();
-        let database_phase = Family::<DatabasePhaseLabels, Gauge>::default();
-        let workqueue_depth = Family::<ControllerLabels, Gauge>::default();
-        let controllers_running = Gauge::default();
-        let ready = Gauge::default();
-        registry.register(
-            "controllers_running",
-            "1 while this process runs the controllers (it holds the leader Lease, or runs \
-             without election), 0 while it waits as a standby",
-            controllers_running.clone(),
-        );
-        registry.register(
-            "ready",
-            "1 when /readyz answers ready (the controllers list what they watch, or a standby \
-             waits for the Lease), 0 when not",
-            ready.clone(),
-        );
-        registry.register(
-            "database_phase",
-            "A Database's phase: 1 for the phase it is in, 0 for the others",
-            database_phase.clone(),
-        );
-        registry.register(
-            "database_upgrade_stopped",
-            "1 while a Database's latest upgrade stopped (stage RolledBack or Failed) and the spec \
-             still asks for its version (absent: none stopped, or it was abandoned)",
-            upgrade_stopped.clone(),
-        );
-        registry.register(
-            "workqueue_depth",
-            "Objects a trigger woke whose reconcile has not started yet, by controller \
-             (a requeue timer is a delay, not queued)",
-            workqueue_depth.clone(),
-        );
-        registry.register(
-            "database_upgrade_stage",
-            "The stage of a Database's latest upgrade: 1 for the stage it is in, 0 for the others",
-            upgrade_stage.clone(),
-        );
-        registry.register(
-            "database_condition",
-            "A Database's condition: 1 True, 0 False (absent: not set)",
-            conditions.clone(),
-        );
-        registry.register(
-            "database_backup_scheduled",
-            "1 when a Database has a backup schedule that is not suspended",
-            backup_scheduled.clone(),
-        );
-        registry.register(
-            "reconciles",
-            "Reconciles run, by controller",
-            reconciles.clone(),
-        );
-        registry.register(
-            "reconcile_errors",
-            "Reconciles that failed, by controller and error reason",
-            errors.clone(),
-        );
-        registry.register_with_unit(
-            "reconcile_duration",
-            "How long a reconcile took, by controller",
-            Unit::Seconds,
-            duration.clone(),
-        );
-        registry.register("databases", "Databases per phase", databases.clone());
-        registry.register_with_unit(
-            "backup_last_success_timestamp",
-            "When the last successful backup of a Database completed (Unix time)",
-            Unit::Seconds,
-            backup_time.clone(),
-        );
-        registry.register_with_unit(
-            "backup_last_success_size",
-            "The size of the last successful backup of a Database",
-            Unit::Bytes,
-            backup_size.clone(),
-        );
-        registry.register_with_unit(
-            "backup_last_verified_timestamp",
-            "When the latest backup verification of a Database succeeded (Unix time)",
-            Unit::Seconds,
-            backup_verified.clone(),
-        );
-        let metrics = Self {
-            registry,
-            reconciles,
-            errors,
-            duration,
-            databases,
-            backup_time,
-            backup_size,
-            backup_scheduled,
-            backup_verified,
-            conditions,
-            upgrade_stage,
-            upgrade_stopped,
-            database_phase,
-            workqueue_depth,
-            controllers_running,
-            ready,
+        let mut metrics = Self {
+            registry: Registry::with_prefix("dbop"),
+            reconciles: Family::default(),
+            errors: Family::default(),
+            duration: Family::new_with_constructor(|| {
+                Histogram::new([0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0])
+            }),
+            databases: Family::default(),
+            backup_time: Family::default(),
+            backup_size: Family::default(),
+            backup_scheduled: Family::default(),
+            backup_verified: Family::default(),
+            conditions: Family::default(),
+            upgrade_stage: Family::default(),
+            upgrade_stopped: Family::default(),
+            database_phase: Family::default(),
+            workqueue_depth: Family::default(),
+            controllers_running: Gauge::default(),
+            ready: Gauge::default(),
             phases: Mutex::new(HashMap::new()),
         };
+        metrics.register_process_metrics();
+        metrics.register_database_metrics();
         metrics.count_phases(&HashMap::new());
         for controller in [DATABASE_CONTROLLER, BACKUP_CONTROLLER] {
             metrics.queue_gauge(controller);
         }
         metrics
+    }
+
+    /// The process's own state: whether it runs the controllers and answers ready.
+    fn register_process_metrics(&mut self) {
+        self.registry.register(
+            "controllers_running",
+            "1 while this process runs the controllers (it holds the leader Lease, or runs \
+             without election), 0 while it waits as a standby",
+            self.controllers_running.clone(),
+        );
+        self.registry.register(
+            "ready",
+            "1 when /readyz answers ready (the controllers list what they watch, or a standby \
+             waits for the Lease), 0 when not",
+            self.ready.clone(),
+        );
+    }
+
+    /// The Databases, their backups and upgrades, and the reconciles (in exposition order).
+    fn register_database_metrics(&mut self) {
+        self.registry.register(
+            "database_phase",
+            "A Database's phase: 1 for the phase it is in, 0 for the others",
+            self.database_phase.clone(),
+        );
+        self.registry.register(
+            "database_upgrade_stopped",
+            "1 while a Database's latest upgrade stopped (stage RolledBack or Failed) and the spec \
+             still asks for its version (absent: none stopped, or it was abandoned)",
+            self.upgrade_stopped.clone(),
+        );
+        self.registry.register(
+            "workqueue_depth",
+            "Objects a trigger woke whose reconcile has not started yet, by controller \
+             (a requeue timer is a delay, not queued)",
+            self.workqueue_depth.clone(),
+        );
+        self.registry.register(
+            "database_upgrade_stage",
+            "The stage of a Database's latest upgrade: 1 for the stage it is in, 0 for the others",
+            self.upgrade_stage.clone(),
+        );
+        self.registry.register(
+            "database_condition",
+            "A Database's condition: 1 True, 0 False (absent: not set)",
+            self.conditions.clone(),
+        );
+        self.registry.register(
+            "database_backup_scheduled",
+            "1 when a Database has a backup schedule that is not suspended",
+            self.backup_scheduled.clone(),
+        );
+        self.registry.register(
+            "reconciles",
+            "Reconciles run, by controller",
+            self.reconciles.clone(),
+        );
+        self.registry.register(
+            "reconcile_errors",
+            "Reconciles that failed, by controller and error reason",
+            self.errors.clone(),
+        );
+        self.registry.register_with_unit(
+            "reconcile_duration",
+            "How long a reconcile took, by controller",
+            Unit::Seconds,
+            self.duration.clone(),
+        );
+        self.registry
+            .register("databases", "Databases per phase", self.databases.clone());
+        self.registry.register_with_unit(
+            "backup_last_success_timestamp",
+            "When the last successful backup of a Database completed (Unix time)",
+            Unit::Seconds,
+            self.backup_time.clone(),
+        );
+        self.registry.register_with_unit(
+            "backup_last_success_size",
+            "The size of the last successful backup of a Database",
+            Unit::Bytes,
+            self.backup_size.clone(),
+        );
+        self.registry.register_with_unit(
+            "backup_last_verified_timestamp",
+            "When the latest backup verification of a Database succeeded (Unix time)",
+            Unit::Seconds,
+            self.backup_verified.clone(),
+        );
     }
 
     /// One reconcile of `controller` ended after `elapsed`, failed with `error` (a label) or not.
