@@ -128,6 +128,19 @@ async fn event_reasons(bed: &TestBed, ns: &str, name: &str) -> Vec<String> {
     events.into_iter().filter_map(|e| e.reason).collect()
 }
 
+/// The Event reasons of `name` once every one of `wanted` is among them (Events are published
+/// after the status that announces the transition, so a read right after it may be early).
+async fn event_reasons_with(bed: &TestBed, ns: &str, name: &str, wanted: &[&str]) -> Vec<String> {
+    wait_until(&format!("Events {wanted:?} of {name}"), WAIT, || async {
+        let reasons = event_reasons(bed, ns, name).await;
+        wanted
+            .iter()
+            .all(|w| reasons.iter().any(|r| r == w))
+            .then_some(reasons)
+    })
+    .await
+}
+
 fn backup_result(ns: &str) -> String {
     let now = Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     json!({
@@ -215,7 +228,7 @@ async fn stages_run_in_order_the_backup_first_and_a_killed_operator_resumes_with
         backups[0].status.as_ref().unwrap().phase,
         Some(BackupPhase::Succeeded)
     );
-    let reasons = event_reasons(&bed, &ns, "orders").await;
+    let reasons = event_reasons_with(&bed, &ns, "orders", &["UpgradeComplete"]).await;
     for want in [
         "UpgradeStarted",
         "UpgradePreUpgradeBackup",
@@ -272,12 +285,8 @@ async fn a_preflight_that_finds_another_version_stops_with_no_pod_touched_and_ca
         before,
         "no pod was touched"
     );
-    assert!(
-        event_reasons(&bed, &ns, "orders")
-            .await
-            .iter()
-            .any(|r| r == "PreflightFailed")
-    );
+    // Waits for it: the Event follows the status just read.
+    event_reasons_with(&bed, &ns, "orders", &["PreflightFailed"]).await;
 
     // Back to the running version, without manual steps: admission lets it, dbop settles.
     set_version(&bed, &ns, "orders", "15.18").await.unwrap();
@@ -329,7 +338,7 @@ async fn a_deletion_during_the_rollout_waits_for_the_upgrade_to_reach_a_safe_poi
         api.get_opt("orders").await.ok()?.is_none().then_some(())
     })
     .await;
-    let reasons = event_reasons(&bed, &ns, "orders").await;
+    let reasons = event_reasons_with(&bed, &ns, "orders", &["CleanedUp"]).await;
     let at = |r: &str| reasons.iter().position(|x| x == r);
     let (waited, complete, cleaned) = (
         at("DeletionWaitsForUpgrade"),
