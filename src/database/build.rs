@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 
 use super::decide::{Decision, Steps};
 use super::facts::Observed;
+use super::restart;
 use super::restore;
 use crate::api::{Database, DatabaseBackup};
 use crate::backup::job::verify_job;
@@ -103,6 +104,7 @@ pub fn build(
                 decision.pod_run.origin(),
                 settings,
             );
+            restart::record(&mut desired, &decision.restart_pending, observed);
             desired
         }),
         preflight_job: create_preflight_job

@@ -74,6 +74,8 @@ pub struct Decision {
     pub bootstrap: Option<BootstrapStatus>,
     /// What the StatefulSet's pods run (the upgrade decides the image and the partition).
     pub pod_run: PodRun,
+    /// The restart-needing parameters the pods still restart for (`restart::pending`).
+    pub restart_pending: Vec<String>,
     /// The next `status.upgrade`.
     pub upgrade: Option<UpgradeStatus>,
 }
@@ -129,6 +131,13 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
     // Backups: the due run, the history and BackupHealthy; a run waits while the phase says
     // the database is being rolled out.
     let backup = plan_backups(db, &facts.backups, phase);
+    // Ready too: while the only pod is replaced, the StatefulSet controller counts 0 of 0 pods
+    // ready and moves currentRevision on before the new pod has started.
+    let restarted = facts
+        .statefulset
+        .as_ref()
+        .is_some_and(|s| s.rolled_out && s.ready_replicas >= s.replicas);
+    let restart_pending = restart::pending(db, &facts.restart, restarted);
     let requeue_after = [backup.requeue_after, upgrade.requeue_after]
         .into_iter()
         .flatten()
@@ -146,16 +155,7 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
         ]
         .into_iter()
         .chain(backup.condition.clone())
-        .chain([restart::condition(
-            db,
-            &facts.restart,
-            // Ready too: while the only pod is replaced, the StatefulSet controller counts 0
-            // of 0 pods ready and moves currentRevision on before the new pod has started.
-            facts
-                .statefulset
-                .as_ref()
-                .is_some_and(|s| s.rolled_out && s.ready_replicas >= s.replicas),
-        )])
+        .chain([restart::condition(&restart_pending)])
         .collect(),
         steps,
         current_version: rollout.new_version(&upgrade),
@@ -164,6 +164,7 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
         backup: Some(backup),
         bootstrap: init.restored,
         pod_run: upgrade.template,
+        restart_pending,
         upgrade: upgrade.status,
     }
 }
@@ -205,6 +206,7 @@ fn blocked(db: &Database, blocker: &Blocker, current_version: Option<String>) ->
             version: db.spec.version.clone(),
             partition: None,
         },
+        restart_pending: Vec::new(),
         upgrade: db.status.as_ref().and_then(|s| s.upgrade.clone()),
     }
 }
@@ -682,32 +684,22 @@ mod tests {
     /// controller reports the new revision as current (0 of 0 ready) before the pod serves.
     #[test]
     fn a_restart_stays_pending_until_the_new_pod_is_ready() {
-        let mut db = with_status(testing::minimal(), Some("16.4"), true);
-        let pending = ConditionStatus::new(
-            ConditionType::RestartPending,
-            true,
-            "RestartPending",
-            "max_connections changed",
-        );
-        let status = db.status.as_mut().unwrap();
-        status.conditions = merge(
-            &status.conditions,
-            &[pending],
-            Some(1),
-            Utc.timestamp_opt(0, 0).unwrap(),
-        );
+        let db = with_status(testing::minimal(), Some("16.4"), true);
         let replaced = |ready| Facts {
             statefulset: Some(sts(ready, true, IMAGE)),
             volume: bound("1Gi"),
             restart: super::super::restart::RestartFact {
                 template: Some(Default::default()),
+                recorded: Some(vec!["max_connections".into()]),
             },
             ..facts()
         };
         let starting = decide(&db, &replaced(0), &Settings::default());
         assert!(cond(&starting, ConditionType::RestartPending).status);
+        assert_eq!(starting.restart_pending, ["max_connections"]);
         let serving = decide(&db, &replaced(1), &Settings::default());
         assert!(!cond(&serving, ConditionType::RestartPending).status);
+        assert!(serving.restart_pending.is_empty());
     }
 
     /// The phase table: (name, database, facts, expected phase, Ready reason).
