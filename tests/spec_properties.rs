@@ -532,6 +532,7 @@ fn facts() -> BoxedStrategy<Facts> {
                 instance_failure: None,
                 unschedulable: None,
                 restart: Default::default(),
+                stuck_pods: vec![],
             },
         )
         .boxed()

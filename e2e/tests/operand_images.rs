@@ -3,7 +3,8 @@
 //! and Alpine's (uid 70) get their uid from the image's name; an OpenShift-like arbitrary uid
 //! with no passwd entry (`spec.podSecurity.runAsUser: 1000650000`) runs with the image's
 //! nss_wrapper; and the same uid on an image without nss_wrapper fails the Database with
-//! `ImageUserNotFound` instead of crash-looping unexplained. Each server answers a query over
+//! `ImageUserNotFound` instead of crash-looping unexplained, and serves once its uid is fixed in
+//! place (dbop replaces the crash-looping pod). Each server answers a query over
 //! the local socket (peer authentication, which looks the uid up) from `kubectl exec`.
 
 use std::time::Duration;
@@ -145,4 +146,10 @@ async fn images_of_other_uids_and_an_arbitrary_uid_serve_and_one_without_a_user_
             && message.contains("spec.podSecurity.runAsUser"),
         "{message}"
     );
+
+    // Fixed in place (the image's own uid, from its name): the StatefulSet controller waits
+    // for the crash-looping pod to become ready before it rolls it, so dbop replaces it.
+    bed.apply_database(&ns, database("nouser", ALPINE_IMAGE, None))
+        .await;
+    serves_as(&bed, &ns, "nouser", 70).await;
 }

@@ -120,6 +120,11 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
     steps.create_preflight_job = upgrade.create_preflight.clone();
     steps.create_pre_upgrade_backup = upgrade.create_backup.clone();
     steps.delete_pods = upgrade.delete_pods.clone();
+    // An upgrade places its pods itself (partition, rollback); otherwise a pod held back on an
+    // earlier revision is replaced, or the fixed template would never reach it.
+    if !upgrade.active {
+        steps.delete_pods.extend(facts.stuck_pods.iter().cloned());
+    }
     let rollout = Rollout::of(db, facts, &upgrade);
     let init = decide_init(db, facts, rollout.server_has_run());
     // With spec.bootstrap, the restore Job takes the init Job's place.
@@ -648,6 +653,7 @@ mod tests {
             instance_failure: None,
             unschedulable: None,
             restart: Default::default(),
+            stuck_pods: vec![],
         }
     }
 
@@ -678,6 +684,24 @@ mod tests {
             .iter()
             .find(|c| c.type_ == t)
             .expect("condition present")
+    }
+
+    /// A pod held back on an earlier revision is deleted, unless an upgrade places the pods.
+    #[test]
+    fn a_stuck_pod_is_replaced_outside_an_upgrade() {
+        let db = with_status(testing::minimal(), Some("16.4"), true);
+        let stuck = Facts {
+            statefulset: Some(sts(0, false, IMAGE)),
+            volume: bound("1Gi"),
+            stuck_pods: vec!["orders-0".into()],
+            ..facts()
+        };
+        let d = decide(&db, &stuck, &Settings::default());
+        assert_eq!(d.steps.delete_pods, ["orders-0"]);
+        let mut upgrading = db.clone();
+        upgrading.spec.version = "16.5".into();
+        let d = decide(&upgrading, &stuck, &Settings::default());
+        assert!(d.steps.delete_pods.is_empty());
     }
 
     /// A restart-needing change stays pending while the replaced pod starts: the StatefulSet

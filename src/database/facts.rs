@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, 
 
 use super::restart::RestartFact;
 use super::restore::{self, BootstrapFact, RestoreObjects};
+use super::stuck::stuck_pods;
 use crate::api::{Database, DatabaseBackup};
 use crate::backup::plan::BackupHistory;
 use crate::backup::s3_secret::{S3SecretProblem, s3_secret_problem};
@@ -156,6 +157,8 @@ pub struct Facts {
     pub unschedulable: Option<UnschedulableFact>,
     /// The restart-needing parameters the StatefulSet's pod template carries.
     pub restart: RestartFact,
+    /// Database pods held back on a revision the StatefulSet has moved on from (`stuck`).
+    pub stuck_pods: Vec<String>,
 }
 
 /// A database pod the scheduler found no node for (`PodScheduled` False, `Unschedulable`).
@@ -189,6 +192,7 @@ impl Facts {
             instance_failure: snap.database_pods.iter().find_map(instance_failure_fact),
             unschedulable: snap.database_pods.iter().find_map(unschedulable_fact),
             restart: RestartFact::of(snap.statefulset.as_ref()),
+            stuck_pods: stuck_pods(snap.statefulset.as_ref(), &snap.database_pods),
         }
     }
 }

@@ -36,6 +36,7 @@ pub mod observe;
 pub mod restart;
 pub mod restore;
 pub mod status;
+pub mod stuck;
 pub mod verification;
 
 use kube::ResourceExt;

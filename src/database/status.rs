@@ -136,6 +136,7 @@ mod tests {
             instance_failure: None,
             unschedulable: None,
             restart: Default::default(),
+            stuck_pods: vec![],
         };
         let decision =
             crate::database::decide::decide(&db, &facts, &crate::settings::Settings::default());
