@@ -53,6 +53,16 @@ pub enum Error {
         source: serde_json::Error,
     },
 
+    /// An object the watch cache holds but this operator's types cannot read (written by
+    /// another version of the CRD, or by hand with the schema bypassed): `message` is the
+    /// deserialiser's, which names the field.
+    #[error("{kind} {name} cannot be read: {message}")]
+    Unreadable {
+        kind: &'static str,
+        name: String,
+        message: String,
+    },
+
     /// The finalizer's Cleanup found the deletion policy still waiting (for the final backup),
     /// which the pass before it handles as a wait: only a race reaches this, and the finalizer
     /// stays (kube's finalizer helper removes it on any `Ok`).
@@ -94,6 +104,7 @@ impl Error {
         match self {
             Error::Kube(_) => "KubeApiError",
             Error::Serialize { .. } => "SerializationError",
+            Error::Unreadable { .. } => "UnreadableObject",
             Error::DeletionWaiting(_) => "DeletionWaiting",
             Error::Finalizer(inner) => match inner.as_ref() {
                 kube::runtime::finalizer::Error::CleanupFailed(e)
@@ -126,7 +137,7 @@ impl Error {
         let kube_conflict = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.is_conflict() && !s.is_already_exists());
         match self {
             Error::Kube(e) => kube_conflict(e),
-            Error::Serialize { .. } | Error::DeletionWaiting(_) => false,
+            Error::Serialize { .. } | Error::Unreadable { .. } | Error::DeletionWaiting(_) => false,
             Error::Step { source, .. } => source.is_conflict(),
             Error::Finalizer(e) => match e.as_ref() {
                 Finalizer::ApplyFailed(inner) | Finalizer::CleanupFailed(inner) => {

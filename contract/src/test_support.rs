@@ -107,6 +107,52 @@ pub struct Pg {
     _dir: tempfile::TempDir,
 }
 
+/// Runs `cmd` as the postgres user when the tests run as root (`ids`).
+fn as_owner(cmd: &mut Command, ids: Option<(u32, u32)>) {
+    if let Some((uid, gid)) = ids {
+        cmd.uid(uid).gid(gid);
+    }
+}
+
+/// A new cluster in `dir`/data (scram-sha-256, the test superuser and password), owned by
+/// `ids` when given; its path.
+fn initdb(bin: &Path, dir: &Path, ids: Option<(u32, u32)>) -> PathBuf {
+    let pwfile = dir.join("pw");
+    std::fs::write(&pwfile, PG_PASSWORD).unwrap();
+    if let Some((uid, gid)) = ids {
+        for p in [dir, pwfile.as_path()] {
+            std::os::unix::fs::chown(p, Some(uid), Some(gid)).unwrap();
+        }
+    }
+    let data = dir.join("data");
+    let mut initdb = Command::new(bin.join("initdb"));
+    initdb
+        .args([
+            "-U",
+            PG_USER,
+            "--auth=scram-sha-256",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+            "--pwfile",
+        ])
+        .arg(&pwfile)
+        .arg("-D")
+        .arg(&data)
+        .current_dir(dir);
+    as_owner(&mut initdb, ids);
+    let out = initdb
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", install_hint("initdb")));
+    assert!(
+        out.status.success(),
+        "initdb failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    data
+}
+
 impl Pg {
     pub fn start() -> Pg {
         let bin = pg_bin_dir();
@@ -115,44 +161,7 @@ impl Pg {
             .tempdir()
             .expect("tempdir");
         let ids = postgres_ids();
-        let as_owner = |cmd: &mut Command| {
-            if let Some((uid, gid)) = ids {
-                cmd.uid(uid).gid(gid);
-            }
-        };
-        let pwfile = dir.path().join("pw");
-        std::fs::write(&pwfile, PG_PASSWORD).unwrap();
-        if let Some((uid, gid)) = ids {
-            for p in [dir.path(), pwfile.as_path()] {
-                std::os::unix::fs::chown(p, Some(uid), Some(gid)).unwrap();
-            }
-        }
-        let data = dir.path().join("data");
-        let mut initdb = Command::new(bin.join("initdb"));
-        initdb
-            .args([
-                "-U",
-                PG_USER,
-                "--auth=scram-sha-256",
-                "-E",
-                "UTF8",
-                "--locale=C",
-                "--no-sync",
-                "--pwfile",
-            ])
-            .arg(&pwfile)
-            .arg("-D")
-            .arg(&data)
-            .current_dir(dir.path());
-        as_owner(&mut initdb);
-        let out = initdb
-            .output()
-            .unwrap_or_else(|e| panic!("{}: {e}", install_hint("initdb")));
-        assert!(
-            out.status.success(),
-            "initdb failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let data = initdb(&bin, dir.path(), ids);
         let port = free_port();
         let mut cmd = Command::new(bin.join("postgres"));
         cmd.arg("-D")
@@ -179,7 +188,7 @@ impl Pg {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .current_dir(dir.path());
-        as_owner(&mut cmd);
+        as_owner(&mut cmd, ids);
         let mut child = cmd.spawn().expect("postgres");
         wait_for_port(port, &mut child, "postgres");
         let pg = Pg {

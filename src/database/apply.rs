@@ -4,6 +4,7 @@
 //! the status only when it changed and publishes the Events of a transition. Every write goes
 //! through `kube_io`.
 
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use kube::api::DeleteParams;
@@ -59,34 +60,21 @@ pub async fn apply(
         backup_events,
         verify_job,
     } = desired;
+    write_credentials(ctx, db, secret, adopt_secret).await?;
+    write_serving(ctx, db, snap, services, server_config, statefulset).await?;
     let ns = db.namespace_or_default();
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
-    write_credentials(ctx, db, secret, adopt_secret).await?;
-    if let Some((headless, read_write)) = services {
-        let api: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
-        apply_if_drifted(&api, &headless, snap.headless_service.as_ref()).await?;
-        apply_if_drifted(&api, &read_write, snap.rw_service.as_ref()).await?;
-    }
-    if let Some(desired) = server_config {
-        // Before the StatefulSet: a new pod finds its parameters at its first start.
-        let api = Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns);
-        apply_if_drifted(&api, &desired, snap.server_config.as_ref()).await?;
-    }
-    if let Some(desired) = statefulset {
-        let api = Api::namespaced(ctx.client.clone(), &ns);
-        apply_if_drifted(&api, &desired, snap.statefulset.as_ref()).await?;
-    }
+    let backups: Api<DatabaseBackup> = Api::namespaced(ctx.client.clone(), &ns);
     if let Some(job) = preflight_job {
         create_once(&jobs, &job).await?;
     }
-    let backups: Api<DatabaseBackup> = Api::namespaced(ctx.client.clone(), &ns);
     if let Some(backup) = pre_upgrade_backup {
         create_once(&backups, &backup).await?;
     }
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     for name in delete_pods {
         if delete_if_exists(&pods, &name, &DeleteParams::default()).await? {
-            info!(pod = %name, "deleted a pod stuck on the image being rolled back");
+            info!(pod = %name, "deleted a database pod held back on an earlier revision");
         }
     }
     let mut applied = Applied::default();
@@ -94,19 +82,7 @@ pub async fn apply(
         let refused = expand_claims(ctx, db, &snap.data_claims, &size).await?;
         applied.overrides.extend(refused);
     }
-    if let Some((sql, job)) = init_job {
-        // The SQL is mounted into the Job's pod as a file: its ConfigMap goes first, applied
-        // with the spec's SQL each time the Job is made, so a retry after `InitFailed` runs
-        // the SQL as fixed in the spec (docs/runbooks.md), not the first version.
-        if let Some(sql) = sql {
-            let config_maps = Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns);
-            apply_if_drifted(&config_maps, &sql, None).await?;
-        }
-        create_once(&jobs, &job).await?;
-    }
-    if let Some(job) = restore_job {
-        create_once(&jobs, &job).await?;
-    }
+    write_jobs(ctx, db, &jobs, init_job, restore_job).await?;
     write_backups(
         ctx,
         db,
@@ -120,6 +96,58 @@ pub async fn apply(
         create_once(&jobs, &job).await?;
     }
     Ok(applied)
+}
+
+/// What serves the database, where it drifted: the Services, the server configuration (before
+/// the StatefulSet: a new pod finds its parameters at its first start), the StatefulSet.
+async fn write_serving(
+    ctx: &Context,
+    db: &Database,
+    snap: &Observed,
+    services: Option<(Service, Service)>,
+    server_config: Option<ConfigMap>,
+    statefulset: Option<StatefulSet>,
+) -> Result<()> {
+    let ns = db.namespace_or_default();
+    if let Some((headless, read_write)) = services {
+        let api: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
+        apply_if_drifted(&api, &headless, snap.headless_service.as_ref()).await?;
+        apply_if_drifted(&api, &read_write, snap.rw_service.as_ref()).await?;
+    }
+    if let Some(desired) = server_config {
+        let api = Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns);
+        apply_if_drifted(&api, &desired, snap.server_config.as_ref()).await?;
+    }
+    if let Some(desired) = statefulset {
+        let api = Api::namespaced(ctx.client.clone(), &ns);
+        apply_if_drifted(&api, &desired, snap.statefulset.as_ref()).await?;
+    }
+    Ok(())
+}
+
+/// The init Job (after the ConfigMap of its SQL) and the restore Job, created once.
+async fn write_jobs(
+    ctx: &Context,
+    db: &Database,
+    jobs: &Api<Job>,
+    init_job: Option<(Option<ConfigMap>, Job)>,
+    restore_job: Option<Job>,
+) -> Result<()> {
+    if let Some((sql, job)) = init_job {
+        // The SQL is mounted into the Job's pod as a file: its ConfigMap goes first, applied
+        // with the spec's SQL each time the Job is made, so a retry after `InitFailed` runs
+        // the SQL as fixed in the spec (docs/runbooks.md), not the first version.
+        if let Some(sql) = sql {
+            let config_maps =
+                Api::<ConfigMap>::namespaced(ctx.client.clone(), &db.namespace_or_default());
+            apply_if_drifted(&config_maps, &sql, None).await?;
+        }
+        create_once(jobs, &job).await?;
+    }
+    if let Some(job) = restore_job {
+        create_once(jobs, &job).await?;
+    }
+    Ok(())
 }
 
 /// The generated credentials Secret, created (with the Event that says a Database that ran

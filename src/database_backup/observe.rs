@@ -20,7 +20,7 @@ use crate::api::{BackupPhase, Database, DatabaseBackup};
 use crate::backup::s3_secret::{S3SecretProblem, s3_secret_problem};
 use crate::context::Context;
 use crate::context::caches::{get, list};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kube_io::job_pods;
 use crate::objects::{JobState, job_state, owned_by};
 use crate::resources::backup_job::job_name;
@@ -42,7 +42,13 @@ pub async fn observe(
     let ns = backup.metadata.namespace.clone().unwrap_or_default();
     let database = match get(&caches.databases, &ns, &backup.spec.database) {
         Some(DeserializeGuard(Ok(db))) => Some(db),
-        Some(DeserializeGuard(Err(invalid))) => return Err(unreadable(invalid.error)),
+        Some(DeserializeGuard(Err(invalid))) => {
+            return Err(Error::Unreadable {
+                kind: "Database",
+                name: format!("{ns}/{}", backup.spec.database),
+                message: invalid.error,
+            });
+        }
         None => None,
     };
     let job = get(&caches.jobs, &ns, &job_name(&name_of(backup)));
@@ -68,12 +74,6 @@ pub async fn observe(
         stale_job,
     };
     Ok(Observed { facts, database })
-}
-
-/// A Database the cache holds but cannot read: the same error a GET of it would give.
-fn unreadable(message: String) -> crate::error::Error {
-    let error = <serde_json::Error as serde::de::Error>::custom(message);
-    crate::error::Error::Kube(kube::Error::SerdeError(error))
 }
 
 /// Whether the Job belongs to this very `DatabaseBackup` (its owner's uid), not to an earlier

@@ -153,22 +153,66 @@ impl Collector {
     pub fn scrape(&mut self) -> String {
         let started = Instant::now();
         let queries = self.custom_queries();
+        let (split, per_table, custom) = self.run_sessions(&queries);
+        let (mut families, failed) = builtin::families(&split);
+        for name in failed {
+            self.count_error(name);
+        }
+        for result in per_table {
+            match result {
+                Ok(f) => families.extend(f),
+                Err(why) => {
+                    log(&format!("{why}: failed"));
+                    self.count_error(builtin::TABLES);
+                }
+            }
+        }
+        match statvfs(&self.source.pgdata) {
+            Ok((size, free)) => families.extend(volume_families(size, free)),
+            Err(e) => {
+                log(&format!("statvfs of the data directory: {e}"));
+                self.count_error(VOLUME);
+            }
+        }
+        for (q, result) in queries.iter().zip(custom) {
+            match result {
+                Ok(f) => families.extend(f),
+                Err(why) => {
+                    log(&format!("custom query {}: {why}", q.name));
+                    self.count_error(&q.name);
+                }
+            }
+        }
+        families.push(self.errors_family());
+        families.push(Family::single(
+            "dbop_pg_scrape_duration_seconds",
+            "Wall-clock time this scrape took to query the server and the volume.",
+            Kind::Gauge,
+            started.elapsed().as_secs_f64(),
+        ));
+        exposition::render(&exposition::merge(families))
+    }
+
+    /// The built-in session, then the largest tables of each database it found (one session
+    /// each, all at once), and every custom query in its own session beside them.
+    fn run_sessions(
+        &self,
+        queries: &[custom::Query],
+    ) -> (batch::Split, Vec<Scraped>, Vec<Scraped>) {
         let statements = builtin::statements(self.source.major);
         let tables = [builtin::tables_statement()];
-        let (split, per_table, custom) = std::thread::scope(|scope| {
-            let this = &*self;
+        std::thread::scope(|scope| {
             let customs: Vec<_> = queries
                 .iter()
-                .map(|q| scope.spawn(move || this.run_custom(q)))
+                .map(|q| scope.spawn(move || self.run_custom(q)))
                 .collect();
-            let split = this.run_builtin(&statements);
-            // Then the largest tables of each database, one session each, all at once.
+            let split = self.run_builtin(&statements);
             let per_table: Vec<_> = builtin::tables_databases(&split)
                 .into_iter()
                 .map(|db| {
                     let tables = &tables;
                     scope.spawn(move || {
-                        let split = this.run_batch(&db, tables);
+                        let split = self.run_batch(&db, tables);
                         match split.of(builtin::TABLES) {
                             Some(rows) => builtin::table_families(&db, rows),
                             None => Err(format!("the largest tables of {db}")),
@@ -177,57 +221,19 @@ impl Collector {
                 })
                 .collect::<Vec<_>>()
                 .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err("panicked".into())))
+                .map(joined)
                 .collect();
-            let custom: Vec<_> = customs
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err("panicked".into())))
-                .collect();
+            let custom = customs.into_iter().map(joined).collect();
             (split, per_table, custom)
-        });
-        let (mut families, failed) = builtin::families(&split);
-        for name in failed {
-            *self.errors.entry(name.into()).or_default() += 1;
-        }
-        for result in per_table {
-            match result {
-                Ok(f) => families.extend(f),
-                Err(why) => {
-                    log(&format!("{why}: failed"));
-                    *self.errors.entry(builtin::TABLES.into()).or_default() += 1;
-                }
-            }
-        }
-        match statvfs(&self.source.pgdata) {
-            Ok((size, free)) => families.extend([
-                Family::single(
-                    "dbop_pg_data_volume_size_bytes",
-                    "Size of the filesystem holding the data directory (statvfs).",
-                    Kind::Gauge,
-                    size as f64,
-                ),
-                Family::single(
-                    "dbop_pg_data_volume_free_bytes",
-                    "Bytes free for the server on the filesystem holding the data directory \
-                     (statvfs f_bavail).",
-                    Kind::Gauge,
-                    free as f64,
-                ),
-            ]),
-            Err(e) => {
-                log(&format!("statvfs of the data directory: {e}"));
-                *self.errors.entry(VOLUME.into()).or_default() += 1;
-            }
-        }
-        for (q, result) in queries.iter().zip(custom) {
-            match result {
-                Ok(f) => families.extend(f),
-                Err(why) => {
-                    log(&format!("custom query {}: {why}", q.name));
-                    *self.errors.entry(q.name.clone()).or_default() += 1;
-                }
-            }
-        }
+        })
+    }
+
+    fn count_error(&mut self, query: &str) {
+        *self.errors.entry(query.into()).or_default() += 1;
+    }
+
+    /// `dbop_pg_query_errors_total`, by query.
+    fn errors_family(&self) -> Family {
         let mut errors = Family::new(
             "dbop_pg_query_errors_total",
             "Scrapes in which the query failed or timed out (its metrics were absent from that \
@@ -238,15 +244,35 @@ impl Collector {
         for (name, n) in &self.errors {
             errors = errors.with(&[("query", name)], *n as f64);
         }
-        families.push(errors);
-        families.push(Family::single(
-            "dbop_pg_scrape_duration_seconds",
-            "Wall-clock time this scrape took to query the server and the volume.",
-            Kind::Gauge,
-            started.elapsed().as_secs_f64(),
-        ));
-        exposition::render(&exposition::merge(families))
+        errors
     }
+}
+
+/// What one session of a scrape gave: its families, or why it gave none.
+type Scraped = Result<Vec<Family>, String>;
+
+/// A session thread's result; a thread that panicked counts as a failed session.
+fn joined(handle: std::thread::ScopedJoinHandle<'_, Scraped>) -> Scraped {
+    handle.join().unwrap_or_else(|_| Err("panicked".into()))
+}
+
+/// The data volume's size and free bytes.
+fn volume_families(size: u64, free: u64) -> [Family; 2] {
+    [
+        Family::single(
+            "dbop_pg_data_volume_size_bytes",
+            "Size of the filesystem holding the data directory (statvfs).",
+            Kind::Gauge,
+            size as f64,
+        ),
+        Family::single(
+            "dbop_pg_data_volume_free_bytes",
+            "Bytes free for the server on the filesystem holding the data directory \
+             (statvfs f_bavail).",
+            Kind::Gauge,
+            free as f64,
+        ),
+    ]
 }
 
 /// (size, bytes available to unprivileged users) of the filesystem holding `path` (or its
