@@ -19,6 +19,13 @@ pub const CONFIG_DIR: &str = "/etc/dbop/config";
 pub const PARAMETERS_FILE: &str = "postgresql.conf";
 /// The file of `CONFIG_DIR` with the extra `pg_hba.conf` rules.
 pub const HBA_FILE: &str = "pg_hba.conf";
+/// The port of the metrics endpoint the operator opens on a database pod (`run
+/// --metrics-addr`).
+pub const METRICS_PORT: u16 = 9187;
+/// Where the operator mounts the custom metrics queries (`spec.monitoring.customQueries`).
+pub const METRICS_QUERIES_DIR: &str = "/etc/dbop/metrics";
+/// The file of `METRICS_QUERIES_DIR` the manager reads at every scrape (missing: none).
+pub const METRICS_QUERIES_FILE: &str = "queries.yaml";
 
 /// The instance manager's command line.
 #[derive(Parser, Clone, Debug, PartialEq, Eq)]
@@ -122,6 +129,11 @@ impl ManagerFlags {
     }
 }
 
+/// `run`'s arguments for the metrics endpoint on every IPv4 interface of the pod at `port`.
+pub fn metrics_args(port: u16) -> Vec<String> {
+    vec![format!("--metrics-addr=0.0.0.0:{port}")]
+}
+
 /// `server-version`'s arguments (the subcommand first): check that the binaries of `major`
 /// report `expect`.
 pub fn server_version_args(major: u32, expect: &str) -> Vec<String> {
@@ -169,6 +181,15 @@ mod tests {
             assert_eq!(common.smart_shutdown_seconds, 31);
             assert_eq!(common.fast_shutdown_seconds, 21);
         }
+        let mut run = flags.to_args();
+        run.extend(metrics_args(METRICS_PORT));
+        let Cmd::Run(common) = parse("run", run) else {
+            panic!("not run");
+        };
+        assert_eq!(
+            common.metrics_addr,
+            Some(std::net::SocketAddr::from(([0, 0, 0, 0], METRICS_PORT)))
+        );
         let args = server_version_args(16, "16.4");
         let Cmd::ServerVersion(v) = parse(&args[0], args[1..].to_vec()) else {
             panic!("not server-version");

@@ -445,6 +445,21 @@ impl OperatorProcess {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// Where it serves `/metrics`, from its log line (it listens on port 0); None until then.
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        let text = std::fs::read_to_string(&self.log_path).ok()?;
+        text.lines()
+            .filter(|l| l.contains("serving /metrics"))
+            .find_map(|l| {
+                l.split("local=")
+                    .nth(1)?
+                    .split_whitespace()
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+    }
+
     /// The tail of the operator's log, for failure messages.
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
@@ -520,4 +535,17 @@ pub fn database_manifest(name: &str, extra: Value) -> Value {
         }
     }
     serde_json::json!({"metadata": {"name": name}, "spec": spec})
+}
+
+/// One plain HTTP GET on loopback: the status code and the body.
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: dbop\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.expect("read");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a response");
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, body.to_string())
 }

@@ -64,6 +64,25 @@ fn axes() -> Vec<Axis> {
             ],
         ),
         axis(
+            "databaseMetrics.podMonitor",
+            vec![
+                json!({}),
+                json!({"databaseMetrics": {"podMonitor": {"enabled": true}}}),
+                json!({"databaseMetrics": {"podMonitor": {"enabled": true, "interval": "15s",
+                    "labels": {"release": "prometheus"}}}}),
+            ],
+        ),
+        axis(
+            "dashboards",
+            vec![
+                json!({}),
+                json!({"dashboards": {"enabled": true}}),
+                json!({"dashboards": {"enabled": true, "namespace": "monitoring",
+                    "labels": {"grafana_dashboard": "dbop"},
+                    "annotations": {"grafana_folder": "Databases"}}}),
+            ],
+        ),
+        axis(
             "metrics.prometheusRule",
             vec![
                 json!({}),
@@ -76,7 +95,10 @@ fn axes() -> Vec<Axis> {
                     "operatorDownFor": "10m", "databaseFailedFor": "1m",
                     "databaseDegradedFor": "2m", "databaseNotReadyFor": "1h",
                     "backupMaxAgeSeconds": 7200, "verificationMaxAgeSeconds": 86400,
-                    "reconcileErrorRate": 0.5, "workQueueDepth": 10}}}),
+                    "reconcileErrorRate": 0.5, "workQueueDepth": 10,
+                    "postgresDownFor": "2m", "wraparoundXidAge": 500000000,
+                    "volumeFreeRatio": 0.2, "replicationLagBytes": 1048576,
+                    "longTransactionSeconds": 600, "connectionSaturation": 0.8}}}),
             ],
         ),
         axis(
@@ -299,6 +321,8 @@ struct Expect {
     fullname: String,
     service: bool,
     service_monitor: bool,
+    pod_monitor: bool,
+    dashboards: bool,
     rule: bool,
     rbac: bool,
     service_account: bool,
@@ -346,6 +370,10 @@ fn expect(values: &Value) -> Expect {
         service_monitor: values["metrics"]["serviceMonitor"]["enabled"]
             .as_bool()
             .unwrap(),
+        pod_monitor: values["databaseMetrics"]["podMonitor"]["enabled"]
+            .as_bool()
+            .unwrap(),
+        dashboards: values["dashboards"]["enabled"].as_bool().unwrap(),
         rule: values["metrics"]["prometheusRule"]["enabled"]
             .as_bool()
             .unwrap(),
@@ -527,6 +555,83 @@ fn check(values: &Value, docs: &[Value], notes: &str) -> Vec<String> {
             m["spec"]["endpoints"][0]["honorLabels"] == true,
             "ServiceMonitor honorLabels".into(),
         );
+    }
+    let pod_monitors = of_kind(docs, "PodMonitor");
+    fail(
+        pod_monitors.len() == usize::from(e.pod_monitor),
+        "PodMonitor present iff enabled".into(),
+    );
+    for m in &pod_monitors {
+        let pod_monitor = &values["databaseMetrics"]["podMonitor"];
+        fail(
+            labels_contain(m, &pod_monitor["labels"]),
+            "PodMonitor labels".into(),
+        );
+        // It selects what the operator labels a database pod with, on the port it opens.
+        let database_pod = dbop::resources::labels("orders", "database");
+        let selects = m["spec"]["selector"]["matchLabels"]
+            .as_object()
+            .is_some_and(|wanted| {
+                !wanted.is_empty()
+                    && wanted
+                        .iter()
+                        .all(|(k, v)| database_pod.get(k).map(String::as_str) == v.as_str())
+            });
+        fail(selects, "PodMonitor selects the database pods".into());
+        let endpoint = &m["spec"]["podMetricsEndpoints"][0];
+        fail(
+            endpoint["port"] == dbop::resources::monitoring::METRICS_PORT_NAME
+                && endpoint["interval"] == pod_monitor["interval"],
+            "PodMonitor port and interval".into(),
+        );
+        let namespaces = &m["spec"]["namespaceSelector"];
+        let want = if e.watched.is_empty() {
+            json!({"any": true})
+        } else {
+            json!({"matchNames": e.watched})
+        };
+        fail(
+            *namespaces == want,
+            format!("PodMonitor namespaces {namespaces} != {want}"),
+        );
+    }
+    let dashboards: Vec<&Value> = of_kind(docs, "ConfigMap")
+        .into_iter()
+        .filter(|c| {
+            c["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with("-dashboard"))
+        })
+        .collect();
+    fail(
+        dashboards.len() == if e.dashboards { 2 } else { 0 },
+        format!("{} dashboard ConfigMaps", dashboards.len()),
+    );
+    for d in &dashboards {
+        let config = &values["dashboards"];
+        let namespace = config["namespace"].as_str().filter(|n| !n.is_empty());
+        fail(
+            d["metadata"]["namespace"] == namespace.unwrap_or("dbop-system")
+                && labels_contain(d, &config["labels"])
+                && config["annotations"]
+                    .as_object()
+                    .is_none_or(|a| a.iter().all(|(k, v)| d["metadata"]["annotations"][k] == *v)),
+            "dashboard ConfigMap namespace, labels, annotations".into(),
+        );
+        // Each holds one dashboard Grafana can load: JSON with a uid, a title and panels.
+        let loaded = d["data"].as_object().is_some_and(|data| {
+            data.len() == 1
+                && data.values().all(|json| {
+                    serde_json::from_str::<Value>(json.as_str().unwrap_or_default()).is_ok_and(
+                        |dash| {
+                            dash["uid"].is_string()
+                                && dash["title"].is_string()
+                                && dash["panels"].as_array().is_some_and(|p| !p.is_empty())
+                        },
+                    )
+                })
+        });
+        fail(loaded, "dashboard JSON".into());
     }
     let rules = of_kind(docs, "PrometheusRule");
     fail(

@@ -12,12 +12,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dbop::api::Phase;
-use dbop_e2e::{TestBed, WAIT, database_manifest, operator_binary_path, testbed, wait_until};
+use dbop_e2e::{
+    TestBed, WAIT, database_manifest, http_get as get, operator_binary_path, testbed, wait_until,
+};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// A `dbop run` process watching `namespace` (a comma-separated list is several), with its
 /// endpoints on a free loopback port; killed (SIGKILL) on drop.
@@ -77,18 +77,6 @@ impl Drop for Operator {
     fn drop(&mut self) {
         self.kill9();
     }
-}
-
-/// One GET: the status code and the body.
-async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: dbop\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.expect("send");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.expect("read");
-    let (head, body) = response.split_once("\r\n\r\n").expect("a response");
-    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (status, body.to_string())
 }
 
 /// Parses the text exposition format strictly: every line is a `# HELP`/`# TYPE`/`# UNIT`

@@ -443,7 +443,7 @@ fn each_metric_is_what_postgresql_reports() {
     let before = n.number(size);
     let (s, _) = n.scrape();
     let after = n.number(size);
-    let scraped = s.must("dbop_pg_database_size_bytes{database=\"app\"}");
+    let scraped = s.must("dbop_pg_database_size_bytes{datname=\"app\"}");
     between("database size", before, scraped, after);
     assert!(scraped > table, "{scraped} <= the table's {table}");
 
@@ -456,7 +456,7 @@ fn each_metric_is_what_postgresql_reports() {
         (d == 1000.0).then_some(()).ok_or(format!("{d} dead"))
     });
     let (s, _) = n.scrape();
-    let big = "{database=\"app\",schema=\"public\",table=\"big\"}";
+    let big = "{datname=\"app\",schema=\"public\",table=\"big\"}";
     assert_eq!(
         s.must(&format!("dbop_pg_table_dead_tuples{big}")),
         n.number(dead)
@@ -484,7 +484,7 @@ fn each_metric_is_what_postgresql_reports() {
     let after = read_ages();
     assert!(before.len() >= 4, "{before:?}");
     for (db, age) in &before {
-        let scraped = s.must(&format!("dbop_pg_database_xid_age{{database=\"{db}\"}}"));
+        let scraped = s.must(&format!("dbop_pg_database_xid_age{{datname=\"{db}\"}}"));
         between(&format!("xid age of {db}"), *age, scraped, after[db]);
     }
 
@@ -499,14 +499,14 @@ fn each_metric_is_what_postgresql_reports() {
     n.sql("BEGIN; SELECT 1; ROLLBACK");
     wait_for("a rollback counted", || {
         let (s, _) = n.scrape();
-        let got = s.must("dbop_pg_transactions_rolled_back_total{database=\"app\"}");
+        let got = s.must("dbop_pg_transactions_rolled_back_total{datname=\"app\"}");
         (got > rolled_back)
             .then_some(())
             .ok_or(format!("{got} rolled back"))
     });
     let committed = stat("xact_commit");
     let (s, _) = n.scrape();
-    assert!(s.must("dbop_pg_transactions_committed_total{database=\"app\"}") >= committed);
+    assert!(s.must("dbop_pg_transactions_committed_total{datname=\"app\"}") >= committed);
 
     // A transaction left open, idle: it ages, and both the longest-transaction and the
     // idle-in-transaction metrics see at least the age PostgreSQL reports.
@@ -534,7 +534,7 @@ fn each_metric_is_what_postgresql_reports() {
         longest_idle >= idle && longest_idle < idle + 5.0,
         "{longest_idle} vs {idle}"
     );
-    assert!(s.must("dbop_pg_connections{database=\"app\",state=\"idle in transaction\"}") >= 1.0);
+    assert!(s.must("dbop_pg_connections{datname=\"app\",state=\"idle in transaction\"}") >= 1.0);
 
     // A lock wait made by two sessions: one holds the table, the other waits for it.
     let mut holder = n.session("test-holder");
@@ -556,16 +556,16 @@ fn each_metric_is_what_postgresql_reports() {
     });
     let (s, _) = n.scrape();
     assert_eq!(
-        s.must("dbop_pg_locks_waiting{database=\"app\"}"),
+        s.must("dbop_pg_locks_waiting{datname=\"app\"}"),
         n.number(waiting)
     );
-    assert!(s.must("dbop_pg_connections{database=\"app\",state=\"active\"}") >= 1.0);
+    assert!(s.must("dbop_pg_connections{datname=\"app\",state=\"active\"}") >= 1.0);
     drop(holder);
     drop(waiter);
     drop(open);
     wait_for("no lock waited for", || {
         let (s, _) = n.scrape();
-        let w = s.must("dbop_pg_locks_waiting{database=\"app\"}");
+        let w = s.must("dbop_pg_locks_waiting{datname=\"app\"}");
         (w == 0.0).then_some(()).ok_or(format!("{w}"))
     });
 
@@ -814,7 +814,7 @@ fn a_standby_shows_in_the_primary_lag_metric() {
         s.text
     );
     assert!(
-        s.get("dbop_pg_database_size_bytes{database=\"app\"}")
+        s.get("dbop_pg_database_size_bytes{datname=\"app\"}")
             .is_some()
     );
     for q in [

@@ -116,6 +116,10 @@ pub struct DatabaseSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub postgresql: Option<super::postgresql::PostgresqlSpec>,
 
+    /// PostgreSQL's metrics on each database pod (on by default) and custom queries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monitoring: Option<super::monitoring::MonitoringSpec>,
+
     /// Where the superuser credentials live. When absent, dbop generates a Secret named
     /// `<name>-credentials` with a random password. Immutable; the password in the Secret is
     /// not: the server follows it (edit the Secret's `password` key to rotate it). The

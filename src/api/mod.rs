@@ -7,6 +7,7 @@ pub mod backup;
 pub mod backup_policy;
 pub mod conditions;
 pub mod database;
+pub mod monitoring;
 pub mod placement;
 pub mod postgresql;
 pub mod security;
@@ -25,6 +26,7 @@ pub use database::{
     Phase, PodMetadata, StorageSpec,
 };
 pub use database::{UpgradeSpec, UpgradeStage, UpgradeStageTime, UpgradeStatus};
+pub use monitoring::MonitoringSpec;
 pub use placement::{PlacementSpec, ProbeTiming, ProbesSpec};
 pub use postgresql::PostgresqlSpec;
 pub use security::{IdsAssignedBy, PodSecuritySpec};

@@ -9,9 +9,11 @@ use kube::api::{ListParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Api, Client};
 
+use super::health::{PodHealth, figures};
 use super::render::{EventLine, StatusView, from_meta_time};
-use crate::api::{BackupReason, Database, DatabaseBackup, DatabaseBackupSpec};
+use crate::api::{BackupReason, Database, DatabaseBackup, DatabaseBackupSpec, MonitoringSpec};
 use crate::resources::credentials::secret_name;
+use dbop_contract::instance::METRICS_PORT;
 
 /// What went wrong, in a sentence for the terminal.
 #[derive(Debug, thiserror::Error)]
@@ -87,11 +89,46 @@ pub async fn status_view(client: &Client, ns: &str, name: &str) -> Result<Status
         .iter()
         .map(event_line)
         .collect();
+    let health = health(client, &database).await;
     Ok(StatusView {
         database,
         backups,
         events,
+        health,
     })
+}
+
+/// How long one pod's scrape may take before `status` shows it as unavailable.
+const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Each database pod's health figures, scraped through the API server's pod proxy (the user
+/// needs `get` on `pods/proxy`; without it the row says so).
+async fn health(client: &Client, db: &Database) -> Vec<PodHealth> {
+    let ns = db.namespace_or_default();
+    let mut out = vec![];
+    for ordinal in 0..db.spec.replicas.max(1) {
+        let pod = format!("{}-{ordinal}", db.name());
+        let figures = if MonitoringSpec::enabled(db.spec.monitoring.as_ref()) {
+            scrape(client, &ns, &pod).await.map(|text| figures(&text))
+        } else {
+            Err("spec.monitoring.enabled is false".into())
+        };
+        out.push(PodHealth { pod, figures });
+    }
+    out
+}
+
+/// One scrape of a database pod's `/metrics`, or why there is none.
+async fn scrape(client: &Client, ns: &str, pod: &str) -> Result<String, String> {
+    let path = format!("/api/v1/namespaces/{ns}/pods/{pod}:{METRICS_PORT}/proxy/metrics");
+    let request = http::Request::get(path)
+        .body(Vec::new())
+        .map_err(|e| e.to_string())?;
+    match tokio::time::timeout(SCRAPE_TIMEOUT, client.request_text(request)).await {
+        Ok(Ok(text)) => Ok(text),
+        Ok(Err(e)) => Err(brief(&e)),
+        Err(_) => Err(format!("no answer within {SCRAPE_TIMEOUT:?}")),
+    }
 }
 
 /// An Event as the screen shows it, at the last time it happened: a repeated Event written
@@ -262,6 +299,7 @@ mod tests {
             database,
             backups: vec![],
             events: lines,
+            health: vec![],
         };
         let screen = status_screen(&view, "2026-11-30T10:06:00Z".parse().unwrap());
         let at = |needle: &str| {

@@ -4,6 +4,7 @@
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::health::{PodHealth, health_section};
 use crate::api::{BackupPhase, Database, DatabaseBackup};
 
 /// How many of a Database's DatabaseBackups and Events the status screen shows.
@@ -19,12 +20,14 @@ pub struct EventLine {
     pub count: i32,
 }
 
-/// Everything `status` shows: the Database, its DatabaseBackups and Events (any order).
+/// Everything `status` shows: the Database, its DatabaseBackups and Events (any order), and
+/// each database pod's health figures.
 #[derive(Clone, Debug)]
 pub struct StatusView {
     pub database: Database,
     pub backups: Vec<DatabaseBackup>,
     pub events: Vec<EventLine>,
+    pub health: Vec<PodHealth>,
 }
 
 /// Converts a meta/v1 `Time` (jiff) to chrono.
@@ -112,6 +115,7 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
 pub fn status_screen(view: &StatusView, now: DateTime<Utc>) -> String {
     let mut out = summary(&view.database);
     out += &conditions(&view.database, now);
+    out += &health_section(&view.health);
     out += &upgrade(&view.database);
     out += &backup_status(&view.database, now);
     out += &recent_backups(&view.backups, now);
@@ -363,6 +367,7 @@ mod tests {
                 event("2026-11-30T09:59:00Z", "Newest"),
                 event("2026-11-30T09:00:00Z", "Oldest"),
             ],
+            health: vec![],
         }
     }
 

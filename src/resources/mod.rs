@@ -10,6 +10,7 @@ pub mod credentials;
 pub mod database_backup;
 pub mod init_job;
 pub mod job;
+pub mod monitoring;
 pub mod placement;
 pub mod pod;
 pub mod preflight_job;

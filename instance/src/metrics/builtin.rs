@@ -184,7 +184,7 @@ fn activity(rows: &Rows) -> Result<Vec<Family>, String> {
     );
     for row in rows {
         f = f.with(
-            &[("database", &row[0]), ("state", &row[1])],
+            &[("datname", &row[0]), ("state", &row[1])],
             number(&row[2])?,
         );
     }
@@ -214,7 +214,7 @@ fn databases(rows: &Rows) -> Result<Vec<Family>, String> {
         Kind::Counter,
     );
     for row in rows {
-        let db: &[(&str, &str)] = &[("database", &row[0])];
+        let db: &[(&str, &str)] = &[("datname", &row[0])];
         size = size.with(db, number(&row[1])?);
         age = age.with(db, number(&row[2])?);
         // A database without statistics (template0: no one connects) has no counters.
@@ -252,7 +252,7 @@ fn locks(rows: &Rows) -> Result<Vec<Family>, String> {
         Kind::Gauge,
     );
     for row in rows {
-        f = f.with(&[("database", &row[0])], number(&row[1])?);
+        f = f.with(&[("datname", &row[0])], number(&row[1])?);
     }
     Ok(vec![f])
 }
@@ -380,7 +380,7 @@ pub fn table_families(database: &str, rows: &Rows) -> Result<Vec<Family>, String
     );
     for row in rows {
         let labels: &[(&str, &str)] = &[
-            ("database", database),
+            ("datname", database),
             ("schema", &row[0]),
             ("table", &row[1]),
         ];
@@ -487,18 +487,18 @@ mod tests {
             "dbop_pg_up 1\n",
             "dbop_pg_max_connections 100\n",
             "dbop_pg_autovacuum_freeze_max_age 200000000\n",
-            "dbop_pg_connections{database=\"app\",state=\"active\"} 2\n",
-            "dbop_pg_connections{database=\"app\",state=\"idle in transaction\"} 1\n",
-            "dbop_pg_connections{database=\"\",state=\"unknown\"} 1\n",
-            "dbop_pg_database_size_bytes{database=\"app\"} 7569967\n",
-            "dbop_pg_database_xid_age{database=\"template0\"} 15\n",
+            "dbop_pg_connections{datname=\"app\",state=\"active\"} 2\n",
+            "dbop_pg_connections{datname=\"app\",state=\"idle in transaction\"} 1\n",
+            "dbop_pg_connections{datname=\"\",state=\"unknown\"} 1\n",
+            "dbop_pg_database_size_bytes{datname=\"app\"} 7569967\n",
+            "dbop_pg_database_xid_age{datname=\"template0\"} 15\n",
             "# TYPE dbop_pg_transactions_committed_total counter\n",
-            "dbop_pg_transactions_committed_total{database=\"app\"} 40\n",
-            "dbop_pg_transactions_rolled_back_total{database=\"app\"} 3\n",
+            "dbop_pg_transactions_committed_total{datname=\"app\"} 40\n",
+            "dbop_pg_transactions_rolled_back_total{datname=\"app\"} 3\n",
             "dbop_pg_longest_transaction_seconds 12.5\n",
             "dbop_pg_longest_idle_in_transaction_seconds 3.25\n",
-            "dbop_pg_locks_waiting{database=\"app\"} 1\n",
-            "dbop_pg_locks_waiting{database=\"postgres\"} 0\n",
+            "dbop_pg_locks_waiting{datname=\"app\"} 1\n",
+            "dbop_pg_locks_waiting{datname=\"postgres\"} 0\n",
             "dbop_pg_checkpoints_total{kind=\"timed\"} 7\n",
             "dbop_pg_checkpoints_total{kind=\"requested\"} 2\n",
             "dbop_pg_in_recovery 0\n",
@@ -509,7 +509,7 @@ mod tests {
             assert!(text.contains(want), "{want:?} missing from\n{text}");
         }
         assert!(!text.contains("template0\"} 0\n") && !text.contains("pg_basebackup"));
-        assert!(!text.contains("committed_total{database=\"template0\""));
+        assert!(!text.contains("committed_total{datname=\"template0\""));
         assert_eq!(
             text.matches("# TYPE").count(),
             text.matches("# HELP").count()
@@ -539,9 +539,9 @@ mod tests {
                 .filter(|l| !l.starts_with('#'))
                 .collect::<Vec<_>>(),
             [
-                "dbop_pg_table_dead_tuples{database=\"app\",schema=\"public\",table=\"big\"} 1000",
-                "dbop_pg_table_dead_tuples{database=\"app\",schema=\"app\",table=\"orders\"} 3",
-                "dbop_pg_table_last_autovacuum_age_seconds{database=\"app\",schema=\"app\",table=\"orders\"} 42.5",
+                "dbop_pg_table_dead_tuples{datname=\"app\",schema=\"public\",table=\"big\"} 1000",
+                "dbop_pg_table_dead_tuples{datname=\"app\",schema=\"app\",table=\"orders\"} 3",
+                "dbop_pg_table_last_autovacuum_age_seconds{datname=\"app\",schema=\"app\",table=\"orders\"} 42.5",
             ]
         );
         assert!(
@@ -619,7 +619,7 @@ mod tests {
                 ],
                 vec![
                     "dbop_pg_up 1\n",
-                    "dbop_pg_locks_waiting{database=\"app\"} 1\n",
+                    "dbop_pg_locks_waiting{datname=\"app\"} 1\n",
                 ],
             ),
         ];

@@ -20,15 +20,15 @@ pub mod server;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-/// Where the custom queries are read at every scrape (the operator mounts a ConfigMap
-/// there); a missing file means none. `DBOP_METRICS_QUERIES` names another file.
-pub const DEFAULT_QUERIES_FILE: &str = "/etc/dbop/metrics/queries.yaml";
+use dbop_contract::instance::{METRICS_QUERIES_DIR, METRICS_QUERIES_FILE};
 
-/// The queries file: `DBOP_METRICS_QUERIES` or the default.
+/// The queries file, read at every scrape (the operator mounts a ConfigMap's key at
+/// `dbop_contract::instance::{METRICS_QUERIES_DIR, METRICS_QUERIES_FILE}`; a missing file means
+/// none). `DBOP_METRICS_QUERIES` names another file.
 pub fn queries_file() -> PathBuf {
     std::env::var_os("DBOP_METRICS_QUERIES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_QUERIES_FILE))
+        .unwrap_or_else(|| Path::new(METRICS_QUERIES_DIR).join(METRICS_QUERIES_FILE))
 }
 
 /// Starts the endpoint for the server `run` supervises. A failure is logged and the database
