@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::render::{size, table};
+use super::text::{size, table};
 
 /// PostgreSQL stops accepting writes when a database's transaction-id age reaches this.
 const WRAPAROUND: f64 = 2_147_483_647.0;

@@ -1,6 +1,6 @@
 //! `kubectl dbop`: the kubectl plugin's commands (status, backup, psql).
 //!
-//! `render`, `health` and `psql` are pure (a screen from objects and scrapes, an argv from
+//! `render`, `health`, `text` and `psql` are pure (a screen from objects and scrapes, an argv from
 //! names); `read` is the one place that talks to the API server. The binary (`src/kubectl_dbop.rs`) only parses flags and
 //! wires them together.
 
@@ -8,3 +8,4 @@ pub mod health;
 pub mod psql;
 pub mod read;
 pub mod render;
+pub mod text;
