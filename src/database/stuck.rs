@@ -13,7 +13,7 @@
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 
-use crate::upgrade::facts::REVISION_LABEL;
+use crate::upgrade::facts::pod_fact;
 
 /// Waiting reasons of a container the kubelet will not run as it is.
 const HELD_BACK: [&str; 7] = [
@@ -45,29 +45,24 @@ fn settled_update_revision(sts: &StatefulSet) -> Option<&str> {
     seen.then_some(status.update_revision.as_deref()?)
 }
 
+/// Readiness, deletion and revision as the upgrade reads them (`upgrade::facts::pod_fact`);
+/// the held-back containers are this module's own question.
 fn stuck_on_another_revision(pod: &Pod, current: &str) -> bool {
-    let revision = pod
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(REVISION_LABEL));
+    let Some(fact) = pod_fact(pod) else {
+        return false;
+    };
     let Some(status) = pod.status.as_ref() else {
         return false;
     };
-    let ready = status
-        .conditions
-        .iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True");
-    let containers = status
+    let mut containers = status
         .init_container_statuses
         .iter()
         .flatten()
         .chain(status.container_statuses.iter().flatten());
-    pod.metadata.deletion_timestamp.is_none()
-        && revision.is_some_and(|r| r != current)
-        && !ready
-        && containers.into_iter().any(held_back)
+    !fact.terminating
+        && fact.revision.as_deref().is_some_and(|r| r != current)
+        && !fact.ready
+        && containers.any(held_back)
 }
 
 fn held_back(container: &ContainerStatus) -> bool {
@@ -82,6 +77,7 @@ fn held_back(container: &ContainerStatus) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::upgrade::facts::REVISION_LABEL;
     use serde_json::json;
 
     fn sts(generation: i64, observed: i64) -> StatefulSet {
