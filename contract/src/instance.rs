@@ -27,6 +27,15 @@ pub const METRICS_QUERIES_DIR: &str = "/etc/dbop/metrics";
 /// The file of `METRICS_QUERIES_DIR` the manager reads at every scrape (missing: none).
 pub const METRICS_QUERIES_FILE: &str = "queries.yaml";
 
+/// Where the operator mounts the Database's server certificate (its Secret
+/// `<name>-server-tls`), given to `run --tls-dir`.
+pub const TLS_DIR: &str = "/etc/dbop/tls";
+/// The files of a TLS directory: the server's certificate, its key, and the CA that signed it
+/// (the `kubernetes.io/tls` keys, and cert-manager's `ca.crt`).
+pub const TLS_CERT_FILE: &str = "tls.crt";
+pub const TLS_KEY_FILE: &str = "tls.key";
+pub const TLS_CA_FILE: &str = "ca.crt";
+
 /// The instance manager's command line.
 #[derive(Parser, Clone, Debug, PartialEq, Eq)]
 #[command(
@@ -100,6 +109,11 @@ pub struct Common {
     /// without it, no endpoint.
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// `run` only: the mounted server certificate (`tls.crt`, `tls.key`, `ca.crt`). With it
+    /// the server serves TLS and network clients must use it (`pg_hba.conf` says `hostssl`);
+    /// a renewed certificate is picked up by a reload.
+    #[arg(long, value_name = "DIR")]
+    pub tls_dir: Option<PathBuf>,
 }
 
 /// The flags the operator gives `run` and `probe` (the others keep the manager's defaults).
@@ -132,6 +146,11 @@ impl ManagerFlags {
 /// `run`'s arguments for the metrics endpoint on every IPv4 interface of the pod at `port`.
 pub fn metrics_args(port: u16) -> Vec<String> {
     vec![format!("--metrics-addr=0.0.0.0:{port}")]
+}
+
+/// `run`'s arguments for TLS with the certificate mounted at `dir`.
+pub fn tls_args(dir: &str) -> Vec<String> {
+    vec![format!("--tls-dir={dir}")]
 }
 
 /// `server-version`'s arguments (the subcommand first): check that the binaries of `major`
@@ -183,9 +202,11 @@ mod tests {
         }
         let mut run = flags.to_args();
         run.extend(metrics_args(METRICS_PORT));
+        run.extend(tls_args(TLS_DIR));
         let Cmd::Run(common) = parse("run", run) else {
             panic!("not run");
         };
+        assert_eq!(common.tls_dir, Some(PathBuf::from(TLS_DIR)));
         assert_eq!(
             common.metrics_addr,
             Some(std::net::SocketAddr::from(([0, 0, 0, 0], METRICS_PORT)))

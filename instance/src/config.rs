@@ -17,6 +17,8 @@ pub struct Managed {
     pub port: u16,
     pub socket_dir: PathBuf,
     pub superuser: String,
+    /// The installed server certificate (`tls`), when the server serves TLS.
+    pub tls: Option<PathBuf>,
 }
 
 /// The name of the pg_ident map that lets the pod's own OS user in as the superuser.
@@ -25,14 +27,17 @@ pub const IDENT_MAP: &str = "dbop";
 /// `pg_hba.conf`, first match wins: peer on the local socket (mapped to the superuser) and
 /// replication connections for dbop's replication role, which nothing can override; then the
 /// Database's own rules (`extra`: network rules, `spec.postgresql.pgHba`), which can narrow
-/// what follows; then SCRAM for every other network client.
-pub fn pg_hba(extra: &str) -> String {
+/// what follows; then SCRAM for every other network client. With `tls`, dbop's network rules
+/// are `hostssl`: a client without TLS matches none of them and is refused (the Database's
+/// rules may still admit one: `spec.tls.allowPlaintext` adds plain `host` rules there).
+pub fn pg_hba(extra: &str, tls: bool) -> String {
+    let network = if tls { "hostssl" } else { "host" };
     let mut text = format!(
         "# Written by dbop-instance at every start and reload: edits here are lost.\n\
          # The local socket is inside the pod only: peer authentication, mapped to the superuser.\n\
          local all all peer map={IDENT_MAP}\n"
     );
-    text.push_str(&crate::replication::config::hba_lines());
+    text.push_str(&crate::replication::config::hba_lines(network));
     text.push_str("# The Database's rules (spec.postgresql.pgHba): network rules only.\n");
     for line in extra.lines() {
         let rule = line.trim_start();
@@ -43,11 +48,11 @@ pub fn pg_hba(extra: &str) -> String {
             text.push('\n');
         }
     }
-    text.push_str(
+    text.push_str(&format!(
         "# Network clients: SCRAM only.\n\
-         host all all 0.0.0.0/0 scram-sha-256\n\
-         host all all ::/0 scram-sha-256\n",
-    );
+         {network} all all 0.0.0.0/0 scram-sha-256\n\
+         {network} all all ::/0 scram-sha-256\n",
+    ));
     text
 }
 
@@ -120,7 +125,12 @@ pub fn server_args(m: &Managed) -> Vec<String> {
         ("password_encryption", "scram-sha-256".to_string()),
     ];
     let replication = crate::replication::config::server_settings();
-    for (key, value) in settings.into_iter().chain(replication) {
+    let tls = m
+        .tls
+        .as_deref()
+        .map(crate::tls::settings)
+        .unwrap_or_default();
+    for (key, value) in settings.into_iter().chain(replication).chain(tls) {
         args.push("-c".into());
         args.push(format!("{key}={value}"));
     }
@@ -162,12 +172,13 @@ mod tests {
             port: 5432,
             socket_dir: "/var/run/postgresql".into(),
             superuser: "app".into(),
+            tls: None,
         }
     }
 
     #[test]
     fn hba_is_scram_for_the_network_and_peer_locally() {
-        let hba = pg_hba("");
+        let hba = pg_hba("", false);
         let rules: Vec<&str> = hba.lines().filter(|l| !l.starts_with('#')).collect();
         assert_eq!(
             rules,
@@ -187,13 +198,39 @@ mod tests {
     fn the_databases_rules_come_after_dbops_own_and_before_the_catch_all() {
         let extra =
             "# spec.postgresql.pgHba\nhost all all 10.0.0.0/8 reject\nlocal all all trust\n";
-        let hba = pg_hba(extra);
+        let hba = pg_hba(extra, false);
         let rules: Vec<&str> = hba.lines().filter(|l| !l.starts_with('#')).collect();
         assert_eq!(rules[0], "local all all peer map=dbop");
         assert!(rules[1].starts_with("host replication dbop_replication"));
         assert_eq!(rules[3], "host all all 10.0.0.0/8 reject");
         assert_eq!(rules[4], "host all all 0.0.0.0/0 scram-sha-256");
         assert!(!hba.contains("trust"), "{hba}");
+    }
+
+    #[test]
+    fn with_tls_only_encrypted_network_connections_match_dbops_rules() {
+        let hba = pg_hba("host all all 10.0.0.0/8 scram-sha-256\n", true);
+        let rules: Vec<&str> = hba.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            rules,
+            [
+                "local all all peer map=dbop",
+                "hostssl replication dbop_replication 0.0.0.0/0 scram-sha-256",
+                "hostssl replication dbop_replication ::/0 scram-sha-256",
+                "host all all 10.0.0.0/8 scram-sha-256",
+                "hostssl all all 0.0.0.0/0 scram-sha-256",
+                "hostssl all all ::/0 scram-sha-256",
+            ]
+        );
+        let mut m = managed();
+        assert!(!server_args(&m).join(" ").contains("ssl"));
+        m.tls = Some("/run/pg/tls".into());
+        let args = server_args(&m).join(" ");
+        assert!(args.contains("-c ssl=on"), "{args}");
+        assert!(
+            args.contains("-c ssl_cert_file=/run/pg/tls/tls.crt"),
+            "{args}"
+        );
     }
 
     #[test]

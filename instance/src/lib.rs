@@ -1,9 +1,9 @@
 //! dbop's instance manager: the entrypoint of the database container.
 //!
 //! Pure decisions live in their own modules (`datadir`, `identity`, `config`, `shutdown`, `password`,
-//! `binaries`, `reload`'s `changed`, `replication`'s `config`, `rejoin`, `status`, and `metrics`' `exposition`, `batch`,
+//! `binaries`, `tls`' `settings`, `reload`'s `changed`, `replication`'s `config`, `rejoin`, `status`, and `metrics`' `exposition`, `batch`,
 //! `builtin`, `custom`, `http`) and are table-tested; `run`, `process`, `replication::ops` and
-//! `metrics`' `psql`, `collect`, `server`, and `reload`'s `Reloader` do the I/O (files, child processes, signals) and nothing
+//! `metrics`' `psql`, `collect`, `server`, `reload`'s `Reloader` and `tls`' `install` do the I/O (files, child processes, signals) and nothing
 //! else decides anything.
 
 pub mod binaries;
@@ -17,4 +17,5 @@ pub mod reload;
 pub mod replication;
 pub mod run;
 pub mod shutdown;
+pub mod tls;
 pub mod version;

@@ -53,6 +53,7 @@ impl IntoOptions for Common {
             },
             poll: Duration::from_millis(self.poll_millis),
             metrics_addr: self.metrics_addr,
+            tls_dir: self.tls_dir,
         }
     }
 }

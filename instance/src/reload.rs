@@ -1,7 +1,9 @@
 //! The Database's own server configuration, mounted from its ConfigMap (`--config-dir`): the
-//! parameters file the server includes and the extra `pg_hba.conf` rules. At start they are
-//! put in place (`prepare`); while the server runs, `Reloader` looks at them every few seconds
-//! and, when the kubelet has updated them, rewrites `pg_hba.conf` and sends the server SIGHUP.
+//! parameters file the server includes and the extra `pg_hba.conf` rules; and its certificate
+//! (`--tls-dir`, installed by `tls`). At start they are put in place (`prepare`); while the
+//! server runs, `Reloader` looks at them every few seconds and, when the kubelet has updated
+//! them, rewrites `pg_hba.conf` (or installs the renewed certificate) and sends the server
+//! SIGHUP.
 //! PostgreSQL applies what a reload can change; a parameter that needs a restart is applied
 //! when the operator rolls the pod (it logs "cannot be changed without restarting" meanwhile).
 //!
@@ -16,6 +18,7 @@ use crate::config;
 use crate::process;
 use crate::run::Fatal;
 use crate::shutdown::Signal;
+use crate::tls;
 
 /// How often the mounted files are read (the kubelet updates them within about a minute).
 pub const CHECK_EVERY: Duration = Duration::from_secs(2);
@@ -25,6 +28,8 @@ pub const CHECK_EVERY: Duration = Duration::from_secs(2);
 pub struct Mounted {
     pub parameters: Option<String>,
     pub hba: Option<String>,
+    /// The certificate's files (`tls::read`), with `--tls-dir`.
+    pub tls: Option<Vec<Vec<u8>>>,
 }
 
 /// Whether the server must reload: the files differ from what it last read.
@@ -32,25 +37,37 @@ pub fn changed(last: &Mounted, now: &Mounted) -> bool {
     last != now
 }
 
-/// Reads both files of `dir`.
-pub fn read(dir: &Path) -> Mounted {
+/// Reads both files of `dir`, and the certificate's of `tls_dir`.
+pub fn read(dir: &Path, tls_dir: Option<&Path>) -> Mounted {
     let text = |name: &str| std::fs::read_to_string(dir.join(name)).ok();
     Mounted {
         parameters: text(PARAMETERS_FILE),
         hba: text(HBA_FILE),
+        tls: tls_dir.and_then(tls::read),
     }
 }
 
 fn write_hba(pgdata: &Path, mounted: &Mounted) -> Result<(), Fatal> {
-    let text = config::pg_hba(mounted.hba.as_deref().unwrap_or_default());
+    let text = config::pg_hba(
+        mounted.hba.as_deref().unwrap_or_default(),
+        mounted.tls.is_some(),
+    );
     std::fs::write(pgdata.join("pg_hba.conf"), text)
         .map_err(|e| Fatal(format!("cannot write pg_hba.conf: {e}")))
 }
 
 /// Before the server starts: `pg_hba.conf` with the Database's rules, and the include of its
-/// parameters last in `postgresql.conf`. Returns what was read, for `Reloader`.
-pub fn prepare(pgdata: &Path, config_dir: &Path) -> Result<Mounted, Fatal> {
-    let mounted = read(config_dir);
+/// parameters last in `postgresql.conf`. `tls` is the certificate `tls::prepare` installed.
+/// Returns what was read, for `Reloader`.
+pub fn prepare(
+    pgdata: &Path,
+    config_dir: &Path,
+    tls: Option<Vec<Vec<u8>>>,
+) -> Result<Mounted, Fatal> {
+    let mounted = Mounted {
+        tls,
+        ..read(config_dir, None)
+    };
     write_hba(pgdata, &mounted)?;
     let path = pgdata.join("postgresql.conf");
     let conf = std::fs::read_to_string(&path)
@@ -66,15 +83,23 @@ pub fn prepare(pgdata: &Path, config_dir: &Path) -> Result<Mounted, Fatal> {
 pub struct Reloader {
     pgdata: PathBuf,
     config_dir: PathBuf,
+    /// The mounted certificate and where it is installed, with `--tls-dir`.
+    tls: Option<(PathBuf, PathBuf)>,
     last: Mounted,
     checked: Instant,
 }
 
 impl Reloader {
-    pub fn new(pgdata: &Path, config_dir: &Path, last: Mounted) -> Self {
+    pub fn new(
+        pgdata: &Path,
+        config_dir: &Path,
+        tls: Option<(PathBuf, PathBuf)>,
+        last: Mounted,
+    ) -> Self {
         Self {
             pgdata: pgdata.to_path_buf(),
             config_dir: config_dir.to_path_buf(),
+            tls,
             last,
             checked: Instant::now(),
         }
@@ -86,9 +111,23 @@ impl Reloader {
             return;
         }
         self.checked = Instant::now();
-        let now = read(&self.config_dir);
+        let mounted = self.tls.as_ref().map(|(mounted, _)| mounted.as_path());
+        let mut now = read(&self.config_dir, mounted);
+        if now.tls.is_none() {
+            // Being rewritten by the kubelet (or never there): the installed one stays.
+            now.tls = self.last.tls.clone();
+        }
         if !changed(&self.last, &now) {
             return;
+        }
+        if let (Some((_, installed)), Some(files)) = (&self.tls, &now.tls)
+            && now.tls != self.last.tls
+        {
+            if let Err(Fatal(message)) = tls::install(installed, files) {
+                eprintln!("dbop-instance: the renewed certificate is not installed: {message}");
+                return;
+            }
+            eprintln!("dbop-instance: the server certificate changed: installed");
         }
         if let Err(Fatal(message)) = write_hba(&self.pgdata, &now) {
             // Tried again at the next check: `last` is unchanged.
@@ -112,6 +151,7 @@ mod tests {
         let base = Mounted {
             parameters: Some("work_mem = '4MB'\n".into()),
             hba: Some("# none\n".into()),
+            tls: None,
         };
         assert!(!changed(&base, &base.clone()));
         let params = Mounted {
@@ -125,6 +165,11 @@ mod tests {
         };
         assert!(changed(&base, &hba));
         assert!(changed(&base, &Mounted::default()));
+        let renewed = Mounted {
+            tls: Some(vec![b"new".to_vec()]),
+            ..base.clone()
+        };
+        assert!(changed(&base, &renewed));
     }
 
     #[test]
@@ -141,15 +186,15 @@ mod tests {
             "host all all 10.0.0.0/8 reject\n",
         )
         .unwrap();
-        let mounted = prepare(pgdata.path(), config_dir.path()).unwrap();
-        assert_eq!(mounted, read(config_dir.path()));
+        let mounted = prepare(pgdata.path(), config_dir.path(), None).unwrap();
+        assert_eq!(mounted, read(config_dir.path(), None));
         let hba = std::fs::read_to_string(pgdata.path().join("pg_hba.conf")).unwrap();
         assert!(hba.contains("\nhost all all 10.0.0.0/8 reject\n"), "{hba}");
         let conf = std::fs::read_to_string(pgdata.path().join("postgresql.conf")).unwrap();
         let include = config::parameters_include(&config_dir.path().join(PARAMETERS_FILE));
         assert!(conf.ends_with(&format!("{include}\n")), "{conf}");
         // A second start changes nothing.
-        prepare(pgdata.path(), config_dir.path()).unwrap();
+        prepare(pgdata.path(), config_dir.path(), None).unwrap();
         let again = std::fs::read_to_string(pgdata.path().join("postgresql.conf")).unwrap();
         assert_eq!(again, conf);
     }

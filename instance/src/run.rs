@@ -39,6 +39,8 @@ pub struct Options {
     pub poll: Duration,
     /// Where to serve `/metrics` (`--metrics-addr`); `None`: no endpoint.
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// The mounted server certificate (`--tls-dir`); `None`: no TLS.
+    pub tls_dir: Option<PathBuf>,
 }
 
 /// A reason to stop before the server runs; logged and written to the termination log.
@@ -107,7 +109,11 @@ fn prepare(o: &Options) -> Result<(PathBuf, String, reload::Mounted), Fatal> {
         Start::Refuse(message) => return Err(Fatal(message)),
     }
     write_config(o, &user)?;
-    let mounted = reload::prepare(&o.pgdata, &o.config_dir)?;
+    let tls = match &o.tls_dir {
+        Some(mounted) => Some(crate::tls::prepare(mounted, &o.socket_dir)?.1),
+        None => None,
+    };
+    let mounted = reload::prepare(&o.pgdata, &o.config_dir, tls)?;
     Ok((bin, user, mounted))
 }
 
@@ -217,6 +223,10 @@ fn managed(o: &Options, user: &str) -> Managed {
         port: o.port,
         socket_dir: o.socket_dir.clone(),
         superuser: user.to_string(),
+        tls: o
+            .tls_dir
+            .as_ref()
+            .map(|_| crate::tls::installed_dir(&o.socket_dir)),
     }
 }
 
@@ -230,7 +240,11 @@ fn supervise(o: &Options, bin: &Path, user: &str, mounted: Mounted) -> Result<i3
     log(&format!("postgres started (pid {pid})"));
     let mut state = State::Running;
     let mut sync = Syncer::new(o, bin, user);
-    let mut reloader = Reloader::new(&o.pgdata, &o.config_dir, mounted);
+    let tls = o
+        .tls_dir
+        .clone()
+        .map(|mounted| (mounted, crate::tls::installed_dir(&o.socket_dir)));
+    let mut reloader = Reloader::new(&o.pgdata, &o.config_dir, tls, mounted);
     loop {
         let now = Instant::now();
         let events = process::take_signals().into_iter().map(Event::Received);

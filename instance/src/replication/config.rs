@@ -45,11 +45,12 @@ pub fn server_settings() -> Vec<(&'static str, String)> {
 
 /// The `pg_hba.conf` lines for replication: SCRAM, the replication role only. (Its normal
 /// connections, which pg_rewind uses, are covered by the `host all all` lines.)
-pub fn hba_lines() -> String {
+/// `network` is the rule type of network connections: `hostssl` when the server has TLS.
+pub fn hba_lines(network: &str) -> String {
     format!(
         "# Streaming replication: dbop's replication role only, SCRAM.\n\
-         host replication {REPLICATION_ROLE} 0.0.0.0/0 scram-sha-256\n\
-         host replication {REPLICATION_ROLE} ::/0 scram-sha-256\n"
+         {network} replication {REPLICATION_ROLE} 0.0.0.0/0 scram-sha-256\n\
+         {network} replication {REPLICATION_ROLE} ::/0 scram-sha-256\n"
     )
 }
 
@@ -290,7 +291,7 @@ mod tests {
 
     #[test]
     fn hba_allows_replication_for_the_replication_role_only_with_scram() {
-        let rules: Vec<String> = hba_lines()
+        let rules: Vec<String> = hba_lines("host")
             .lines()
             .filter(|l| !l.starts_with('#'))
             .map(str::to_string)
