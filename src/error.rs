@@ -63,6 +63,10 @@ pub enum Error {
         message: String,
     },
 
+    /// A key or certificate of the Database's TLS could not be made (or its CA read).
+    #[error("TLS: {0}")]
+    Certificate(String),
+
     /// The finalizer's Cleanup found the deletion policy still waiting (for the final backup),
     /// which the pass before it handles as a wait: only a race reaches this, and the finalizer
     /// stays (kube's finalizer helper removes it on any `Ok`).
@@ -105,6 +109,7 @@ impl Error {
             Error::Kube(_) => "KubeApiError",
             Error::Serialize { .. } => "SerializationError",
             Error::Unreadable { .. } => "UnreadableObject",
+            Error::Certificate(_) => "CertificateError",
             Error::DeletionWaiting(_) => "DeletionWaiting",
             Error::Finalizer(inner) => match inner.as_ref() {
                 kube::runtime::finalizer::Error::CleanupFailed(e)
@@ -137,7 +142,10 @@ impl Error {
         let kube_conflict = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.is_conflict() && !s.is_already_exists());
         match self {
             Error::Kube(e) => kube_conflict(e),
-            Error::Serialize { .. } | Error::Unreadable { .. } | Error::DeletionWaiting(_) => false,
+            Error::Serialize { .. }
+            | Error::Unreadable { .. }
+            | Error::Certificate(_)
+            | Error::DeletionWaiting(_) => false,
             Error::Step { source, .. } => source.is_conflict(),
             Error::Finalizer(e) => match e.as_ref() {
                 Finalizer::ApplyFailed(inner) | Finalizer::CleanupFailed(inner) => {

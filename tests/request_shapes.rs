@@ -11,7 +11,7 @@ use dbop::context::Context;
 use dbop::context::caches::{self, Caches};
 use dbop::database::reconcile_database;
 use dbop::database::{decide, facts, status};
-use dbop::resources::{credentials, server_config, services, statefulset};
+use dbop::resources::{credentials, server_config, services, statefulset, tls};
 use dbop::settings::Settings;
 use http::{Request, Response, StatusCode};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
@@ -177,10 +177,28 @@ fn ready_world(db: &Database) -> HashMap<String, Value> {
         "status": {"phase": "Bound", "capacity": {"storage": "100Gi"}}
     }))
     .unwrap();
+    let mut credentials = credentials::generated_secret(db, "pw");
+    credentials.metadata.annotations =
+        Some([(tls::CA_ID_ANNOTATION.to_string(), tls::ca_id("CA"))].into());
+    let server = tls::ServerCertificate {
+        cert_pem: "CERT".into(),
+        key_pem: "KEY".into(),
+        ca_cert_pem: "CA".into(),
+        not_after: Utc::now() + chrono::Duration::days(80),
+        names: tls::dns_names(db),
+    };
     HashMap::from([
         (
             format!("{ns}/secrets/orders-credentials"),
-            serde_json::to_value(credentials::generated_secret(db, "pw")).unwrap(),
+            serde_json::to_value(credentials).unwrap(),
+        ),
+        (
+            format!("{ns}/secrets/orders-ca"),
+            serde_json::to_value(tls::ca_secret(db, "CA", "KEY")).unwrap(),
+        ),
+        (
+            format!("{ns}/secrets/orders-server-tls"),
+            serde_json::to_value(tls::server_secret(db, &server)).unwrap(),
         ),
         (
             format!("{ns}/services/orders-hl"),
@@ -207,6 +225,14 @@ fn with_settled_status(mut db: Database, world: &HashMap<String, Value>) -> Data
     let snapshot = facts::Observed {
         credentials_secret: serde_json::from_value(
             world["/api/v1/namespaces/shop/secrets/orders-credentials"].clone(),
+        )
+        .ok(),
+        ca_secret: serde_json::from_value(
+            world["/api/v1/namespaces/shop/secrets/orders-ca"].clone(),
+        )
+        .ok(),
+        server_tls_secret: serde_json::from_value(
+            world["/api/v1/namespaces/shop/secrets/orders-server-tls"].clone(),
         )
         .ok(),
         statefulset: serde_json::from_value(

@@ -533,6 +533,7 @@ fn facts() -> BoxedStrategy<Facts> {
                 unschedulable: None,
                 restart: Default::default(),
                 stuck_pods: vec![],
+                tls: Default::default(),
             },
         )
         .boxed()

@@ -25,10 +25,12 @@ pub enum ConditionType {
     /// A change of `spec.postgresql` (or of the memory it follows) needs the server restarted,
     /// and the pods have not all restarted on it yet.
     RestartPending,
+    /// Every database pod serves TLS with a valid certificate from the Database's CA.
+    TlsReady,
 }
 
 impl ConditionType {
-    pub const ALL: [ConditionType; 7] = [
+    pub const ALL: [ConditionType; 8] = [
         ConditionType::Ready,
         ConditionType::StorageReady,
         ConditionType::Initialized,
@@ -36,6 +38,7 @@ impl ConditionType {
         ConditionType::Upgrading,
         ConditionType::BackupVerified,
         ConditionType::RestartPending,
+        ConditionType::TlsReady,
     ];
 
     pub fn label(self) -> &'static str {
@@ -47,6 +50,7 @@ impl ConditionType {
             ConditionType::Upgrading => "Upgrading",
             ConditionType::BackupVerified => "BackupVerified",
             ConditionType::RestartPending => "RestartPending",
+            ConditionType::TlsReady => "TLSReady",
         }
     }
 }

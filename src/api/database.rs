@@ -120,6 +120,12 @@ pub struct DatabaseSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub monitoring: Option<super::monitoring::MonitoringSpec>,
 
+    /// Client connections: TLS always, with a certificate from a CA dbop makes for the
+    /// Database (`<name>-ca`; its `ca.crt` is also in the generated credentials Secret); and
+    /// whether clients without TLS are still admitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<super::tls::TlsSpec>,
+
     /// Where the superuser credentials live. When absent, dbop generates a Secret named
     /// `<name>-credentials` with a random password. Immutable; the password in the Secret is
     /// not: the server follows it (edit the Secret's `password` key to rotate it). The

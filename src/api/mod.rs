@@ -12,6 +12,7 @@ pub mod placement;
 pub mod postgresql;
 pub mod security;
 pub mod shared;
+pub mod tls;
 
 pub use backup::{
     BackupPhase, BackupReason, DatabaseBackup, DatabaseBackupSpec, DatabaseBackupStatus,
@@ -31,6 +32,7 @@ pub use placement::{PlacementSpec, ProbeTiming, ProbesSpec};
 pub use postgresql::PostgresqlSpec;
 pub use security::{IdsAssignedBy, PodSecuritySpec};
 pub use shared::KeyRef;
+pub use tls::TlsSpec;
 
 /// The API group of every dbop resource.
 pub const GROUP: &str = "dbop.dev";

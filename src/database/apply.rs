@@ -14,7 +14,7 @@ use rand::distr::Alphanumeric;
 use serde_json::json;
 use tracing::info;
 
-use super::build::Desired;
+use super::build::{Desired, TlsWrites};
 use super::events::transition_events;
 use super::facts::Observed;
 use super::status::Applied;
@@ -59,8 +59,10 @@ pub async fn apply(
         prune_backups,
         backup_events,
         verify_job,
+        tls,
     } = desired;
     write_credentials(ctx, db, secret, adopt_secret).await?;
+    write_tls(ctx, db, snap, tls).await?;
     write_serving(ctx, db, snap, services, server_config, statefulset).await?;
     let ns = db.namespace_or_default();
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
@@ -167,6 +169,30 @@ async fn write_credentials(
     }
     if let Some(name) = adopt {
         adopt_retained_secret(ctx, db, &name).await?;
+    }
+    Ok(())
+}
+
+/// The CA Secret (created once: a CA is never replaced behind a user's back), the server
+/// certificate (applied: a renewal replaces it), the CA into the generated credentials Secret.
+async fn write_tls(ctx: &Context, db: &Database, snap: &Observed, tls: TlsWrites) -> Result<()> {
+    let TlsWrites {
+        ca,
+        server,
+        credentials_ca,
+    } = tls;
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &db.namespace_or_default());
+    if let Some(ca) = ca {
+        create_once(&api, &ca).await?;
+        info!(secret = ?ca.metadata.name, "made the Database's CA");
+    }
+    if let Some(server) = server {
+        apply_if_drifted(&api, &server, snap.server_tls_secret.as_ref()).await?;
+        info!(secret = ?server.metadata.name, "issued the server certificate");
+    }
+    if let Some((name, patch)) = credentials_ca {
+        merge_patch(&api, &name, &patch).await?;
+        info!(secret = %name, "put the CA's certificate in the credentials Secret");
     }
     Ok(())
 }

@@ -1,19 +1,21 @@
 //! Build: every object one pass of a Database writes, from the decision (and, for what must
 //! keep what the server has, what was observed): the credentials Secret, the Services, the
-//! server configuration ConfigMap, the StatefulSet, the init, restore, preflight and verify Jobs, the `DatabaseBackup`s, and what
+//! server configuration ConfigMap, the TLS Secrets, the StatefulSet, the init, restore, preflight and verify Jobs, the `DatabaseBackup`s, and what
 //! is patched or deleted. `apply` then writes what differs, in the order of `Desired`'s fields.
 //!
-//! Pure: no client, no clock, no randomness (a new password comes in). Every object is built by
+//! Pure: no client, no clock, no randomness (a new password and new certificates come in). Every object is built by
 //! its builder in `resources` (or `backup::job`); this only chooses which, from the steps.
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 
+use super::certificates::Issued;
 use super::decide::{Decision, Steps};
 use super::facts::Observed;
 use super::restart;
 use super::restore;
+use super::tls::TlsSteps;
 use crate::api::{Database, DatabaseBackup};
 use crate::backup::job::verify_job;
 use crate::backup::verify::VerifyPlan;
@@ -27,6 +29,7 @@ use crate::resources::server_config::server_config_map;
 use crate::resources::services::{headless, read_write};
 use crate::resources::statefulset::statefulset_running;
 use crate::resources::template_origin;
+use crate::resources::tls;
 use crate::settings::Settings;
 
 /// What one pass writes, built. `apply` destructures it without `..`: a new object does not
@@ -58,6 +61,32 @@ pub struct Desired {
     /// Events of the backup plan that are not condition transitions.
     pub backup_events: Vec<EventSpec>,
     pub verify_job: Option<Job>,
+    /// The CA Secret (created once), the server certificate's Secret (applied), the CA
+    /// patched into the generated credentials Secret.
+    pub tls: TlsWrites,
+}
+
+/// What the TLS steps write (before the StatefulSet: a new pod mounts the certificate).
+#[derive(Clone, Debug, Default)]
+pub struct TlsWrites {
+    pub ca: Option<Secret>,
+    pub server: Option<Secret>,
+    /// The credentials Secret's name and the merge patch that gives it `ca.crt`.
+    pub credentials_ca: Option<(String, serde_json::Value)>,
+}
+
+/// The Secrets of what `certificates::issue` made.
+fn tls_writes(db: &Database, steps: &TlsSteps, issued: Issued) -> TlsWrites {
+    TlsWrites {
+        ca: issued
+            .new_ca
+            .map(|ca| tls::ca_secret(db, &ca.cert_pem, &ca.key_pem)),
+        server: issued.server.map(|cert| tls::server_secret(db, &cert)),
+        credentials_ca: issued
+            .ca_cert_pem
+            .filter(|_| steps.credentials_ca)
+            .map(|pem| (secret_name(db), tls::credentials_ca_patch(&pem))),
+    }
 }
 
 /// Every object the decision asks for. `password` is the new generated password, when the
@@ -69,6 +98,7 @@ pub fn build(
     verification: Option<&VerifyPlan>,
     settings: &Settings,
     password: Option<&str>,
+    issued: Issued,
 ) -> Desired {
     let Steps {
         create_secret,
@@ -81,6 +111,7 @@ pub fn build(
         create_preflight_job,
         create_pre_upgrade_backup,
         delete_pods,
+        tls,
     } = &decision.steps;
     let upgrade = decision.upgrade.as_ref();
     let backup = decision.backup.as_ref();
@@ -135,6 +166,7 @@ pub fn build(
         verify_job: verification
             .and_then(|plan| plan.create.as_ref())
             .and_then(|name| verify_job(db, name, settings).ok()),
+        tls: tls_writes(db, tls, issued),
     }
 }
 

@@ -26,6 +26,7 @@ use super::facts::{
 };
 use super::init::{InitOutcome, decide_init};
 use super::restart;
+use super::tls::{self, TlsSteps};
 use dbop_contract::InstanceFailure;
 
 /// What to do to the world. Every step is idempotent; `apply` skips writes that change nothing.
@@ -51,6 +52,8 @@ pub struct Steps {
     pub create_pre_upgrade_backup: Option<String>,
     /// Delete these pods (stuck on an image being rolled back).
     pub delete_pods: Vec<String>,
+    /// The CA, the server certificate, the CA in the credentials Secret (`tls`).
+    pub tls: TlsSteps,
 }
 
 /// The outcome of `decide`.
@@ -143,6 +146,8 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
         .as_ref()
         .is_some_and(|s| s.rolled_out && s.ready_replicas >= s.replicas);
     let restart_pending = restart::pending(db, &facts.restart, restarted);
+    steps.tls = tls::steps(db, &facts.tls, facts.backups.now);
+    let tls_ready = tls::condition(db, &facts.tls, &steps.tls, restarted);
     let requeue_after = [backup.requeue_after, upgrade.requeue_after]
         .into_iter()
         .flatten()
@@ -160,7 +165,7 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
         ]
         .into_iter()
         .chain(backup.condition.clone())
-        .chain([restart::condition(&restart_pending)])
+        .chain([restart::condition(&restart_pending), tls_ready])
         .collect(),
         steps,
         current_version: rollout.new_version(&upgrade),
@@ -654,6 +659,7 @@ mod tests {
             unschedulable: None,
             restart: Default::default(),
             stuck_pods: vec![],
+            tls: Default::default(),
         }
     }
 

@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, 
 use super::restart::RestartFact;
 use super::restore::{self, BootstrapFact, RestoreObjects};
 use super::stuck::stuck_pods;
+use super::tls::TlsFact;
 use crate::api::{Database, DatabaseBackup};
 use crate::backup::plan::BackupHistory;
 use crate::backup::s3_secret::{S3SecretProblem, s3_secret_problem};
@@ -27,6 +28,9 @@ use crate::upgrade::facts::{self as upgrade_facts, UpgradeFacts};
 #[derive(Clone, Debug, Default)]
 pub struct Observed {
     pub credentials_secret: Option<Secret>,
+    /// The CA and server certificate Secrets (metadata only, from the cache).
+    pub ca_secret: Option<Secret>,
+    pub server_tls_secret: Option<Secret>,
     pub init_config_map: Option<ConfigMap>,
     /// The server configuration `<name>-config` (from the cache).
     pub server_config: Option<ConfigMap>,
@@ -159,6 +163,8 @@ pub struct Facts {
     pub restart: RestartFact,
     /// Database pods held back on a revision the StatefulSet has moved on from (`stuck`).
     pub stuck_pods: Vec<String>,
+    /// The CA, the server certificate, and where the pods serve it (`tls`).
+    pub tls: TlsFact,
 }
 
 /// A database pod the scheduler found no node for (`PodScheduled` False, `Unschedulable`).
@@ -193,6 +199,14 @@ impl Facts {
             unschedulable: snap.database_pods.iter().find_map(unschedulable_fact),
             restart: RestartFact::of(snap.statefulset.as_ref()),
             stuck_pods: stuck_pods(snap.statefulset.as_ref(), &snap.database_pods),
+            tls: TlsFact::of(
+                snap.ca_secret.as_ref(),
+                snap.server_tls_secret.as_ref(),
+                snap.credentials_secret
+                    .as_ref()
+                    .filter(|_| credentials::is_generated(db)),
+                snap.statefulset.as_ref(),
+            ),
         }
     }
 }

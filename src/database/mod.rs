@@ -15,6 +15,7 @@
 //!   and makes it wait while an upgrade's pods change version;
 //! - `init` decides the init SQL (`Initialized`), a part of `decide`;
 //! - `restart` decides whether the pods must restart for `spec.postgresql` (`RestartPending`);
+//! - `tls` decides the CA and server certificate (`TLSReady`), `certificates` makes them;
 //! - `restore` decides a restore from a backup (`spec.bootstrap.fromBackup`), which takes the
 //!   init SQL's place.
 //!
@@ -25,6 +26,7 @@
 pub mod apply;
 pub mod blocker;
 pub mod build;
+pub mod certificates;
 pub mod cleanup;
 pub mod controller;
 pub mod decide;
@@ -37,6 +39,7 @@ pub mod restart;
 pub mod restore;
 pub mod status;
 pub mod stuck;
+pub mod tls;
 pub mod verification;
 
 use kube::ResourceExt;
@@ -57,6 +60,11 @@ pub async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> 
         .await
         .during(Step::Observe)?;
     let password = decision.steps.create_secret.then(apply::new_password);
+    let ca = observe::signing_ca(ctx, db, &decision.steps.tls)
+        .await
+        .during(Step::Observe)?;
+    let issued =
+        certificates::issue(db, &decision.steps.tls, ca, facts.backups.now).during(Step::Build)?;
     let desired = build::build(
         db,
         &observed,
@@ -64,6 +72,7 @@ pub async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> 
         verification.as_ref(),
         &ctx.settings,
         password.as_deref(),
+        issued,
     );
     // Boxed: the desired objects are large, and a pass runs deep inside the controller's
     // futures.

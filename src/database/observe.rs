@@ -11,8 +11,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::ListParams;
 use kube::{Api, Client};
 
+use super::certificates::Ca;
 use super::facts::{Observed, UpgradeObjects};
 use super::restore::{self, RestoreObjects};
+use super::tls::TlsSteps;
 use crate::api::conditions::{self, ConditionType};
 use crate::api::{CaSource, Database, DatabaseBackup};
 use crate::context::Context;
@@ -21,7 +23,9 @@ use crate::error::Error;
 use crate::kube_io::job_pods;
 use crate::objects::{JobState, job_state};
 use crate::resources::credentials::{self};
+use crate::resources::tls::CA_KEY;
 use crate::resources::{Names, selector_labels};
+use dbop_contract::instance::TLS_CA_FILE;
 
 /// Reads the upgrade's objects, only while an upgrade is under way (an idle Database reads
 /// no pods).
@@ -99,6 +103,8 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         s3_ca_problem,
         observed_at: Utc::now(),
         credentials_secret: credentials_secret(ctx, db, &ns).await?,
+        ca_secret: secret_metadata(ctx, &ns, &names.ca_secret()),
+        server_tls_secret: secret_metadata(ctx, &ns, &names.server_tls_secret()),
         init_config_map,
         server_config: get(
             &caches.config_maps,
@@ -145,6 +151,43 @@ fn pod_selector(db: &Database) -> String {
         .join(",")
 }
 
+/// The Database's CA with its key, read from its Secret when the pass's TLS steps sign or
+/// copy its certificate (None: there is none yet, or the steps need none).
+pub async fn signing_ca(
+    ctx: &Context,
+    db: &Database,
+    steps: &TlsSteps,
+) -> Result<Option<Ca>, Error> {
+    if steps.create_ca || (steps.issue.is_none() && !steps.credentials_ca) {
+        return Ok(None);
+    }
+    let name = Names::of(db).ca_secret();
+    let secret = Api::<Secret>::namespaced(ctx.client.clone(), &db.namespace_or_default())
+        .get_opt(&name)
+        .await?;
+    let data = secret.and_then(|s| s.data).unwrap_or_default();
+    let text = |key: &str| {
+        data.get(key)
+            .and_then(|b| String::from_utf8(b.0.clone()).ok())
+            .filter(|t| !t.is_empty())
+    };
+    match (text(TLS_CA_FILE), text(CA_KEY)) {
+        (Some(cert_pem), Some(key_pem)) => Ok(Some(Ca { cert_pem, key_pem })),
+        _ => Err(Error::Certificate(format!(
+            "Secret {name} has no ca.crt and ca.key: delete it and dbop makes a new CA (clients must then trust the new ca.crt)"
+        ))),
+    }
+}
+
+/// One of dbop's own Secrets from the cache: metadata only (its annotations say what a pass
+/// needs; the data is never held).
+fn secret_metadata(ctx: &Context, ns: &str, name: &str) -> Option<Secret> {
+    get(&ctx.caches.secrets, ns, name).map(|meta| Secret {
+        metadata: meta.metadata,
+        ..Secret::default()
+    })
+}
+
 /// The credentials Secret: a generated one from the cache, metadata only (its owner is all
 /// `decide` looks at: its data is never read); the user's own from the API server (its
 /// password key is checked, and dbop does not watch the user's Secrets).
@@ -155,10 +198,7 @@ async fn credentials_secret(
 ) -> Result<Option<Secret>, Error> {
     let name = credentials::secret_name(db);
     if credentials::is_generated(db) {
-        return Ok(get(&ctx.caches.secrets, ns, &name).map(|meta| Secret {
-            metadata: meta.metadata,
-            ..Secret::default()
-        }));
+        return Ok(secret_metadata(ctx, ns, &name));
     }
     Ok(Api::<Secret>::namespaced(ctx.client.clone(), ns)
         .get_opt(&name)

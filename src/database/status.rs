@@ -137,6 +137,7 @@ mod tests {
             unschedulable: None,
             restart: Default::default(),
             stuck_pods: vec![],
+            tls: Default::default(),
         };
         let decision =
             crate::database::decide::decide(&db, &facts, &crate::settings::Settings::default());

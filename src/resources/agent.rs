@@ -19,8 +19,8 @@ pub const TERMINATION_LOG: &str = "/dev/termination-log";
 pub const CA_DIR: &str = "/etc/dbop/s3-ca";
 pub const CA_FILE: &str = "/etc/dbop/s3-ca/ca.pem";
 
-/// The agent's environment: the Database's `-rw` Service, its credentials and the S3 ones as
-/// Secret references, the SDK kept away from any other source of credentials. `app_name`
+/// The agent's environment: the Database's `-rw` Service (TLS, verified once the pods serve
+/// it: `tls::client_env`), its credentials and the S3 ones as Secret references, the SDK kept away from any other source of credentials. `app_name`
 /// tells the sessions apart in `pg_stat_activity`.
 pub fn agent_env(db: &Database, s3: &S3Spec, app_name: &str) -> Vec<EnvVar> {
     let credentials = secret_name(db);
@@ -57,6 +57,7 @@ pub fn agent_env(db: &Database, s3: &S3Spec, app_name: &str) -> Vec<EnvVar> {
     if let Some(endpoint) = &s3.endpoint {
         vars.push(env("AWS_ENDPOINT_URL", endpoint));
     }
+    vars.extend(super::tls::client_env(db));
     vars
 }
 

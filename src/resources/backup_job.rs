@@ -72,6 +72,7 @@ pub fn backup_job(
         args,
         env: agent_env(db, &spec.s3, "dbop-backup"),
         s3: &spec.s3,
+        database_ca: super::tls::client_ca(db),
     };
     let parts = JobParts {
         metadata: job_meta(db, backup, &backup_name),
@@ -116,6 +117,7 @@ pub fn verify_job(
         args,
         env,
         s3: &spec.s3,
+        database_ca: super::tls::client_ca(db),
     };
     let parts = JobParts {
         metadata: owned_meta(db, name.to_string(), "verify"),

@@ -84,7 +84,7 @@ pub fn init_job(db: &Database, settings: &Settings) -> Option<Job> {
     let names = Names::of(db);
     let namespace = db.namespace_or_default();
     let secret = secret_name(db);
-    let env = vec![
+    let mut env = vec![
         env("PGHOST", &names.endpoint(&namespace)),
         env("PGPORT", &POSTGRES_PORT.to_string()),
         env("PGCONNECT_TIMEOUT", "10"),
@@ -92,16 +92,20 @@ pub fn init_job(db: &Database, settings: &Settings) -> Option<Job> {
         secret_env("PGUSER", &secret, USERNAME_KEY, true),
         secret_env("PGPASSWORD", &secret, PASSWORD_KEY, false),
     ];
+    env.extend(super::tls::client_env(db));
+    let mut mounts = vec![mount("tmp", "/tmp", false), mount("sql", SQL_DIR, true)];
+    let mut volumes = vec![scratch("tmp"), sql];
+    if let Some((volume, ca)) = super::tls::client_ca(db) {
+        volumes.push(volume);
+        mounts.push(ca);
+    }
     let container = Container {
         name: "init".into(),
         image: Some(image(db, settings)),
         command: Some(vec!["/bin/sh".into(), "-c".into(), script(single)]),
         env: Some(env),
         security_context: Some(container_security_context()),
-        volume_mounts: Some(vec![
-            mount("tmp", "/tmp", false),
-            mount("sql", SQL_DIR, true),
-        ]),
+        volume_mounts: Some(mounts),
         ..Container::default()
     };
     let parts = JobParts {
@@ -114,7 +118,7 @@ pub fn init_job(db: &Database, settings: &Settings) -> Option<Job> {
         pod: JobPod {
             init_containers: None,
             container,
-            volumes: vec![scratch("tmp"), sql],
+            volumes,
         },
     };
     Some(job(db, settings, parts))

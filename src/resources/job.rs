@@ -9,7 +9,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, PodTemplateSpec, Volume};
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, PodSpec, PodTemplateSpec, Volume, VolumeMount,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::agent::{TERMINATION_LOG, agent_mounts, ca_volume};
@@ -101,6 +103,8 @@ pub struct AgentRun<'a> {
     pub args: Vec<String>,
     pub env: Vec<EnvVar>,
     pub s3: &'a S3Spec,
+    /// The Database's CA certificate, when the agent verifies the server (`tls::client_ca`).
+    pub database_ca: Option<(Volume, VolumeMount)>,
 }
 
 /// The pod of an agent Job: the agent copied in by an init container, run from the database
@@ -121,6 +125,14 @@ pub fn agent_pod(settings: &Settings, run: AgentRun<'_>) -> JobPod {
     };
     let mut volumes = vec![scratch(DBOP_BIN_VOLUME), scratch("tmp")];
     volumes.extend(run.s3.ca.as_ref().map(ca_volume));
+    let mut container = container;
+    if let Some((volume, mount)) = run.database_ca {
+        volumes.push(volume);
+        container
+            .volume_mounts
+            .get_or_insert_with(Vec::new)
+            .push(mount);
+    }
     JobPod {
         init_containers: Some(vec![copy_agent]),
         container,

@@ -20,6 +20,7 @@ pub mod server_config;
 pub mod services;
 pub mod statefulset;
 pub mod template_origin;
+pub mod tls;
 
 use std::collections::BTreeMap;
 

@@ -53,6 +53,7 @@ pub fn restore_job(db: &Database, source: &RestoreSource, settings: &Settings) -
         args: agent_args(source),
         env: agent_env(db, &source.s3, "dbop-restore"),
         s3: &source.s3,
+        database_ca: super::tls::client_ca(db),
     };
     let parts = JobParts {
         metadata: owned_meta(db, Names::of(db).restore_job(), "restore"),

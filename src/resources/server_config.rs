@@ -207,7 +207,10 @@ pub fn server_config_map(db: &Database) -> ConfigMap {
         metadata: owned_meta(db, config_map_name(db), "database"),
         data: Some(BTreeMap::from([
             (PARAMETERS_FILE.into(), render_parameters(&parameters(db))),
-            (HBA_FILE.into(), render_hba(&hba)),
+            (
+                HBA_FILE.into(),
+                render_hba(&hba) + &super::tls::plaintext_rules(db).unwrap_or_default(),
+            ),
         ])),
         ..ConfigMap::default()
     }

@@ -136,6 +136,7 @@ pub fn statefulset_running(
                 let mut template = pod_template(db, settings, &run.image);
                 super::server_config::add_to_pod_template(&mut template, db);
                 super::monitoring::add_to_pod_template(&mut template, db);
+                super::tls::add_to_pod_template(&mut template, db);
                 template
             },
             volume_claim_templates: Some(

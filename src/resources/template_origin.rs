@@ -32,12 +32,13 @@ pub const RESTARTED_AT_ANNOTATION: &str = "dbop.dev/restartedAt";
 
 /// Spec fields that build no part of the pod template: a change to one of them is not a reason
 /// to rebuild it (the claim templates are kept verbatim, and storage grows by expanding claims).
-const NOT_IN_THE_TEMPLATE: [&str; 6] = [
+const NOT_IN_THE_TEMPLATE: [&str; 7] = [
     "backup",
     "bootstrap",
     "deletionPolicy",
     "init",
     "storage",
+    "tls",
     "upgrade",
 ];
 

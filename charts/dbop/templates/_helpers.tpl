@@ -99,7 +99,8 @@ the operator as this chart's ServiceAccount and fails on any Forbidden in the au
 - apiGroups: ["dbop.dev"]
   resources: ["databases/finalizers", "databasebackups/finalizers"]
   verbs: ["update"]
-# Secrets: the generated credentials (create; owner reference adopted or released: patch), the
+# Secrets: the generated credentials and TLS ones (create; the server certificate applied, owner
+# reference adopted or released, the CA copied into the credentials: patch), the
 # users' credentials and S3 Secrets (get), dbop's own watched (list, watch: label-selected).
 - apiGroups: [""]
   resources: ["secrets"]

@@ -1,0 +1,229 @@
+//! TLS on the test bed's real node: a new Database serves TLS with a certificate from its own
+//! CA (`TLSReady`); a network client without TLS is refused; `verify-full` with the `ca.crt` of
+//! the generated credentials Secret succeeds against the Service's name; and a certificate
+//! issued again (its Secret deleted, as a renewal replaces it) reaches the server by a reload
+//! while a client holds a connection, which keeps working. Then `spec.tls.allowPlaintext`
+//! admits the plaintext client, with no restart.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use dbop::api::Phase;
+use dbop_e2e::node::{
+    POSTGRES_15_20, REAL_NODE_STORAGE_CLASS, real_node_placement, small_resources,
+};
+use dbop_e2e::{TestBed, condition, testbed, wait_until};
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use serde_json::json;
+
+/// A real server: initdb and start on a busy 2-core machine.
+const READY_WAIT: Duration = Duration::from_secs(240);
+/// The kubelet updates a mounted Secret within its sync period (~1 min) plus its cache TTL.
+const REMOUNT_WAIT: Duration = Duration::from_secs(180);
+
+/// A client pod with psql, the credentials as environment and the CA's certificate from the
+/// generated credentials Secret at /ca/ca.crt.
+async fn client(bed: &TestBed, ns: &str) {
+    bed.create_pod(ns, "client", json!({}), json!({
+        "containers": [{
+            "name": "psql", "image": POSTGRES_15_20, "command": ["sleep", "3600"],
+            "resources": small_resources(),
+            "env": [
+                {"name": "PGHOST", "value": format!("orders-rw.{ns}.svc")},
+                {"name": "PGCONNECT_TIMEOUT", "value": "5"},
+                {"name": "PGUSER", "valueFrom": {"secretKeyRef": {"name": "orders-credentials", "key": "username"}}},
+                {"name": "PGPASSWORD", "valueFrom": {"secretKeyRef": {"name": "orders-credentials", "key": "password"}}},
+            ],
+            "volumeMounts": [{"name": "ca", "mountPath": "/ca", "readOnly": true}],
+        }],
+        "volumes": [{"name": "ca", "secret": {"secretName": "orders-credentials",
+            "items": [{"key": "ca.crt", "path": "ca.crt"}]}}],
+    }))
+    .await;
+    bed.wait_pod_phase(ns, "client", &["Running"]).await;
+}
+
+/// psql in the client pod with libpq's `sslmode` (and the CA for the verifying modes).
+fn psql(bed: &TestBed, ns: &str, sslmode: &str, sql: &str) -> (bool, String, String) {
+    bed.exec(
+        ns,
+        "client",
+        &[
+            "sh",
+            "-c",
+            "PGSSLMODE=\"$0\" PGSSLROOTCERT=/ca/ca.crt exec psql -X -v ON_ERROR_STOP=1 -d postgres -Atc \"$1\"",
+            sslmode,
+            sql,
+        ],
+    )
+}
+
+async fn secret_value(bed: &TestBed, ns: &str, name: &str, key: &str) -> Option<Vec<u8>> {
+    let secret = Api::<Secret>::namespaced(bed.client.clone(), ns)
+        .get_opt(name)
+        .await
+        .ok()??;
+    Some(secret.data?.get(key)?.0.clone())
+}
+
+/// When the server started, read over its local socket.
+fn server_started(bed: &TestBed, ns: &str) -> String {
+    let (ok, out, err) = bed.exec(
+        ns,
+        "orders-0",
+        &[
+            "psql",
+            "-X",
+            "-U",
+            "postgres",
+            "-Atc",
+            "select pg_postmaster_start_time()",
+        ],
+    );
+    assert!(ok, "{err}");
+    out.trim().to_string()
+}
+
+const ENCRYPTED: &str = "select ssl from pg_stat_ssl where pid = pg_backend_pid()";
+
+#[tokio::test]
+async fn clients_must_use_tls_verify_full_works_and_a_new_certificate_keeps_connections() {
+    let bed = testbed().await;
+    bed.require_real_node().await;
+    let ns = bed.real_node_namespace("tls").await;
+    let _operator = bed.operator_for_real_node(&ns);
+    bed.apply_database(
+        &ns,
+        json!({"metadata": {"name": "orders"}, "spec": {
+            "version": "15.20",
+            "storage": {"size": "1Gi", "storageClassName": REAL_NODE_STORAGE_CLASS},
+            "placement": real_node_placement(),
+        }}),
+    )
+    .await;
+    bed.wait_for_phase(&ns, "orders", Phase::Ready, READY_WAIT)
+        .await;
+    let databases = bed.databases(&ns);
+    let db = wait_until("TLSReady", READY_WAIT, || async {
+        let db = databases.get("orders").await.ok()?;
+        (condition(&db, "TLSReady")?.0 == "True").then_some(db)
+    })
+    .await;
+    let message = &db.status.as_ref().unwrap().conditions;
+    assert!(
+        message
+            .iter()
+            .any(|c| c.type_ == "TLSReady" && c.message.contains("without TLS are refused")),
+        "{message:?}"
+    );
+    client(&bed, &ns).await;
+
+    // From the network, TLS or nothing.
+    let (ok, _, err) = psql(&bed, &ns, "disable", "select 1");
+    assert!(!ok, "a plaintext client was admitted");
+    assert!(err.contains("no encryption"), "{err}");
+    // verify-full: the CA from the Secret, the Service's name in the certificate.
+    let (ok, out, err) = psql(&bed, &ns, "verify-full", ENCRYPTED);
+    assert!(ok, "verify-full: {err}");
+    assert_eq!(out.trim(), "t");
+    // A CA that is not the Database's fails verification.
+    let (ok, _, err) = bed.exec(
+        &ns,
+        "client",
+        &["sh", "-c", "PGSSLMODE=verify-ca PGSSLROOTCERT=/etc/ssl/certs/ca-certificates.crt exec psql -X -d postgres -Atc 'select 1'"],
+    );
+    assert!(!ok, "verified with the system's CAs: {err}");
+
+    // A held connection, until the test says so (bounded: it cannot hang the suite).
+    let (ok, _, err) = psql(&bed, &ns, "verify-full", "create table marker (done bool)");
+    assert!(ok, "{err}");
+    let started = server_started(&bed, &ns);
+    let kubectl = bed.dir.join("bin/kubectl");
+    let held = Command::new(if kubectl.exists() { kubectl } else { "kubectl".into() })
+        .arg("--kubeconfig")
+        .arg(&bed.kubeconfig)
+        .args(["-n", &ns, "exec", "client", "--", "sh", "-c"])
+        .arg(
+            "PGSSLMODE=verify-full PGSSLROOTCERT=/ca/ca.crt exec psql -X -q -v ON_ERROR_STOP=1 -d postgres -Atc \
+             \"do \\$\\$ declare t timestamptz := clock_timestamp(); begin \
+             loop exit when exists (select 1 from marker) or clock_timestamp() > t + interval '6 minutes'; \
+             perform pg_sleep(0.5); end loop; end \\$\\$\" \
+             -c \"select 'held', count(*) from marker\" -c \"select ssl from pg_stat_ssl where pid = pg_backend_pid()\"",
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl exec");
+    wait_until("the held session", Duration::from_secs(30), || async {
+        let (_, out, _) = psql(
+            &bed,
+            &ns,
+            "verify-full",
+            "select count(*) from pg_stat_activity where query like 'do %marker%' and state = 'active'",
+        );
+        (out.trim() == "1").then_some(())
+    })
+    .await;
+
+    // The certificate issued again: its Secret deleted, dbop signs a new one.
+    let old = secret_value(&bed, &ns, "orders-server-tls", "tls.crt")
+        .await
+        .expect("the server certificate");
+    Api::<Secret>::namespaced(bed.client.clone(), &ns)
+        .delete("orders-server-tls", &DeleteParams::default())
+        .await
+        .expect("delete the server certificate");
+    let new = wait_until("a new server certificate", READY_WAIT, || async {
+        secret_value(&bed, &ns, "orders-server-tls", "tls.crt")
+            .await
+            .filter(|c| *c != old)
+    })
+    .await;
+    // The instance manager installs it and reloads the server.
+    let new_text = String::from_utf8(new).unwrap();
+    wait_until("the new certificate installed", REMOUNT_WAIT, || async {
+        let (ok, out, _) = bed.exec(&ns, "orders-0", &["cat", "/var/run/postgresql/tls/tls.crt"]);
+        (ok && out == new_text).then_some(())
+    })
+    .await;
+    let (ok, logs, _) = bed.kubectl(&["-n", &ns, "logs", "orders-0", "-c", "postgres"]);
+    assert!(
+        ok && logs.contains("the server certificate changed: installed"),
+        "{logs}"
+    );
+    // New connections verify against the same CA.
+    let (ok, out, err) = psql(&bed, &ns, "verify-full", ENCRYPTED);
+    assert!(ok && out.trim() == "t", "after the new certificate: {err}");
+    assert_eq!(server_started(&bed, &ns), started, "the server restarted");
+
+    // The held session is still there and still works.
+    let (ok, _, err) = psql(&bed, &ns, "verify-full", "insert into marker values (true)");
+    assert!(ok, "{err}");
+    let output = tokio::task::spawn_blocking(move || held.wait_with_output())
+        .await
+        .unwrap()
+        .expect("the held session");
+    let out = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && out.contains("held|1") && out.trim_end().ends_with('t'),
+        "held session: {out}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    // allowPlaintext: a reload admits the plaintext client (SCRAM still), nothing restarts.
+    databases
+        .patch(
+            "orders",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"tls": {"allowPlaintext": true}}})),
+        )
+        .await
+        .expect("allow plaintext");
+    wait_until("a plaintext client admitted", REMOUNT_WAIT, || async {
+        let (ok, out, _) = psql(&bed, &ns, "disable", ENCRYPTED);
+        (ok && out.trim() == "f").then_some(())
+    })
+    .await;
+}

@@ -1,0 +1,367 @@
+//! The Database's TLS objects: its CA Secret (`<name>-ca`: `ca.crt`, `ca.key`), its server
+//! certificate Secret (`<name>-server-tls`: `tls.crt`, `tls.key`, `ca.crt`, the layout of
+//! `kubernetes.io/tls` and cert-manager), the names the certificate is for, the volumes that
+//! mount them, and the libpq environment of dbop's Jobs.
+//!
+//! What a pass decides from travels in annotations, so the metadata-only Secret cache is enough
+//! (no key is held in the operator's memory between passes): the CA's id (a digest of its
+//! certificate) on the CA Secret; the server certificate's expiry, names and CA on its Secret;
+//! the CA the generated credentials Secret carries.
+//!
+//! Pure builders: the keys and certificates come in as PEM (`database::certificates` makes
+//! them).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use dbop_contract::instance::{TLS_CA_FILE, TLS_CERT_FILE, TLS_DIR, TLS_KEY_FILE, tls_args};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{
+    EnvVar, KeyToPath, PodTemplateSpec, Secret, SecretVolumeSource, Volume, VolumeMount,
+};
+use sha2::{Digest, Sha256};
+
+use super::pod::{env, mount};
+use super::{Names, owned_meta};
+use crate::api::conditions::{ConditionType, find};
+use crate::api::{Database, TlsSpec};
+
+/// The CA's private key in the CA Secret (never mounted in a pod).
+pub const CA_KEY: &str = "ca.key";
+/// On the CA Secret, the server certificate's and the credentials Secret: the id of the CA.
+pub const CA_ID_ANNOTATION: &str = "dbop.dev/tls-ca";
+/// On the server certificate's Secret: when it expires (RFC 3339).
+pub const NOT_AFTER_ANNOTATION: &str = "dbop.dev/tls-not-after";
+/// On the server certificate's Secret: the names it is for, comma-separated.
+pub const NAMES_ANNOTATION: &str = "dbop.dev/tls-names";
+/// The volume of the server certificate in a database pod, mounted at `TLS_DIR`.
+pub const SERVER_VOLUME: &str = "tls";
+/// Where dbop's Jobs find the CA that signed the server's certificate.
+pub const JOB_CA_DIR: &str = "/etc/dbop/database-ca";
+const JOB_CA_VOLUME: &str = "database-ca";
+
+/// The id of a CA: the first 16 hex digits of the SHA-256 of its certificate's PEM.
+pub fn ca_id(ca_cert_pem: &str) -> String {
+    hex(&Sha256::digest(ca_cert_pem.as_bytes())[..8])
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Names {
+    /// The CA Secret.
+    pub fn ca_secret(&self) -> String {
+        format!("{}-ca", self.database())
+    }
+    /// The server certificate's Secret.
+    pub fn server_tls_secret(&self) -> String {
+        format!("{}-server-tls", self.database())
+    }
+}
+
+/// The DNS names the server's certificate is for: the read-write Service's, short and
+/// qualified, and every pod's through the headless Service.
+pub fn dns_names(db: &Database) -> Vec<String> {
+    let names = Names::of(db);
+    let ns = db.namespace_or_default();
+    let rw = names.rw_service();
+    let headless = names.headless_service();
+    vec![
+        rw.clone(),
+        format!("{rw}.{ns}"),
+        format!("{rw}.{ns}.svc"),
+        format!("{rw}.{ns}.svc.cluster.local"),
+        format!("*.{headless}.{ns}.svc"),
+        format!("*.{headless}.{ns}.svc.cluster.local"),
+    ]
+}
+
+/// The subject of the Database's CA (the same every time: a server certificate signed again
+/// later names the same issuer).
+pub fn ca_common_name(db: &Database) -> String {
+    format!("dbop {}/{} CA", db.namespace_or_default(), db.name())
+}
+
+fn bytes(s: &str) -> ByteString {
+    ByteString(s.as_bytes().to_vec())
+}
+
+fn annotated(db: &Database, name: String, annotations: BTreeMap<String, String>) -> Secret {
+    let mut metadata = owned_meta(db, name, "tls");
+    metadata.annotations = Some(annotations);
+    Secret {
+        metadata,
+        ..Secret::default()
+    }
+}
+
+/// The CA Secret, with the CA's certificate and key.
+pub fn ca_secret(db: &Database, cert_pem: &str, key_pem: &str) -> Secret {
+    let annotations = BTreeMap::from([(CA_ID_ANNOTATION.to_string(), ca_id(cert_pem))]);
+    Secret {
+        type_: Some("Opaque".into()),
+        data: Some(BTreeMap::from([
+            (TLS_CA_FILE.to_string(), bytes(cert_pem)),
+            (CA_KEY.to_string(), bytes(key_pem)),
+        ])),
+        ..annotated(db, Names::of(db).ca_secret(), annotations)
+    }
+}
+
+/// A server certificate, as issued.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerCertificate {
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub ca_cert_pem: String,
+    pub not_after: DateTime<Utc>,
+    pub names: Vec<String>,
+}
+
+/// The server certificate's Secret.
+pub fn server_secret(db: &Database, cert: &ServerCertificate) -> Secret {
+    let annotations = BTreeMap::from([
+        (CA_ID_ANNOTATION.to_string(), ca_id(&cert.ca_cert_pem)),
+        (
+            NOT_AFTER_ANNOTATION.to_string(),
+            cert.not_after.to_rfc3339(),
+        ),
+        (NAMES_ANNOTATION.to_string(), cert.names.join(",")),
+    ]);
+    Secret {
+        type_: Some("kubernetes.io/tls".into()),
+        data: Some(BTreeMap::from([
+            (TLS_CERT_FILE.to_string(), bytes(&cert.cert_pem)),
+            (TLS_KEY_FILE.to_string(), bytes(&cert.key_pem)),
+            (TLS_CA_FILE.to_string(), bytes(&cert.ca_cert_pem)),
+        ])),
+        ..annotated(db, Names::of(db).server_tls_secret(), annotations)
+    }
+}
+
+/// The merge patch that puts the CA's certificate into the generated credentials Secret.
+pub fn credentials_ca_patch(ca_cert_pem: &str) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": {"annotations": {CA_ID_ANNOTATION: ca_id(ca_cert_pem)}},
+        "data": {TLS_CA_FILE: bytes(ca_cert_pem)},
+    })
+}
+
+/// The server certificate's volume in a database pod: readable by the pod's group only (the
+/// instance manager copies it to a file of its own, mode 0600, for the server).
+pub fn server_volume(db: &Database) -> Volume {
+    let items = [TLS_CERT_FILE, TLS_KEY_FILE, TLS_CA_FILE]
+        .map(|key| KeyToPath {
+            key: key.into(),
+            path: key.into(),
+            ..KeyToPath::default()
+        })
+        .to_vec();
+    Volume {
+        name: SERVER_VOLUME.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(Names::of(db).server_tls_secret()),
+            items: Some(items),
+            default_mode: Some(0o440),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+/// Mounts the server certificate into the database container and tells the instance manager
+/// (`run --tls-dir`) to serve TLS with it.
+pub fn add_to_pod_template(template: &mut PodTemplateSpec, db: &Database) {
+    let Some(pod) = template.spec.as_mut() else {
+        return;
+    };
+    let Some(postgres) = pod.containers.iter_mut().find(|c| c.name == "postgres") else {
+        return;
+    };
+    postgres
+        .command
+        .get_or_insert_with(Vec::new)
+        .extend(tls_args(TLS_DIR));
+    postgres
+        .volume_mounts
+        .get_or_insert_with(Vec::new)
+        .push(mount(SERVER_VOLUME, TLS_DIR, true));
+    pod.volumes
+        .get_or_insert_with(Vec::new)
+        .push(server_volume(db));
+}
+
+/// The `pg_hba.conf` rules `spec.tls.allowPlaintext` adds after the Database's own: SCRAM
+/// without TLS from anywhere (dbop's own rules are `hostssl`).
+pub fn plaintext_rules(db: &Database) -> Option<String> {
+    TlsSpec::allows_plaintext(db.spec.tls.as_ref()).then(|| {
+        "# spec.tls.allowPlaintext: clients without TLS too (SCRAM)\n\
+         host all all 0.0.0.0/0 scram-sha-256\n\
+         host all all ::/0 scram-sha-256\n"
+            .to_string()
+    })
+}
+
+/// Whether the Database's status says every pod serves TLS (`TLSReady`): then dbop's Jobs
+/// verify the server's certificate and name; before (a Database whose pods have not restarted
+/// on TLS yet), they use TLS when it is offered, as libpq does by default.
+pub fn verified(db: &Database) -> bool {
+    db.status
+        .as_ref()
+        .and_then(|s| find(&s.conditions, ConditionType::TlsReady))
+        .is_some_and(|c| c.status == "True")
+}
+
+/// The libpq environment of a Job that connects to the Database.
+pub fn client_env(db: &Database) -> Vec<EnvVar> {
+    if !verified(db) {
+        return vec![env("PGSSLMODE", "prefer")];
+    }
+    vec![
+        env("PGSSLMODE", "verify-full"),
+        env("PGSSLROOTCERT", &format!("{JOB_CA_DIR}/{TLS_CA_FILE}")),
+    ]
+}
+
+/// The CA's certificate (only) as a Job's volume and mount, when the Job verifies the server.
+pub fn client_ca(db: &Database) -> Option<(Volume, VolumeMount)> {
+    if !verified(db) {
+        return None;
+    }
+    let volume = Volume {
+        name: JOB_CA_VOLUME.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(Names::of(db).ca_secret()),
+            items: Some(vec![KeyToPath {
+                key: TLS_CA_FILE.into(),
+                path: TLS_CA_FILE.into(),
+                ..KeyToPath::default()
+            }]),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    };
+    Some((volume, mount(JOB_CA_VOLUME, JOB_CA_DIR, true)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::conditions::ConditionStatus;
+    use crate::resources::testing;
+
+    fn cert() -> ServerCertificate {
+        ServerCertificate {
+            cert_pem: "CERT".into(),
+            key_pem: "KEY".into(),
+            ca_cert_pem: "CA".into(),
+            not_after: "2027-03-01T00:00:00Z".parse().unwrap(),
+            names: vec!["orders-rw".into(), "orders-rw.shop".into()],
+        }
+    }
+
+    #[test]
+    fn names_cover_the_services_and_the_pods() {
+        let names = dns_names(&testing::minimal());
+        assert!(names.contains(&"orders-rw".to_string()));
+        assert!(names.contains(&"orders-rw.shop.svc".to_string()));
+        assert!(names.contains(&"*.orders-hl.shop.svc".to_string()));
+    }
+
+    #[test]
+    fn secrets_carry_their_facts_in_annotations_and_the_key_only_where_needed() {
+        let db = testing::minimal();
+        let ca = ca_secret(&db, "CA", "CAKEY");
+        assert_eq!(ca.metadata.name.as_deref(), Some("orders-ca"));
+        let annotations = ca.metadata.annotations.clone().unwrap();
+        assert_eq!(annotations[CA_ID_ANNOTATION], ca_id("CA"));
+        assert_eq!(ca.data.unwrap()[CA_KEY].0, b"CAKEY");
+        let server = server_secret(&db, &cert());
+        assert_eq!(server.type_.as_deref(), Some("kubernetes.io/tls"));
+        let a = server.metadata.annotations.unwrap();
+        assert_eq!(a[CA_ID_ANNOTATION], ca_id("CA"));
+        assert_eq!(a[NAMES_ANNOTATION], "orders-rw,orders-rw.shop");
+        assert_eq!(a[NOT_AFTER_ANNOTATION], "2027-03-01T00:00:00+00:00");
+        let data = server.data.unwrap();
+        assert!(!data.contains_key(CA_KEY));
+        assert_eq!(data[TLS_KEY_FILE].0, b"KEY");
+        assert_ne!(ca_id("CA"), ca_id("CA2"));
+    }
+
+    #[test]
+    fn the_database_pods_mount_the_certificate_and_serve_tls_with_it() {
+        let db = testing::minimal();
+        let sts = crate::resources::statefulset::statefulset(
+            &db,
+            &crate::settings::Settings::default(),
+            None,
+        );
+        let pod = sts.spec.template.spec.unwrap();
+        let postgres = &pod.containers[0];
+        let command = postgres.command.as_ref().unwrap();
+        assert_eq!(command[1], "run");
+        assert!(
+            command.contains(&format!("--tls-dir={TLS_DIR}")),
+            "{command:?}"
+        );
+        let probe = postgres.readiness_probe.as_ref().unwrap();
+        let probe = probe.exec.as_ref().unwrap().command.as_ref().unwrap();
+        assert!(
+            !probe.iter().any(|a| a.starts_with("--tls-dir")),
+            "run only"
+        );
+        let mounts = postgres.volume_mounts.as_ref().unwrap();
+        assert!(
+            mounts
+                .iter()
+                .any(|m| m.name == SERVER_VOLUME && m.mount_path == TLS_DIR)
+        );
+        let volume = pod
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == SERVER_VOLUME)
+            .unwrap();
+        let secret = volume.secret.unwrap();
+        assert_eq!(secret.secret_name.as_deref(), Some("orders-server-tls"));
+        assert_eq!(secret.default_mode, Some(0o440));
+    }
+
+    #[test]
+    fn plaintext_is_admitted_only_when_the_spec_says_so() {
+        let mut db = testing::minimal();
+        assert_eq!(plaintext_rules(&db), None);
+        db.spec.tls = Some(TlsSpec {
+            allow_plaintext: Some(true),
+        });
+        let rules = plaintext_rules(&db).unwrap();
+        assert!(
+            rules.contains("\nhost all all 0.0.0.0/0 scram-sha-256\n"),
+            "{rules}"
+        );
+    }
+
+    #[test]
+    fn jobs_verify_the_server_once_tls_is_ready() {
+        let mut db = testing::minimal();
+        assert_eq!(client_env(&db)[0].value.as_deref(), Some("prefer"));
+        assert!(client_ca(&db).is_none());
+        let ready = ConditionStatus::new(ConditionType::TlsReady, true, "Ready", "ok");
+        let status = crate::api::DatabaseStatus {
+            conditions: crate::api::conditions::merge(&[], &[ready], None, Utc::now()),
+            ..crate::api::DatabaseStatus::default()
+        };
+        db.status = Some(status);
+        let vars = client_env(&db);
+        assert_eq!(vars[0].value.as_deref(), Some("verify-full"));
+        assert_eq!(
+            vars[1].value.as_deref(),
+            Some("/etc/dbop/database-ca/ca.crt")
+        );
+        let (volume, _) = client_ca(&db).unwrap();
+        let items = volume.secret.unwrap().items.unwrap();
+        assert_eq!(items.len(), 1, "only the CA's certificate, never its key");
+        assert_eq!(items[0].key, TLS_CA_FILE);
+    }
+}
