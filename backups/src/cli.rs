@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::s3::ChecksumMode;
+use crate::s3::{ChecksumMode, SseMode};
 use crate::units::{parse_duration, parse_size};
 
 #[derive(Debug, Parser)]
@@ -63,6 +63,13 @@ pub struct StorageArgs {
     /// `when-supported` is the AWS SDK default (CRC32, aws-chunked bodies).
     #[arg(long, env = "DBOP_BACKUP_S3_CHECKSUMS", value_enum, default_value_t = ChecksumMode::WhenRequired)]
     pub s3_checksums: ChecksumMode,
+    /// Server-side encryption of every object written: `aes256` (SSE-S3) or `aws-kms`
+    /// (SSE-KMS). Default: the bucket's.
+    #[arg(long, env = "DBOP_BACKUP_SSE", value_enum)]
+    pub sse: Option<SseMode>,
+    /// The KMS key (id, ARN or alias) of `--sse=aws-kms`; default: the account's.
+    #[arg(long, env = "DBOP_BACKUP_SSE_KMS_KEY_ID", requires = "sse")]
+    pub sse_kms_key_id: Option<String>,
 }
 
 #[derive(Debug, Args, Clone, Default)]

@@ -16,7 +16,7 @@ use crate::prune::prune_database;
 use crate::restore::{self, RestoreOptions, VerifyOptions};
 use crate::result::{BackupResult, Operation, Outcome};
 use crate::retention::Policy;
-use crate::s3::{S3Settings, Store};
+use crate::s3::{Encryption, S3Settings, Store};
 use crate::signals::Interrupt;
 
 /// What a run produced: a summary to print (not for `list`) and the exit code.
@@ -31,6 +31,10 @@ async fn store_for(args: &StorageArgs) -> Result<(Store, Layout)> {
         path_style: args.path_style,
         ca_file: args.ca_file.clone(),
         checksums: args.s3_checksums,
+        encryption: args.sse.map(|mode| Encryption {
+            mode,
+            kms_key_id: args.sse_kms_key_id.clone(),
+        }),
     })
     .await?;
     Ok((store, Layout::new(&args.prefix)))

@@ -18,7 +18,7 @@ use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::config::{Region, RequestChecksumCalculation, ResponseChecksumValidation};
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, ServerSideEncryption};
 use aws_smithy_http_client::tls::{self, TlsContext, TrustStore};
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
@@ -34,14 +34,41 @@ pub enum ChecksumMode {
     WhenSupported,
 }
 
+/// Server-side encryption of what the agent writes (`--sse`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SseMode {
+    /// SSE-S3: keys the bucket manages (`AES256`).
+    Aes256,
+    /// SSE-KMS (`aws:kms`), with `--sse-kms-key-id` or the account's default key.
+    AwsKms,
+}
+
+/// What every write asks of the bucket's encryption (None: the bucket's default).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Encryption {
+    pub mode: SseMode,
+    pub kms_key_id: Option<String>,
+}
+
+impl Encryption {
+    fn algorithm(&self) -> ServerSideEncryption {
+        match self.mode {
+            SseMode::Aes256 => ServerSideEncryption::Aes256,
+            SseMode::AwsKms => ServerSideEncryption::AwsKms,
+        }
+    }
+}
+
 /// Everything needed to reach the bucket; credentials, region and endpoint come from the
-/// standard AWS environment.
+/// standard AWS environment (a static key, a session token, web identity, container
+/// credentials: the SDK's default chain).
 #[derive(Debug, Clone)]
 pub struct S3Settings {
     pub bucket: String,
     pub path_style: bool,
     pub ca_file: Option<PathBuf>,
     pub checksums: ChecksumMode,
+    pub encryption: Option<Encryption>,
 }
 
 /// One unfinished multipart upload.
@@ -57,6 +84,8 @@ pub struct UploadInfo {
 pub struct Store {
     client: Client,
     pub bucket: String,
+    /// Asked of every object written (PutObject, CreateMultipartUpload: the parts follow).
+    pub encryption: Option<Encryption>,
     /// For messages: the endpoint without any user info.
     pub endpoint: String,
 }
@@ -170,6 +199,7 @@ impl Store {
         Ok(Store {
             client,
             bucket: settings.bucket.clone(),
+            encryption: settings.encryption.clone(),
             endpoint,
         })
     }
@@ -179,6 +209,7 @@ impl Store {
         Store {
             client,
             bucket: bucket.into(),
+            encryption: None,
             endpoint: endpoint.into(),
         }
     }
@@ -289,6 +320,8 @@ impl Store {
             .bucket(&self.bucket)
             .key(key)
             .content_type(content_type)
+            .set_server_side_encryption(self.encryption.as_ref().map(Encryption::algorithm))
+            .set_ssekms_key_id(self.encryption.as_ref().and_then(|e| e.kms_key_id.clone()))
             .body(ByteStream::from(body))
             .send()
             .await
@@ -412,6 +445,8 @@ impl Store {
             .bucket(&self.bucket)
             .key(key)
             .content_type(content_type)
+            .set_server_side_encryption(self.encryption.as_ref().map(Encryption::algorithm))
+            .set_ssekms_key_id(self.encryption.as_ref().and_then(|e| e.kms_key_id.clone()))
             .send()
             .await
             .map_err(|e| self.err("CreateMultipartUpload", Some(key), e))?;
@@ -595,6 +630,7 @@ mod tests {
             path_style: true,
             ca_file: None,
             checksums: mode,
+            encryption: None,
         };
         let store = Store::from_client(Client::from_conf(s3_config(&sdk, &settings)), "b", "test");
         let _ = store
@@ -610,6 +646,88 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
             .collect()
+    }
+
+    /// The headers of one PutObject and one CreateMultipartUpload with `encryption`.
+    async fn write_headers(encryption: Option<Encryption>) -> Vec<Vec<(String, String)>> {
+        let mut out = Vec::new();
+        for multipart in [false, true] {
+            let (http, rx) = capture_request(None);
+            let sdk = aws_config::SdkConfig::builder()
+                .behavior_version(BehaviorVersion::latest())
+                .region(Region::new("us-east-1"))
+                .endpoint_url("http://127.0.0.1:1")
+                .credentials_provider(aws_sdk_s3::config::SharedCredentialsProvider::new(
+                    Credentials::for_tests(),
+                ))
+                .http_client(http)
+                .build();
+            let settings = S3Settings {
+                bucket: "b".into(),
+                path_style: true,
+                ca_file: None,
+                checksums: ChecksumMode::default(),
+                encryption: encryption.clone(),
+            };
+            let mut store =
+                Store::from_client(Client::from_conf(s3_config(&sdk, &settings)), "b", "test");
+            store.encryption = encryption.clone();
+            if multipart {
+                let _ = store.create_upload("k", "application/octet-stream").await;
+            } else {
+                let _ = store
+                    .put("k", Bytes::from_static(b"{}"), "application/json")
+                    .await;
+            }
+            let req = rx.expect_request();
+            out.push(
+                req.headers()
+                    .iter()
+                    .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
+                    .collect(),
+            );
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn every_write_asks_for_the_encryption_and_none_without_it() {
+        let kms = Encryption {
+            mode: SseMode::AwsKms,
+            kms_key_id: Some("alias/dbop".into()),
+        };
+        for headers in write_headers(Some(kms)).await {
+            let get = |name: &str| {
+                headers
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.as_str())
+            };
+            assert_eq!(
+                get("x-amz-server-side-encryption"),
+                Some("aws:kms"),
+                "{headers:?}"
+            );
+            assert_eq!(
+                get("x-amz-server-side-encryption-aws-kms-key-id"),
+                Some("alias/dbop")
+            );
+        }
+        let s3 = Encryption {
+            mode: SseMode::Aes256,
+            kms_key_id: None,
+        };
+        for headers in write_headers(Some(s3)).await {
+            assert!(headers.contains(&("x-amz-server-side-encryption".into(), "AES256".into())));
+            assert!(!headers.iter().any(|(k, _)| k.ends_with("aws-kms-key-id")));
+        }
+        for headers in write_headers(None).await {
+            assert!(
+                !headers
+                    .iter()
+                    .any(|(k, _)| k.starts_with("x-amz-server-side"))
+            );
+        }
     }
 
     #[tokio::test]

@@ -4,8 +4,9 @@
 //! message the test supplies). Then everything an operator of the cluster can read — the
 //! operator's own log (the real binary at debug level), every Event, every object in the
 //! namespace but the two Secrets (Database and DatabaseBackup with their status, Jobs, pods,
-//! StatefulSets, Services, ConfigMaps, PVCs) — is searched for the generated password and the
-//! S3 secret key. Neither may appear; the password may only be in its own Secret.
+//! StatefulSets, Services, ConfigMaps, PVCs) — is searched for the generated password, the
+//! S3 secret key and the private keys of the Database's TLS (its CA's and its server
+//! certificate's). None may appear; the password may only be in its own Secret.
 
 use std::path::Path;
 use std::process::{Child, Stdio};
@@ -185,6 +186,20 @@ fn leaks<'a>(haystacks: &'a [(String, String)], needle: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// A line of the PEM private key under `key` of dbop's Secret `name` (the first of its base64
+/// body: 64 characters no other text has), once dbop has made it.
+async fn key_line(bed: &TestBed, ns: &str, name: &str, key: &str) -> String {
+    let secrets: Api<Secret> = Api::namespaced(bed.client.clone(), ns);
+    wait_until(&format!("Secret {name}"), WAIT, || async {
+        let secret = secrets.get_opt(name).await.ok()??;
+        let ByteString(bytes) = secret.data?.get(key)?.clone();
+        let pem = String::from_utf8(bytes).ok()?;
+        let line = pem.lines().nth(1)?.to_string();
+        (line.len() >= 40).then_some(line)
+    })
+    .await
+}
+
 #[tokio::test]
 async fn no_password_or_s3_secret_key_outside_their_secrets() {
     let bed = testbed().await;
@@ -198,6 +213,8 @@ async fn no_password_or_s3_secret_key_outside_their_secrets() {
         .await;
     bed.wait_for_phase(&ns, "orders", Phase::Ready, WAIT).await;
     let password = generated_password(&bed, &ns).await;
+    let server_key = key_line(&bed, &ns, "orders-server-tls", "tls.key").await;
+    let ca_key = key_line(&bed, &ns, "orders-ca", "ca.key").await;
     let backup = run_one_backup(&bed, &ns).await;
     drop(operator);
 
@@ -233,6 +250,8 @@ async fn no_password_or_s3_secret_key_outside_their_secrets() {
     for (what, secret) in [
         ("the generated password", &password),
         ("the S3 secret key", &secret_key),
+        ("the server certificate's private key", &server_key),
+        ("the CA's private key", &ca_key),
     ] {
         let found = leaks(&searched, secret);
         assert!(found.is_empty(), "{what} appears in {found:?}");

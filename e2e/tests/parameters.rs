@@ -109,7 +109,7 @@ async fn parameters_are_applied_reloaded_in_place_and_restarted_when_needed() {
     .unwrap();
     assert!(rules.starts_with("local - peer,"), "{rules}");
     assert!(
-        rules.contains("host 192.0.2.0 reject,host 0.0.0.0 scram-sha-256"),
+        rules.contains("host 192.0.2.0 reject,hostssl 0.0.0.0 scram-sha-256"),
         "{rules}"
     );
     // Init SQL made a database: it cannot run in a transaction block.

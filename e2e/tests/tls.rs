@@ -3,7 +3,8 @@
 //! the generated credentials Secret succeeds against the Service's name; and a certificate
 //! issued again (its Secret deleted, as a renewal replaces it) reaches the server by a reload
 //! while a client holds a connection, which keeps working. Then `spec.tls.allowPlaintext`
-//! admits the plaintext client, with no restart.
+//! admits the plaintext client, with no restart. A Database given a certificate Secret of its
+//! own (as cert-manager writes one) serves that one, and dbop makes no CA for it.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -25,20 +26,21 @@ const REMOUNT_WAIT: Duration = Duration::from_secs(180);
 
 /// A client pod with psql, the credentials as environment and the CA's certificate from the
 /// generated credentials Secret at /ca/ca.crt.
-async fn client(bed: &TestBed, ns: &str) {
+async fn client(bed: &TestBed, ns: &str, database: &str) {
+    let credentials = format!("{database}-credentials");
     bed.create_pod(ns, "client", json!({}), json!({
         "containers": [{
             "name": "psql", "image": POSTGRES_15_20, "command": ["sleep", "3600"],
             "resources": small_resources(),
             "env": [
-                {"name": "PGHOST", "value": format!("orders-rw.{ns}.svc")},
+                {"name": "PGHOST", "value": format!("{database}-rw.{ns}.svc")},
                 {"name": "PGCONNECT_TIMEOUT", "value": "5"},
-                {"name": "PGUSER", "valueFrom": {"secretKeyRef": {"name": "orders-credentials", "key": "username"}}},
-                {"name": "PGPASSWORD", "valueFrom": {"secretKeyRef": {"name": "orders-credentials", "key": "password"}}},
+                {"name": "PGUSER", "valueFrom": {"secretKeyRef": {"name": credentials, "key": "username"}}},
+                {"name": "PGPASSWORD", "valueFrom": {"secretKeyRef": {"name": credentials, "key": "password"}}},
             ],
             "volumeMounts": [{"name": "ca", "mountPath": "/ca", "readOnly": true}],
         }],
-        "volumes": [{"name": "ca", "secret": {"secretName": "orders-credentials",
+        "volumes": [{"name": "ca", "secret": {"secretName": credentials,
             "items": [{"key": "ca.crt", "path": "ca.crt"}]}}],
     }))
     .await;
@@ -118,7 +120,7 @@ async fn clients_must_use_tls_verify_full_works_and_a_new_certificate_keeps_conn
             .any(|c| c.type_ == "TLSReady" && c.message.contains("without TLS are refused")),
         "{message:?}"
     );
-    client(&bed, &ns).await;
+    client(&bed, &ns, "orders").await;
 
     // From the network, TLS or nothing.
     let (ok, _, err) = psql(&bed, &ns, "disable", "select 1");
@@ -226,4 +228,77 @@ async fn clients_must_use_tls_verify_full_works_and_a_new_certificate_keeps_conn
         (ok && out.trim() == "f").then_some(())
     })
     .await;
+}
+
+/// A database spec for the real node, with `tls`.
+fn spec(tls: serde_json::Value) -> serde_json::Value {
+    json!({
+        "version": "15.20",
+        "storage": {"size": "1Gi", "storageClassName": REAL_NODE_STORAGE_CLASS},
+        "placement": real_node_placement(),
+        "tls": tls,
+    })
+}
+
+#[tokio::test]
+async fn a_certificate_secret_of_the_users_own_is_served_and_verified() {
+    let bed = testbed().await;
+    bed.require_real_node().await;
+    let ns = bed.real_node_namespace("tls-own").await;
+    let _operator = bed.operator_for_real_node(&ns);
+    // A CA and certificate of the user's (made here with the same code a cert-manager CA
+    // issuer would stand in for), in cert-manager's layout.
+    let mut db: dbop::api::Database = serde_json::from_value(
+        json!({"apiVersion": "dbop.dev/v1alpha1", "kind": "Database",
+            "metadata": {"name": "billing", "namespace": ns}, "spec": spec(json!({}))}),
+    )
+    .unwrap();
+    db.metadata.namespace = Some(ns.clone());
+    let now = chrono::Utc::now();
+    let ca = dbop::database::certificates::new_ca(&db, now).unwrap();
+    let cert = dbop::database::certificates::new_server(&db, &ca, now).unwrap();
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "billing-cert"}, "type": "kubernetes.io/tls",
+        "stringData": {"tls.crt": cert.cert_pem, "tls.key": cert.key_pem, "ca.crt": ca.cert_pem},
+    }))
+    .unwrap();
+    let secrets = Api::<Secret>::namespaced(bed.client.clone(), &ns);
+    secrets
+        .create(&Default::default(), &secret)
+        .await
+        .expect("the user's certificate Secret");
+    bed.apply_database(
+        &ns,
+        json!({"metadata": {"name": "billing"}, "spec": spec(json!({"serverCertificate": {"secretName": "billing-cert"}}))}),
+    )
+    .await;
+    bed.wait_for_phase(&ns, "billing", Phase::Ready, READY_WAIT)
+        .await;
+    let databases = bed.databases(&ns);
+    let message = wait_until("TLSReady", READY_WAIT, || async {
+        let db = databases.get("billing").await.ok()?;
+        let c = db
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "TLSReady")?;
+        (c.status == "True").then_some(c.message)
+    })
+    .await;
+    assert!(message.contains("Secret billing-cert"), "{message}");
+    assert!(
+        secrets.get_opt("billing-ca").await.unwrap().is_none(),
+        "dbop made a CA beside the user's certificate"
+    );
+    // The credentials Secret carries the user's CA, and verify-full succeeds with it.
+    let carried = secret_value(&bed, &ns, "billing-credentials", "ca.crt").await;
+    assert_eq!(carried.as_deref(), Some(ca.cert_pem.as_bytes()));
+    client(&bed, &ns, "billing").await;
+    let (ok, out, err) = psql(&bed, &ns, "verify-full", ENCRYPTED);
+    assert!(
+        ok && out.trim() == "t",
+        "verify-full with the user's CA: {err}"
+    );
+    let (ok, _, err) = psql(&bed, &ns, "disable", "select 1");
+    assert!(!ok && err.contains("no encryption"), "plaintext: {err}");
 }

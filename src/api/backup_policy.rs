@@ -169,9 +169,25 @@ pub struct S3Spec {
     #[serde(default)]
     pub force_path_style: bool,
 
-    /// The Secret holding the access key. Only the backup Jobs read it; dbop itself never does
-    /// more than check that its keys exist.
-    pub credentials: S3CredentialsRef,
+    /// The Secret holding a static access key. Only the backup Jobs read it; dbop itself never
+    /// does more than check that its keys exist. Absent: the Jobs take AWS's standard
+    /// credential chain: web identity (IRSA: a ServiceAccount annotated
+    /// `eks.amazonaws.com/role-arn`, see `serviceAccountName`), EKS Pod Identity and other
+    /// container credentials, then the node's instance metadata.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<S3CredentialsRef>,
+
+    /// The ServiceAccount the Jobs that reach this bucket run as (backup, verify, restore): the
+    /// one IRSA, EKS Pod Identity or GKE Workload Identity binds to a cloud role. Default: the
+    /// namespace's `default`. No API token is mounted either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub service_account_name: Option<String>,
+
+    /// Server-side encryption of every object dbop writes (SSE-S3 or SSE-KMS). Absent: the
+    /// bucket's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_side_encryption: Option<ServerSideEncryption>,
 
     /// A private CA to trust for the endpoint (PEM), from a key of a Secret or ConfigMap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -193,6 +209,10 @@ pub struct S3CredentialsRef {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub secret_access_key_key: Option<String>,
+    /// The key holding a session token, for temporary credentials (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub session_token_key: Option<String>,
 }
 
 impl S3CredentialsRef {
@@ -211,6 +231,41 @@ impl S3CredentialsRef {
         self.secret_access_key_key
             .as_deref()
             .unwrap_or(Self::DEFAULT_SECRET_ACCESS_KEY_KEY)
+    }
+}
+
+/// How the bucket encrypts what dbop writes.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.kmsKeyId) || self.algorithm == 'aws:kms'",
+    "message": "kmsKeyId needs algorithm aws:kms"
+}]))]
+pub struct ServerSideEncryption {
+    /// `AES256` (SSE-S3: keys the bucket manages) or `aws:kms` (SSE-KMS).
+    pub algorithm: SseAlgorithm,
+    /// The KMS key (id, ARN or alias) for `aws:kms`; absent: the account's default key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    pub kms_key_id: Option<String>,
+}
+
+/// A server-side encryption algorithm, as S3 names it.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum SseAlgorithm {
+    #[serde(rename = "AES256")]
+    Aes256,
+    #[serde(rename = "aws:kms")]
+    AwsKms,
+}
+
+impl SseAlgorithm {
+    /// The agent's `--sse` value.
+    pub fn as_arg(self) -> &'static str {
+        match self {
+            SseAlgorithm::Aes256 => "aes256",
+            SseAlgorithm::AwsKms => "aws-kms",
+        }
     }
 }
 

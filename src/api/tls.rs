@@ -16,9 +16,34 @@ pub struct TlsSpec {
     /// applies a change; nothing restarts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_plaintext: Option<bool>,
+
+    /// The server certificate from a Secret of your own instead of dbop's CA: keys `tls.crt`,
+    /// `tls.key` and `ca.crt` (what a cert-manager Certificate writes). dbop neither issues nor
+    /// renews it (cert-manager does, before it expires); the server picks up a new one by a
+    /// reload. It must name `<name>-rw.<namespace>.svc`, the name dbop's Jobs verify. Changing
+    /// it restarts the pods one by one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_certificate: Option<ServerCertificateRef>,
+}
+
+/// A Secret in the Database's namespace with a server certificate.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerCertificateRef {
+    /// The Secret's name.
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: String,
 }
 
 impl TlsSpec {
+    /// The Secret of the user's own server certificate, if the spec names one.
+    pub fn own_certificate(spec: Option<&TlsSpec>) -> Option<&str> {
+        spec?
+            .server_certificate
+            .as_ref()
+            .map(|c| c.secret_name.as_str())
+    }
+
     /// Whether plaintext network connections are admitted (absent: no).
     pub fn allows_plaintext(spec: Option<&TlsSpec>) -> bool {
         spec.and_then(|t| t.allow_plaintext).unwrap_or(false)

@@ -64,11 +64,13 @@ impl fmt::Display for S3SecretProblem {
     }
 }
 
-/// What is wrong with the S3 credentials Secret, if anything.
+/// What is wrong with the S3 credentials Secret, if anything (nothing when the spec names
+/// none: the Jobs take the standard credential chain).
 pub fn s3_secret_problem(
-    reference: &S3CredentialsRef,
+    reference: Option<&S3CredentialsRef>,
     secret: Option<&Secret>,
 ) -> Option<S3SecretProblem> {
+    let reference = reference?;
     let Some(secret) = secret else {
         return Some(S3SecretProblem::NotFound {
             secret: reference.secret_name.clone(),
@@ -93,13 +95,15 @@ pub fn s3_secret_problem(
         reference.secret_access_key_key(),
     ]
     .into_iter()
+    .chain(reference.session_token_key.as_deref())
     .filter(|k| !has(k))
     .map(String::from)
     .collect();
     let field = match missing.first() {
         None => return None,
         Some(first) if first == reference.access_key_id_key() => "accessKeyIdKey",
-        Some(_) => "secretAccessKeyKey",
+        Some(first) if first == reference.secret_access_key_key() => "secretAccessKeyKey",
+        Some(_) => "sessionTokenKey",
     };
     Some(S3SecretProblem::MissingKeys {
         secret: reference.secret_name.clone(),
@@ -119,8 +123,14 @@ mod tests {
             secret_name: "s3".into(),
             access_key_id_key: None,
             secret_access_key_key: Some("secret".into()),
+            session_token_key: None,
         };
-        let missing = s3_secret_problem(&reference, None).unwrap();
+        assert_eq!(
+            s3_secret_problem(None, None),
+            None,
+            "no Secret named: the chain"
+        );
+        let missing = s3_secret_problem(Some(&reference), None).unwrap();
         assert_eq!(missing.reason(), "S3CredentialsSecretNotFound");
         let text = missing.to_string();
         assert!(
@@ -136,7 +146,7 @@ mod tests {
             ..Secret::default()
         };
         let lacking = s3_secret_problem(
-            &reference,
+            Some(&reference),
             Some(&secret(&[("AWS_ACCESS_KEY_ID", "AKIA-VALUE")])),
         )
         .unwrap();
@@ -145,7 +155,7 @@ mod tests {
         assert!(text.contains("no non-empty key secret"), "{text}");
         assert!(text.contains("credentials.secretAccessKeyKey"), "{text}");
         assert!(!text.contains("AKIA-VALUE"));
-        let both = s3_secret_problem(&reference, Some(&secret(&[]))).unwrap();
+        let both = s3_secret_problem(Some(&reference), Some(&secret(&[]))).unwrap();
         assert!(
             both.to_string()
                 .contains("AWS_ACCESS_KEY_ID nor secret: add it (or set spec.backup.s3.credentials.accessKeyIdKey)"),
@@ -153,10 +163,23 @@ mod tests {
         );
         assert_eq!(
             s3_secret_problem(
-                &reference,
+                Some(&reference),
                 Some(&secret(&[("AWS_ACCESS_KEY_ID", "a"), ("secret", "b")]))
             ),
             None
+        );
+        let with_token = S3CredentialsRef {
+            session_token_key: Some("token".into()),
+            ..reference
+        };
+        let no_token = s3_secret_problem(
+            Some(&with_token),
+            Some(&secret(&[("AWS_ACCESS_KEY_ID", "a"), ("secret", "b")])),
+        )
+        .unwrap();
+        assert!(
+            no_token.to_string().contains("credentials.sessionTokenKey"),
+            "{no_token}"
         );
     }
 }

@@ -75,8 +75,14 @@ pub struct TlsWrites {
     pub credentials_ca: Option<(String, serde_json::Value)>,
 }
 
-/// The Secrets of what `certificates::issue` made.
-fn tls_writes(db: &Database, steps: &TlsSteps, issued: Issued) -> TlsWrites {
+/// The Secrets of what `certificates::issue` made; the CA for the credentials Secret from
+/// there, or from the user's own certificate Secret.
+fn tls_writes(db: &Database, snap: &Observed, steps: &TlsSteps, issued: Issued) -> TlsWrites {
+    let own_ca = snap
+        .own_certificate
+        .as_ref()
+        .and_then(|s| s.data.as_ref()?.get(dbop_contract::instance::TLS_CA_FILE))
+        .map(|pem| String::from_utf8_lossy(&pem.0).into_owned());
     TlsWrites {
         ca: issued
             .new_ca
@@ -84,6 +90,7 @@ fn tls_writes(db: &Database, steps: &TlsSteps, issued: Issued) -> TlsWrites {
         server: issued.server.map(|cert| tls::server_secret(db, &cert)),
         credentials_ca: issued
             .ca_cert_pem
+            .or(own_ca)
             .filter(|_| steps.credentials_ca)
             .map(|pem| (secret_name(db), tls::credentials_ca_patch(&pem))),
     }
@@ -166,7 +173,7 @@ pub fn build(
         verify_job: verification
             .and_then(|plan| plan.create.as_ref())
             .and_then(|name| verify_job(db, name, settings).ok()),
-        tls: tls_writes(db, tls, issued),
+        tls: tls_writes(db, snap, tls, issued),
     }
 }
 

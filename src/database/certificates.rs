@@ -108,12 +108,14 @@ pub fn issue(
     if steps.issue.is_none() && !steps.credentials_ca {
         return Ok(Issued::default());
     }
-    let (ca, new_ca) = match existing {
-        Some(ca) if !steps.create_ca => (ca, None),
-        _ => {
+    let (ca, new_ca) = match (existing, steps.create_ca) {
+        (_, true) => {
             let ca = new_ca(db, now)?;
             (ca.clone(), Some(ca))
         }
+        (Some(ca), false) => (ca, None),
+        // The user's own certificate: nothing to sign with, nothing to make.
+        (None, false) => return Ok(Issued::default()),
     };
     let server = match steps.issue {
         Some(_) => Some(new_server(db, &ca, now)?),

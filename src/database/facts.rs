@@ -13,8 +13,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, 
 use super::restart::RestartFact;
 use super::restore::{self, BootstrapFact, RestoreObjects};
 use super::stuck::stuck_pods;
-use super::tls::TlsFact;
-use crate::api::{Database, DatabaseBackup};
+use super::tls::{OwnCertificateFact, TlsFact};
+use crate::api::{Database, DatabaseBackup, TlsSpec};
 use crate::backup::plan::BackupHistory;
 use crate::backup::s3_secret::{S3SecretProblem, s3_secret_problem};
 use crate::backup::schedule::BackupRecord;
@@ -31,6 +31,9 @@ pub struct Observed {
     /// The CA and server certificate Secrets (metadata only, from the cache).
     pub ca_secret: Option<Secret>,
     pub server_tls_secret: Option<Secret>,
+    /// The user's own server certificate Secret (`spec.tls.serverCertificate`), read in full
+    /// from the API server (dbop does not watch the user's Secrets).
+    pub own_certificate: Option<Secret>,
     pub init_config_map: Option<ConfigMap>,
     /// The server configuration `<name>-config` (from the cache).
     pub server_config: Option<ConfigMap>,
@@ -206,6 +209,8 @@ impl Facts {
                     .as_ref()
                     .filter(|_| credentials::is_generated(db)),
                 snap.statefulset.as_ref(),
+                TlsSpec::own_certificate(db.spec.tls.as_ref())
+                    .map(|name| OwnCertificateFact::of(name, snap.own_certificate.as_ref())),
             ),
         }
     }
@@ -277,7 +282,9 @@ fn backups_fact(db: &Database, snap: &Observed) -> BackupHistory {
             .spec
             .backup
             .as_ref()
-            .and_then(|spec| s3_secret_problem(&spec.s3.credentials, snap.s3_secret.as_ref()))
+            .and_then(|spec| {
+                s3_secret_problem(spec.s3.credentials.as_ref(), snap.s3_secret.as_ref())
+            })
             .or_else(|| snap.s3_ca_problem.clone().map(S3SecretProblem::CaSource)),
     }
 }

@@ -16,7 +16,7 @@ use super::facts::{Observed, UpgradeObjects};
 use super::restore::{self, RestoreObjects};
 use super::tls::TlsSteps;
 use crate::api::conditions::{self, ConditionType};
-use crate::api::{CaSource, Database, DatabaseBackup};
+use crate::api::{CaSource, Database, DatabaseBackup, TlsSpec};
 use crate::context::Context;
 use crate::context::caches::{get, list};
 use crate::error::Error;
@@ -86,8 +86,13 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         .collect();
     let name = db.name();
     let backups = list(&caches.backups, &ns, |b| b.spec.database == name);
-    let s3_secret = match &db.spec.backup {
-        Some(spec) => secrets.get_opt(&spec.s3.credentials.secret_name).await?,
+    let s3_secret = match db
+        .spec
+        .backup
+        .as_ref()
+        .and_then(|b| b.s3.credentials.as_ref())
+    {
+        Some(credentials) => secrets.get_opt(&credentials.secret_name).await?,
         None => None,
     };
     let s3_ca_problem = match &db.spec.backup {
@@ -105,6 +110,10 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         credentials_secret: credentials_secret(ctx, db, &ns).await?,
         ca_secret: secret_metadata(ctx, &ns, &names.ca_secret()),
         server_tls_secret: secret_metadata(ctx, &ns, &names.server_tls_secret()),
+        own_certificate: match TlsSpec::own_certificate(db.spec.tls.as_ref()) {
+            Some(name) => secrets.get_opt(name).await?,
+            None => None,
+        },
         init_config_map,
         server_config: get(
             &caches.config_maps,
@@ -158,7 +167,9 @@ pub async fn signing_ca(
     db: &Database,
     steps: &TlsSteps,
 ) -> Result<Option<Ca>, Error> {
-    if steps.create_ca || (steps.issue.is_none() && !steps.credentials_ca) {
+    // The user's own certificate: no CA of dbop's to read.
+    let own = TlsSpec::own_certificate(db.spec.tls.as_ref()).is_some();
+    if own || steps.create_ca || (steps.issue.is_none() && !steps.credentials_ca) {
         return Ok(None);
     }
     let name = Names::of(db).ca_secret();
@@ -233,9 +244,11 @@ async fn restore_objects(client: &Client, db: &Database) -> Result<RestoreObject
         }
     }
     if let Some(s3) = restore::source_s3(from, &snap).cloned() {
-        snap.s3_secret = Api::<Secret>::namespaced(client.clone(), &ns)
-            .get_opt(&s3.credentials.secret_name)
-            .await?;
+        if let Some(credentials) = &s3.credentials {
+            snap.s3_secret = Api::<Secret>::namespaced(client.clone(), &ns)
+                .get_opt(&credentials.secret_name)
+                .await?;
+        }
         snap.ca_problem = match &s3.ca {
             Some(ca) => crate::backup::ca::problem(ca, ca_found(client, &ns, ca).await?),
             None => None,

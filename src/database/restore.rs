@@ -177,11 +177,14 @@ fn unreachable_s3(db: &Database) -> S3Spec {
         prefix: None,
         region: None,
         force_path_style: false,
-        credentials: crate::api::S3CredentialsRef {
+        credentials: Some(crate::api::S3CredentialsRef {
             secret_name: format!("{}-missing-s3-spec", db.name()),
             access_key_id_key: None,
             secret_access_key_key: None,
-        },
+            session_token_key: None,
+        }),
+        service_account_name: None,
+        server_side_encryption: None,
         ca: None,
     }
 }
@@ -227,7 +230,7 @@ fn from_database_backup(name: &str, snap: &RestoreObjects) -> Result<RestoreSour
 }
 
 fn check_credentials(s3: &S3Spec, snap: &RestoreObjects) -> Result<(), SourceProblem> {
-    if let Some(problem) = s3_secret_problem(&s3.credentials, snap.s3_secret.as_ref()) {
+    if let Some(problem) = s3_secret_problem(s3.credentials.as_ref(), snap.s3_secret.as_ref()) {
         return Err(SourceProblem::S3(problem));
     }
     match &snap.ca_problem {

@@ -16,8 +16,12 @@ use k8s_openapi::api::core::v1::Secret;
 use crate::api::conditions::{ConditionStatus, ConditionType};
 use crate::api::{Database, TlsSpec};
 use crate::resources::tls::{
-    CA_ID_ANNOTATION, NAMES_ANNOTATION, NOT_AFTER_ANNOTATION, SERVER_VOLUME, dns_names,
+    CA_ID_ANNOTATION, NAMES_ANNOTATION, NOT_AFTER_ANNOTATION, SERVER_VOLUME, ca_id, dns_names,
 };
+use dbop_contract::instance::{TLS_CA_FILE, TLS_CERT_FILE, TLS_KEY_FILE};
+
+/// The keys a server certificate Secret must have.
+const FILES: [&str; 3] = [TLS_CERT_FILE, TLS_KEY_FILE, TLS_CA_FILE];
 
 /// How long a CA is valid: long enough that no Database outlives it unnoticed (rotate it by
 /// deleting `<name>-ca`, docs/security.md).
@@ -37,6 +41,44 @@ pub struct TlsFact {
     pub credentials_ca: Option<Option<String>>,
     /// The StatefulSet's pod template mounts the certificate (the pods it starts serve TLS).
     pub template_serves_tls: Option<bool>,
+    /// The user's own certificate Secret (`spec.tls.serverCertificate`), as read.
+    pub own: Option<OwnCertificateFact>,
+}
+
+/// The user's certificate Secret: what is wrong with it, and its CA's id.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OwnCertificateFact {
+    pub secret: String,
+    pub problem: Option<String>,
+    pub ca: Option<String>,
+}
+
+impl OwnCertificateFact {
+    /// From the Secret `name` as read (None: it does not exist).
+    pub fn of(name: &str, secret: Option<&Secret>) -> OwnCertificateFact {
+        let data = secret.and_then(|s| s.data.as_ref());
+        let value = |key: &str| {
+            data.and_then(|d| d.get(key))
+                .filter(|v| !v.0.is_empty())
+                .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+        };
+        let missing: Vec<&str> = FILES.into_iter().filter(|k| value(k).is_none()).collect();
+        let problem = match (secret, missing.as_slice()) {
+            (None, _) => Some(format!(
+                "Secret {name} (spec.tls.serverCertificate) does not exist: the pods wait for it"
+            )),
+            (Some(_), []) => None,
+            (Some(_), keys) => Some(format!(
+                "Secret {name} (spec.tls.serverCertificate) has no {}: it needs tls.crt, tls.key and ca.crt (a cert-manager Certificate writes all three)",
+                keys.join(", ")
+            )),
+        };
+        OwnCertificateFact {
+            secret: name.to_string(),
+            problem,
+            ca: value(TLS_CA_FILE).map(|pem| ca_id(&pem)),
+        }
+    }
 }
 
 /// The server certificate's Secret, as its annotations describe it.
@@ -53,14 +95,16 @@ fn annotation(secret: &Secret, key: &str) -> Option<String> {
 
 impl TlsFact {
     /// From the (metadata of the) CA and server Secrets, the generated credentials Secret
-    /// (None when the user's or missing) and the StatefulSet.
+    /// (None when the user's or missing), the StatefulSet, and the user's own certificate.
     pub fn of(
         ca: Option<&Secret>,
         server: Option<&Secret>,
         generated_credentials: Option<&Secret>,
         sts: Option<&StatefulSet>,
+        own: Option<OwnCertificateFact>,
     ) -> TlsFact {
         TlsFact {
+            own,
             ca: ca.and_then(|s| annotation(s, CA_ID_ANNOTATION)),
             server: server.map(|s| ServerFact {
                 ca: annotation(s, CA_ID_ANNOTATION),
@@ -106,8 +150,19 @@ pub struct TlsSteps {
     pub credentials_ca: bool,
 }
 
-/// The steps `fact` calls for at `now`.
+/// The steps `fact` calls for at `now`. With the user's own certificate, dbop makes nothing:
+/// it only copies that certificate's CA into the generated credentials Secret.
 pub fn steps(db: &Database, fact: &TlsFact, now: DateTime<Utc>) -> TlsSteps {
+    if let Some(own) = &fact.own {
+        let credentials_ca = match &fact.credentials_ca {
+            Some(carried) => own.ca.is_some() && carried != &own.ca,
+            None => false,
+        };
+        return TlsSteps {
+            credentials_ca,
+            ..TlsSteps::default()
+        };
+    }
     let create_ca = fact.ca.is_none();
     let names = dns_names(db).join(",");
     let issue = match &fact.server {
@@ -143,41 +198,92 @@ pub fn condition(
 ) -> ConditionStatus {
     let not_ready =
         |reason: &str, message: String| ConditionStatus::new(CONDITION, false, reason, message);
+    if let Some(own) = &fact.own {
+        return own_condition(db, own, fact, restarted);
+    }
     let valid = fact.server.as_ref().and_then(|s| s.not_after);
     let issuing = matches!(steps.issue, Some(Issue::Missing | Issue::CaChanged));
-    match (valid, fact.template_serves_tls) {
-        _ if issuing => not_ready(
+    if issuing {
+        return not_ready(
             "Issuing",
             "dbop is issuing the server certificate from the Database's CA".into(),
-        ),
-        (_, None) => not_ready("Starting", "the database pods are not created yet".into()),
-        (_, Some(false)) => not_ready(
-            "RestartPending",
-            "the pods were started by an earlier dbop without TLS: they serve it from their next restart (set the annotation dbop.dev/restartedAt on the Database to restart them one by one now)".into(),
-        ),
-        (None, _) => not_ready("Issuing", "the server certificate has no readable expiry: dbop issues a new one".into()),
-        (Some(_), Some(true)) if !restarted => not_ready(
-            "RollingOut",
-            "the database pods are starting with the server certificate".into(),
-        ),
-        (Some(until), Some(true)) => {
-            let plaintext = if TlsSpec::allows_plaintext(db.spec.tls.as_ref()) {
-                "network clients without TLS are also admitted (spec.tls.allowPlaintext)"
-            } else {
-                "network clients without TLS are refused"
-            };
-            ConditionStatus::new(
-                CONDITION,
-                true,
-                "Serving",
-                format!(
-                    "every pod serves TLS with a certificate from the Database's CA (Secret {}-ca, key ca.crt), valid until {}; {plaintext}",
-                    db.name(),
-                    until.to_rfc3339()
-                ),
-            )
-        }
+        );
     }
+    if let Some(waiting) = pods_not_serving(fact, restarted) {
+        return waiting;
+    }
+    let Some(until) = valid else {
+        return not_ready(
+            "Issuing",
+            "the server certificate has no readable expiry: dbop issues a new one".into(),
+        );
+    };
+    ConditionStatus::new(
+        CONDITION,
+        true,
+        "Serving",
+        format!(
+            "every pod serves TLS with a certificate from the Database's CA (Secret {}-ca, key ca.crt), valid until {}; {}",
+            db.name(),
+            until.to_rfc3339(),
+            plaintext_clause(db)
+        ),
+    )
+}
+
+/// What the pods and the template say, whoever made the certificate: None when they serve it.
+fn pods_not_serving(fact: &TlsFact, restarted: bool) -> Option<ConditionStatus> {
+    let not_ready =
+        |reason: &str, message: &str| Some(ConditionStatus::new(CONDITION, false, reason, message));
+    match fact.template_serves_tls {
+        None => not_ready("Starting", "the database pods are not created yet"),
+        Some(false) => not_ready(
+            "RestartPending",
+            "the pods were started by an earlier dbop without TLS: they serve it from their next restart (set the annotation dbop.dev/restartedAt on the Database to restart them one by one now)",
+        ),
+        Some(true) if !restarted => not_ready(
+            "RollingOut",
+            "the database pods are starting with the server certificate",
+        ),
+        Some(true) => None,
+    }
+}
+
+fn plaintext_clause(db: &Database) -> &'static str {
+    if TlsSpec::allows_plaintext(db.spec.tls.as_ref()) {
+        "network clients without TLS are also admitted (spec.tls.allowPlaintext)"
+    } else {
+        "network clients without TLS are refused"
+    }
+}
+
+/// `TLSReady` with the user's own certificate Secret.
+fn own_condition(
+    db: &Database,
+    own: &OwnCertificateFact,
+    fact: &TlsFact,
+    restarted: bool,
+) -> ConditionStatus {
+    if let Some(problem) = &own.problem {
+        return ConditionStatus::new(
+            CONDITION,
+            false,
+            "CertificateSecretInvalid",
+            problem.clone(),
+        );
+    }
+    pods_not_serving(fact, restarted).unwrap_or_else(|| {
+        ConditionStatus::new(
+            CONDITION,
+            true,
+            "Serving",
+            format!(
+                "every pod serves TLS with the certificate of Secret {} (renewed by whoever writes it; a new one is picked up by a reload); {}",
+                own.secret,
+                plaintext_clause(db)
+            ),
+        )
+    })
 }
 
 #[cfg(test)]
@@ -195,6 +301,7 @@ mod tests {
             }),
             credentials_ca: Some(Some("ca1".into())),
             template_serves_tls: Some(true),
+            own: None,
         }
     }
 
@@ -262,6 +369,71 @@ mod tests {
         assert!(steps(&db, &fact, now).credentials_ca);
         fact.credentials_ca = None;
         assert!(!steps(&db, &fact, now).credentials_ca);
+    }
+
+    #[test]
+    fn with_the_users_certificate_dbop_makes_nothing_and_says_what_is_wrong_with_it() {
+        use k8s_openapi::ByteString;
+        let db = testing::minimal();
+        let now = Utc::now();
+        let secret = |keys: &[&str]| Secret {
+            data: Some(
+                keys.iter()
+                    .map(|k| (k.to_string(), ByteString(format!("{k} pem").into_bytes())))
+                    .collect(),
+            ),
+            ..Secret::default()
+        };
+        let missing = OwnCertificateFact::of("mine", None);
+        assert!(
+            missing
+                .problem
+                .as_deref()
+                .unwrap()
+                .contains("does not exist")
+        );
+        let partial = OwnCertificateFact::of("mine", Some(&secret(&["tls.crt", "ca.crt"])));
+        assert!(
+            partial
+                .problem
+                .as_deref()
+                .unwrap()
+                .contains("has no tls.key"),
+            "{partial:?}"
+        );
+        let own = OwnCertificateFact::of("mine", Some(&secret(&FILES)));
+        assert_eq!(own.problem, None);
+        assert_eq!(own.ca, Some(ca_id("ca.crt pem")));
+        let fact = TlsFact {
+            credentials_ca: Some(None),
+            template_serves_tls: Some(true),
+            own: Some(own.clone()),
+            ..TlsFact::default()
+        };
+        let s = steps(&db, &fact, now);
+        assert_eq!(
+            s,
+            TlsSteps {
+                credentials_ca: true,
+                ..TlsSteps::default()
+            }
+        );
+        let c = condition(&db, &fact, &s, true);
+        assert!(c.status && c.message.contains("Secret mine"), "{c:?}");
+        let bad = TlsFact {
+            own: Some(partial),
+            ..fact.clone()
+        };
+        let c = condition(&db, &bad, &steps(&db, &bad, now), true);
+        assert_eq!(
+            (c.status, c.reason.as_str()),
+            (false, "CertificateSecretInvalid")
+        );
+        let carried = TlsFact {
+            credentials_ca: Some(own.ca.clone()),
+            ..fact
+        };
+        assert_eq!(steps(&db, &carried, now), TlsSteps::default());
     }
 
     #[test]

@@ -111,10 +111,15 @@ async fn observe_queue(
     });
     let s3_problem = match &db.spec.backup {
         Some(spec) => {
-            let secret = Api::<Secret>::namespaced(client.clone(), ns)
-                .get_opt(&spec.s3.credentials.secret_name)
-                .await?;
-            match s3_secret_problem(&spec.s3.credentials, secret.as_ref()) {
+            let secret = match &spec.s3.credentials {
+                Some(credentials) => {
+                    Api::<Secret>::namespaced(client.clone(), ns)
+                        .get_opt(&credentials.secret_name)
+                        .await?
+                }
+                None => None,
+            };
+            match s3_secret_problem(spec.s3.credentials.as_ref(), secret.as_ref()) {
                 Some(problem) => Some(problem),
                 None => crate::backup::ca::read_problem(client, ns, spec)
                     .await?

@@ -20,11 +20,10 @@ pub const CA_DIR: &str = "/etc/dbop/s3-ca";
 pub const CA_FILE: &str = "/etc/dbop/s3-ca/ca.pem";
 
 /// The agent's environment: the Database's `-rw` Service (TLS, verified once the pods serve
-/// it: `tls::client_env`), its credentials and the S3 ones as Secret references, the SDK kept away from any other source of credentials. `app_name`
-/// tells the sessions apart in `pg_stat_activity`.
+/// it: `tls::client_env`), its credentials and the S3 ones as Secret references (or none: the
+/// SDK's credential chain). `app_name` tells the sessions apart in `pg_stat_activity`.
 pub fn agent_env(db: &Database, s3: &S3Spec, app_name: &str) -> Vec<EnvVar> {
     let credentials = secret_name(db);
-    let keys = &s3.credentials;
     let mut vars = vec![
         env(
             "PGHOST",
@@ -35,6 +34,30 @@ pub fn agent_env(db: &Database, s3: &S3Spec, app_name: &str) -> Vec<EnvVar> {
         env("PGAPPNAME", app_name),
         secret_env("PGUSER", &credentials, USERNAME_KEY, true),
         secret_env("PGPASSWORD", &credentials, PASSWORD_KEY, false),
+    ];
+    vars.extend(s3_credentials_env(s3));
+    vars.extend([
+        env("AWS_REGION", s3.region.as_deref().unwrap_or("us-east-1")),
+        // No shared files: a static key from the Secret, or the chain's other sources.
+        env("AWS_CONFIG_FILE", "/dev/null"),
+        env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
+        env("DBOP_BACKUP_LOG_FORMAT", "json"),
+    ]);
+    if let Some(endpoint) = &s3.endpoint {
+        vars.push(env("AWS_ENDPOINT_URL", endpoint));
+    }
+    vars.extend(super::tls::client_env(db));
+    vars
+}
+
+/// The S3 credentials: a static key (and session token) from the Secret, with the instance
+/// metadata kept out; or nothing, so the SDK's chain finds web identity (IRSA), container
+/// credentials (EKS Pod Identity) or the node's role.
+fn s3_credentials_env(s3: &S3Spec) -> Vec<EnvVar> {
+    let Some(keys) = &s3.credentials else {
+        return Vec::new();
+    };
+    let mut vars = vec![
         secret_env(
             "AWS_ACCESS_KEY_ID",
             &keys.secret_name,
@@ -47,18 +70,29 @@ pub fn agent_env(db: &Database, s3: &S3Spec, app_name: &str) -> Vec<EnvVar> {
             keys.secret_access_key_key(),
             false,
         ),
-        env("AWS_REGION", s3.region.as_deref().unwrap_or("us-east-1")),
-        // Credentials come from the Secret only: no instance metadata, no shared files.
         env("AWS_EC2_METADATA_DISABLED", "true"),
-        env("AWS_CONFIG_FILE", "/dev/null"),
-        env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
-        env("DBOP_BACKUP_LOG_FORMAT", "json"),
     ];
-    if let Some(endpoint) = &s3.endpoint {
-        vars.push(env("AWS_ENDPOINT_URL", endpoint));
+    if let Some(key) = &keys.session_token_key {
+        vars.push(secret_env(
+            "AWS_SESSION_TOKEN",
+            &keys.secret_name,
+            key,
+            false,
+        ));
     }
-    vars.extend(super::tls::client_env(db));
     vars
+}
+
+/// The agent's server-side encryption flags (`s3.serverSideEncryption`).
+pub fn sse_args(s3: &S3Spec) -> Vec<String> {
+    let Some(sse) = &s3.server_side_encryption else {
+        return Vec::new();
+    };
+    let mut args = vec![format!("--sse={}", sse.algorithm.as_arg())];
+    if let Some(key) = &sse.kms_key_id {
+        args.push(format!("--sse-kms-key-id={key}"));
+    }
+    args
 }
 
 /// The agent's mounts: the copied binaries, a writable `/tmp`, and the CA when there is one.
@@ -102,5 +136,71 @@ pub fn ca_volume(ca: &CaSource) -> Volume {
             ..Volume::default()
         },
         (None, None) => scratch("s3-ca"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::testing;
+    use serde_json::json;
+
+    fn s3(extra: serde_json::Value) -> S3Spec {
+        let mut spec = json!({"bucket": "backups", "endpoint": "http://s3.local:9000"});
+        spec.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        serde_json::from_value(spec).unwrap()
+    }
+
+    fn names(vars: &[EnvVar]) -> Vec<&str> {
+        vars.iter().map(|v| v.name.as_str()).collect()
+    }
+
+    #[test]
+    fn a_static_key_comes_from_the_secret_and_keeps_the_instance_metadata_out() {
+        let db = testing::minimal();
+        let spec = s3(json!({"credentials": {"secretName": "keys", "sessionTokenKey": "token"}}));
+        let vars = agent_env(&db, &spec, "dbop-backup");
+        let token = vars.iter().find(|v| v.name == "AWS_SESSION_TOKEN").unwrap();
+        let from = token
+            .value_from
+            .as_ref()
+            .unwrap()
+            .secret_key_ref
+            .as_ref()
+            .unwrap();
+        assert_eq!((from.name.as_str(), from.key.as_str()), ("keys", "token"));
+        assert!(token.value.is_none(), "never a value");
+        assert!(names(&vars).contains(&"AWS_ACCESS_KEY_ID"));
+        assert!(names(&vars).contains(&"AWS_EC2_METADATA_DISABLED"));
+    }
+
+    #[test]
+    fn without_a_key_the_sdk_chain_is_left_open() {
+        let db = testing::minimal();
+        let vars = agent_env(&db, &s3(json!({})), "dbop-backup");
+        for name in [
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+            "AWS_EC2_METADATA_DISABLED",
+        ] {
+            assert!(!names(&vars).contains(&name), "{name} set");
+        }
+        assert!(names(&vars).contains(&"AWS_REGION"));
+    }
+
+    #[test]
+    fn encryption_becomes_the_agents_flags() {
+        assert!(sse_args(&s3(json!({}))).is_empty());
+        let kms =
+            s3(json!({"serverSideEncryption": {"algorithm": "aws:kms", "kmsKeyId": "alias/x"}}));
+        assert_eq!(
+            sse_args(&kms),
+            ["--sse=aws-kms", "--sse-kms-key-id=alias/x"]
+        );
+        let aes = s3(json!({"serverSideEncryption": {"algorithm": "AES256"}}));
+        assert_eq!(sse_args(&aes), ["--sse=aes256"]);
     }
 }

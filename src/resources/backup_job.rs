@@ -196,6 +196,7 @@ fn s3_args(db: &Database, spec: &BackupSpec) -> Vec<String> {
     if s3.ca.is_some() {
         args.push(format!("--ca-file={CA_FILE}"));
     }
+    args.extend(super::agent::sse_args(s3));
     args
 }
 

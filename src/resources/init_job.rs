@@ -119,6 +119,7 @@ pub fn init_job(db: &Database, settings: &Settings) -> Option<Job> {
             init_containers: None,
             container,
             volumes,
+            service_account_name: None,
         },
     };
     Some(job(db, settings, parts))

@@ -42,6 +42,8 @@ pub struct JobPod {
     pub init_containers: Option<Vec<Container>>,
     pub container: Container,
     pub volumes: Vec<Volume>,
+    /// The pod's ServiceAccount (None: the namespace's `default`); no token is mounted.
+    pub service_account_name: Option<String>,
 }
 
 /// A Job of `db` (whose pod annotations it carries) from its parts.
@@ -70,6 +72,7 @@ pub fn job(db: &Database, settings: &Settings, parts: JobParts) -> Job {
         security_context: Some(security_context),
         enable_service_links: Some(false),
         automount_service_account_token: Some(false),
+        service_account_name: pod.service_account_name,
         image_pull_secrets: pull_secrets(settings),
         volumes: Some(pod.volumes),
         ..PodSpec::default()
@@ -108,7 +111,8 @@ pub struct AgentRun<'a> {
 }
 
 /// The pod of an agent Job: the agent copied in by an init container, run from the database
-/// image, its JSON result in the termination message, the S3 CA mounted when there is one.
+/// image, its JSON result in the termination message, the S3 CA mounted when there is one,
+/// the bucket's ServiceAccount (`s3.serviceAccountName`, for IRSA and its kin).
 pub fn agent_pod(settings: &Settings, run: AgentRun<'_>) -> JobPod {
     let (copy_agent, agent) = copy_binary(settings, "dbop-backup");
     let container = Container {
@@ -137,6 +141,7 @@ pub fn agent_pod(settings: &Settings, run: AgentRun<'_>) -> JobPod {
         init_containers: Some(vec![copy_agent]),
         container,
         volumes,
+        service_account_name: run.s3.service_account_name.clone(),
     }
 }
 
@@ -144,6 +149,33 @@ pub fn agent_pod(settings: &Settings, run: AgentRun<'_>) -> JobPod {
 mod tests {
     use super::*;
     use crate::resources::testing;
+
+    #[test]
+    fn an_agent_pod_runs_as_the_buckets_service_account_without_a_token() {
+        let s3: S3Spec = serde_json::from_value(
+            serde_json::json!({"bucket": "backups", "serviceAccountName": "backup-irsa"}),
+        )
+        .unwrap();
+        let settings = Settings::default();
+        let run = AgentRun {
+            container: "backup",
+            image: "postgres:16".into(),
+            args: vec![],
+            env: vec![],
+            s3: &s3,
+            database_ca: None,
+        };
+        let pod = agent_pod(&settings, run);
+        assert_eq!(pod.service_account_name.as_deref(), Some("backup-irsa"));
+        let parts = JobParts {
+            pod,
+            ..parts(JobClass::Backup)
+        };
+        let job = job(&testing::minimal(), &settings, parts);
+        let spec = job.spec.unwrap().template.spec.unwrap();
+        assert_eq!(spec.service_account_name.as_deref(), Some("backup-irsa"));
+        assert_eq!(spec.automount_service_account_token, Some(false));
+    }
 
     fn parts(class: JobClass) -> JobParts {
         JobParts {
@@ -157,6 +189,7 @@ mod tests {
                 init_containers: None,
                 container: Container::default(),
                 volumes: Vec::new(),
+                service_account_name: None,
             },
         }
     }

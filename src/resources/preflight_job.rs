@@ -56,6 +56,7 @@ pub fn preflight_job(
             init_containers: Some(vec![copy]),
             container: check,
             volumes: vec![scratch("tmp"), scratch(DBOP_BIN_VOLUME)],
+            service_account_name: None,
         },
     };
     job(db, settings, parts)

@@ -32,13 +32,12 @@ pub const RESTARTED_AT_ANNOTATION: &str = "dbop.dev/restartedAt";
 
 /// Spec fields that build no part of the pod template: a change to one of them is not a reason
 /// to rebuild it (the claim templates are kept verbatim, and storage grows by expanding claims).
-const NOT_IN_THE_TEMPLATE: [&str; 7] = [
+const NOT_IN_THE_TEMPLATE: [&str; 6] = [
     "backup",
     "bootstrap",
     "deletionPolicy",
     "init",
     "storage",
-    "tls",
     "upgrade",
 ];
 
@@ -92,6 +91,13 @@ fn template_inputs(recorded: &Value) -> Option<Value> {
     let fields = spec.as_object_mut()?;
     for field in NOT_IN_THE_TEMPLATE {
         fields.remove(field);
+    }
+    // `tls.allowPlaintext` reaches the pods by a reload; `tls.serverCertificate` is a volume.
+    if let Some(tls) = fields.get_mut("tls").and_then(Value::as_object_mut) {
+        tls.remove("allowPlaintext");
+        if tls.is_empty() {
+            fields.remove("tls");
+        }
     }
     Some(canonical(serde_json::json!({
         "spec": spec,

@@ -148,6 +148,19 @@ pub fn credentials_ca_patch(ca_cert_pem: &str) -> serde_json::Value {
     })
 }
 
+/// The Secret the database pods mount their certificate from: the user's own
+/// (`spec.tls.serverCertificate`), or the one dbop issues.
+pub fn mounted_secret(db: &Database) -> String {
+    TlsSpec::own_certificate(db.spec.tls.as_ref())
+        .map_or_else(|| Names::of(db).server_tls_secret(), String::from)
+}
+
+/// The Secret whose `ca.crt` dbop's Jobs trust: the user's certificate Secret, or dbop's CA.
+fn trusted_secret(db: &Database) -> String {
+    TlsSpec::own_certificate(db.spec.tls.as_ref())
+        .map_or_else(|| Names::of(db).ca_secret(), String::from)
+}
+
 /// The server certificate's volume in a database pod: readable by the pod's group only (the
 /// instance manager copies it to a file of its own, mode 0600, for the server).
 pub fn server_volume(db: &Database) -> Volume {
@@ -161,7 +174,7 @@ pub fn server_volume(db: &Database) -> Volume {
     Volume {
         name: SERVER_VOLUME.into(),
         secret: Some(SecretVolumeSource {
-            secret_name: Some(Names::of(db).server_tls_secret()),
+            secret_name: Some(mounted_secret(db)),
             items: Some(items),
             default_mode: Some(0o440),
             ..SecretVolumeSource::default()
@@ -224,7 +237,8 @@ pub fn client_env(db: &Database) -> Vec<EnvVar> {
     ]
 }
 
-/// The CA's certificate (only) as a Job's volume and mount, when the Job verifies the server.
+/// The CA's certificate (only, never a key) as a Job's volume and mount, when the Job verifies
+/// the server.
 pub fn client_ca(db: &Database) -> Option<(Volume, VolumeMount)> {
     if !verified(db) {
         return None;
@@ -232,7 +246,7 @@ pub fn client_ca(db: &Database) -> Option<(Volume, VolumeMount)> {
     let volume = Volume {
         name: JOB_CA_VOLUME.into(),
         secret: Some(SecretVolumeSource {
-            secret_name: Some(Names::of(db).ca_secret()),
+            secret_name: Some(trusted_secret(db)),
             items: Some(vec![KeyToPath {
                 key: TLS_CA_FILE.into(),
                 path: TLS_CA_FILE.into(),
@@ -334,6 +348,7 @@ mod tests {
         assert_eq!(plaintext_rules(&db), None);
         db.spec.tls = Some(TlsSpec {
             allow_plaintext: Some(true),
+            server_certificate: None,
         });
         let rules = plaintext_rules(&db).unwrap();
         assert!(
@@ -360,8 +375,27 @@ mod tests {
             Some("/etc/dbop/database-ca/ca.crt")
         );
         let (volume, _) = client_ca(&db).unwrap();
-        let items = volume.secret.unwrap().items.unwrap();
+        let secret = volume.secret.unwrap();
+        assert_eq!(secret.secret_name.as_deref(), Some("orders-ca"));
+        let items = secret.items.unwrap();
         assert_eq!(items.len(), 1, "only the CA's certificate, never its key");
         assert_eq!(items[0].key, TLS_CA_FILE);
+    }
+
+    #[test]
+    fn a_certificate_of_the_users_own_is_mounted_and_trusted_instead() {
+        let mut db = testing::minimal();
+        db.spec.tls = Some(TlsSpec {
+            allow_plaintext: None,
+            server_certificate: Some(crate::api::tls::ServerCertificateRef {
+                secret_name: "orders-cert-manager".into(),
+            }),
+        });
+        let volume = server_volume(&db);
+        assert_eq!(
+            volume.secret.unwrap().secret_name.as_deref(),
+            Some("orders-cert-manager")
+        );
+        assert_eq!(trusted_secret(&db), "orders-cert-manager");
     }
 }
