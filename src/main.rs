@@ -112,8 +112,25 @@ struct RunArgs {
     leader_elect_renew_grace: u64,
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+/// The stack of each runtime worker: a reconcile pass is one deep future (observe, decide,
+/// build, apply), and tokio's default of 2 MiB was overrun by a debug build's frames.
+const WORKER_STACK_BYTES: usize = 8 << 20;
+
+fn main() -> ExitCode {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(WORKER_STACK_BYTES)
+        .build();
+    match runtime {
+        Ok(runtime) => runtime.block_on(start()),
+        Err(error) => {
+            eprintln!("dbop: cannot start the async runtime: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn start() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Crd => match dbop::api::crds_yaml() {

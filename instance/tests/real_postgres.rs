@@ -42,7 +42,7 @@ impl Instance {
             chown(&p, ids);
         }
         let exe = dir.path().join("dbop-instance");
-        std::fs::copy(env!("CARGO_BIN_EXE_dbop-instance"), &exe).unwrap();
+        common::copy_manager(&exe);
         chown(&exe, ids);
         let mut i = Instance {
             dir,

@@ -66,7 +66,7 @@ impl Node {
         std::fs::write(dir.path().join("creds/password"), "app-password").unwrap();
         std::fs::write(dir.path().join("repl/password"), REPLICATION_PASSWORD).unwrap();
         let exe = dir.path().join("dbop-instance");
-        std::fs::copy(env!("CARGO_BIN_EXE_dbop-instance"), &exe).unwrap();
+        common::copy_manager(&exe);
         Node {
             name: name.to_string(),
             dir,

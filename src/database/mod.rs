@@ -53,14 +53,18 @@ use crate::error::{During, Result, Step};
 /// One pass of a Database that is not being deleted: observe → decide → build → apply →
 /// status, each step named in its error.
 pub async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> {
-    let observed = observe::observe(ctx, db).await.during(Step::Observe)?;
+    // Boxed, like apply below: what a pass observes and builds is large, and it runs deep
+    // inside the controller's futures.
+    let observed = Box::pin(observe::observe(ctx, db))
+        .await
+        .during(Step::Observe)?;
     let facts = facts::Facts::from_observed(db, &observed);
     let decision = decide::decide(db, &facts, &ctx.settings);
-    let verification = verification_plan(ctx, db, &facts, &decision)
+    let verification = Box::pin(verification_plan(ctx, db, &facts, &decision))
         .await
         .during(Step::Observe)?;
     let password = decision.steps.create_secret.then(apply::new_password);
-    let ca = observe::signing_ca(ctx, db, &decision.steps.tls)
+    let ca = Box::pin(observe::signing_ca(ctx, db, &decision.steps.tls))
         .await
         .during(Step::Observe)?;
     let issued =

@@ -49,3 +49,20 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// Copies the manager's binary to `exe` (where the test's uid can run it) and waits until it
+/// can be executed: a process another test thread forked while the copy was open for writing
+/// holds that descriptor until it execs, and an exec meanwhile fails with "Text file busy".
+pub fn copy_manager(exe: &std::path::Path) {
+    std::fs::copy(env!("CARGO_BIN_EXE_dbop-instance"), exe).unwrap();
+    for _ in 0..100 {
+        match Command::new(exe).arg("--version").output() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => panic!("cannot run {}: {e}", exe.display()),
+            Ok(_) => return,
+        }
+    }
+    panic!("{} stayed busy", exe.display());
+}
