@@ -13,7 +13,7 @@ use dbop::api::Phase;
 use dbop_e2e::node::{
     POSTGRES_15_20, REAL_NODE_STORAGE_CLASS, real_node_placement, small_resources,
 };
-use dbop_e2e::{TestBed, condition, testbed, wait_until};
+use dbop_e2e::{TestBed, condition, testbed, wait_until, wait_until_or_none};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -62,12 +62,91 @@ fn psql(bed: &TestBed, ns: &str, sslmode: &str, sql: &str) -> (bool, String, Str
     )
 }
 
+/// How long a network call from the client pod is retried while it fails for another reason
+/// than the one under test (the real node's DNS and Service rules can lag a moment).
+const NETWORK_WAIT: Duration = Duration::from_secs(60);
+
+/// [`psql`] until it succeeds; its output, trimmed.
+async fn psql_ok(bed: &TestBed, ns: &str, sslmode: &str, sql: &str) -> String {
+    let mut last = String::new();
+    let found = wait_until_or_none(NETWORK_WAIT, || {
+        let (ok, out, err) = psql(bed, ns, sslmode, sql);
+        if !ok {
+            last = err;
+        }
+        async move { ok.then_some(out) }
+    })
+    .await;
+    found
+        .unwrap_or_else(|| panic!("psql ({sslmode}) kept failing: {last}\nSQL: {sql}"))
+        .trim()
+        .to_string()
+}
+
+/// A command in the client pod that must be refused with `expected` in its error: retried
+/// while it fails for another reason; a success fails the test at once.
+async fn refused(bed: &TestBed, ns: &str, command: &[&str], expected: &str) -> String {
+    let mut last = String::new();
+    let found = wait_until_or_none(NETWORK_WAIT, || {
+        let (ok, _, err) = bed.exec(ns, "client", command);
+        assert!(!ok, "admitted: {command:?}");
+        let hit = err.contains(expected).then(|| err.clone());
+        last = err;
+        async move { hit }
+    })
+    .await;
+    found.unwrap_or_else(|| panic!("{command:?} failed, but not with {expected:?}: {last}"))
+}
+
+/// A plaintext client (`sslmode=disable`), which must be refused for want of encryption.
+async fn plaintext_refused(bed: &TestBed, ns: &str) -> String {
+    let command = "PGSSLMODE=disable exec psql -X -d postgres -Atc 'select 1'";
+    refused(bed, ns, &["sh", "-c", command], "no encryption").await
+}
+
 async fn secret_value(bed: &TestBed, ns: &str, name: &str, key: &str) -> Option<Vec<u8>> {
     let secret = Api::<Secret>::namespaced(bed.client.clone(), ns)
         .get_opt(name)
         .await
         .ok()??;
     Some(secret.data?.get(key)?.0.clone())
+}
+
+/// The session the renewal must not break: one statement over verify-full that waits (at most
+/// 6 minutes) for a row in `marker`, then reports on its own connection. Returned once the
+/// server shows it running; started again if it could not connect (the real node's DNS).
+async fn hold(bed: &TestBed, ns: &str) -> std::process::Child {
+    let kubectl = bed.dir.join("bin/kubectl");
+    let spawn = || {
+        Command::new(if kubectl.exists() { kubectl.clone() } else { "kubectl".into() })
+            .arg("--kubeconfig")
+            .arg(&bed.kubeconfig)
+            .args(["-n", ns, "exec", "client", "--", "sh", "-c"])
+            .arg(
+                "PGSSLMODE=verify-full PGSSLROOTCERT=/ca/ca.crt exec psql -X -q -v ON_ERROR_STOP=1 -d postgres -Atc \
+                 \"do \\$\\$ declare t timestamptz := clock_timestamp(); begin \
+                 loop exit when exists (select 1 from marker) or clock_timestamp() > t + interval '6 minutes'; \
+                 perform pg_sleep(0.5); end loop; end \\$\\$\" \
+                 -c \"select 'held', count(*) from marker\" -c \"select ssl from pg_stat_ssl where pid = pg_backend_pid()\"",
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl exec")
+    };
+    let mut held = spawn();
+    let running =
+        "select count(*) from pg_stat_activity where query like 'do %marker%' and state = 'active'";
+    let found = wait_until_or_none(NETWORK_WAIT, || {
+        if held.try_wait().expect("the held session").is_some() {
+            held = spawn();
+        }
+        let (_, out, _) = psql(bed, ns, "verify-full", running);
+        async move { (out.trim() == "1").then_some(()) }
+    })
+    .await;
+    assert!(found.is_some(), "the held session never ran");
+    held
 }
 
 /// When the server started, read over its local socket.
@@ -123,51 +202,31 @@ async fn clients_must_use_tls_verify_full_works_and_a_new_certificate_keeps_conn
     client(&bed, &ns, "orders").await;
 
     // From the network, TLS or nothing.
-    let (ok, _, err) = psql(&bed, &ns, "disable", "select 1");
-    assert!(!ok, "a plaintext client was admitted");
-    assert!(err.contains("no encryption"), "{err}");
+    plaintext_refused(&bed, &ns).await;
     // verify-full: the CA from the Secret, the Service's name in the certificate.
-    let (ok, out, err) = psql(&bed, &ns, "verify-full", ENCRYPTED);
-    assert!(ok, "verify-full: {err}");
-    assert_eq!(out.trim(), "t");
-    // A CA that is not the Database's fails verification.
+    assert_eq!(psql_ok(&bed, &ns, "verify-full", ENCRYPTED).await, "t");
+    // A CA that is not the Database's (another Database's, made here) fails verification.
+    let other = dbop::database::certificates::new_ca(&db, chrono::Utc::now())
+        .unwrap()
+        .cert_pem;
     let (ok, _, err) = bed.exec(
         &ns,
         "client",
-        &["sh", "-c", "PGSSLMODE=verify-ca PGSSLROOTCERT=/etc/ssl/certs/ca-certificates.crt exec psql -X -d postgres -Atc 'select 1'"],
+        &["sh", "-c", "printf '%s' \"$0\" > /tmp/other-ca.crt", &other],
     );
-    assert!(!ok, "verified with the system's CAs: {err}");
+    assert!(ok, "{err}");
+    refused(
+        &bed,
+        &ns,
+        &["sh", "-c", "PGSSLMODE=verify-ca PGSSLROOTCERT=/tmp/other-ca.crt exec psql -X -d postgres -Atc 'select 1'"],
+        "certificate verify failed",
+    )
+    .await;
 
     // A held connection, until the test says so (bounded: it cannot hang the suite).
-    let (ok, _, err) = psql(&bed, &ns, "verify-full", "create table marker (done bool)");
-    assert!(ok, "{err}");
+    psql_ok(&bed, &ns, "verify-full", "create table marker (done bool)").await;
     let started = server_started(&bed, &ns);
-    let kubectl = bed.dir.join("bin/kubectl");
-    let held = Command::new(if kubectl.exists() { kubectl } else { "kubectl".into() })
-        .arg("--kubeconfig")
-        .arg(&bed.kubeconfig)
-        .args(["-n", &ns, "exec", "client", "--", "sh", "-c"])
-        .arg(
-            "PGSSLMODE=verify-full PGSSLROOTCERT=/ca/ca.crt exec psql -X -q -v ON_ERROR_STOP=1 -d postgres -Atc \
-             \"do \\$\\$ declare t timestamptz := clock_timestamp(); begin \
-             loop exit when exists (select 1 from marker) or clock_timestamp() > t + interval '6 minutes'; \
-             perform pg_sleep(0.5); end loop; end \\$\\$\" \
-             -c \"select 'held', count(*) from marker\" -c \"select ssl from pg_stat_ssl where pid = pg_backend_pid()\"",
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl exec");
-    wait_until("the held session", Duration::from_secs(30), || async {
-        let (_, out, _) = psql(
-            &bed,
-            &ns,
-            "verify-full",
-            "select count(*) from pg_stat_activity where query like 'do %marker%' and state = 'active'",
-        );
-        (out.trim() == "1").then_some(())
-    })
-    .await;
+    let held = hold(&bed, &ns).await;
 
     // The certificate issued again: its Secret deleted, dbop signs a new one.
     let old = secret_value(&bed, &ns, "orders-server-tls", "tls.crt")
@@ -196,13 +255,11 @@ async fn clients_must_use_tls_verify_full_works_and_a_new_certificate_keeps_conn
         "{logs}"
     );
     // New connections verify against the same CA.
-    let (ok, out, err) = psql(&bed, &ns, "verify-full", ENCRYPTED);
-    assert!(ok && out.trim() == "t", "after the new certificate: {err}");
+    assert_eq!(psql_ok(&bed, &ns, "verify-full", ENCRYPTED).await, "t");
     assert_eq!(server_started(&bed, &ns), started, "the server restarted");
 
     // The held session is still there and still works.
-    let (ok, _, err) = psql(&bed, &ns, "verify-full", "insert into marker values (true)");
-    assert!(ok, "{err}");
+    psql_ok(&bed, &ns, "verify-full", "insert into marker values (true)").await;
     let output = tokio::task::spawn_blocking(move || held.wait_with_output())
         .await
         .unwrap()
@@ -294,11 +351,6 @@ async fn a_certificate_secret_of_the_users_own_is_served_and_verified() {
     let carried = secret_value(&bed, &ns, "billing-credentials", "ca.crt").await;
     assert_eq!(carried.as_deref(), Some(ca.cert_pem.as_bytes()));
     client(&bed, &ns, "billing").await;
-    let (ok, out, err) = psql(&bed, &ns, "verify-full", ENCRYPTED);
-    assert!(
-        ok && out.trim() == "t",
-        "verify-full with the user's CA: {err}"
-    );
-    let (ok, _, err) = psql(&bed, &ns, "disable", "select 1");
-    assert!(!ok && err.contains("no encryption"), "plaintext: {err}");
+    assert_eq!(psql_ok(&bed, &ns, "verify-full", ENCRYPTED).await, "t");
+    plaintext_refused(&bed, &ns).await;
 }
