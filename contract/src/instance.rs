@@ -114,6 +114,13 @@ pub struct Common {
     /// a renewed certificate is picked up by a reload.
     #[arg(long, value_name = "DIR")]
     pub tls_dir: Option<PathBuf>,
+    /// `run` only: this instance's name in the Database's topology (`topology::TOPOLOGY_FILE`
+    /// in `--config-dir`). Default: the host name, which Kubernetes sets to the pod's name.
+    #[arg(long, value_name = "NAME")]
+    pub instance_name: Option<String>,
+    /// `run` only: the mounted replication credentials (`topology::REPLICATION_DIR`).
+    #[arg(long, value_name = "DIR", default_value = crate::topology::REPLICATION_DIR)]
+    pub replication_dir: PathBuf,
 }
 
 /// The flags the operator gives `run` and `probe` (the others keep the manager's defaults).

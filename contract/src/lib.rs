@@ -2,7 +2,8 @@
 //! so the sides cannot drift: durations (`units`), the retention rule (`retention`), backup ids
 //! and the object layout (`layout`), the agent's result, which the operator reads from the
 //! backup Job's termination message (`result`), and the instance manager's command line and
-//! default superuser (`instance`). Pure: no I/O, no clock, no kube, no AWS.
+//! default superuser (`instance`), and the Database's topology its instances follow
+//! (`topology`: which instance is the primary, where each is reached). Pure: no I/O, no clock, no kube, no AWS.
 //!
 //! Behind the `test-support` feature: the PostgreSQL/s3s-fs harness both sides' tests use.
 
@@ -10,6 +11,7 @@ pub mod instance;
 pub mod layout;
 pub mod result;
 pub mod retention;
+pub mod topology;
 pub mod units;
 
 #[cfg(feature = "test-support")]

@@ -54,6 +54,8 @@ impl IntoOptions for Common {
             poll: Duration::from_millis(self.poll_millis),
             metrics_addr: self.metrics_addr,
             tls_dir: self.tls_dir,
+            instance_name: self.instance_name,
+            replication_dir: self.replication_dir,
         }
     }
 }

@@ -41,6 +41,10 @@ pub struct Options {
     pub metrics_addr: Option<std::net::SocketAddr>,
     /// The mounted server certificate (`--tls-dir`); `None`: no TLS.
     pub tls_dir: Option<PathBuf>,
+    /// This instance's name in the topology (`--instance-name`); `None`: the host name.
+    pub instance_name: Option<String>,
+    /// The mounted replication credentials (`--replication-dir`).
+    pub replication_dir: PathBuf,
 }
 
 /// A reason to stop before the server runs; logged and written to the termination log.
