@@ -98,6 +98,7 @@ fn cached(objects: &HashMap<String, Value>) -> Caches {
             "PersistentVolumeClaim" if labelled => apply(&mut writers.claims, value),
             "Secret" if labelled => apply(&mut writers.secrets, value),
             "ConfigMap" if labelled => apply(&mut writers.config_maps, value),
+            "Pod" if labelled => apply(&mut writers.pods, value),
             "DatabaseBackup" => apply(&mut writers.backups, value),
             _ => {}
         }
@@ -169,6 +170,16 @@ fn ready_world(db: &Database) -> HashMap<String, Value> {
     });
     let mut rw = serde_json::to_value(services::read_write(db)).unwrap();
     rw["spec"]["clusterIP"] = json!("10.0.0.12");
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "orders-0", "namespace": "shop", "labels": {
+            "app.kubernetes.io/managed-by": "dbop", "app.kubernetes.io/instance": "orders",
+            "app.kubernetes.io/name": "postgresql", "app.kubernetes.io/component": "database",
+            "dbop.dev/role": "primary"
+        }},
+        "spec": {"nodeName": "node-a", "containers": []},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    });
     let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
         "metadata": {"name": "data-orders-0", "namespace": "shop", "labels": {
             "app.kubernetes.io/managed-by": "dbop", "app.kubernetes.io/instance": "orders"
@@ -206,6 +217,15 @@ fn ready_world(db: &Database) -> HashMap<String, Value> {
         ),
         (format!("{ns}/services/orders-rw"), rw),
         (
+            format!("{ns}/services/orders-ro"),
+            serde_json::to_value(services::read_only(db)).unwrap(),
+        ),
+        (
+            format!("{ns}/services/orders-r"),
+            serde_json::to_value(services::any_ready(db)).unwrap(),
+        ),
+        (format!("{ns}/pods/orders-0"), pod),
+        (
             "/apis/apps/v1/namespaces/shop/statefulsets/orders".into(),
             sts,
         ),
@@ -215,7 +235,7 @@ fn ready_world(db: &Database) -> HashMap<String, Value> {
         ),
         (
             format!("{ns}/configmaps/orders-config"),
-            serde_json::to_value(server_config::server_config_map(db)).unwrap(),
+            serde_json::to_value(server_config::server_config_map(db, "orders-0")).unwrap(),
         ),
     ])
 }
@@ -244,6 +264,9 @@ fn with_settled_status(mut db: Database, world: &HashMap<String, Value>) -> Data
                 world["/api/v1/namespaces/shop/persistentvolumeclaims/data-orders-0"].clone(),
             )
             .unwrap(),
+        ],
+        instance_pods: vec![
+            serde_json::from_value(world["/api/v1/namespaces/shop/pods/orders-0"].clone()).unwrap(),
         ],
         ..facts::Observed::default()
     };
@@ -477,6 +500,32 @@ async fn a_reconcile_of_a_ready_database_sends_no_request() {
         requests,
         Vec::<String>::new(),
         "the requests of one reconcile of a Ready Database"
+    );
+}
+
+/// A database pod without its role label (a new pod, or one an earlier dbop made): one merge
+/// patch of that label alone, before the Services that select by it are applied, and nothing else.
+#[tokio::test]
+async fn a_pod_without_its_role_label_gets_it_by_one_merge_patch() {
+    let mut world = ready_world(&database());
+    let db = with_settled_status(database(), &world);
+    let pod = world
+        .get_mut("/api/v1/namespaces/shop/pods/orders-0")
+        .unwrap();
+    pod["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap()
+        .remove("dbop.dev/role");
+    let sent = reconcile_against(&db, world).await;
+    let requests: Vec<String> = sent
+        .iter()
+        .map(|s| format!("{} {}", s.method, s.path))
+        .collect();
+    assert_eq!(requests, ["PATCH /api/v1/namespaces/shop/pods/orders-0"]);
+    assert_eq!(sent[0].content_type, "application/merge-patch+json");
+    assert_eq!(
+        sent[0].body,
+        json!({"metadata": {"labels": {"dbop.dev/role": "primary"}}})
     );
 }
 

@@ -534,6 +534,7 @@ fn facts() -> BoxedStrategy<Facts> {
                 restart: Default::default(),
                 stuck_pods: vec![],
                 tls: Default::default(),
+                roles: Default::default(),
             },
         )
         .boxed()

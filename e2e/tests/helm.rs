@@ -213,8 +213,12 @@ async fn watch_namespace_mode_grants_only_a_role_in_that_namespace() {
     let docs = rendered(&bed, "dbop-system", &[]);
     let cluster = of_kind(&docs, "ClusterRole");
     assert_eq!(cluster.len(), 1);
-    // Pods: read for Job results and upgrades; deleted only by an upgrade's rollback.
-    assert_eq!(verbs(&cluster[0]["rules"], "pods"), ["list", "delete"]);
+    // Pods: read for Job results and upgrades, watched for the instances' roles, labelled
+    // with their role, deleted by an upgrade's rollback or when stuck; never created.
+    assert_eq!(
+        verbs(&cluster[0]["rules"], "pods"),
+        ["list", "watch", "patch", "delete"]
+    );
 
     let docs = rendered(
         &bed,

@@ -73,7 +73,7 @@ async fn a_database_reaches_ready_with_everything_it_owns() {
         (owner.kind.as_str(), owner.name.as_str()),
         ("Database", "orders")
     );
-    for name in ["orders-hl", "orders-rw"] {
+    for name in ["orders-hl", "orders-rw", "orders-ro", "orders-r"] {
         Api::<Service>::namespaced(c.clone(), &ns)
             .get(name)
             .await

@@ -83,11 +83,19 @@ pub struct DatabaseSpec {
     #[schemars(length(min = 1, max = 512))]
     pub image: Option<String>,
 
-    /// The number of instances. Only 1 until streaming replication exists: several independent
-    /// primaries behind one Service would split the data.
-    #[serde(default = "default_replicas")]
-    #[schemars(range(min = 1, max = 1))]
-    pub replicas: i32,
+    /// The number of PostgreSQL instances, 1 to 5: one primary, the others hot standbys that
+    /// clone it and stream its WAL through a replication slot each. `<name>-rw` reaches the
+    /// primary, `<name>-ro` the ready standbys, `<name>-r` any ready instance
+    /// (docs/high-availability.md).
+    #[serde(default = "default_instances")]
+    #[schemars(range(min = 1, max = 5))]
+    pub instances: i32,
+
+    /// Replaced by `instances`. Only `1` (the default an earlier dbop stored) is accepted, so
+    /// Databases made before the rename stay valid; any other value is refused with a message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == 1", "message": "spec.replicas is replaced by spec.instances (1 to 5: one primary and its standbys): remove spec.replicas and set spec.instances"}]))]
+    pub replicas: Option<i32>,
 
     /// CPU and memory requests and limits of the database container. Default: the operator's
     /// `--database-resources` (requests cpu 100m, memory 256Mi; limits cpu 1, memory 256Mi).
@@ -173,7 +181,7 @@ pub struct DatabaseSpec {
     pub pod_security: Option<PodSecuritySpec>,
 }
 
-fn default_replicas() -> i32 {
+fn default_instances() -> i32 {
     1
 }
 
@@ -382,6 +390,54 @@ pub struct DatabaseStatus {
     /// The latest version upgrade: where it stands, or how it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<UpgradeStatus>,
+
+    /// The instance (pod) that runs as the primary. dbop records it when the Database is first
+    /// provisioned and changes it only by a promotion; it is never assumed from the ordinal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
+    pub primary: Option<String>,
+
+    /// Every instance: its role and whether it is ready (a standby is ready when it streams
+    /// from the primary).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 5))]
+    pub instances: Vec<InstanceStatus>,
+}
+
+/// One instance of a Database, as the last pass saw it.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceStatus {
+    /// The pod's name.
+    #[schemars(length(max = 63))]
+    pub name: String,
+    /// `primary` or `standby`.
+    pub role: InstanceRole,
+    /// The pod is Ready: the primary serves; a standby answers and streams from the primary.
+    pub ready: bool,
+    /// The node the pod runs on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub node: Option<String>,
+}
+
+/// The role of an instance.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum InstanceRole {
+    #[default]
+    Primary,
+    Standby,
+}
+
+impl InstanceRole {
+    /// The value of the pods' role label.
+    pub fn label(self) -> &'static str {
+        match self {
+            InstanceRole::Primary => "primary",
+            InstanceRole::Standby => "standby",
+        }
+    }
 }
 
 /// How a version upgrade proceeds (all optional; see docs/upgrades.md).
@@ -628,7 +684,8 @@ mod tests {
         .unwrap();
         let text = serde_json::to_string(&spec).unwrap();
         assert!(!text.contains("null"), "{text}");
-        assert_eq!(spec.replicas, 1);
+        assert_eq!(spec.instances, 1);
+        assert_eq!(spec.replicas, None);
         assert_eq!(spec.deletion_policy, DeletionPolicy::Retain);
         let status = serde_json::to_string(&DatabaseStatus::default()).unwrap();
         assert_eq!(status, "{}");

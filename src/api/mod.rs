@@ -24,7 +24,7 @@ pub use backup_policy::{
 pub use database::{BootstrapSpec, BootstrapStatus, FromBackupSpec};
 pub use database::{
     CredentialsSpec, Database, DatabaseSpec, DatabaseStatus, DeletionPolicy, Engine, InitSpec,
-    Phase, PodMetadata, StorageSpec,
+    InstanceRole, InstanceStatus, Phase, PodMetadata, StorageSpec,
 };
 pub use database::{UpgradeSpec, UpgradeStage, UpgradeStageTime, UpgradeStatus};
 pub use monitoring::MonitoringSpec;

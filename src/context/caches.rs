@@ -14,7 +14,9 @@ use std::sync::Arc;
 use futures::stream::BoxStream;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, PersistentVolumeClaim, Pod, PodSpec, PodStatus, Secret, Service,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::core::{DeserializeGuard, PartialObjectMeta};
@@ -70,6 +72,9 @@ caches! {
     claims: PersistentVolumeClaim,
     // The server configuration dbop ships (`<name>-config`) and the inline init SQL.
     config_maps: ConfigMap,
+    // The database pods (component `database`), slimmed to their role label, node and
+    // readiness: which instance is which.
+    pods: Pod,
 }
 
 impl Caches {
@@ -170,6 +175,25 @@ impl Slim for Job {
     fn slim(&mut self) {
         slim_meta(&mut self.metadata);
         self.spec = None;
+    }
+}
+
+/// A database pod keeps its metadata (the role label), its node, phase and conditions: the
+/// readers ask which instance is where and whether it is ready. The rest of the spec (the
+/// containers, volumes and affinity the StatefulSet already holds) and the container statuses
+/// are dropped; a pass that needs those lists the pods.
+impl Slim for Pod {
+    fn slim(&mut self) {
+        slim_meta(&mut self.metadata);
+        self.spec = self.spec.take().map(|spec| PodSpec {
+            node_name: spec.node_name,
+            ..PodSpec::default()
+        });
+        self.status = self.status.take().map(|status| PodStatus {
+            phase: status.phase,
+            conditions: status.conditions,
+            ..PodStatus::default()
+        });
     }
 }
 

@@ -19,15 +19,17 @@ use super::events::transition_events;
 use super::facts::Observed;
 use super::status::Applied;
 use crate::api::conditions::{ConditionStatus, ConditionType, find};
-use crate::api::{Database, DatabaseBackup, DatabaseStatus};
+use crate::api::{Database, DatabaseBackup, DatabaseStatus, InstanceRole};
 use crate::backup::plan::health_events;
 use crate::context::Context;
 use crate::error::Result;
 use crate::kube_io::{
-    self, apply_if_drifted, create_once, delete_if_exists, merge_patch, patch_status,
+    self, apply_if_drifted, create_once, delete_if_exists, merge_patch, merge_patch_if_exists,
+    patch_status,
 };
 use crate::objects::EventSpec;
 use crate::resources::owner_reference;
+use crate::resources::replication::ROLE_LABEL;
 use crate::upgrade::events::upgrade_events;
 
 /// Length of generated passwords: 32 alphanumerics, about 190 bits.
@@ -46,6 +48,8 @@ pub async fn apply(
     let Desired {
         secret,
         adopt_secret,
+        replication_secret,
+        label_pods,
         services,
         server_config,
         statefulset,
@@ -63,8 +67,13 @@ pub async fn apply(
     } = desired;
     write_credentials(ctx, db, secret, adopt_secret).await?;
     write_tls(ctx, db, snap, tls).await?;
-    write_serving(ctx, db, snap, services, server_config, statefulset).await?;
     let ns = db.namespace_or_default();
+    if let Some(secret) = replication_secret {
+        create_once(&Api::<Secret>::namespaced(ctx.client.clone(), &ns), &secret).await?;
+        info!(secret = ?secret.metadata.name, "made the replication role's Secret");
+    }
+    label_instances(ctx, &ns, label_pods).await?;
+    write_serving(ctx, db, snap, services, server_config, statefulset).await?;
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
     let backups: Api<DatabaseBackup> = Api::namespaced(ctx.client.clone(), &ns);
     if let Some(job) = preflight_job {
@@ -106,15 +115,18 @@ async fn write_serving(
     ctx: &Context,
     db: &Database,
     snap: &Observed,
-    services: Option<(Service, Service)>,
+    services: Vec<Service>,
     server_config: Option<ConfigMap>,
     statefulset: Option<StatefulSet>,
 ) -> Result<()> {
     let ns = db.namespace_or_default();
-    if let Some((headless, read_write)) = services {
-        let api: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
-        apply_if_drifted(&api, &headless, snap.headless_service.as_ref()).await?;
-        apply_if_drifted(&api, &read_write, snap.rw_service.as_ref()).await?;
+    let api: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
+    for service in services {
+        let observed = snap
+            .services
+            .iter()
+            .find(|s| s.metadata.name == service.metadata.name);
+        apply_if_drifted(&api, &service, observed).await?;
     }
     if let Some(desired) = server_config {
         let api = Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns);
@@ -123,6 +135,18 @@ async fn write_serving(
     if let Some(desired) = statefulset {
         let api = Api::namespaced(ctx.client.clone(), &ns);
         apply_if_drifted(&api, &desired, snap.statefulset.as_ref()).await?;
+    }
+    Ok(())
+}
+
+/// Sets the role label of each pod of `pods` (a merge patch: only that label).
+async fn label_instances(ctx: &Context, ns: &str, pods: Vec<(String, InstanceRole)>) -> Result<()> {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    for (name, role) in pods {
+        let patch = json!({"metadata": {"labels": {ROLE_LABEL: role.label()}}});
+        if merge_patch_if_exists(&api, &name, &patch).await? {
+            info!(pod = %name, role = role.label(), "labelled the instance's role");
+        }
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! Build: every object one pass of a Database writes, from the decision (and, for what must
-//! keep what the server has, what was observed): the credentials Secret, the Services, the
-//! server configuration ConfigMap, the TLS Secrets, the StatefulSet, the init, restore, preflight and verify Jobs, the `DatabaseBackup`s, and what
+//! keep what the server has, what was observed): the credentials and replication Secrets, the
+//! pods' role labels, the Services, the server configuration ConfigMap, the TLS Secrets, the
+//! StatefulSet, the init, restore, preflight and verify Jobs, the `DatabaseBackup`s, and what
 //! is patched or deleted. `apply` then writes what differs, in the order of `Desired`'s fields.
 //!
 //! Pure: no client, no clock, no randomness (a new password and new certificates come in). Every object is built by
@@ -16,7 +17,7 @@ use super::facts::Observed;
 use super::restart;
 use super::restore;
 use super::tls::TlsSteps;
-use crate::api::{Database, DatabaseBackup};
+use crate::api::{Database, DatabaseBackup, InstanceRole};
 use crate::backup::job::verify_job;
 use crate::backup::verify::VerifyPlan;
 use crate::objects::EventSpec;
@@ -24,9 +25,10 @@ use crate::resources::credentials::{generated_secret, secret_name};
 use crate::resources::database_backup::{pre_upgrade_backup, scheduled_backup};
 use crate::resources::init_job::{init_job, init_sql_config_map};
 use crate::resources::preflight_job::preflight_job;
+use crate::resources::replication::replication_secret;
 use crate::resources::restore_job::restore_job;
 use crate::resources::server_config::server_config_map;
-use crate::resources::services::{headless, read_write};
+use crate::resources::services;
 use crate::resources::statefulset::statefulset_running;
 use crate::resources::template_origin;
 use crate::resources::tls;
@@ -41,8 +43,12 @@ pub struct Desired {
     pub secret: Option<(Secret, Option<EventSpec>)>,
     /// The retained generated Secret (its name) that takes our owner reference.
     pub adopt_secret: Option<String>,
-    /// The headless and read-write Services (applied where they drifted).
-    pub services: Option<(Service, Service)>,
+    /// The replication Secret to create (the Database has standbys).
+    pub replication_secret: Option<Secret>,
+    /// Role labels to set on pods (before the Services that select by them).
+    pub label_pods: Vec<(String, InstanceRole)>,
+    /// The Services: headless, `-rw`, `-ro`, `-r` (applied where they drifted).
+    pub services: Vec<Service>,
     /// The server configuration the database pods mount (applied before the StatefulSet).
     pub server_config: Option<ConfigMap>,
     pub statefulset: Option<StatefulSet>,
@@ -105,6 +111,7 @@ pub fn build(
     verification: Option<&VerifyPlan>,
     settings: &Settings,
     password: Option<&str>,
+    replication_password: Option<&str>,
     issued: Issued,
 ) -> Desired {
     let Steps {
@@ -119,6 +126,7 @@ pub fn build(
         create_pre_upgrade_backup,
         delete_pods,
         tls,
+        label_pods,
     } = &decision.steps;
     let upgrade = decision.upgrade.as_ref();
     let backup = decision.backup.as_ref();
@@ -127,8 +135,16 @@ pub fn build(
             .filter(|_| *create_secret)
             .map(|password| (generated_secret(db, password), regenerated(db))),
         adopt_secret: adopt_secret.then(|| secret_name(db)),
-        services: apply_services.then(|| (headless(db), read_write(db))),
-        server_config: apply_statefulset.then(|| server_config_map(db)),
+        replication_secret: replication_password
+            .filter(|_| decision.roles.create_replication_secret)
+            .map(|password| replication_secret(db, password)),
+        label_pods: label_pods.clone(),
+        services: if *apply_services {
+            services::all(db)
+        } else {
+            Vec::new()
+        },
+        server_config: apply_statefulset.then(|| server_config_map(db, &decision.roles.primary)),
         statefulset: apply_statefulset.then(|| {
             let observed = snap.statefulset.as_ref();
             // The claim templates it has are kept: they are immutable.

@@ -10,7 +10,7 @@ use std::time::Instant;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Secret, Service};
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod, Secret, Service};
 use kube::core::{DeserializeGuard, PartialObjectMeta};
 use kube::runtime::Controller;
 use kube::runtime::controller::{Action, Config as ControllerConfig};
@@ -41,6 +41,8 @@ pub struct Triggers {
     pub services: Trigger<Meta<Service>>,
     pub secrets: Trigger<Meta<PartialObjectMeta<Secret>>>,
     pub claims: Trigger<Meta<PersistentVolumeClaim>>,
+    /// The database pods (their role label, their readiness).
+    pub pods: Trigger<Meta<Pod>>,
     /// The Jobs a Database owns (init, restore, preflight, verify).
     pub jobs: Trigger<Meta<Job>>,
     /// Backups wake their Database (history, health).
@@ -67,14 +69,15 @@ pub async fn run(ctx: Arc<Context>, concurrency: u16, triggers: Triggers) {
             .owns_stream(queue.owned::<DeserializeGuard<Database>, _>(triggers.services))
             .owns_stream(queue.owned::<DeserializeGuard<Database>, _>(triggers.secrets))
             .owns_stream(queue.owned::<DeserializeGuard<Database>, _>(triggers.jobs))
-            // Claims are made by the StatefulSet controller and carry our labels, not an owner.
+            // Claims and pods are made by the StatefulSet controller and carry our labels, not
+            // an owner: a new pod gets its role label, a pod that turns (un)ready its status line.
             .watches_stream(
                 triggers.claims,
-                queue.mapping(|pvc: Meta<PersistentVolumeClaim>| {
-                    let name = pvc.metadata.labels.as_ref()?.get(LABEL_INSTANCE)?.clone();
-                    let ns = pvc.metadata.namespace.clone()?;
-                    Some(ObjectRef::new(&name).within(&ns))
-                }),
+                queue.mapping(|pvc: Meta<PersistentVolumeClaim>| by_instance_label(&pvc.metadata)),
+            )
+            .watches_stream(
+                triggers.pods,
+                queue.mapping(|pod: Meta<Pod>| by_instance_label(&pod.metadata)),
             )
             // A backup that finishes, or one a user applies, wakes its Database (history,
             // BackupHealthy, the next scheduled run).
@@ -86,6 +89,15 @@ pub async fn run(ctx: Arc<Context>, concurrency: u16, triggers: Triggers) {
                 }),
             );
     run_database_controller(controller, queue, ctx).await;
+}
+
+/// The Database an object belongs to by its `app.kubernetes.io/instance` label.
+fn by_instance_label(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<ObjectRef<DeserializeGuard<Database>>> {
+    let name = meta.labels.as_ref()?.get(LABEL_INSTANCE)?.clone();
+    let ns = meta.namespace.clone()?;
+    Some(ObjectRef::new(&name).within(&ns))
 }
 
 /// Runs the Database controller until SIGTERM/SIGINT; an object leaves `queue` when its

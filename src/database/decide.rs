@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::api::Phase;
 use crate::api::UpgradeStatus;
 use crate::api::conditions::{self, ConditionStatus, ConditionType};
-use crate::api::{BootstrapStatus, Database};
+use crate::api::{BootstrapStatus, Database, InstanceRole};
 use crate::resources::statefulset::PodRun;
 use crate::resources::{Names, check_version, quantity};
 use crate::settings::Settings;
@@ -26,6 +26,7 @@ use super::facts::{
 };
 use super::init::{InitOutcome, decide_init};
 use super::restart;
+use super::roles::{self, RolesPlan};
 use super::tls::{self, TlsSteps};
 use dbop_contract::InstanceFailure;
 
@@ -36,7 +37,7 @@ pub struct Steps {
     pub create_secret: bool,
     /// Put our owner reference on a retained generated Secret.
     pub adopt_secret: bool,
-    /// Apply the headless and read-write Services.
+    /// Apply the Services (headless, `-rw`, `-ro`, `-r`).
     pub apply_services: bool,
     /// Apply the StatefulSet.
     pub apply_statefulset: bool,
@@ -54,6 +55,8 @@ pub struct Steps {
     pub delete_pods: Vec<String>,
     /// The CA, the server certificate, the CA in the credentials Secret (`tls`).
     pub tls: TlsSteps,
+    /// Set these pods' role labels (before the Services, which select by them).
+    pub label_pods: Vec<(String, InstanceRole)>,
 }
 
 /// The outcome of `decide`.
@@ -81,6 +84,8 @@ pub struct Decision {
     pub restart_pending: Vec<String>,
     /// The next `status.upgrade`.
     pub upgrade: Option<UpgradeStatus>,
+    /// The primary, the replication Secret, each instance's status (`roles`).
+    pub roles: RolesPlan,
 }
 
 impl Decision {
@@ -112,6 +117,8 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
     };
     steps.apply_services = true;
     steps.apply_statefulset = true;
+    let roles = roles::plan(db, &facts.roles);
+    steps.label_pods = roles.label_pods.clone();
     steps.expand_volumes = volume_to_expand(db, facts);
 
     let upgrade = plan_upgrade(&UpgradeInput {
@@ -134,7 +141,7 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
     steps.create_init_job = init.create_job && db.spec.bootstrap.is_none();
     steps.create_restore_job = init.create_job && db.spec.bootstrap.is_some();
     let stage = Stage::of(&init.outcome, &rollout, facts.instance_failure.as_ref());
-    let (phase, ready, requeue_after) = stage_outcome(db, &stage, &rollout, facts);
+    let (phase, ready, requeue_after) = stage_outcome(db, &stage, &rollout, facts, &roles);
 
     // Backups: the due run, the history and BackupHealthy; a run waits while the phase says
     // the database is being rolled out.
@@ -176,6 +183,7 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
         pod_run: upgrade.template,
         restart_pending,
         upgrade: upgrade.status,
+        roles,
     }
 }
 
@@ -218,6 +226,15 @@ fn blocked(db: &Database, blocker: &Blocker, current_version: Option<String>) ->
         },
         restart_pending: Vec::new(),
         upgrade: db.status.as_ref().and_then(|s| s.upgrade.clone()),
+        roles: RolesPlan {
+            primary: roles::primary(db),
+            instances: db
+                .status
+                .as_ref()
+                .map(|s| s.instances.clone())
+                .unwrap_or_default(),
+            ..RolesPlan::default()
+        },
     }
 }
 
@@ -263,7 +280,7 @@ impl Rollout {
         let current_version = status.current_version;
         let was_ready_once = current_version.is_some();
         let sts = facts.statefulset.as_ref();
-        let serving = sts.is_some_and(|s| s.ready_replicas >= db.spec.replicas);
+        let serving = sts.is_some_and(|s| s.ready_replicas >= db.spec.instances);
         let rolled_out = sts.is_some_and(|s| is_rolled_out(s, &upgrade.template.image));
         let template_change =
             was_ready_once && upgrade.condition.is_none() && sts.is_some() && !rolled_out;
@@ -406,6 +423,7 @@ fn stage_outcome(
     stage: &Stage,
     rollout: &Rollout,
     facts: &Facts,
+    roles: &RolesPlan,
 ) -> (Phase, ConditionStatus, Duration) {
     let names = Names::of(db);
     let sts = facts.statefulset.as_ref();
@@ -455,7 +473,7 @@ fn stage_outcome(
         ),
         Stage::Degraded => (
             Phase::Degraded,
-            not_ready("NotServing", degraded_message(db, sts)),
+            not_ready(degraded_reason(roles), degraded_message(db, sts, roles)),
             REQUEUE_IN_PROGRESS,
         ),
         Stage::Provisioning => (
@@ -530,12 +548,34 @@ fn unschedulable_message(pod: &UnschedulableFact) -> String {
     )
 }
 
-fn degraded_message(db: &Database, sts: Option<&StatefulSetFact>) -> String {
+/// `StandbyNotReady` while the primary serves and only standbys are missing; `NotServing`
+/// otherwise.
+fn degraded_reason(roles: &RolesPlan) -> &'static str {
+    let primary_ready = roles
+        .instances
+        .iter()
+        .any(|i| i.role == InstanceRole::Primary && i.ready);
+    if primary_ready {
+        "StandbyNotReady"
+    } else {
+        "NotServing"
+    }
+}
+
+fn degraded_message(db: &Database, sts: Option<&StatefulSetFact>, roles: &RolesPlan) -> String {
+    let not_ready = roles::not_ready(roles);
     match sts {
         None => format!("StatefulSet {} is missing; recreating it", db.name()),
-        Some(s) => format!(
+        Some(s) if not_ready.is_empty() => format!(
             "{}/{} instances ready; see the pods' events and logs",
-            s.ready_replicas, db.spec.replicas
+            s.ready_replicas, db.spec.instances
+        ),
+        // A standby is ready only while it streams from the primary.
+        Some(s) => format!(
+            "{}/{} instances ready; not ready: {} (a standby is ready only while it streams from the primary: see the pod's log)",
+            s.ready_replicas,
+            db.spec.instances,
+            not_ready.join(", ")
         ),
     }
 }
@@ -660,6 +700,7 @@ mod tests {
             restart: Default::default(),
             stuck_pods: vec![],
             tls: Default::default(),
+            roles: Default::default(),
         }
     }
 
@@ -730,6 +771,50 @@ mod tests {
         let serving = decide(&db, &replaced(1), &Settings::default());
         assert!(!cond(&serving, ConditionType::RestartPending).status);
         assert!(serving.restart_pending.is_empty());
+    }
+
+    /// Three instances that served: a standby not ready leaves the Database Degraded with
+    /// `StandbyNotReady` and names it; the primary lost is `NotServing`; every pod gets its
+    /// role label and the replication Secret is made.
+    #[test]
+    fn a_standby_that_does_not_stream_degrades_the_database_and_is_named() {
+        use super::super::roles::{PodFact, RolesFact};
+        let mut db = with_status(testing::minimal(), Some("16.4"), true);
+        db.spec.instances = 3;
+        let pod = |n: i32, ready: bool| PodFact {
+            name: format!("orders-{n}"),
+            role_label: None,
+            ready,
+            node: None,
+        };
+        let with = |ready: [bool; 3]| Facts {
+            statefulset: Some(StatefulSetFact {
+                replicas: 3,
+                ready_replicas: ready.iter().filter(|r| **r).count() as i32,
+                ..sts(1, true, IMAGE)
+            }),
+            volume: bound("1Gi"),
+            roles: RolesFact {
+                pods: (0..3).map(|n| pod(n, ready[n as usize])).collect(),
+                replication_secret: false,
+            },
+            ..facts()
+        };
+        let d = decide(&db, &with([true, true, true]), &Settings::default());
+        assert_eq!(d.phase, Phase::Ready);
+        assert_eq!(d.steps.label_pods.len(), 3);
+        assert!(d.roles.create_replication_secret);
+        let d = decide(&db, &with([true, true, false]), &Settings::default());
+        assert_eq!(d.phase, Phase::Degraded);
+        let ready = cond(&d, Ready);
+        assert_eq!(ready.reason, "StandbyNotReady");
+        assert!(
+            ready.message.contains("orders-2 (standby)"),
+            "{}",
+            ready.message
+        );
+        let d = decide(&db, &with([false, true, true]), &Settings::default());
+        assert_eq!(cond(&d, Ready).reason, "NotServing");
     }
 
     /// The phase table: (name, database, facts, expected phase, Ready reason).

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, 
 
 use super::restart::RestartFact;
 use super::restore::{self, BootstrapFact, RestoreObjects};
+use super::roles::{PodFact, RolesFact};
 use super::stuck::stuck_pods;
 use super::tls::{OwnCertificateFact, TlsFact};
 use crate::api::{Database, DatabaseBackup, TlsSpec};
@@ -37,11 +38,15 @@ pub struct Observed {
     pub init_config_map: Option<ConfigMap>,
     /// The server configuration `<name>-config` (from the cache).
     pub server_config: Option<ConfigMap>,
-    pub headless_service: Option<Service>,
-    pub rw_service: Option<Service>,
+    /// The Services that exist of the Database's (headless, `-rw`, `-ro`, `-r`).
+    pub services: Vec<Service>,
     pub statefulset: Option<StatefulSet>,
     pub init_job: Option<Job>,
-    /// The data claims of ordinals 0..replicas that exist.
+    /// The database pods as the watch cache has them (role label, node, readiness).
+    pub instance_pods: Vec<Pod>,
+    /// The replication Secret (metadata only, from the cache).
+    pub replication_secret: Option<Secret>,
+    /// The data claims of ordinals 0..instances that exist.
     pub data_claims: Vec<PersistentVolumeClaim>,
     /// The `DatabaseBackup` objects of this Database (scheduled and on demand).
     pub backups: Vec<DatabaseBackup>,
@@ -168,6 +173,8 @@ pub struct Facts {
     pub stuck_pods: Vec<String>,
     /// The CA, the server certificate, and where the pods serve it (`tls`).
     pub tls: TlsFact,
+    /// The instances' pods and the replication Secret (`roles`).
+    pub roles: RolesFact,
 }
 
 /// A database pod the scheduler found no node for (`PodScheduled` False, `Unschedulable`).
@@ -202,6 +209,10 @@ impl Facts {
             unschedulable: snap.database_pods.iter().find_map(unschedulable_fact),
             restart: RestartFact::of(snap.statefulset.as_ref()),
             stuck_pods: stuck_pods(snap.statefulset.as_ref(), &snap.database_pods),
+            roles: RolesFact {
+                pods: snap.instance_pods.iter().map(PodFact::of).collect(),
+                replication_secret: snap.replication_secret.is_some(),
+            },
             tls: TlsFact::of(
                 snap.ca_secret.as_ref(),
                 snap.server_tls_secret.as_ref(),

@@ -14,6 +14,8 @@
 //! - `deletion` decides the deletion policy (pure); `cleanup` is the finalizer's I/O for it,
 //!   and makes it wait while an upgrade's pods change version;
 //! - `init` decides the init SQL (`Initialized`), a part of `decide`;
+//! - `roles` decides the instances' roles: the primary, the pods' role labels, the replication
+//!   Secret, each instance's status line;
 //! - `restart` decides whether the pods must restart for `spec.postgresql` (`RestartPending`);
 //! - `tls` decides the CA and server certificate (`TLSReady`), `certificates` makes them;
 //! - `restore` decides a restore from a backup (`spec.bootstrap.fromBackup`), which takes the
@@ -37,6 +39,7 @@ pub mod init;
 pub mod observe;
 pub mod restart;
 pub mod restore;
+pub mod roles;
 pub mod status;
 pub mod stuck;
 pub mod tls;
@@ -64,6 +67,10 @@ pub async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> 
         .await
         .during(Step::Observe)?;
     let password = decision.steps.create_secret.then(apply::new_password);
+    let replication_password = decision
+        .roles
+        .create_replication_secret
+        .then(apply::new_password);
     let ca = Box::pin(observe::signing_ca(ctx, db, &decision.steps.tls))
         .await
         .during(Step::Observe)?;
@@ -76,6 +83,7 @@ pub async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> 
         verification.as_ref(),
         &ctx.settings,
         password.as_deref(),
+        replication_password.as_deref(),
         issued,
     );
     // Boxed: the desired objects are large, and a pass runs deep inside the controller's

@@ -24,7 +24,7 @@ use crate::kube_io::job_pods;
 use crate::objects::{JobState, job_state};
 use crate::resources::credentials::{self};
 use crate::resources::tls::CA_KEY;
-use crate::resources::{Names, selector_labels};
+use crate::resources::{LABEL_INSTANCE, Names, selector_labels};
 use dbop_contract::instance::TLS_CA_FILE;
 
 /// Reads the upgrade's objects, only while an upgrade is under way (an idle Database reads
@@ -81,7 +81,7 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         }
         None => None,
     };
-    let data_claims = (0..db.spec.replicas.max(1))
+    let data_claims = (0..db.spec.instances.max(1))
         .filter_map(|ordinal| get(&caches.claims, &ns, &names.data_pvc(ordinal)))
         .collect();
     let name = db.name();
@@ -120,8 +120,23 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
             &ns,
             &crate::resources::server_config::config_map_name(db),
         ),
-        headless_service: get(&caches.services, &ns, &names.headless_service()),
-        rw_service: get(&caches.services, &ns, &names.rw_service()),
+        services: [
+            names.headless_service(),
+            names.rw_service(),
+            names.ro_service(),
+            names.r_service(),
+        ]
+        .iter()
+        .filter_map(|name| get(&caches.services, &ns, name))
+        .collect(),
+        instance_pods: list(&caches.pods, &ns, |p| {
+            p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_INSTANCE))
+                .is_some_and(|i| *i == name)
+        }),
+        replication_secret: secret_metadata(ctx, &ns, &names.replication_secret()),
         database_pods: database_pods(client, db, statefulset.as_ref()).await?,
         statefulset,
         init_job: get(&caches.jobs, &ns, &names.init_job()),

@@ -87,6 +87,8 @@ pub fn next_status(db: &Database, decision: &Decision, now: DateTime<Utc>) -> Da
         // Written by the verification step (`backup::verify`), kept otherwise.
         verification: previous.verification,
         upgrade: decision.upgrade.clone(),
+        primary: Some(decision.roles.primary.clone()),
+        instances: decision.roles.instances.clone(),
     }
 }
 
@@ -138,6 +140,7 @@ mod tests {
             restart: Default::default(),
             stuck_pods: vec![],
             tls: Default::default(),
+            roles: Default::default(),
         };
         let decision =
             crate::database::decide::decide(&db, &facts, &crate::settings::Settings::default());

@@ -106,7 +106,7 @@ const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 async fn health(client: &Client, db: &Database) -> Vec<PodHealth> {
     let ns = db.namespace_or_default();
     let mut out = vec![];
-    for ordinal in 0..db.spec.replicas.max(1) {
+    for ordinal in 0..db.spec.instances.max(1) {
         let pod = format!("{}-{ordinal}", db.name());
         let figures = if MonitoringSpec::enabled(db.spec.monitoring.as_ref()) {
             scrape(client, &ns, &pod).await.map(|text| figures(&text))

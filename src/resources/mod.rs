@@ -15,6 +15,7 @@ pub mod placement;
 pub mod pod;
 pub mod preflight_job;
 pub mod quantity;
+pub mod replication;
 pub mod restore_job;
 pub mod server_config;
 pub mod services;
@@ -45,6 +46,9 @@ pub const LABEL_VERSION: &str = "app.kubernetes.io/version";
 pub const MANAGED_BY: &str = "dbop";
 /// A label selector for everything dbop manages, used by the controller's watches.
 pub const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=dbop";
+/// A label selector for the database pods of every Database (not the Jobs' pods).
+pub const DATABASE_POD_SELECTOR: &str =
+    "app.kubernetes.io/managed-by=dbop,app.kubernetes.io/component=database";
 
 /// The names of everything derived from one Database. Deterministic, so that a restarted
 /// operator finds what it made before instead of making it again.
@@ -72,7 +76,7 @@ impl Names {
     pub fn headless_service(&self) -> String {
         format!("{}-hl", self.database)
     }
-    /// The client Service pointing at the primary (ordinal 0).
+    /// The client Service pointing at the primary.
     pub fn rw_service(&self) -> String {
         format!("{}-rw", self.database)
     }

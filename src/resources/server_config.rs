@@ -1,8 +1,9 @@
 //! The server configuration dbop ships to the database pods: the ConfigMap `<name>-config`
 //! with the parameters (`postgresql.conf`) and the extra client rules (`pg_hba.conf`) of
-//! `spec.postgresql`, mounted at `CONFIG_DIR`, where the instance manager includes the first
-//! from the server's `postgresql.conf`, composes the second into `pg_hba.conf`, and reloads the
-//! server when the kubelet updates them.
+//! `spec.postgresql`, and the topology (`topology`: which instance is the primary), mounted
+//! at `CONFIG_DIR`, where the instance manager includes the first from the server's
+//! `postgresql.conf`, composes the second into `pg_hba.conf`, reloads the server when the
+//! kubelet updates them, and follows the third (primary or standby of whom).
 //!
 //! Also what a restart applies: the parameters PostgreSQL reads only at start
 //! (`RESTART_PARAMETERS`), which the pod template carries in an annotation so that a change of
@@ -195,8 +196,9 @@ pub fn config_map_name(db: &Database) -> String {
     format!("{}-config", db.name())
 }
 
-/// The ConfigMap the database pods mount (always built: an empty spec has empty files).
-pub fn server_config_map(db: &Database) -> ConfigMap {
+/// The ConfigMap the database pods mount (always built: an empty spec has empty files), with
+/// the topology that names `primary` (`replication::topology`).
+pub fn server_config_map(db: &Database, primary: &str) -> ConfigMap {
     let hba = db
         .spec
         .postgresql
@@ -211,6 +213,7 @@ pub fn server_config_map(db: &Database) -> ConfigMap {
                 HBA_FILE.into(),
                 render_hba(&hba) + &super::tls::plaintext_rules(db).unwrap_or_default(),
             ),
+            super::replication::topology_entry(db, primary),
         ])),
         ..ConfigMap::default()
     }
@@ -368,7 +371,7 @@ mod tests {
             "parameters": {"search_path": "\"$user\", public", "application_name": "it's"},
             "pgHba": ["host all all 10.0.0.0/8 reject"]
         }}));
-        let cm = server_config_map(&d);
+        let cm = server_config_map(&d, "orders-0");
         assert_eq!(cm.metadata.name.as_deref(), Some("orders-config"));
         assert!(cm.metadata.owner_references.is_some());
         let data = cm.data.unwrap();
@@ -379,6 +382,7 @@ mod tests {
             "{conf}"
         );
         assert!(data[HBA_FILE].ends_with("host all all 10.0.0.0/8 reject\n"));
+        assert!(data["topology"].contains("primary=orders-0\n"));
         let broken = render_parameters(&BTreeMap::from([("a".into(), "x\ny = 1".into())]));
         assert_eq!(broken.lines().count(), 2, "{broken}");
     }

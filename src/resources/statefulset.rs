@@ -110,7 +110,7 @@ pub fn statefulset_running(
     StatefulSet {
         metadata: meta,
         spec: StatefulSetSpec {
-            replicas: Some(db.spec.replicas),
+            replicas: Some(db.spec.instances),
             service_name: Some(names.headless_service()),
             selector: LabelSelector {
                 match_labels: Some(selector_labels(names.database())),
@@ -137,6 +137,7 @@ pub fn statefulset_running(
                 super::server_config::add_to_pod_template(&mut template, db);
                 super::monitoring::add_to_pod_template(&mut template, db);
                 super::tls::add_to_pod_template(&mut template, db);
+                super::replication::add_to_pod_template(&mut template, db);
                 template
             },
             volume_claim_templates: Some(

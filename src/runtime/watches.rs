@@ -27,7 +27,7 @@ use tracing::warn;
 use crate::api::DatabaseBackup;
 use crate::context::caches::{Slim, SyncedMarker, Trigger, Writers, slim};
 use crate::database::controller::Triggers as DatabaseTriggers;
-use crate::resources::MANAGED_SELECTOR;
+use crate::resources::{DATABASE_POD_SELECTOR, MANAGED_SELECTOR};
 
 use self::merge::Merge;
 
@@ -85,7 +85,8 @@ pub fn start(
     let managed = all.clone().labels(MANAGED_SELECTOR);
     let mut watches = Watches(Vec::new());
     let marker = || writers.synced_marker();
-    let (m1, m2, m3, m4, m5, m6, m7, m8) = (
+    let (m1, m2, m3, m4, m5, m6, m7, m8, m9) = (
+        marker(),
         marker(),
         marker(),
         marker(),
@@ -104,6 +105,7 @@ pub fn start(
         jobs,
         claims,
         config_maps,
+        pods,
         ..
     } = writers;
     let scopes: Vec<Option<String>> = match namespaces {
@@ -121,6 +123,9 @@ pub fn start(
     let [claims] = watches.spawn(watch(c, &managed), claims, m7, meta);
     // Cached only (no trigger): a reconcile reads its ConfigMaps and rewrites what drifted.
     let [] = watches.spawn(watch(c, &managed), config_maps, m8, meta);
+    // The database pods: their roles and readiness (a new pod is labelled at once).
+    let database_pods = all.clone().labels(DATABASE_POD_SELECTOR);
+    let [pods] = watches.spawn(watch(c, &database_pods), pods, m9, meta);
     let ([jobs, backup_jobs], [backups, backups_self]) = (jobs, backups);
     let database = DatabaseTriggers {
         databases,
@@ -128,6 +133,7 @@ pub fn start(
         services,
         secrets,
         claims,
+        pods,
         jobs,
         backups,
     };

@@ -467,7 +467,7 @@ fn pre_upgrade_backup(input: &Input, u: &UpgradeStatus) -> UpgradePlan {
 
 /// Releases the highest ordinal to the target image.
 fn begin_rollout(input: &Input, u: &UpgradeStatus) -> UpgradeStatus {
-    let highest = input.db.spec.replicas.max(1) - 1;
+    let highest = input.db.spec.instances.max(1) - 1;
     let mut next = enter(u, RollingOut, input.now, rollout_message(u, highest));
     next.partition = Some(highest);
     next.partition_since = Some(input.now);
@@ -551,7 +551,7 @@ fn wrong_version(u: &UpgradeStatus, pod: &PodFact) -> Option<String> {
 
 /// Every pod Ready on the update revision, running the image preflight proved: Complete.
 fn verifying(input: &Input, u: &UpgradeStatus) -> UpgradePlan {
-    let replicas = input.db.spec.replicas.max(1);
+    let replicas = input.db.spec.instances.max(1);
     if let Some(why) = input.facts.pods.iter().find_map(|p| wrong_version(u, p)) {
         return under_way(input, stop(input, u, "WrongVersion", why));
     }
@@ -577,7 +577,7 @@ fn verifying(input: &Input, u: &UpgradeStatus) -> UpgradePlan {
 /// The template is back on the old image; pods the StatefulSet controller would wait on forever
 /// (not Ready on another revision) are deleted so they come back on the old one.
 fn rolling_back(input: &Input, u: &UpgradeStatus) -> UpgradePlan {
-    let replicas = input.db.spec.replicas.max(1);
+    let replicas = input.db.spec.instances.max(1);
     let Some(revision) = template_applied(input, &u.from_image) else {
         return under_way(input, u.clone());
     };
@@ -920,7 +920,7 @@ mod tests {
     #[test]
     fn the_highest_ordinal_goes_first_then_one_at_a_time() {
         let mut db = db("15.20", Some(at(PreUpgradeBackup)), with_backups());
-        db.spec.replicas = 3;
+        db.spec.instances = 3;
         let facts = UpgradeFacts {
             backup: backup(BackupPhase::Succeeded),
             ..UpgradeFacts::default()

@@ -123,10 +123,12 @@ the operator as this chart's ServiceAccount and fails on any Forbidden in the au
   verbs: ["get", "list", "watch", "create"]
 # Job pods: the agent's result is in their termination message, a preflight's image pull error
 # in its waiting state. Database pods during an upgrade: their revision and readiness; a rollback
-# deletes the pods stuck on the image being rolled back (src/upgrade/plan.rs).
+# deletes the pods stuck on the image being rolled back (src/upgrade/plan.rs). Database pods are
+# watched (their role and readiness: label-selected) and labelled with their role (patch:
+# dbop.dev/role, which the -rw and -ro Services select by).
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list", "delete"]
+  verbs: ["list", "watch", "patch", "delete"]
 # ConfigMaps: read those referenced by spec.init.configMapRef and s3.ca; apply the one holding
 # inline init SQL (mounted into the init Job as a file) and the server configuration
 # `<name>-config` (mounted into the database pods), both watched (dbop's label) for the cache.

@@ -1,0 +1,146 @@
+//! Streaming standbys on the test bed's real node: a 3-instance Database clones its primary
+//! into two standbys that stream from it through a replication slot each; rows written through
+//! `-rw` reach both standbys; `-ro` answers from a standby, which refuses writes; the status
+//! lists every instance ready with its role.
+
+use std::time::Duration;
+
+use dbop::api::{InstanceRole, Phase};
+use dbop_e2e::node::{REAL_NODE_STORAGE_CLASS, real_node_placement};
+use dbop_e2e::{TestBed, testbed, wait_until};
+use serde_json::json;
+
+/// A primary's initdb and two clones, one after the other, on a busy 2-core machine.
+const READY_WAIT: Duration = Duration::from_secs(420);
+/// A row replicated to a streaming standby.
+const REPLICATION_WAIT: Duration = Duration::from_secs(60);
+
+/// psql as the superuser over an instance's own socket (peer authentication).
+fn local_psql(bed: &TestBed, ns: &str, pod: &str, sql: &str) -> (bool, String, String) {
+    bed.exec(
+        ns,
+        pod,
+        &[
+            "psql",
+            "-X",
+            "-U",
+            "postgres",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-Atc",
+            sql,
+        ],
+    )
+}
+
+fn local_ok(bed: &TestBed, ns: &str, pod: &str, sql: &str) -> String {
+    let (ok, out, err) = local_psql(bed, ns, pod, sql);
+    assert!(ok, "{pod}: {sql}: {err}");
+    out.trim().to_string()
+}
+
+#[tokio::test]
+async fn three_instances_stream_from_one_primary() {
+    let bed = testbed().await;
+    bed.require_real_node().await;
+    let ns = bed.real_node_namespace("ha").await;
+    let _operator = bed.operator_for_real_node(&ns);
+    bed.apply_database(
+        &ns,
+        json!({"metadata": {"name": "orders"}, "spec": {
+            "version": "15.20",
+            "instances": 3,
+            "storage": {"size": "1Gi", "storageClassName": REAL_NODE_STORAGE_CLASS},
+            "placement": real_node_placement(),
+        }}),
+    )
+    .await;
+    let db = bed
+        .wait_for_phase(&ns, "orders", Phase::Ready, READY_WAIT)
+        .await;
+    let status = db.status.unwrap();
+    assert_eq!(status.primary.as_deref(), Some("orders-0"));
+    let lines: Vec<_> = status
+        .instances
+        .iter()
+        .map(|i| (i.name.as_str(), i.role, i.ready))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            ("orders-0", InstanceRole::Primary, true),
+            ("orders-1", InstanceRole::Standby, true),
+            ("orders-2", InstanceRole::Standby, true),
+        ]
+    );
+
+    // The primary is not in recovery; each standby is, and streams through its own slot.
+    assert_eq!(
+        local_ok(&bed, &ns, "orders-0", "select pg_is_in_recovery()"),
+        "f"
+    );
+    for standby in ["orders-1", "orders-2"] {
+        assert_eq!(
+            local_ok(&bed, &ns, standby, "select pg_is_in_recovery()"),
+            "t"
+        );
+        let receiver = local_ok(
+            &bed,
+            &ns,
+            standby,
+            "select status, slot_name from pg_stat_wal_receiver",
+        );
+        assert_eq!(
+            receiver,
+            format!("streaming|dbop_{}", standby.replace('-', "_"))
+        );
+    }
+    let senders = local_ok(
+        &bed,
+        &ns,
+        "orders-0",
+        "select string_agg(application_name || ':' || state, ',' order by application_name) from pg_stat_replication",
+    );
+    assert_eq!(senders, "orders-1:streaming,orders-2:streaming");
+
+    // A write on the primary reaches both standbys.
+    local_ok(
+        &bed,
+        &ns,
+        "orders-0",
+        "create table ledger (id int primary key, note text); insert into ledger select g, 'row ' || g from generate_series(1, 100) g",
+    );
+    for standby in ["orders-1", "orders-2"] {
+        wait_until("the rows on the standby", REPLICATION_WAIT, || async {
+            let (ok, out, _) = local_psql(&bed, &ns, standby, "select count(*) from ledger");
+            (ok && out.trim() == "100").then_some(())
+        })
+        .await;
+        let (ok, _, err) = local_psql(&bed, &ns, standby, "insert into ledger values (1000, 'x')");
+        assert!(
+            !ok && err.contains("read-only transaction"),
+            "{standby}: {err}"
+        );
+    }
+
+    // Through the Services, from a client pod: -rw is the primary, -ro a standby.
+    bed.psql_client(&ns, "client", "orders", "orders-credentials")
+        .await;
+    let via = |service: &str| {
+        format!(
+            "PGHOST={service} PGUSER=postgres exec psql -X -d postgres -Atc 'select pg_is_in_recovery()'"
+        )
+    };
+    for (service, in_recovery) in [("orders-rw", "f"), ("orders-ro", "t")] {
+        let command = via(service);
+        wait_until(
+            &format!("{service} answering"),
+            REPLICATION_WAIT,
+            || async {
+                let (ok, out, _) = bed.exec(&ns, "client", &["sh", "-c", &command]);
+                (ok && out.trim() == in_recovery).then_some(())
+            },
+        )
+        .await;
+    }
+}

@@ -1,0 +1,253 @@
+//! What a Database's instances need to replicate: the topology dbop publishes to them (which
+//! instance is the primary, where each is reached: `dbop_contract::topology`), the replication
+//! role's Secret `<name>-replication` and its volume, the role label on the pods that the
+//! Services select by, and the anti-affinity that spreads the instances over nodes.
+//!
+//! Pure: plain functions of the Database and the primary's name (which the Database's
+//! `decide` chooses); the password comes in, made by the caller.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{
+    Affinity, PodAffinityTerm, PodAntiAffinity, PodSpec, PodTemplateSpec, Secret,
+    SecretVolumeSource, Volume, WeightedPodAffinityTerm,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use super::pod::mount;
+use super::{Names, POSTGRES_PORT, owned_meta, selector_labels};
+use crate::api::{Database, InstanceRole};
+use dbop_contract::topology::{
+    Member, REPLICATION_DIR, REPLICATION_PASSWORD_FILE, TOPOLOGY_FILE, Topology,
+};
+
+/// The pod label that says an instance's role (`primary`, `standby`); `<name>-rw` and
+/// `<name>-ro` select by it. Set on each pod by dbop, never in the pod template.
+pub const ROLE_LABEL: &str = "dbop.dev/role";
+/// The volume of the replication Secret in the database pod.
+const REPLICATION_VOLUME: &str = "replication";
+
+impl Names {
+    /// The Secret with the replication role's password.
+    pub fn replication_secret(&self) -> String {
+        format!("{}-replication", self.database())
+    }
+    /// The Service of the ready standbys (read-only).
+    pub fn ro_service(&self) -> String {
+        format!("{}-ro", self.database())
+    }
+    /// The Service of every ready instance.
+    pub fn r_service(&self) -> String {
+        format!("{}-r", self.database())
+    }
+    /// The name instance `ordinal`'s peers reach it at (through the headless Service).
+    pub fn pod_host(&self, ordinal: i32, namespace: &str) -> String {
+        format!(
+            "{}.{}.{namespace}.svc",
+            self.pod(ordinal),
+            self.headless_service()
+        )
+    }
+}
+
+/// The topology for `primary`: every instance of the spec, in ordinal order.
+pub fn topology(db: &Database, primary: &str) -> Topology {
+    let names = Names::of(db);
+    let ns = db.namespace_or_default();
+    Topology {
+        primary: primary.to_string(),
+        members: (0..db.spec.instances.max(1))
+            .map(|ordinal| Member {
+                name: names.pod(ordinal),
+                host: names.pod_host(ordinal, &ns),
+                port: POSTGRES_PORT as u16,
+            })
+            .collect(),
+    }
+}
+
+/// The topology as the server configuration ConfigMap's entry (`TOPOLOGY_FILE`).
+pub fn topology_entry(db: &Database, primary: &str) -> (String, String) {
+    (TOPOLOGY_FILE.to_string(), topology(db, primary).render())
+}
+
+/// The replication role's Secret, with the given password.
+pub fn replication_secret(db: &Database, password: &str) -> Secret {
+    let names = Names::of(db);
+    Secret {
+        metadata: owned_meta(db, names.replication_secret(), "replication"),
+        type_: Some("Opaque".into()),
+        data: Some(BTreeMap::from([(
+            REPLICATION_PASSWORD_FILE.to_string(),
+            ByteString(password.as_bytes().to_vec()),
+        )])),
+        ..Secret::default()
+    }
+}
+
+/// Whether the Database needs the replication Secret: it has standbys.
+pub fn needs_replication_secret(db: &Database) -> bool {
+    db.spec.instances > 1
+}
+
+/// The role label's value a pod should carry.
+pub fn role_of(pod: &str, primary: &str) -> InstanceRole {
+    if pod == primary {
+        InstanceRole::Primary
+    } else {
+        InstanceRole::Standby
+    }
+}
+
+/// The selector of the instances of `role`.
+pub fn role_selector(database: &str, role: InstanceRole) -> BTreeMap<String, String> {
+    let mut selector = selector_labels(database);
+    selector.insert(ROLE_LABEL.into(), role.label().into());
+    selector
+}
+
+/// Puts what replication needs into the database pod template: the replication Secret's
+/// volume (optional: a single instance has none, and a later scale-up must not restart the
+/// primary to mount it), and a preferred anti-affinity that spreads the instances over nodes
+/// unless the spec places the pods itself.
+pub fn add_to_pod_template(template: &mut PodTemplateSpec, db: &Database) {
+    let Some(pod) = template.spec.as_mut() else {
+        return;
+    };
+    if let Some(postgres) = pod.containers.iter_mut().find(|c| c.name == "postgres") {
+        postgres
+            .volume_mounts
+            .get_or_insert_with(Vec::new)
+            .push(mount(REPLICATION_VOLUME, REPLICATION_DIR, true));
+    }
+    pod.volumes
+        .get_or_insert_with(Vec::new)
+        .push(replication_volume(db));
+    spread(pod, db);
+}
+
+fn replication_volume(db: &Database) -> Volume {
+    Volume {
+        name: REPLICATION_VOLUME.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(Names::of(db).replication_secret()),
+            optional: Some(true),
+            // Readable by the pod's group (fsGroup) only.
+            default_mode: Some(0o440),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+/// Prefers a node without another instance of this Database, when the spec sets no affinity.
+fn spread(pod: &mut PodSpec, db: &Database) {
+    if pod.affinity.is_some() {
+        return;
+    }
+    pod.affinity = Some(Affinity {
+        pod_anti_affinity: Some(PodAntiAffinity {
+            preferred_during_scheduling_ignored_during_execution: Some(vec![
+                WeightedPodAffinityTerm {
+                    weight: 100,
+                    pod_affinity_term: PodAffinityTerm {
+                        label_selector: Some(LabelSelector {
+                            match_labels: Some(selector_labels(&db.name())),
+                            ..LabelSelector::default()
+                        }),
+                        topology_key: "kubernetes.io/hostname".into(),
+                        ..PodAffinityTerm::default()
+                    },
+                },
+            ]),
+            ..PodAntiAffinity::default()
+        }),
+        ..Affinity::default()
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::testing;
+
+    fn three() -> Database {
+        let mut db = testing::minimal();
+        db.spec.instances = 3;
+        db.metadata.namespace = Some("shop".into());
+        db
+    }
+
+    #[test]
+    fn the_topology_names_every_instance_and_the_primary() {
+        let t = topology(&three(), "orders-1");
+        assert_eq!(t.primary, "orders-1");
+        let names: Vec<_> = t.members.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names, ["orders-0", "orders-1", "orders-2"]);
+        assert_eq!(t.members[2].host, "orders-2.orders-hl.shop.svc");
+        assert_eq!(t.members[2].port, 5432);
+        assert_eq!(t.standbys(), ["orders-0", "orders-2"]);
+        // What the instance manager reads back.
+        assert_eq!(
+            Topology::parse(&topology_entry(&three(), "orders-1").1),
+            Ok(t)
+        );
+    }
+
+    #[test]
+    fn the_replication_secret_holds_the_password_under_the_contracts_key() {
+        let s = replication_secret(&three(), "pw");
+        assert_eq!(s.metadata.name.as_deref(), Some("orders-replication"));
+        assert_eq!(s.data.unwrap()["password"].0, b"pw");
+        assert!(needs_replication_secret(&three()));
+        assert!(!needs_replication_secret(&testing::minimal()));
+    }
+
+    #[test]
+    fn roles_and_selectors() {
+        assert_eq!(role_of("orders-0", "orders-0"), InstanceRole::Primary);
+        assert_eq!(role_of("orders-1", "orders-0"), InstanceRole::Standby);
+        let s = role_selector("orders", InstanceRole::Standby);
+        assert_eq!(s[ROLE_LABEL], "standby");
+        assert_eq!(s["app.kubernetes.io/instance"], "orders");
+    }
+
+    #[test]
+    fn the_template_mounts_the_optional_secret_and_spreads_unless_placed() {
+        let db = three();
+        let mut template = PodTemplateSpec {
+            spec: Some(PodSpec {
+                containers: vec![k8s_openapi::api::core::v1::Container {
+                    name: "postgres".into(),
+                    ..Default::default()
+                }],
+                ..PodSpec::default()
+            }),
+            ..PodTemplateSpec::default()
+        };
+        add_to_pod_template(&mut template, &db);
+        let pod = template.spec.unwrap();
+        let volume = &pod.volumes.unwrap()[0];
+        let secret = volume.secret.as_ref().unwrap();
+        assert_eq!(secret.secret_name.as_deref(), Some("orders-replication"));
+        assert_eq!(secret.optional, Some(true));
+        let mounts = pod.containers[0].volume_mounts.clone().unwrap();
+        assert_eq!(mounts[0].mount_path, REPLICATION_DIR);
+        let anti = pod.affinity.unwrap().pod_anti_affinity.unwrap();
+        let term = &anti
+            .preferred_during_scheduling_ignored_during_execution
+            .unwrap()[0];
+        assert_eq!(
+            term.pod_affinity_term.topology_key,
+            "kubernetes.io/hostname"
+        );
+
+        let mut placed = PodSpec {
+            affinity: Some(Affinity::default()),
+            ..PodSpec::default()
+        };
+        spread(&mut placed, &db);
+        assert_eq!(placed.affinity, Some(Affinity::default()));
+    }
+}
