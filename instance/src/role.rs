@@ -21,6 +21,12 @@ use crate::replication::status::Slot;
 /// updates the mounted file up to a minute late), and that standby may have just made its slot.
 pub const SLOT_GRACE: Duration = Duration::from_secs(300);
 
+/// How long a standby named primary waits for the old primary to stop while it still streams
+/// from it: a switchover's old primary sees the new topology up to a minute later (the
+/// kubelet), and stops after sending its standbys all of its WAL. Promoting before would fork
+/// the timeline before its last WAL (lost commits, and a rewind for the old primary).
+pub const PROMOTE_GRACE: Duration = Duration::from_secs(75);
+
 /// The first and the longest wait between two tries of a clone.
 pub const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(15);
@@ -116,6 +122,13 @@ pub fn decide(me: &str, read: &Read, standby: bool, following: Option<&Member>) 
         (Role::Standby, true) if following != Some(primary) => Action::Follow(primary.clone()),
         (Role::Standby, true) => Action::Nothing,
     }
+}
+
+/// Whether a standby named primary promotes now: once it no longer streams from the old
+/// primary (which stopped, or is gone), or when the old one has had `grace` since this
+/// instance first saw itself named (`named_for`) and still streams.
+pub fn promote_now(streaming: bool, named_for: Duration, grace: Duration) -> bool {
+    !streaming || named_for >= grace
 }
 
 /// What a primary does about slots.
@@ -323,6 +336,27 @@ mod tests {
         let twice = ["dbop_x".to_string(), "dbop_x".to_string()];
         let made = slot_actions(&[], &twice, &BTreeMap::new(), at(0), grace);
         assert_eq!(made.create, ["dbop_x"]);
+    }
+
+    #[test]
+    fn a_standby_named_primary_waits_for_the_old_one_to_stop_streaming() {
+        let grace = Duration::from_secs(75);
+        let table = [
+            (false, 0, true),
+            (false, 80, true),
+            (true, 0, false),
+            (true, 74, false),
+            (true, 75, true),
+            (true, 600, true),
+        ];
+        for (streaming, seconds, want) in table {
+            let named_for = Duration::from_secs(seconds);
+            assert_eq!(
+                promote_now(streaming, named_for, grace),
+                want,
+                "{streaming} {seconds}"
+            );
+        }
     }
 
     #[test]

@@ -44,6 +44,8 @@ pub struct Keeper<'a> {
     role_password: Option<Fingerprint>,
     unwanted_since: BTreeMap<String, Instant>,
     problem: Option<String>,
+    /// Since when this standby has seen itself named primary.
+    named_primary: Option<Instant>,
 }
 
 impl<'a> Keeper<'a> {
@@ -64,6 +66,7 @@ impl<'a> Keeper<'a> {
             role_password: None,
             unwanted_since: BTreeMap::new(),
             problem: None,
+            named_primary: None,
         }
     }
 
@@ -85,9 +88,13 @@ impl<'a> Keeper<'a> {
         let changed = read != self.last;
         self.last = read.clone();
         let standby = config::is_standby(&self.o.pgdata);
-        match role::decide(&me, &read, standby, self.following.as_ref()) {
+        let action = role::decide(&me, &read, standby, self.following.as_ref());
+        if action != Action::Promote {
+            self.named_primary = None;
+        }
+        match action {
             Action::Fence(primary) => return Some(stepped_down(&primary)),
-            Action::Promote => self.promote(),
+            Action::Promote => self.promote_when_safe(),
             Action::Follow(primary) => self.follow(&me, &primary),
             Action::Nothing => {}
         }
@@ -104,6 +111,24 @@ impl<'a> Keeper<'a> {
 
     fn problem(&mut self, message: String) {
         once(&mut self.problem, message);
+    }
+
+    /// Promotes once the old primary no longer streams to this standby (`role::promote_now`).
+    fn promote_when_safe(&mut self) {
+        let since = *self.named_primary.get_or_insert_with(Instant::now);
+        let streaming = self
+            .server
+            .query("SELECT status FROM pg_stat_wal_receiver;\n")
+            .is_ok_and(|s| s.trim() == "streaming");
+        if role::promote_now(streaming, since.elapsed(), role::PROMOTE_GRACE) {
+            self.promote();
+        } else {
+            self.problem(format!(
+                "the topology names this instance the primary: promoting it once the old \
+                 primary stops streaming to it (at most {} s)",
+                role::PROMOTE_GRACE.as_secs()
+            ));
+        }
     }
 
     fn promote(&mut self) {
