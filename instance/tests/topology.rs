@@ -354,25 +354,30 @@ fn a_standby_clones_its_primary_streams_and_is_ready_only_while_it_streams() {
 }
 
 #[test]
-fn a_switchover_by_topology_fences_promotes_and_rejoins_without_losing_a_row() {
+fn a_switchover_by_topology_fences_promotes_follows_and_rejoins_without_losing_a_row() {
     let a = Node::new("tq-0");
     let b = Node::new("tq-1");
-    for node in [&a, &b] {
-        node.topology(&a, &[&a, &b]);
+    let c = Node::new("tq-2");
+    for node in [&a, &b, &c] {
+        node.topology(&a, &[&a, &b, &c]);
     }
     let running_a = a.start();
     a.sql("CREATE TABLE t (id int PRIMARY KEY, origin text NOT NULL)")
         .unwrap();
     a.insert("a", 1, 100);
     let running_b = b.start();
-    b.wait_streaming(&a, 1);
-    b.insert_refused();
+    let running_c = c.start();
+    for standby in [&b, &c] {
+        standby.wait_streaming(&a, 1);
+        standby.insert_refused();
+    }
     a.insert("a", 101, 110);
     b.wait_rows("a", 110);
+    c.wait_rows("a", 110);
 
-    // Writes stopped; the topology names b: a steps down, b is promoted.
-    for node in [&a, &b] {
-        node.topology(&b, &[&a, &b]);
+    // Writes stopped; the topology names b: a steps down, b is promoted, c follows b.
+    for node in [&a, &b, &c] {
+        node.topology(&b, &[&a, &b, &c]);
     }
     let status = running_a.wait_exit("the old primary steps down");
     assert!(
@@ -395,6 +400,9 @@ fn a_switchover_by_topology_fences_promotes_and_rejoins_without_losing_a_row() {
         110,
         "a row was lost in the switchover"
     );
+    c.wait_streaming(&b, 2);
+    c.wait_rows("b", 10);
+    assert!(c.log().contains("following the new primary tq-1"));
 
     // The old primary starts again: it rejoins as a standby of the new one.
     let running_a = a.start();
@@ -421,11 +429,13 @@ fn a_switchover_by_topology_fences_promotes_and_rejoins_without_losing_a_row() {
     );
     eprintln!("{rejoined}");
 
-    for node in [&a, &b] {
+    c.wait_rows("b", 20);
+    for node in [&a, &b, &c] {
         node.assert_no_password_logged();
     }
     drop(running_a);
     drop(running_b);
+    drop(running_c);
 }
 
 impl Node {
