@@ -1,8 +1,8 @@
 //! dbop's instance manager: the entrypoint of the database container.
 //!
 //! Pure decisions live in their own modules (`datadir`, `identity`, `config`, `shutdown`, `password`,
-//! `binaries`, `tls`' `settings`, `reload`'s `changed`, `replication`'s `config`, `rejoin`, `status`, and `metrics`' `exposition`, `batch`,
-//! `builtin`, `custom`, `http`) and are table-tested; `run`, `process`, `replication::ops` and
+//! `binaries`, `tls`' `settings`, `reload`'s `changed`, `replication`'s `config`, `rejoin`, `status`, `role` (which role the topology gives this instance), and `metrics`' `exposition`, `batch`,
+//! `builtin`, `custom`, `http`) and are table-tested; `run`, `process`, `replication::ops`, `role_start`, `role_watch` and
 //! `metrics`' `psql`, `collect`, `server`, `reload`'s `Reloader` and `tls`' `install` do the I/O (files, child processes, signals) and nothing
 //! else decides anything.
 
@@ -15,6 +15,9 @@ pub mod password;
 pub mod process;
 pub mod reload;
 pub mod replication;
+pub mod role;
+pub mod role_start;
+pub mod role_watch;
 pub mod run;
 pub mod shutdown;
 pub mod tls;

@@ -14,13 +14,18 @@ use crate::identity::{self, Identity};
 use crate::password::{self, Fingerprint, Read, Sync};
 use crate::process;
 use crate::reload::{self, Mounted, Reloader};
-use crate::shutdown::{self, Event, State, Timeouts};
+use crate::role_watch::Keeper;
+use crate::shutdown::{self, Event, Mode, State, Timeouts};
 
 /// The superuser when the credentials have no `username` file (the operator's too).
 pub use dbop_contract::instance::DEFAULT_SUPERUSER;
 /// The file, in the socket directory, that says the server took the password and has the
 /// application database (the probes read it; removed at every start).
 pub const READY_MARKER: &str = "dbop-instance.ready";
+/// The exit code of a primary that stepped down (the container restarts as a standby).
+pub const STEPPED_DOWN: i32 = 3;
+/// How often a standby checks that it streams (its readiness).
+const STANDBY_CHECK: Duration = Duration::from_secs(1);
 
 /// Everything the manager is told on its command line.
 #[derive(Clone, Debug)]
@@ -65,11 +70,14 @@ pub fn report(termination_log: &Path, message: &str) {
 
 /// Runs the instance to its end; returns the container's exit code.
 pub fn run(o: &Options) -> i32 {
-    match prepare(o).and_then(|(bin, user, mounted)| {
+    match prepare(o).and_then(|prepared| {
+        let Some(p) = prepared else {
+            return Ok(0);
+        };
         if let Some(addr) = o.metrics_addr {
-            crate::metrics::start(addr, o, &bin, &user);
+            crate::metrics::start(addr, o, &p.bin, &p.user);
         }
-        supervise(o, &bin, &user, mounted)
+        supervise(o, &p)
     }) {
         Ok(code) => code,
         Err(Fatal(message)) => {
@@ -102,23 +110,43 @@ pub fn bin_dir(major: u32) -> Result<PathBuf, Fatal> {
     })
 }
 
-fn prepare(o: &Options) -> Result<(PathBuf, String, reload::Mounted), Fatal> {
+/// What the start prepared for the supervisor.
+struct Prepared {
+    bin: PathBuf,
+    user: String,
+    mounted: Mounted,
+    /// The primary a standby streams from, as the topology said at start.
+    following: Option<dbop_contract::topology::Member>,
+}
+
+/// The start; `None`: stopped by a signal before the server started.
+fn prepare(o: &Options) -> Result<Option<Prepared>, Fatal> {
     let bin = bin_dir(o.major)?;
     give_uid_an_entry(o)?;
     let user = superuser(&o.credentials_dir)?;
     let _ = std::fs::remove_file(o.socket_dir.join(READY_MARKER));
+    // Before the role's start: a standby's clone or rewind verifies the primary with its CA.
+    let tls = match &o.tls_dir {
+        Some(mounted) => Some(crate::tls::prepare(mounted, &o.socket_dir)?.1),
+        None => None,
+    };
+    let following = match crate::role_start::prepare(o, &bin)? {
+        crate::role_start::Started::Go(following) => following,
+        crate::role_start::Started::Stopped => return Ok(None),
+    };
     match datadir::decide(&observe(&o.pgdata)?, o.major) {
         Start::InitDb => initdb(o, &bin, &user)?,
         Start::Run => log("the data directory is initialised: starting the server on it"),
         Start::Refuse(message) => return Err(Fatal(message)),
     }
     write_config(o, &user)?;
-    let tls = match &o.tls_dir {
-        Some(mounted) => Some(crate::tls::prepare(mounted, &o.socket_dir)?.1),
-        None => None,
-    };
     let mounted = reload::prepare(&o.pgdata, &o.config_dir, tls)?;
-    Ok((bin, user, mounted))
+    Ok(Some(Prepared {
+        bin,
+        user,
+        mounted,
+        following,
+    }))
 }
 
 /// Makes sure PostgreSQL can look the container's uid up (`identity`): when the image's
@@ -234,7 +262,8 @@ fn managed(o: &Options, user: &str) -> Managed {
     }
 }
 
-fn supervise(o: &Options, bin: &Path, user: &str, mounted: Mounted) -> Result<i32, Fatal> {
+fn supervise(o: &Options, p: &Prepared) -> Result<i32, Fatal> {
+    let (bin, user) = (p.bin.as_path(), p.user.as_str());
     process::install_handlers().map_err(|e| Fatal(format!("cannot handle signals: {e}")))?;
     let child = Command::new(bin.join("postgres"))
         .args(config::server_args(&managed(o, user)))
@@ -248,7 +277,9 @@ fn supervise(o: &Options, bin: &Path, user: &str, mounted: Mounted) -> Result<i3
         .tls_dir
         .clone()
         .map(|mounted| (mounted, crate::tls::installed_dir(&o.socket_dir)));
-    let mut reloader = Reloader::new(&o.pgdata, &o.config_dir, tls, mounted);
+    let mut reloader = Reloader::new(&o.pgdata, &o.config_dir, tls, p.mounted.clone());
+    let mut keeper = Keeper::new(o, bin, user, p.following.clone());
+    let mut fenced: Option<String> = None;
     loop {
         let now = Instant::now();
         let events = process::take_signals().into_iter().map(Event::Received);
@@ -261,11 +292,22 @@ fn supervise(o: &Options, bin: &Path, user: &str, mounted: Mounted) -> Result<i3
             state = next;
         }
         if let Some(code) = server_exit(pid) {
-            return Ok(finish(o, state, code));
+            return Ok(finish(o, state, code, fenced.as_deref()));
         }
         if state == State::Running {
             sync.tick();
             reloader.tick(pid);
+            if let Some(why) = keeper.tick(sync.applied()) {
+                // Fenced: a fast shutdown (its standbys get all of its WAL), then exit non-zero.
+                log(&format!("{why}: fast shutdown"));
+                let _ = std::fs::remove_file(o.socket_dir.join(READY_MARKER));
+                process::send(pid, Mode::Fast.signal());
+                state = State::Stopping {
+                    mode: Mode::Fast,
+                    since: now,
+                };
+                fenced = Some(why);
+            }
         }
         std::thread::sleep(o.poll);
     }
@@ -278,8 +320,12 @@ fn server_exit(pid: u32) -> Option<i32> {
         .map(|(_, code)| code)
 }
 
-fn finish(o: &Options, state: State, code: i32) -> i32 {
+fn finish(o: &Options, state: State, code: i32, fenced: Option<&str>) -> i32 {
     let _ = std::fs::remove_file(o.socket_dir.join(READY_MARKER));
+    if let Some(why) = fenced {
+        report(&o.termination_log, why);
+        return STEPPED_DOWN;
+    }
     match (state, code) {
         (State::Stopping { mode, .. }, 0) => log(&format!("postgres stopped ({mode:?} shutdown)")),
         (_, code) => report(
@@ -308,8 +354,9 @@ struct Syncer<'a> {
     applied: Option<Fingerprint>,
     database_made: bool,
     last_problem: Option<String>,
-    /// Ready as a standby (the marker is written; nothing to apply).
+    /// Ready as a standby (accepts connections and streams: the marker is written).
     standby_ready: bool,
+    standby_checked: Option<Instant>,
 }
 
 impl<'a> Syncer<'a> {
@@ -322,19 +369,21 @@ impl<'a> Syncer<'a> {
             database_made: false,
             last_problem: None,
             standby_ready: false,
+            standby_checked: None,
         }
+    }
+
+    /// The superuser's password is applied and the application database exists.
+    fn applied(&self) -> bool {
+        self.database_made
     }
 
     fn tick(&mut self) {
         if crate::replication::config::is_standby(&self.o.pgdata) {
             // A standby has its primary's roles, passwords and databases, and cannot write
-            // them: it is ready once it answers. After a promotion it syncs like any primary.
-            if !self.standby_ready && self.accepting() {
-                log("the server runs as a standby: its roles and passwords are the primary's");
-                let _ = std::fs::write(self.o.socket_dir.join(READY_MARKER), b"");
-                self.standby_ready = true;
-            }
-            return;
+            // them: it is ready while it answers and streams. After a promotion it syncs like
+            // any primary.
+            return self.standby_tick();
         }
         let read = read_password(&self.o.credentials_dir.join("password"));
         match password::decide(self.applied.as_ref(), &read) {
@@ -346,6 +395,46 @@ impl<'a> Syncer<'a> {
             }
             Sync::Problem(message) => self.problem(message),
         }
+    }
+
+    fn standby_tick(&mut self) {
+        if self
+            .standby_checked
+            .is_some_and(|t| t.elapsed() < STANDBY_CHECK)
+        {
+            return;
+        }
+        self.standby_checked = Some(Instant::now());
+        let accepting = self.accepting();
+        let receiver = accepting.then(|| self.receiver()).flatten();
+        let ready = crate::role::standby_ready(accepting, receiver.as_deref());
+        if ready == self.standby_ready {
+            return;
+        }
+        let marker = self.o.socket_dir.join(READY_MARKER);
+        if ready {
+            log("the server runs as a standby and streams: ready (its roles are the primary's)");
+            let _ = std::fs::write(marker, b"");
+        } else {
+            log("the standby does not stream: not ready until it does");
+            let _ = std::fs::remove_file(marker);
+        }
+        self.standby_ready = ready;
+    }
+
+    /// The WAL receiver's state (`None`: none runs, or the query failed).
+    fn receiver(&self) -> Option<String> {
+        let server = crate::replication::ops::LocalServer {
+            bin: self.bin.to_path_buf(),
+            socket_dir: self.o.socket_dir.clone(),
+            port: self.o.port,
+            superuser: self.user.to_string(),
+        };
+        let out = server
+            .query("SELECT status FROM pg_stat_wal_receiver;\n")
+            .ok()?;
+        let status = out.trim();
+        (!status.is_empty()).then(|| status.to_string())
     }
 
     fn problem(&mut self, message: String) {

@@ -25,7 +25,7 @@ pub enum Mode {
 }
 
 impl Mode {
-    fn signal(self) -> Signal {
+    pub fn signal(self) -> Signal {
         match self {
             Mode::Smart => Signal::Term,
             Mode::Fast => Signal::Int,

@@ -134,6 +134,7 @@ impl UpstreamArgs {
             port: self.primary_port,
             instance: self.instance.clone(),
             passfile: self.passfile.clone(),
+            ssl_root_cert: None,
         })
     }
 }

@@ -105,6 +105,9 @@ pub struct Upstream {
     pub instance: String,
     /// The passfile holding the replication role's password.
     pub passfile: std::path::PathBuf,
+    /// The CA that signed the primary's certificate (`None`: no TLS required, `sslmode=prefer`).
+    /// With it, `sslmode=verify-full`: the primary's name must be in its certificate.
+    pub ssl_root_cert: Option<std::path::PathBuf>,
 }
 
 /// One libpq `key=value` pair, the value quoted when it needs to be.
@@ -132,11 +135,20 @@ pub fn conninfo(pairs: &[(&str, &str)]) -> String {
         .join(" ")
 }
 
-/// The connection a standby (and pg_basebackup) uses: replication role, passfile, its name.
+/// The connection a standby (and pg_basebackup) uses: replication role, passfile, its name,
+/// and TLS verified against the CA when it has one.
 pub fn replication_conninfo(u: &Upstream) -> String {
     let port = u.port.to_string();
     let passfile = u.passfile.display().to_string();
-    conninfo(&[
+    let ssl = match &u.ssl_root_cert {
+        Some(ca) => vec![
+            ("sslmode", "verify-full".to_string()),
+            ("sslrootcert", ca.display().to_string()),
+        ],
+        None => vec![("sslmode", "prefer".to_string())],
+    };
+    let ssl: Vec<(&str, &str)> = ssl.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let base = conninfo(&[
         ("host", &u.host),
         ("port", &port),
         ("user", REPLICATION_ROLE),
@@ -147,7 +159,8 @@ pub fn replication_conninfo(u: &Upstream) -> String {
         ("keepalives_idle", "5"),
         ("keepalives_interval", "2"),
         ("keepalives_count", "3"),
-    ])
+    ]);
+    format!("{base} {}", conninfo(&ssl))
 }
 
 /// The normal (non-replication) connection pg_rewind reads the source server through.
@@ -252,6 +265,18 @@ pub fn ensure_slot_sql(slot: &str) -> String {
     )
 }
 
+/// The replication command that creates the physical slot `slot` on the primary, reserving
+/// WAL from now: what a standby sends (over a replication connection, as the replication role)
+/// when the primary has not made its slot yet. `slot` is one of `slot_name`'s.
+pub fn create_slot_command(slot: &str) -> String {
+    format!("CREATE_REPLICATION_SLOT {slot} PHYSICAL RESERVE_WAL")
+}
+
+/// Whether `create_slot_command` failed because the slot exists (which is what was wanted).
+pub fn slot_already_exists(error: &str) -> bool {
+    error.contains("already exists")
+}
+
 /// SQL that drops the slot `slot` when it exists and is not in use.
 pub fn drop_slot_sql(slot: &str) -> String {
     let name = crate::password::quote_literal(slot);
@@ -271,6 +296,7 @@ mod tests {
             port: 5432,
             instance: "db-1".into(),
             passfile: "/var/lib/postgresql/data/dbop-replication.pgpass".into(),
+            ssl_root_cert: None,
         }
     }
 
@@ -347,7 +373,7 @@ mod tests {
         let want_conninfo = "primary_conninfo = 'host=db-rw.ns.svc port=5432 \
             user=dbop_replication passfile=/var/lib/postgresql/data/dbop-replication.pgpass \
             application_name=db-1 connect_timeout=5 keepalives_idle=5 keepalives_interval=2 \
-            keepalives_count=3'";
+            keepalives_count=3 sslmode=prefer'";
         assert!(text.contains(want_conninfo), "{text}");
         assert!(text.contains("primary_slot_name = 'dbop_db_1'"), "{text}");
         assert!(text.contains("recovery_target_timeline = 'latest'"));
@@ -355,6 +381,41 @@ mod tests {
         let primary = standby_file(None);
         assert!(primary.contains("primary_conninfo = ''") && primary.contains("slot_name = ''"));
         assert!(rewind_conninfo(&upstream()).ends_with(" dbname=postgres"));
+    }
+
+    #[test]
+    fn a_standby_creates_its_own_slot_over_a_replication_connection() {
+        assert_eq!(
+            create_slot_command(&slot_name("db-1")),
+            "CREATE_REPLICATION_SLOT dbop_db_1 PHYSICAL RESERVE_WAL"
+        );
+        assert!(slot_already_exists(
+            "ERROR:  replication slot \"dbop_db_1\" already exists"
+        ));
+        assert!(!slot_already_exists("could not connect to server"));
+    }
+
+    #[test]
+    fn with_a_ca_the_replication_connection_verifies_the_primarys_name() {
+        let plain = replication_conninfo(&upstream());
+        assert!(plain.ends_with(" sslmode=prefer"), "{plain}");
+        assert!(!plain.contains("sslrootcert"), "{plain}");
+        let tls = Upstream {
+            ssl_root_cert: Some("/run/pg/tls/ca.crt".into()),
+            ..upstream()
+        };
+        let text = replication_conninfo(&tls);
+        assert!(
+            text.ends_with(" sslmode=verify-full sslrootcert=/run/pg/tls/ca.crt"),
+            "{text}"
+        );
+        assert!(!text.contains("prefer"), "{text}");
+        let odd = Upstream {
+            ssl_root_cert: Some("/run/a b/ca.crt".into()),
+            ..upstream()
+        };
+        assert!(replication_conninfo(&odd).ends_with(" sslrootcert='/run/a b/ca.crt'"));
+        assert!(rewind_conninfo(&tls).contains("sslmode=verify-full"));
     }
 
     #[test]

@@ -246,6 +246,28 @@ pub fn identify_system(bin: &Path, upstream: &Upstream) -> Result<Source, Fatal>
     rejoin::parse_identify_system(&output(cmd, "IDENTIFY_SYSTEM on the primary")?).map_err(Fatal)
 }
 
+/// Makes the standby's slot exist on the upstream, over a replication connection as the
+/// replication role: a standby does not wait for its primary to see it in a newer topology.
+/// Idempotent (an existing slot is left as it is).
+pub fn ensure_upstream_slot(bin: &Path, upstream: &Upstream) -> Result<(), Fatal> {
+    let slot = config::slot_name(&upstream.instance);
+    let mut cmd = tool(bin, "psql");
+    cmd.arg(format!(
+        "{} replication=true",
+        config::replication_conninfo(upstream)
+    ))
+    .args(["--no-psqlrc", "--quiet", "--no-password"])
+    .arg(format!("--command={}", config::create_slot_command(&slot)));
+    match output(cmd, "creating the slot on the primary") {
+        Ok(_) => {
+            log(&format!("the slot {slot} was created on the primary"));
+            Ok(())
+        }
+        Err(Fatal(why)) if config::slot_already_exists(&why) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// What the data directory holds, for `rejoin::decide`.
 pub fn observe(bin: &Path, pgdata: &Path) -> Result<rejoin::Local, Fatal> {
     let mut entries = match std::fs::read_dir(pgdata) {

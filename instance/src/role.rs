@@ -1,0 +1,389 @@
+//! Which role this instance plays, as the operator's topology says (`dbop_contract::topology`):
+//! the decisions only. The operator decides who is the primary; these functions turn what the
+//! manager observes (the topology file, its data directory, what it follows) into what it does:
+//! at start (`start_plan`: as before, clone, follow, rejoin, wait), while it runs (`decide`:
+//! follow a new primary, promote, fence), which of dbop's slots a primary drops
+//! (`slot_actions`, with a grace period against a stale topology), when a standby is ready
+//! (`standby_ready`) and how long a failed clone waits before the next try (`backoff`).
+//!
+//! Pure: no I/O. `role_start` and `role_watch` do what these decide.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use dbop_contract::topology::{Member, Role, Topology};
+
+use crate::replication::config::SLOT_PREFIX;
+use crate::replication::status::Slot;
+
+/// How long one of dbop's slots must have been inactive and absent from the topology before a
+/// primary drops it: the topology this process reads may be older than a standby's (the kubelet
+/// updates the mounted file up to a minute late), and that standby may have just made its slot.
+pub const SLOT_GRACE: Duration = Duration::from_secs(300);
+
+/// How long a standby named primary waits for the old primary to stop while it still streams
+/// from it: a switchover's old primary sees the new topology up to a minute later (the
+/// kubelet), and stops after sending its standbys all of its WAL. Promoting before would fork
+/// the timeline before its last WAL (lost commits, and a rewind for the old primary).
+pub const PROMOTE_GRACE: Duration = Duration::from_secs(75);
+
+/// The first and the longest wait between two tries of a clone.
+pub const BACKOFF_FIRST: Duration = Duration::from_secs(1);
+pub const BACKOFF_MAX: Duration = Duration::from_secs(15);
+
+/// What the topology file says, as read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Read {
+    /// No file: an older operator, or a single instance. Everything as before topologies.
+    Missing,
+    /// A file that does not parse (why): treated as if it had not changed.
+    Invalid(String),
+    Parsed(Topology),
+}
+
+/// What the data directory is, before the server starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Data {
+    /// Missing or empty.
+    Empty,
+    /// Populated, with `standby.signal`.
+    Standby,
+    /// Populated, without it: a primary (or a former one), or files that are not a data
+    /// directory at all (the start as before refuses those).
+    Primary,
+}
+
+/// What to do before the server starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StartPlan {
+    /// Exactly as without a topology (initdb when empty, start on the data as it is). A
+    /// standby's data named primary starts as a standby and is promoted once it answers.
+    AsBefore,
+    /// Clone the primary into the empty data directory.
+    Clone(Member),
+    /// Point the standby at the primary, then start.
+    Follow(Member),
+    /// Make the former primary a standby of the primary (rewind), then start.
+    Rejoin(Member),
+    /// Look at the topology again later (why, for one log line).
+    Wait(String),
+}
+
+/// The start: what the data directory becomes, from the topology and what it holds.
+pub fn start_plan(me: &str, read: &Read, data: Data) -> StartPlan {
+    let topology = match read {
+        Read::Missing => return StartPlan::AsBefore,
+        Read::Invalid(_) if data == Data::Primary => return StartPlan::AsBefore,
+        Read::Invalid(why) => {
+            return StartPlan::Wait(format!("the topology does not parse: {why}"));
+        }
+        Read::Parsed(topology) => topology,
+    };
+    let (Some(role), Some(primary)) = (topology.role_of(me), topology.primary_member()) else {
+        return StartPlan::Wait(format!(
+            "this instance ({me}) is not one of the topology's instances yet"
+        ));
+    };
+    match (role, data) {
+        (Role::Primary, _) => StartPlan::AsBefore,
+        (Role::Standby, Data::Empty) => StartPlan::Clone(primary.clone()),
+        (Role::Standby, Data::Standby) => StartPlan::Follow(primary.clone()),
+        (Role::Standby, Data::Primary) => StartPlan::Rejoin(primary.clone()),
+    }
+}
+
+/// What to do while the server runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    Nothing,
+    /// Repoint the standby at this primary (a reload).
+    Follow(Member),
+    /// The standby is named primary: promote it.
+    Promote,
+    /// The primary is no longer named primary: stop it (the new primary's name), so that it
+    /// comes back as a standby.
+    Fence(String),
+}
+
+/// While the server runs: `standby` says whether it runs as a standby (`standby.signal`),
+/// `following` the primary it streams from. A topology that is missing, does not parse or does
+/// not name this instance changes nothing.
+pub fn decide(me: &str, read: &Read, standby: bool, following: Option<&Member>) -> Action {
+    let Read::Parsed(topology) = read else {
+        return Action::Nothing;
+    };
+    let (Some(role), Some(primary)) = (topology.role_of(me), topology.primary_member()) else {
+        return Action::Nothing;
+    };
+    match (role, standby) {
+        (Role::Primary, true) => Action::Promote,
+        (Role::Primary, false) => Action::Nothing,
+        (Role::Standby, false) => Action::Fence(primary.name.clone()),
+        (Role::Standby, true) if following != Some(primary) => Action::Follow(primary.clone()),
+        (Role::Standby, true) => Action::Nothing,
+    }
+}
+
+/// Whether a standby named primary promotes now: once it no longer streams from the old
+/// primary (which stopped, or is gone), or when the old one has had `grace` since this
+/// instance first saw itself named (`named_for`) and still streams.
+pub fn promote_now(streaming: bool, named_for: Duration, grace: Duration) -> bool {
+    !streaming || named_for >= grace
+}
+
+/// What a primary does about slots.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SlotActions {
+    pub create: Vec<String>,
+    pub drop: Vec<String>,
+    /// dbop's unwanted, inactive slots and since when this process has seen them so: the
+    /// `unwanted_since` of the next call.
+    pub unwanted_since: BTreeMap<String, Instant>,
+}
+
+/// The slots to create (every `wanted` one missing, at once) and to drop: one of dbop's that
+/// has been inactive and not wanted, as this process observed it, for `grace`. A slot that is
+/// active or wanted again starts its wait anew. Slots without dbop's prefix are never touched.
+pub fn slot_actions(
+    existing: &[Slot],
+    wanted: &[String],
+    unwanted_since: &BTreeMap<String, Instant>,
+    now: Instant,
+    grace: Duration,
+) -> SlotActions {
+    let mut out = SlotActions::default();
+    for w in wanted {
+        if !existing.iter().any(|s| &s.name == w) && !out.create.contains(w) {
+            out.create.push(w.clone());
+        }
+    }
+    for s in existing {
+        if !s.name.starts_with(SLOT_PREFIX) || wanted.contains(&s.name) || s.active {
+            continue;
+        }
+        let since = unwanted_since.get(&s.name).copied().unwrap_or(now);
+        if now.saturating_duration_since(since) >= grace {
+            out.drop.push(s.name.clone());
+        } else {
+            out.unwanted_since.insert(s.name.clone(), since);
+        }
+    }
+    out
+}
+
+/// A standby is ready when it accepts connections and its WAL receiver streams
+/// (`pg_stat_wal_receiver.status`, `None` when no receiver runs).
+pub fn standby_ready(accepting: bool, receiver: Option<&str>) -> bool {
+    accepting && receiver.map(str::trim) == Some("streaming")
+}
+
+/// The wait after `previous` (`None`: after the first failure).
+pub fn backoff(previous: Option<Duration>) -> Duration {
+    match previous {
+        None => BACKOFF_FIRST,
+        Some(d) => (d * 2).clamp(BACKOFF_FIRST, BACKOFF_MAX),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(name: &str) -> Member {
+        Member {
+            name: name.into(),
+            host: format!("{name}.db-hl.ns.svc"),
+            port: 5432,
+        }
+    }
+
+    fn topology(primary: &str, names: &[&str]) -> Read {
+        Read::Parsed(Topology {
+            primary: primary.into(),
+            members: names.iter().map(|n| member(n)).collect(),
+        })
+    }
+
+    #[test]
+    fn start_plans() {
+        let two = topology("db-0", &["db-0", "db-1"]);
+        let bad = Read::Invalid("line 1".into());
+        let wait = |p: &StartPlan| matches!(p, StartPlan::Wait(_));
+        let table: Vec<(&str, &Read, Data, StartPlan)> = vec![
+            ("db-0", &Read::Missing, Data::Empty, StartPlan::AsBefore),
+            ("db-0", &Read::Missing, Data::Standby, StartPlan::AsBefore),
+            ("db-1", &Read::Missing, Data::Primary, StartPlan::AsBefore),
+            ("db-0", &bad, Data::Primary, StartPlan::AsBefore),
+            ("db-0", &two, Data::Empty, StartPlan::AsBefore),
+            ("db-0", &two, Data::Primary, StartPlan::AsBefore),
+            ("db-0", &two, Data::Standby, StartPlan::AsBefore),
+            ("db-1", &two, Data::Empty, StartPlan::Clone(member("db-0"))),
+            (
+                "db-1",
+                &two,
+                Data::Standby,
+                StartPlan::Follow(member("db-0")),
+            ),
+            (
+                "db-1",
+                &two,
+                Data::Primary,
+                StartPlan::Rejoin(member("db-0")),
+            ),
+        ];
+        for (me, read, data, want) in table {
+            assert_eq!(start_plan(me, read, data), want, "{me} {read:?} {data:?}");
+        }
+        for (me, read, data) in [
+            ("db-0", &bad, Data::Empty),
+            ("db-0", &bad, Data::Standby),
+            ("db-2", &two, Data::Empty),
+            ("db-2", &two, Data::Primary),
+            ("db-2", &two, Data::Standby),
+        ] {
+            assert!(wait(&start_plan(me, read, data)), "{me} {read:?} {data:?}");
+        }
+    }
+
+    #[test]
+    fn running_decisions() {
+        let on0 = topology("db-0", &["db-0", "db-1", "db-2"]);
+        let on1 = topology("db-1", &["db-0", "db-1", "db-2"]);
+        let (m0, m1) = (member("db-0"), member("db-1"));
+        let moved = Member {
+            port: 5433,
+            ..m0.clone()
+        };
+        let bad = Read::Invalid("x".into());
+        let table: Vec<(&str, &Read, bool, Option<&Member>, Action)> = vec![
+            // Nothing to follow: no topology, a bad one, or not a member.
+            ("db-1", &Read::Missing, true, Some(&m0), Action::Nothing),
+            ("db-0", &Read::Missing, false, None, Action::Nothing),
+            ("db-1", &bad, true, Some(&m1), Action::Nothing),
+            ("db-0", &bad, false, None, Action::Nothing),
+            ("db-9", &on1, true, Some(&m0), Action::Nothing),
+            ("db-9", &on1, false, None, Action::Nothing),
+            // As it should be.
+            ("db-0", &on0, false, None, Action::Nothing),
+            ("db-1", &on0, true, Some(&m0), Action::Nothing),
+            // The primary changed, or moved.
+            ("db-2", &on1, true, Some(&m0), Action::Follow(m1.clone())),
+            ("db-2", &on0, true, None, Action::Follow(m0.clone())),
+            ("db-2", &on0, true, Some(&moved), Action::Follow(m0.clone())),
+            // Named primary while a standby; a primary no more.
+            ("db-1", &on1, true, Some(&m0), Action::Promote),
+            ("db-0", &on1, false, None, Action::Fence("db-1".into())),
+        ];
+        for (me, read, standby, following, want) in table {
+            assert_eq!(
+                decide(me, read, standby, following),
+                want,
+                "{me} {read:?} standby={standby} following={following:?}"
+            );
+        }
+    }
+
+    fn slot(name: &str, active: bool) -> Slot {
+        Slot {
+            name: name.into(),
+            active,
+            restart_lsn: None,
+        }
+    }
+
+    #[test]
+    fn slots_are_created_at_once_and_dropped_after_the_grace_period() {
+        let t0 = Instant::now();
+        let grace = Duration::from_secs(300);
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let existing = [
+            slot("dbop_db_1", false),
+            slot("dbop_db_2", false),
+            slot("dbop_gone", true),
+            slot("someone_elses", false),
+        ];
+        let wanted = ["dbop_db_1".to_string(), "dbop_db_3".to_string()];
+        let first = slot_actions(&existing, &wanted, &BTreeMap::new(), at(0), grace);
+        assert_eq!(first.create, ["dbop_db_3"]);
+        assert!(first.drop.is_empty(), "nothing dropped on first sight");
+        assert_eq!(
+            first.unwanted_since.keys().collect::<Vec<_>>(),
+            ["dbop_db_2"]
+        );
+        let table = [(10, false), (299, false), (300, true), (3000, true)];
+        for (seconds, dropped) in table {
+            let next = slot_actions(
+                &existing,
+                &wanted,
+                &first.unwanted_since,
+                at(seconds),
+                grace,
+            );
+            assert_eq!(!next.drop.is_empty(), dropped, "after {seconds} s");
+            assert_eq!(next.drop.contains(&"dbop_db_2".to_string()), dropped);
+            assert_eq!(next.unwanted_since.contains_key("dbop_db_2"), !dropped);
+        }
+        // Active again, or wanted again: the wait starts anew.
+        let active = [slot("dbop_db_2", true)];
+        let reset = slot_actions(&active, &[], &first.unwanted_since, at(400), grace);
+        assert!(reset.drop.is_empty() && reset.unwanted_since.is_empty());
+        let back = ["dbop_db_2".to_string()];
+        let reset = slot_actions(&existing[..2], &back, &first.unwanted_since, at(400), grace);
+        assert!(!reset.unwanted_since.contains_key("dbop_db_2") && reset.drop.is_empty());
+        let later = slot_actions(&existing[..2], &[], &reset.unwanted_since, at(401), grace);
+        assert!(later.drop.is_empty(), "{later:?}");
+        // A wanted name twice is created once.
+        let twice = ["dbop_x".to_string(), "dbop_x".to_string()];
+        let made = slot_actions(&[], &twice, &BTreeMap::new(), at(0), grace);
+        assert_eq!(made.create, ["dbop_x"]);
+    }
+
+    #[test]
+    fn a_standby_named_primary_waits_for_the_old_one_to_stop_streaming() {
+        let grace = Duration::from_secs(75);
+        let table = [
+            (false, 0, true),
+            (false, 80, true),
+            (true, 0, false),
+            (true, 74, false),
+            (true, 75, true),
+            (true, 600, true),
+        ];
+        for (streaming, seconds, want) in table {
+            let named_for = Duration::from_secs(seconds);
+            assert_eq!(
+                promote_now(streaming, named_for, grace),
+                want,
+                "{streaming} {seconds}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_standby_is_ready_when_it_answers_and_streams() {
+        let table = [
+            (true, Some("streaming"), true),
+            (true, Some("streaming\n"), true),
+            (false, Some("streaming"), false),
+            (true, Some("waiting"), false),
+            (true, Some("starting"), false),
+            (true, None, false),
+        ];
+        for (accepting, receiver, want) in table {
+            assert_eq!(standby_ready(accepting, receiver), want, "{receiver:?}");
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_from_one_second_up_to_fifteen() {
+        let mut seen = Vec::new();
+        let mut last = None;
+        for _ in 0..7 {
+            let next = backoff(last);
+            seen.push(next.as_secs());
+            last = Some(next);
+        }
+        assert_eq!(seen, [1, 2, 4, 8, 15, 15, 15]);
+        assert_eq!(backoff(Some(Duration::ZERO)), BACKOFF_FIRST);
+    }
+}

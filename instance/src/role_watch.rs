@@ -1,0 +1,235 @@
+//! While the server runs: follows the topology file (`Keeper`). A standby repoints at a new
+//! primary (a reload) or is promoted when the topology names it; a primary that is no longer
+//! named is fenced (the supervisor stops it, and the container restarts as a standby); a
+//! primary keeps the replication role's password the mounted one's and a slot for every
+//! standby, dropping dbop's others only after `role::SLOT_GRACE`.
+//!
+//! The decisions are `role`'s; this module reads files, runs SQL and writes the standby file.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use dbop_contract::topology::{Member, Topology};
+
+use crate::password::{self, Fingerprint};
+use crate::replication::config;
+use crate::replication::ops::{self, LocalServer};
+use crate::role::{self, Action, Read};
+use crate::role_start::{self, once};
+use crate::run::{Fatal, Options};
+
+fn log(message: &str) {
+    eprintln!("dbop-instance: {message}");
+}
+
+/// How often the topology file is read (the kubelet updates it within about a minute).
+pub const CHECK_EVERY: Duration = Duration::from_secs(2);
+/// How often a primary checks its replication role and slots when nothing changed.
+pub const DUTIES_EVERY: Duration = Duration::from_secs(10);
+/// How long a promotion may take.
+const PROMOTE_SECONDS: u32 = 60;
+
+/// Follows the topology while the server runs.
+pub struct Keeper<'a> {
+    o: &'a Options,
+    server: LocalServer,
+    /// This instance's name (`None`: unknown, so it follows no topology).
+    me: Option<String>,
+    /// The last topology that parsed (or `Missing`).
+    last: Read,
+    following: Option<Member>,
+    checked: Option<Instant>,
+    duties_done: Option<Instant>,
+    role_password: Option<Fingerprint>,
+    unwanted_since: BTreeMap<String, Instant>,
+    problem: Option<String>,
+    /// Since when this standby has seen itself named primary.
+    named_primary: Option<Instant>,
+}
+
+impl<'a> Keeper<'a> {
+    pub fn new(o: &'a Options, bin: &Path, user: &str, following: Option<Member>) -> Self {
+        Self {
+            o,
+            server: LocalServer {
+                bin: bin.to_path_buf(),
+                socket_dir: o.socket_dir.clone(),
+                port: o.port,
+                superuser: user.to_string(),
+            },
+            me: role_start::instance_name(o).ok(),
+            last: Read::Missing,
+            following,
+            checked: None,
+            duties_done: None,
+            role_password: None,
+            unwanted_since: BTreeMap::new(),
+            problem: None,
+            named_primary: None,
+        }
+    }
+
+    /// Called at every poll of the running server; `applied`: the superuser's password is
+    /// applied (the server accepts connections and writes). Returns why to fence the server.
+    pub fn tick(&mut self, applied: bool) -> Option<String> {
+        if self.checked.is_some_and(|t| t.elapsed() < CHECK_EVERY) {
+            return None;
+        }
+        self.checked = Some(Instant::now());
+        let me = self.me.clone()?;
+        let read = match role_start::read_topology(&self.o.config_dir) {
+            Read::Invalid(why) => {
+                self.problem(format!("the topology is ignored (as if unchanged): {why}"));
+                self.last.clone()
+            }
+            read => read,
+        };
+        let changed = read != self.last;
+        self.last = read.clone();
+        let standby = config::is_standby(&self.o.pgdata);
+        let action = role::decide(&me, &read, standby, self.following.as_ref());
+        if action != Action::Promote {
+            self.named_primary = None;
+        }
+        match action {
+            Action::Fence(primary) => return Some(stepped_down(&primary)),
+            Action::Promote => self.promote_when_safe(),
+            Action::Follow(primary) => self.follow(&me, &primary),
+            Action::Nothing => {}
+        }
+        let due = self.duties_done.is_none_or(|t| t.elapsed() >= DUTIES_EVERY);
+        if let Read::Parsed(topology) = &read
+            && applied
+            && !config::is_standby(&self.o.pgdata)
+            && (changed || due)
+        {
+            self.duties(topology);
+        }
+        None
+    }
+
+    fn problem(&mut self, message: String) {
+        once(&mut self.problem, message);
+    }
+
+    /// Promotes once the old primary no longer streams to this standby (`role::promote_now`).
+    fn promote_when_safe(&mut self) {
+        let since = *self.named_primary.get_or_insert_with(Instant::now);
+        let streaming = self
+            .server
+            .query("SELECT status FROM pg_stat_wal_receiver;\n")
+            .is_ok_and(|s| s.trim() == "streaming");
+        if role::promote_now(streaming, since.elapsed(), role::PROMOTE_GRACE) {
+            self.promote();
+        } else {
+            self.problem(format!(
+                "the topology names this instance the primary: promoting it once the old \
+                 primary stops streaming to it (at most {} s)",
+                role::PROMOTE_GRACE.as_secs()
+            ));
+        }
+    }
+
+    fn promote(&mut self) {
+        log("the topology names this instance the primary: promoting it");
+        let done = self
+            .server
+            .promote(PROMOTE_SECONDS)
+            .and_then(|()| ops::write_standby_config(&self.o.pgdata, None));
+        match done {
+            Ok(()) => {
+                log("promoted: the server accepts writes");
+                self.following = None;
+                self.role_password = None;
+                self.duties_done = None;
+            }
+            Err(Fatal(why)) => self.problem(format!("the promotion failed: {why}")),
+        }
+    }
+
+    fn follow(&mut self, me: &str, primary: &Member) {
+        if let Err(Fatal(why)) = role_start::write_passfile(self.o) {
+            self.problem(format!("the passfile is not rewritten: {why}"));
+        }
+        let upstream = role_start::upstream(self.o, me, primary);
+        if let Err(Fatal(why)) = ops::ensure_upstream_slot(&self.server.bin, &upstream) {
+            log(&format!(
+                "the slot is not made on the new primary yet: {why}"
+            ));
+        }
+        let done = ops::write_standby_config(&self.o.pgdata, Some(&upstream))
+            .and_then(|()| self.server.reload());
+        match done {
+            Ok(()) => {
+                log(&format!(
+                    "following the new primary {} ({}:{})",
+                    primary.name, primary.host, primary.port
+                ));
+                self.following = Some(primary.clone());
+            }
+            Err(Fatal(why)) => self.problem(format!("cannot follow {}: {why}", primary.name)),
+        }
+    }
+
+    /// The primary's duties: the replication role's password and the standbys' slots.
+    fn duties(&mut self, topology: &Topology) {
+        let standbys = topology.standbys();
+        match ops::read_password(&role_start::password_file(self.o)) {
+            Ok(p) if self.role_password != Some(password::fingerprint(&p)) => {
+                match self.server.ensure_role(&p) {
+                    Ok(()) => {
+                        log("the replication role has the mounted password");
+                        self.role_password = Some(password::fingerprint(&p));
+                    }
+                    Err(Fatal(why)) => return self.problem(format!("replication role: {why}")),
+                }
+            }
+            Ok(_) => {}
+            Err(Fatal(why)) if !standbys.is_empty() => {
+                self.problem(format!("standbys cannot connect: {why}"));
+            }
+            Err(_) => {}
+        }
+        match self.reconcile_slots(&standbys) {
+            Ok(()) => self.duties_done = Some(Instant::now()),
+            Err(Fatal(why)) => self.problem(format!("the slots are not reconciled: {why}")),
+        }
+    }
+
+    fn reconcile_slots(&mut self, standbys: &[String]) -> Result<(), Fatal> {
+        let wanted: Vec<String> = standbys.iter().map(|s| config::slot_name(s)).collect();
+        let existing = self.server.slots()?;
+        let plan = role::slot_actions(
+            &existing,
+            &wanted,
+            &self.unwanted_since,
+            Instant::now(),
+            role::SLOT_GRACE,
+        );
+        let mut sql = String::new();
+        for slot in &plan.create {
+            sql.push_str(&config::ensure_slot_sql(slot));
+        }
+        for slot in &plan.drop {
+            sql.push_str(&config::drop_slot_sql(slot));
+        }
+        if !sql.is_empty() {
+            self.server.query(&sql)?;
+            log(&format!(
+                "slots created {:?}, dropped {:?}",
+                plan.create, plan.drop
+            ));
+        }
+        self.unwanted_since = plan.unwanted_since;
+        Ok(())
+    }
+}
+
+/// The termination message of a fenced primary.
+pub fn stepped_down(new_primary: &str) -> String {
+    format!(
+        "stepped down: the topology names {new_primary} the primary; this instance stops and \
+         restarts as its standby"
+    )
+}

@@ -1,0 +1,470 @@
+//! `dbop-instance run` following the operator's topology, for real: managers of Debian's
+//! PostgreSQL on loopback (own ports, data, socket, credentials, config and replication
+//! directories; run as `postgres` when the tests run as root), each told its name and given a
+//! `topology` file, and driven only by rewriting those files: a standby clones its primary
+//! (making its own slot when the primary's topology is older), streams and is ready only while
+//! it streams; a switchover fences the old primary, promotes the standby, and the old primary
+//! rejoins as a standby; without a topology file nothing changes. Every wait polls with a
+//! deadline; every manager is stopped when its test ends, failed or not.
+//! Requires the PostgreSQL server packages.
+
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use dbop_instance::replication::config::slot_name;
+use dbop_instance::replication::status::{self, STATUS_QUERY, Status, parse_status};
+
+mod common;
+use common::{free_port, ids, server};
+
+const DEADLINE: Duration = Duration::from_secs(90);
+const APP_PASSWORD: &str = "app-Secr3t-password";
+const REPLICATION_PASSWORD: &str = "repl-Secr3t:never\\printed";
+
+fn wait_for<T>(what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
+    let start = Instant::now();
+    loop {
+        match check() {
+            Ok(value) => return value,
+            Err(why) if start.elapsed() > DEADLINE => {
+                panic!("{what}: not within {DEADLINE:?}: {why}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
+struct Node {
+    name: String,
+    dir: tempfile::TempDir,
+    ids: Option<(u32, u32)>,
+    major: u32,
+    bin: PathBuf,
+    port: u16,
+}
+
+impl Node {
+    fn new(name: &str) -> Node {
+        let (major, bin) = server();
+        let ids = ids();
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("dbop-topo-{name}-"))
+            .tempdir()
+            .unwrap();
+        for sub in ["", "data", "run", "creds", "config", "repl"] {
+            let p = dir.path().join(sub);
+            std::fs::create_dir_all(&p).unwrap();
+            if let Some((uid, gid)) = ids {
+                std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
+            }
+        }
+        std::fs::write(dir.path().join("creds/username"), "app").unwrap();
+        std::fs::write(dir.path().join("creds/password"), APP_PASSWORD).unwrap();
+        std::fs::write(dir.path().join("repl/password"), REPLICATION_PASSWORD).unwrap();
+        common::copy_manager(&dir.path().join("dbop-instance"));
+        Node {
+            name: name.to_string(),
+            dir,
+            ids,
+            major,
+            bin,
+            port: free_port(),
+        }
+    }
+
+    fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+
+    fn command(&self, sub: &str) -> Command {
+        let mut cmd = Command::new(self.path("dbop-instance"));
+        cmd.arg(sub)
+            .arg(format!("--pgdata={}", self.path("data/pgdata").display()))
+            .arg(format!("--major={}", self.major))
+            .arg(format!("--port={}", self.port))
+            .arg(format!("--socket-dir={}", self.path("run").display()))
+            .arg(format!(
+                "--credentials-dir={}",
+                self.path("creds").display()
+            ))
+            .env_remove("PGPASSWORD")
+            .current_dir(self.dir.path());
+        if let Some((uid, gid)) = self.ids {
+            cmd.uid(uid).gid(gid);
+        }
+        cmd
+    }
+
+    /// Writes this node's topology file (renamed into place, as the kubelet swaps it).
+    fn topology(&self, primary: &Node, members: &[&Node]) {
+        let mut text = format!("# test\nprimary={}\n", primary.name);
+        for m in members {
+            text.push_str(&format!("instance={} 127.0.0.1 {}\n", m.name, m.port));
+        }
+        let tmp = self.path("config/.topology.new");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(tmp, self.path("config/topology")).unwrap();
+    }
+
+    /// `dbop-instance run` in the background, its log appended to a file.
+    fn spawn(&self) -> Running {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path("log"))
+            .unwrap();
+        let child = self
+            .command("run")
+            .arg("--listen-addresses=127.0.0.1")
+            .arg(format!("--config-dir={}", self.path("config").display()))
+            .arg(format!("--replication-dir={}", self.path("repl").display()))
+            .arg(format!("--instance-name={}", self.name))
+            .arg(format!(
+                "--termination-log={}",
+                self.path("termination-log").display()
+            ))
+            .arg("--poll-millis=200")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        Running(Some(child))
+    }
+
+    /// Starts the manager and waits until the probe passes.
+    fn start(&self) -> Running {
+        let mut running = self.spawn();
+        self.wait_ready(&mut running);
+        running
+    }
+
+    fn wait_ready(&self, running: &mut Running) {
+        wait_for(&format!("{} ready", self.name), || {
+            if let Some(status) = running.try_wait() {
+                panic!("{} exited early ({status}): {}", self.name, self.log());
+            }
+            if self.probe() {
+                Ok(())
+            } else {
+                Err(self.log_tail())
+            }
+        })
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.path("log")).unwrap_or_default()
+    }
+
+    fn log_tail(&self) -> String {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(15)..].join("\n")
+    }
+
+    fn probe(&self) -> bool {
+        self.command("probe")
+            .stderr(Stdio::null())
+            .stdout(Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    }
+
+    /// SQL over the local socket as `app` (peer authentication through dbop's map).
+    fn sql(&self, sql: &str) -> Result<String, String> {
+        let out = Command::new(self.bin.join("psql"))
+            .args(["--no-psqlrc", "--no-align", "--tuples-only"])
+            .args(["--set=ON_ERROR_STOP=1", "-c", sql])
+            .arg(format!(
+                "host={} port={} user=app dbname=app",
+                self.path("run").display(),
+                self.port
+            ))
+            .env_remove("PGPASSWORD")
+            .output()
+            .unwrap();
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+        }
+    }
+
+    fn status(&self) -> Result<Status, String> {
+        parse_status(&self.sql(STATUS_QUERY)?)
+    }
+
+    fn wait_streaming(&self, primary: &Node, timeline: u32) {
+        let upstream = format!("127.0.0.1:{}", primary.port);
+        wait_for(
+            &format!("{} streams from {}", self.name, primary.name),
+            || match self.status()? {
+                Status::Standby {
+                    streaming: true,
+                    upstream: Some(u),
+                    timeline: Some(t),
+                    ..
+                } if u == upstream && t == timeline => Ok(()),
+                other => Err(format!("{other:?}; its log ends: {}", self.log_tail())),
+            },
+        )
+    }
+
+    fn rows(&self, origin: &str) -> Result<u64, String> {
+        self.sql(&format!("SELECT count(*) FROM t WHERE origin = '{origin}'"))?
+            .parse()
+            .map_err(|e| format!("{e}"))
+    }
+
+    fn wait_rows(&self, origin: &str, want: u64) {
+        wait_for(
+            &format!("{}: {want} rows from {origin}", self.name),
+            || match self.rows(origin)? {
+                n if n == want => Ok(()),
+                n => Err(format!("{n} rows")),
+            },
+        )
+    }
+
+    fn insert(&self, origin: &str, from: u32, to: u32) {
+        self.sql(&format!(
+            "INSERT INTO t SELECT g, '{origin}' FROM generate_series({from}, {to}) g"
+        ))
+        .unwrap_or_else(|e| panic!("{}: insert {origin}: {e}", self.name));
+    }
+
+    fn slot(&self, instance: &str) -> Result<status::Slot, String> {
+        let name = slot_name(instance);
+        status::parse_slots(&self.sql(status::SLOTS_QUERY)?)?
+            .into_iter()
+            .find(|s| s.name == name)
+            .ok_or(format!("no slot {name}"))
+    }
+
+    fn in_recovery(&self) -> bool {
+        self.sql("SELECT pg_is_in_recovery()").unwrap() == "t"
+    }
+
+    fn assert_no_password_logged(&self) {
+        let log = self.log();
+        assert!(!log.is_empty(), "{} logged nothing", self.name);
+        for secret in [APP_PASSWORD, REPLICATION_PASSWORD] {
+            assert!(!log.contains(secret), "a password in {}'s log", self.name);
+        }
+    }
+}
+
+/// A running manager, stopped (SIGQUIT, which it forwards) if a test ends before it stops it.
+struct Running(Option<Child>);
+
+impl Running {
+    fn try_wait(&mut self) -> Option<ExitStatus> {
+        self.0.as_mut().and_then(|c| c.try_wait().unwrap())
+    }
+
+    fn stop(mut self, signal: libc::c_int) -> ExitStatus {
+        let mut child = self.0.take().unwrap();
+        // SAFETY: kill has no memory effects.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        child.wait().unwrap()
+    }
+
+    /// Waits for the manager to exit on its own.
+    fn wait_exit(mut self, what: &str) -> ExitStatus {
+        wait_for(what, || self.try_wait().ok_or("still running".to_string()))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            // SAFETY: kill has no memory effects.
+            unsafe { libc::kill(child.id() as i32, libc::SIGQUIT) };
+            let _ = child.wait();
+        }
+    }
+}
+
+#[test]
+fn a_standby_clones_its_primary_streams_and_is_ready_only_while_it_streams() {
+    let p = Node::new("tp-0");
+    let s = Node::new("tp-1");
+    // The primary's topology is older: it does not know the standby yet.
+    p.topology(&p, &[&p]);
+    s.topology(&p, &[&p, &s]);
+    let mut running_p = p.start();
+    assert!(!p.in_recovery());
+    p.sql("CREATE TABLE t (id int PRIMARY KEY, origin text NOT NULL)")
+        .unwrap();
+    p.insert("p", 1, 100);
+
+    // The standby clones from an empty directory, making its own slot on the primary.
+    let running_s = s.start();
+    assert!(s.in_recovery(), "the standby is not in recovery");
+    s.wait_streaming(&p, 1);
+    s.wait_rows("p", 100);
+    p.insert("p", 101, 200);
+    s.wait_rows("p", 200);
+    assert!(s.sql("INSERT INTO t VALUES (0, 'x')").is_err());
+    assert!(p.slot("tp-1").unwrap().active);
+    let passfile = s.path("data/pgdata.pgpass");
+    let mode = std::fs::metadata(&passfile).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+        0o600
+    );
+
+    // The slot the primary's topology does not name stays while the standby is away: longer
+    // than the primary's slot checks, well within its grace period.
+    assert!(running_s.stop(libc::SIGINT).success(), "{}", s.log());
+    std::thread::sleep(Duration::from_secs(12));
+    let slot = p
+        .slot("tp-1")
+        .expect("the primary dropped the standby's slot");
+    assert!(!slot.active);
+    let mut running_s = s.start();
+    s.wait_streaming(&p, 1);
+
+    // Ready only while streaming: the primary stops, the standby answers but is not ready.
+    assert!(running_p.stop(libc::SIGINT).success(), "{}", p.log());
+    wait_for("the standby is not ready without its primary", || {
+        match s.probe() {
+            true => Err("still ready".to_string()),
+            false => Ok(()),
+        }
+    });
+    assert!(s.in_recovery(), "the standby stopped answering");
+    assert!(running_s.try_wait().is_none(), "{}", s.log());
+    // The primary comes back, knowing its standby now: ready again.
+    p.topology(&p, &[&p, &s]);
+    running_p = p.start();
+    s.wait_ready(&mut running_s);
+    s.wait_streaming(&p, 1);
+    p.insert("p", 201, 300);
+    s.wait_rows("p", 300);
+    assert!(p.slot("tp-1").unwrap().active);
+
+    for node in [&p, &s] {
+        node.assert_no_password_logged();
+    }
+    drop(running_s);
+    drop(running_p);
+}
+
+#[test]
+fn a_switchover_by_topology_fences_promotes_follows_and_rejoins_without_losing_a_row() {
+    let a = Node::new("tq-0");
+    let b = Node::new("tq-1");
+    let c = Node::new("tq-2");
+    for node in [&a, &b, &c] {
+        node.topology(&a, &[&a, &b, &c]);
+    }
+    let running_a = a.start();
+    a.sql("CREATE TABLE t (id int PRIMARY KEY, origin text NOT NULL)")
+        .unwrap();
+    a.insert("a", 1, 100);
+    let running_b = b.start();
+    let running_c = c.start();
+    for standby in [&b, &c] {
+        standby.wait_streaming(&a, 1);
+        standby.insert_refused();
+    }
+    a.insert("a", 101, 110);
+    b.wait_rows("a", 110);
+    c.wait_rows("a", 110);
+
+    // Writes stopped; the topology names b: a steps down, b is promoted, c follows b.
+    for node in [&a, &b, &c] {
+        node.topology(&b, &[&a, &b, &c]);
+    }
+    let status = running_a.wait_exit("the old primary steps down");
+    assert!(
+        !status.success(),
+        "the fenced primary exited 0: {}",
+        a.log()
+    );
+    let message = std::fs::read_to_string(a.path("termination-log")).unwrap();
+    assert!(
+        message.contains("stepped down") && message.contains("tq-1"),
+        "{message}"
+    );
+    wait_for("the new primary accepts writes", || match b.status()? {
+        Status::Primary { timeline: 2, .. } => Ok(()),
+        other => Err(format!("{other:?}: {}", b.log_tail())),
+    });
+    b.insert("b", 201, 210);
+    assert_eq!(
+        b.rows("a").unwrap(),
+        110,
+        "a row was lost in the switchover"
+    );
+    c.wait_streaming(&b, 2);
+    c.wait_rows("b", 10);
+    assert!(c.log().contains("following the new primary tq-1"));
+
+    // The old primary starts again: it rejoins as a standby of the new one.
+    let running_a = a.start();
+    assert!(a.in_recovery());
+    a.wait_streaming(&b, 2);
+    a.wait_rows("b", 10);
+    assert_eq!(a.rows("a").unwrap(), 110);
+    b.insert("b", 211, 220);
+    a.wait_rows("b", 20);
+    wait_for("the slot of tq-0 active on tq-1", || {
+        match b.slot("tq-0")? {
+            slot if slot.active => Ok(()),
+            slot => Err(format!("{slot:?}")),
+        }
+    });
+    let log = a.log();
+    let rejoined = log
+        .lines()
+        .find(|l| l.contains("rejoined tq-1 as its standby: "))
+        .unwrap_or_else(|| panic!("no rejoin in {log}"));
+    assert!(
+        rejoined.ends_with("NothingToRewind") || rejoined.ends_with("Rewound"),
+        "{rejoined}"
+    );
+    eprintln!("{rejoined}");
+
+    c.wait_rows("b", 20);
+    for node in [&a, &b, &c] {
+        node.assert_no_password_logged();
+    }
+    drop(running_a);
+    drop(running_b);
+    drop(running_c);
+}
+
+impl Node {
+    fn insert_refused(&self) {
+        assert!(
+            self.sql("INSERT INTO t VALUES (0, 'x')").is_err(),
+            "{} accepted a write as a standby",
+            self.name
+        );
+    }
+}
+
+#[test]
+fn without_a_topology_file_the_instance_runs_as_before() {
+    let n = Node::new("tn-0");
+    let running = n.start();
+    assert!(!n.in_recovery());
+    // Longer than the topology checks: nothing about replication is made.
+    std::thread::sleep(Duration::from_secs(3));
+    let roles = n
+        .sql("SELECT count(*) FROM pg_roles WHERE rolname = 'dbop_replication'")
+        .unwrap();
+    assert_eq!(
+        roles, "0",
+        "the replication role was made without a topology"
+    );
+    assert_eq!(n.sql(status::SLOTS_QUERY).unwrap(), "");
+    assert!(!n.path("data/pgdata.pgpass").exists());
+    assert!(!n.log().contains("topology"), "{}", n.log());
+    assert!(running.stop(libc::SIGTERM).success(), "{}", n.log());
+    n.assert_no_password_logged();
+}
