@@ -43,7 +43,7 @@ async fn endpoint_pods(slices: &Api<EndpointSlice>, service: &str) -> Vec<String
     let mut pods: Vec<String> = list
         .items
         .into_iter()
-        .flat_map(|s| s.endpoints)
+        .flat_map(|s| s.endpoints.unwrap_or_default())
         .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
         .filter_map(|e| e.target_ref.and_then(|r| r.name))
         .collect();
