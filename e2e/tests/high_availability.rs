@@ -1,13 +1,19 @@
 //! Streaming standbys on the test bed's real node: a 3-instance Database clones its primary
 //! into two standbys that stream from it through a replication slot each; rows written through
 //! `-rw` reach both standbys; `-ro` answers from a standby, which refuses writes; the status
-//! lists every instance ready with its role.
+//! lists every instance ready with its role; a backup, which reads from a standby when one
+//! streams (`prefer-standby`), succeeds and holds the rows.
 
 use std::time::Duration;
 
-use dbop::api::{InstanceRole, Phase};
+use dbop::api::{
+    BackupPhase, BackupReason, DatabaseBackup, DatabaseBackupSpec, InstanceRole, Phase,
+};
 use dbop_e2e::node::{REAL_NODE_STORAGE_CLASS, real_node_placement};
 use dbop_e2e::{TestBed, testbed, wait_until};
+use k8s_openapi::api::batch::v1::Job;
+use kube::Api;
+use kube::api::{ListParams, PostParams};
 use serde_json::json;
 
 /// A primary's initdb and two clones, one after the other, on a busy 2-core machine.
@@ -45,6 +51,7 @@ async fn three_instances_stream_from_one_primary() {
     bed.require_real_node().await;
     let ns = bed.real_node_namespace("ha").await;
     let _operator = bed.operator_for_real_node(&ns);
+    let s3 = bed.s3_server(&ns, "backups", None).await;
     bed.apply_database(
         &ns,
         json!({"metadata": {"name": "orders"}, "spec": {
@@ -52,6 +59,11 @@ async fn three_instances_stream_from_one_primary() {
             "instances": 3,
             "storage": {"size": "1Gi", "storageClassName": REAL_NODE_STORAGE_CLASS},
             "placement": real_node_placement(),
+            "backup": {
+                "schedule": "0 0 1 1 *",
+                "s3": {"endpoint": s3, "bucket": "backups", "forcePathStyle": true,
+                       "credentials": {"secretName": "s3-creds"}},
+            },
         }}),
     )
     .await;
@@ -143,4 +155,40 @@ async fn three_instances_stream_from_one_primary() {
         )
         .await;
     }
+
+    // A manual backup reads a standby first (the primary only when none answers) and holds
+    // the rows.
+    let backups: Api<DatabaseBackup> = Api::namespaced(bed.client.clone(), &ns);
+    let manual = DatabaseBackup::new(
+        "orders-manual",
+        DatabaseBackupSpec {
+            database: "orders".into(),
+            reason: BackupReason::Manual,
+        },
+    );
+    backups.create(&PostParams::default(), &manual).await.unwrap();
+    let done = wait_until("the backup finished", READY_WAIT, || async {
+        let b = backups.get("orders-manual").await.ok()?;
+        let phase = b.status.as_ref()?.phase?;
+        phase.is_finished().then_some(b)
+    })
+    .await;
+    let status = done.status.unwrap();
+    assert_eq!(status.phase, Some(BackupPhase::Succeeded), "{:?}", status.message);
+    let jobs: Api<Job> = Api::namespaced(bed.client.clone(), &ns);
+    let job = jobs
+        .list(&ListParams::default().labels("app.kubernetes.io/component=backup"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .next()
+        .expect("the backup Job");
+    let env = job.spec.unwrap().template.spec.unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap_or_default();
+    let value = |name: &str| env.iter().find(|e| e.name == name).and_then(|e| e.value.clone());
+    assert_eq!(value("PGHOST"), Some(format!("orders-ro.{ns}.svc,orders-rw.{ns}.svc")));
+    assert_eq!(value("PGTARGETSESSIONATTRS").as_deref(), Some("prefer-standby"));
 }

@@ -11,13 +11,36 @@ use k8s_openapi::api::core::v1::{
 use super::credentials::{PASSWORD_KEY, USERNAME_KEY, secret_name};
 use super::pod::{DBOP_BIN_DIR, DBOP_BIN_VOLUME, env, mount, scratch, secret_env};
 use super::{Names, POSTGRES_PORT};
-use crate::api::{CaSource, Database, S3Spec};
+use crate::api::{BackupReason, CaSource, Database, S3Spec};
 
 /// The file Kubernetes turns into the container's termination message: the agent's result.
 pub const TERMINATION_LOG: &str = "/dev/termination-log";
 /// Where the `s3.ca` volume is mounted, and the CA file in it.
 pub const CA_DIR: &str = "/etc/dbop/s3-ca";
 pub const CA_FILE: &str = "/etc/dbop/s3-ca/ca.pem";
+
+/// The environment of a backup's dump: the agent's, reading from a standby when the
+/// Database has standbys and the backup is a scheduled or manual one (`-ro` first, the
+/// primary when no standby answers: libpq's `prefer-standby`), which takes the dump's load off
+/// the primary. A pre-upgrade or final backup reads the primary: it must hold every commit.
+pub fn dump_env(db: &Database, s3: &S3Spec, reason: BackupReason) -> Vec<EnvVar> {
+    let mut vars = agent_env(db, s3, "dbop-backup");
+    let from_standby = matches!(reason, BackupReason::Scheduled | BackupReason::Manual);
+    if db.spec.instances > 1 && from_standby {
+        let names = Names::of(db);
+        let ns = db.namespace_or_default();
+        let hosts = format!(
+            "{}.{ns}.svc,{}",
+            names.ro_service(),
+            names.endpoint(&ns)
+        );
+        for var in vars.iter_mut().filter(|v| v.name == "PGHOST") {
+            var.value = Some(hosts.clone());
+        }
+        vars.push(env("PGTARGETSESSIONATTRS", "prefer-standby"));
+    }
+    vars
+}
 
 /// The agent's environment: the Database's `-rw` Service (TLS, verified once the pods serve
 /// it: `tls::client_env`), its credentials and the S3 ones as Secret references (or none: the
@@ -142,6 +165,34 @@ pub fn ca_volume(ca: &CaSource) -> Volume {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_scheduled_dump_of_a_database_with_standbys_prefers_a_standby() {
+        let s3: S3Spec = serde_json::from_value(json!({"bucket": "b"})).unwrap();
+        let mut db = testing::minimal();
+        db.metadata.namespace = Some("shop".into());
+        let host = |vars: &[EnvVar]| {
+            let get = |n: &str| vars.iter().find(|v| v.name == n).and_then(|v| v.value.clone());
+            (get("PGHOST"), get("PGTARGETSESSIONATTRS"))
+        };
+        // One instance: the primary, as before.
+        let single = dump_env(&db, &s3, BackupReason::Scheduled);
+        assert_eq!(host(&single), (Some("orders-rw.shop.svc".into()), None));
+        db.spec.instances = 3;
+        let scheduled = dump_env(&db, &s3, BackupReason::Scheduled);
+        assert_eq!(
+            host(&scheduled),
+            (
+                Some("orders-ro.shop.svc,orders-rw.shop.svc".into()),
+                Some("prefer-standby".into())
+            )
+        );
+        // What must hold every commit reads the primary.
+        for reason in [BackupReason::PreUpgrade, BackupReason::Final] {
+            let vars = dump_env(&db, &s3, reason);
+            assert_eq!(host(&vars), (Some("orders-rw.shop.svc".into()), None));
+        }
+    }
     use crate::resources::testing;
     use serde_json::json;
 

@@ -23,7 +23,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 
 pub use super::agent::{CA_DIR, TERMINATION_LOG};
-use super::agent::{CA_FILE, agent_env};
+use super::agent::{CA_FILE, agent_env, dump_env};
 use super::credentials::{USERNAME_KEY, secret_name};
 use super::job::{AgentRun, JobParts, agent_pod, job};
 use super::placement::JobClass;
@@ -70,7 +70,7 @@ pub fn backup_job(
         container: BACKUP_CONTAINER,
         image,
         args,
-        env: agent_env(db, &spec.s3, "dbop-backup"),
+        env: dump_env(db, &spec.s3, backup.spec.reason),
         s3: &spec.s3,
         database_ca: super::tls::client_ca(db),
     };

@@ -60,21 +60,27 @@ impl Names {
     }
 }
 
-/// The DNS names the server's certificate is for: the read-write Service's, short and
-/// qualified, and every pod's through the headless Service.
+/// The DNS names the server's certificate is for: the client Services' (`-rw`, `-ro`, `-r`),
+/// short and qualified, and every pod's through the headless Service (the instances reach
+/// each other by these).
 pub fn dns_names(db: &Database) -> Vec<String> {
     let names = Names::of(db);
     let ns = db.namespace_or_default();
-    let rw = names.rw_service();
     let headless = names.headless_service();
-    vec![
-        rw.clone(),
-        format!("{rw}.{ns}"),
-        format!("{rw}.{ns}.svc"),
-        format!("{rw}.{ns}.svc.cluster.local"),
+    let mut out = vec![];
+    for service in [names.rw_service(), names.ro_service(), names.r_service()] {
+        out.extend([
+            service.clone(),
+            format!("{service}.{ns}"),
+            format!("{service}.{ns}.svc"),
+            format!("{service}.{ns}.svc.cluster.local"),
+        ]);
+    }
+    out.extend([
         format!("*.{headless}.{ns}.svc"),
         format!("*.{headless}.{ns}.svc.cluster.local"),
-    ]
+    ]);
+    out
 }
 
 /// The subject of the Database's CA (the same every time: a server certificate signed again
