@@ -166,7 +166,10 @@ async fn three_instances_stream_from_one_primary() {
             reason: BackupReason::Manual,
         },
     );
-    backups.create(&PostParams::default(), &manual).await.unwrap();
+    backups
+        .create(&PostParams::default(), &manual)
+        .await
+        .unwrap();
     let done = wait_until("the backup finished", READY_WAIT, || async {
         let b = backups.get("orders-manual").await.ok()?;
         let phase = b.status.as_ref()?.phase?;
@@ -174,7 +177,12 @@ async fn three_instances_stream_from_one_primary() {
     })
     .await;
     let status = done.status.unwrap();
-    assert_eq!(status.phase, Some(BackupPhase::Succeeded), "{:?}", status.message);
+    assert_eq!(
+        status.phase,
+        Some(BackupPhase::Succeeded),
+        "{:?}",
+        status.message
+    );
     let jobs: Api<Job> = Api::namespaced(bed.client.clone(), &ns);
     let job = jobs
         .list(&ListParams::default().labels("app.kubernetes.io/component=backup"))
@@ -188,7 +196,17 @@ async fn three_instances_stream_from_one_primary() {
         .env
         .clone()
         .unwrap_or_default();
-    let value = |name: &str| env.iter().find(|e| e.name == name).and_then(|e| e.value.clone());
-    assert_eq!(value("PGHOST"), Some(format!("orders-ro.{ns}.svc,orders-rw.{ns}.svc")));
-    assert_eq!(value("PGTARGETSESSIONATTRS").as_deref(), Some("prefer-standby"));
+    let value = |name: &str| {
+        env.iter()
+            .find(|e| e.name == name)
+            .and_then(|e| e.value.clone())
+    };
+    assert_eq!(
+        value("PGHOST"),
+        Some(format!("orders-ro.{ns}.svc,orders-rw.{ns}.svc"))
+    );
+    assert_eq!(
+        value("PGTARGETSESSIONATTRS").as_deref(),
+        Some("prefer-standby")
+    );
 }

@@ -2,7 +2,8 @@
 //! is the control flow): a 3-instance Database reaches Ready with its primary recorded in the
 //! status and on the pods, the standbys labelled so, `-rw`, `-ro` and `-r` selecting by those
 //! labels, the replication Secret made, the topology published to the instances; a role label
-//! removed by hand comes back; scaling down drops the instance from the status and topology;
+//! removed by hand comes back; a PodDisruptionBudget allows one disruption at a time; scaling
+//! down drops the instance from the status and topology, and at one instance the budget;
 //! `spec.replicas` is refused with a message that names `spec.instances`.
 
 use std::collections::BTreeMap;
@@ -12,6 +13,8 @@ use dbop_contract::topology::Topology;
 use dbop_e2e::{WAIT, database_manifest, testbed, wait_until};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::json;
@@ -113,6 +116,14 @@ async fn three_instances_get_roles_services_status_and_a_topology() {
     assert_eq!(topology.standbys(), ["ha-1", "ha-2"]);
     assert_eq!(topology.members[1].host, format!("ha-1.ha-hl.{ns}.svc"));
 
+    // One disruption at a time.
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(bed.client.clone(), &ns);
+    let budget = budgets.get("ha").await.expect("the disruption budget");
+    assert_eq!(
+        budget.spec.unwrap().max_unavailable,
+        Some(IntOrString::Int(1))
+    );
+
     // A role label taken away by hand comes back.
     let remove = json!({"metadata": {"labels": {"dbop.dev/role": null}}});
     pods.patch("ha-1", &PatchParams::default(), &Patch::Merge(&remove))
@@ -143,6 +154,14 @@ async fn three_instances_get_roles_services_status_and_a_topology() {
     })
     .await;
     assert_eq!(topology.primary, "ha-0");
+
+    // Down to one: no budget (it would block every drain of the node).
+    bed.apply_database(&ns, database_manifest("ha", json!({"instances": 1})))
+        .await;
+    wait_until("the disruption budget deleted", WAIT, || async {
+        budgets.get_opt("ha").await.ok()?.is_none().then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -17,6 +17,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
     ConfigMap, PersistentVolumeClaim, Pod, PodSpec, PodStatus, Secret, Service,
 };
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::core::{DeserializeGuard, PartialObjectMeta};
@@ -75,6 +76,8 @@ caches! {
     // The database pods (component `database`), slimmed to their role label, node and
     // readiness: which instance is which.
     pods: Pod,
+    // The database pods' PodDisruptionBudgets.
+    disruption_budgets: PodDisruptionBudget,
 }
 
 impl Caches {
@@ -167,6 +170,7 @@ impl Slim for Service {}
 impl Slim for PartialObjectMeta<Secret> {}
 impl Slim for PersistentVolumeClaim {}
 impl Slim for ConfigMap {}
+impl Slim for PodDisruptionBudget {}
 
 /// A Job keeps its metadata and status only: readers ask whether it ran and when (`job_state`,
 /// `finished_at`, its owner); dbop creates a Job once and never compares its spec, and the pod

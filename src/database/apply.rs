@@ -7,6 +7,7 @@
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::DeleteParams;
 use kube::{Api, Resource};
 use rand::Rng;
@@ -51,6 +52,7 @@ pub async fn apply(
         replication_secret,
         label_pods,
         services,
+        disruption_budget,
         server_config,
         statefulset,
         preflight_job,
@@ -73,6 +75,9 @@ pub async fn apply(
         info!(secret = ?secret.metadata.name, "made the replication role's Secret");
     }
     label_instances(ctx, &ns, label_pods).await?;
+    if let Some(budget) = disruption_budget {
+        write_disruption_budget(ctx, db, snap, budget).await?;
+    }
     write_serving(ctx, db, snap, services, server_config, statefulset).await?;
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
     let backups: Api<DatabaseBackup> = Api::namespaced(ctx.client.clone(), &ns);
@@ -137,6 +142,28 @@ async fn write_serving(
         apply_if_drifted(&api, &desired, snap.statefulset.as_ref()).await?;
     }
     Ok(())
+}
+
+/// The PodDisruptionBudget where it drifted, or deleted once the Database has one instance.
+async fn write_disruption_budget(
+    ctx: &Context,
+    db: &Database,
+    snap: &Observed,
+    budget: Option<PodDisruptionBudget>,
+) -> Result<()> {
+    let api: Api<PodDisruptionBudget> =
+        Api::namespaced(ctx.client.clone(), &db.namespace_or_default());
+    match budget {
+        Some(budget) => apply_if_drifted(&api, &budget, snap.disruption_budget.as_ref()).await,
+        None if snap.disruption_budget.is_some() => {
+            let name = db.name();
+            if delete_if_exists(&api, &name, &DeleteParams::default()).await? {
+                info!(budget = %name, "deleted the disruption budget of a single instance");
+            }
+            Ok(())
+        }
+        None => Ok(()),
+    }
 }
 
 /// Sets the role label of each pod of `pods` (a merge patch: only that label).

@@ -10,6 +10,7 @@
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use super::certificates::Issued;
 use super::decide::{Decision, Steps};
@@ -25,7 +26,7 @@ use crate::resources::credentials::{generated_secret, secret_name};
 use crate::resources::database_backup::{pre_upgrade_backup, scheduled_backup};
 use crate::resources::init_job::{init_job, init_sql_config_map};
 use crate::resources::preflight_job::preflight_job;
-use crate::resources::replication::replication_secret;
+use crate::resources::replication::{disruption_budget, replication_secret};
 use crate::resources::restore_job::restore_job;
 use crate::resources::server_config::server_config_map;
 use crate::resources::services;
@@ -49,6 +50,8 @@ pub struct Desired {
     pub label_pods: Vec<(String, InstanceRole)>,
     /// The Services: headless, `-rw`, `-ro`, `-r` (applied where they drifted).
     pub services: Vec<Service>,
+    /// The PodDisruptionBudget: applied (with standbys), or deleted (`None`: one instance).
+    pub disruption_budget: Option<Option<PodDisruptionBudget>>,
     /// The server configuration the database pods mount (applied before the StatefulSet).
     pub server_config: Option<ConfigMap>,
     pub statefulset: Option<StatefulSet>,
@@ -144,6 +147,7 @@ pub fn build(
         } else {
             Vec::new()
         },
+        disruption_budget: apply_statefulset.then(|| disruption_budget(db)),
         server_config: apply_statefulset.then(|| server_config_map(db, &decision.roles.primary)),
         statefulset: apply_statefulset.then(|| {
             let observed = snap.statefulset.as_ref();

@@ -9,6 +9,7 @@ use dbop_contract::InstanceFailure;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use super::restart::RestartFact;
 use super::restore::{self, BootstrapFact, RestoreObjects};
@@ -44,6 +45,8 @@ pub struct Observed {
     pub init_job: Option<Job>,
     /// The database pods as the watch cache has them (role label, node, readiness).
     pub instance_pods: Vec<Pod>,
+    /// The database pods' PodDisruptionBudget (from the cache).
+    pub disruption_budget: Option<PodDisruptionBudget>,
     /// The replication Secret (metadata only, from the cache).
     pub replication_secret: Option<Secret>,
     /// The data claims of ordinals 0..instances that exist.

@@ -137,6 +137,7 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
                 .is_some_and(|i| *i == name)
         }),
         replication_secret: secret_metadata(ctx, &ns, &names.replication_secret()),
+        disruption_budget: get(&caches.disruption_budgets, &ns, &names.statefulset()),
         database_pods: database_pods(client, db, statefulset.as_ref()).await?,
         statefulset,
         init_job: get(&caches.jobs, &ns, &names.init_job()),

@@ -29,11 +29,7 @@ pub fn dump_env(db: &Database, s3: &S3Spec, reason: BackupReason) -> Vec<EnvVar>
     if db.spec.instances > 1 && from_standby {
         let names = Names::of(db);
         let ns = db.namespace_or_default();
-        let hosts = format!(
-            "{}.{ns}.svc,{}",
-            names.ro_service(),
-            names.endpoint(&ns)
-        );
+        let hosts = format!("{}.{ns}.svc,{}", names.ro_service(), names.endpoint(&ns));
         for var in vars.iter_mut().filter(|v| v.name == "PGHOST") {
             var.value = Some(hosts.clone());
         }
@@ -172,7 +168,11 @@ mod tests {
         let mut db = testing::minimal();
         db.metadata.namespace = Some("shop".into());
         let host = |vars: &[EnvVar]| {
-            let get = |n: &str| vars.iter().find(|v| v.name == n).and_then(|v| v.value.clone());
+            let get = |n: &str| {
+                vars.iter()
+                    .find(|v| v.name == n)
+                    .and_then(|v| v.value.clone())
+            };
             (get("PGHOST"), get("PGTARGETSESSIONATTRS"))
         };
         // One instance: the primary, as before.

@@ -13,7 +13,9 @@ use k8s_openapi::api::core::v1::{
     Affinity, PodAffinityTerm, PodAntiAffinity, PodSpec, PodTemplateSpec, Secret,
     SecretVolumeSource, Volume, WeightedPodAffinityTerm,
 };
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::pod::mount;
 use super::{Names, POSTGRES_PORT, owned_meta, selector_labels};
@@ -84,6 +86,25 @@ pub fn replication_secret(db: &Database, password: &str) -> Secret {
         )])),
         ..Secret::default()
     }
+}
+
+/// The PodDisruptionBudget of a Database with standbys: a drain or an eviction takes at most
+/// one instance at a time, and none while one is already down, so the primary and a standby
+/// are never taken together and the only healthy instance is never evicted. A single
+/// instance gets none (it would block every drain of its node).
+pub fn disruption_budget(db: &Database) -> Option<PodDisruptionBudget> {
+    (db.spec.instances > 1).then(|| PodDisruptionBudget {
+        metadata: owned_meta(db, Names::of(db).statefulset(), "database"),
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(selector_labels(&db.name())),
+                ..LabelSelector::default()
+            }),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        ..PodDisruptionBudget::default()
+    })
 }
 
 /// Whether the Database needs the replication Secret: it has standbys.
@@ -202,6 +223,18 @@ mod tests {
         assert_eq!(s.data.unwrap()["password"].0, b"pw");
         assert!(needs_replication_secret(&three()));
         assert!(!needs_replication_secret(&testing::minimal()));
+    }
+
+    #[test]
+    fn standbys_get_a_budget_of_one_disruption_and_a_single_instance_none() {
+        let pdb = disruption_budget(&three()).unwrap();
+        assert_eq!(pdb.metadata.name.as_deref(), Some("orders"));
+        let spec = pdb.spec.unwrap();
+        assert_eq!(spec.max_unavailable, Some(IntOrString::Int(1)));
+        assert_eq!(spec.min_available, None);
+        let selector = spec.selector.unwrap().match_labels.unwrap();
+        assert_eq!(selector["app.kubernetes.io/instance"], "orders");
+        assert!(disruption_budget(&testing::minimal()).is_none());
     }
 
     #[test]

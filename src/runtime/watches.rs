@@ -85,7 +85,8 @@ pub fn start(
     let managed = all.clone().labels(MANAGED_SELECTOR);
     let mut watches = Watches(Vec::new());
     let marker = || writers.synced_marker();
-    let (m1, m2, m3, m4, m5, m6, m7, m8, m9) = (
+    let (m1, m2, m3, m4, m5, m6, m7, m8, m9, m10) = (
+        marker(),
         marker(),
         marker(),
         marker(),
@@ -106,6 +107,7 @@ pub fn start(
         claims,
         config_maps,
         pods,
+        disruption_budgets,
         ..
     } = writers;
     let scopes: Vec<Option<String>> = match namespaces {
@@ -126,6 +128,8 @@ pub fn start(
     // The database pods: their roles and readiness (a new pod is labelled at once).
     let database_pods = all.clone().labels(DATABASE_POD_SELECTOR);
     let [pods] = watches.spawn(watch(c, &database_pods), pods, m9, meta);
+    let budgets = watch(c, &managed);
+    let [disruption_budgets] = watches.spawn(budgets, disruption_budgets, m10, meta);
     let ([jobs, backup_jobs], [backups, backups_self]) = (jobs, backups);
     let database = DatabaseTriggers {
         databases,
@@ -134,6 +138,7 @@ pub fn start(
         secrets,
         claims,
         pods,
+        disruption_budgets,
         jobs,
         backups,
     };

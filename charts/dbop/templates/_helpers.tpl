@@ -129,6 +129,11 @@ the operator as this chart's ServiceAccount and fails on any Forbidden in the au
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch", "patch", "delete"]
+# The PodDisruptionBudget of a Database with standbys: server-side apply (patch; create), watched
+# (dbop's label) for the cache, deleted when the Database is down to one instance.
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # ConfigMaps: read those referenced by spec.init.configMapRef and s3.ca; apply the one holding
 # inline init SQL (mounted into the init Job as a file) and the server configuration
 # `<name>-config` (mounted into the database pods), both watched (dbop's label) for the cache.
