@@ -105,18 +105,30 @@ fn tls_writes(db: &Database, snap: &Observed, steps: &TlsSteps, issued: Issued) 
     }
 }
 
-/// Every object the decision asks for. `password` is the new generated password, when the
-/// decision creates the Secret.
+/// What a pass made anew, outside `build` (randomness): the generated passwords of the Secrets
+/// the decision creates, and the certificates it issues.
+pub struct Fresh<'a> {
+    /// The credentials Secret's password, when the decision creates that Secret.
+    pub password: Option<&'a str>,
+    /// The replication role's password, when the decision creates its Secret.
+    pub replication_password: Option<&'a str>,
+    pub issued: Issued,
+}
+
+/// Every object the decision asks for, with what the pass made anew (`fresh`).
 pub fn build(
     db: &Database,
     snap: &Observed,
     decision: &Decision,
     verification: Option<&VerifyPlan>,
     settings: &Settings,
-    password: Option<&str>,
-    replication_password: Option<&str>,
-    issued: Issued,
+    fresh: Fresh<'_>,
 ) -> Desired {
+    let Fresh {
+        password,
+        replication_password,
+        issued,
+    } = fresh;
     let Steps {
         create_secret,
         adopt_secret,

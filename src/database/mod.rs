@@ -82,9 +82,11 @@ pub async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> 
         &decision,
         verification.as_ref(),
         &ctx.settings,
-        password.as_deref(),
-        replication_password.as_deref(),
-        issued,
+        build::Fresh {
+            password: password.as_deref(),
+            replication_password: replication_password.as_deref(),
+            issued,
+        },
     );
     // Boxed: the desired objects are large, and a pass runs deep inside the controller's
     // futures.
