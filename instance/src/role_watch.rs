@@ -15,6 +15,7 @@ use dbop_contract::topology::{Member, Topology};
 use crate::password::{self, Fingerprint};
 use crate::replication::config;
 use crate::replication::ops::{self, LocalServer};
+use crate::replication::status::SlotPlan;
 use crate::role::{self, Action, Read};
 use crate::role_start::{self, once};
 use crate::run::{Fatal, Options};
@@ -207,15 +208,13 @@ impl<'a> Keeper<'a> {
             Instant::now(),
             role::SLOT_GRACE,
         );
-        let mut sql = String::new();
-        for slot in &plan.create {
-            sql.push_str(&config::ensure_slot_sql(slot));
-        }
-        for slot in &plan.drop {
-            sql.push_str(&config::drop_slot_sql(slot));
-        }
-        if !sql.is_empty() {
-            self.server.query(&sql)?;
+        let changes = SlotPlan {
+            create: plan.create.clone(),
+            drop: plan.drop.clone(),
+            busy: Vec::new(),
+        };
+        self.server.apply_slot_plan(&changes)?;
+        if !plan.create.is_empty() || !plan.drop.is_empty() {
             log(&format!(
                 "slots created {:?}, dropped {:?}",
                 plan.create, plan.drop

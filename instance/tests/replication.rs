@@ -23,17 +23,8 @@ const DEADLINE: Duration = Duration::from_secs(90);
 const REPLICATION_PASSWORD: &str = "repl-Secr3t:never\\printed";
 
 /// Polls `check` until it gives a value, for at most `DEADLINE`; the last error says why not.
-fn wait_for<T>(what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
-    let start = Instant::now();
-    loop {
-        match check() {
-            Ok(value) => return value,
-            Err(why) if start.elapsed() > DEADLINE => {
-                panic!("{what}: not within {DEADLINE:?}: {why}")
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(100)),
-        }
-    }
+fn wait_for<T>(what: &str, check: impl FnMut() -> Result<T, String>) -> T {
+    common::wait_for(what, DEADLINE, Duration::from_millis(100), check)
 }
 
 /// One instance: its own directory with the data, the socket, the credentials and a copy of

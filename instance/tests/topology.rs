@@ -11,7 +11,7 @@
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dbop_instance::replication::config::slot_name;
 use dbop_instance::replication::status::{self, STATUS_QUERY, Status, parse_status};
@@ -23,17 +23,8 @@ const DEADLINE: Duration = Duration::from_secs(90);
 const APP_PASSWORD: &str = "app-Secr3t-password";
 const REPLICATION_PASSWORD: &str = "repl-Secr3t:never\\printed";
 
-fn wait_for<T>(what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
-    let start = Instant::now();
-    loop {
-        match check() {
-            Ok(value) => return value,
-            Err(why) if start.elapsed() > DEADLINE => {
-                panic!("{what}: not within {DEADLINE:?}: {why}")
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(200)),
-        }
-    }
+fn wait_for<T>(what: &str, check: impl FnMut() -> Result<T, String>) -> T {
+    common::wait_for(what, DEADLINE, Duration::from_millis(200), check)
 }
 
 struct Node {

@@ -125,6 +125,12 @@ impl LocalServer {
     pub fn reconcile_slots(&self, standbys: &[String]) -> Result<SlotPlan, Fatal> {
         let wanted: Vec<String> = standbys.iter().map(|s| config::slot_name(s)).collect();
         let plan = status::plan_slots(&self.slots()?, &wanted);
+        self.apply_slot_plan(&plan)?;
+        Ok(plan)
+    }
+
+    /// Creates the plan's slots (idempotent) and drops the ones it drops (when unused).
+    pub fn apply_slot_plan(&self, plan: &SlotPlan) -> Result<(), Fatal> {
         let mut sql = String::new();
         for slot in &plan.create {
             sql.push_str(&config::ensure_slot_sql(slot));
@@ -135,7 +141,7 @@ impl LocalServer {
         if !sql.is_empty() {
             self.query(&sql)?;
         }
-        Ok(plan)
+        Ok(())
     }
 
     /// Promotes the standby and waits (up to `wait_seconds`) until it accepts writes.

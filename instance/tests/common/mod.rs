@@ -66,3 +66,25 @@ pub fn copy_manager(exe: &std::path::Path) {
     }
     panic!("{} stayed busy", exe.display());
 }
+
+/// Polls `check` until it succeeds (every `every`), or panics after `deadline` with its last
+/// reason: a wait on a condition, never a fixed sleep. (Not every test binary that includes
+/// this module waits.)
+#[allow(dead_code)]
+pub fn wait_for<T>(
+    what: &str,
+    deadline: std::time::Duration,
+    every: std::time::Duration,
+    mut check: impl FnMut() -> Result<T, String>,
+) -> T {
+    let start = std::time::Instant::now();
+    loop {
+        match check() {
+            Ok(value) => return value,
+            Err(why) if start.elapsed() > deadline => {
+                panic!("{what}: not within {deadline:?}: {why}")
+            }
+            Err(_) => std::thread::sleep(every),
+        }
+    }
+}
