@@ -2,7 +2,9 @@
 //! into two standbys that stream from it through a replication slot each; rows written through
 //! `-rw` reach both standbys; `-ro` answers from a standby, which refuses writes; the status
 //! lists every instance ready with its role; a backup, which reads from a standby when one
-//! streams (`prefer-standby`), succeeds and holds the rows.
+//! streams (`prefer-standby`), succeeds and holds the rows. A standby's pod deleted comes back
+//! on its data and catches up; the primary's pod deleted comes back as the primary and both
+//! standbys stream from it again, no row lost.
 
 use std::time::Duration;
 
@@ -12,8 +14,9 @@ use dbop::api::{
 use dbop_e2e::node::{REAL_NODE_STORAGE_CLASS, real_node_placement};
 use dbop_e2e::{TestBed, testbed, wait_until};
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
 /// A primary's initdb and two clones, one after the other, on a busy 2-core machine.
@@ -37,6 +40,31 @@ fn local_psql(bed: &TestBed, ns: &str, pod: &str, sql: &str) -> (bool, String, S
             sql,
         ],
     )
+}
+
+/// Deletes the pod and waits until the StatefulSet's new one (another uid) is Ready.
+async fn restart_pod(bed: &TestBed, ns: &str, name: &str) {
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), ns);
+    let old = pods.get(name).await.unwrap().metadata.uid;
+    pods.delete(name, &DeleteParams::default()).await.unwrap();
+    wait_until(
+        &format!("{name} replaced and ready"),
+        READY_WAIT,
+        || async {
+            let pod = pods.get_opt(name).await.ok()??;
+            (pod.metadata.uid != old && dbop_e2e::node::pod_ready(&pod)).then_some(())
+        },
+    )
+    .await;
+}
+
+/// Waits until `pod` has `rows` rows in `ledger`.
+async fn rows_on(bed: &TestBed, ns: &str, pod: &str, rows: u32) {
+    wait_until(&format!("{rows} rows on {pod}"), READY_WAIT, || async {
+        let (ok, out, _) = local_psql(bed, ns, pod, "select count(*) from ledger");
+        (ok && out.trim() == rows.to_string()).then_some(())
+    })
+    .await;
 }
 
 fn local_ok(bed: &TestBed, ns: &str, pod: &str, sql: &str) -> String {
@@ -156,8 +184,8 @@ async fn three_instances_stream_from_one_primary() {
         .await;
     }
 
-    // A manual backup reads a standby first (the primary only when none answers) and holds
-    // the rows.
+    // A manual backup reads a standby (the primary only when it does not answer) and holds the
+    // rows.
     let backups: Api<DatabaseBackup> = Api::namespaced(bed.client.clone(), &ns);
     let manual = DatabaseBackup::new(
         "orders-manual",
@@ -201,12 +229,49 @@ async fn three_instances_stream_from_one_primary() {
             .find(|e| e.name == name)
             .and_then(|e| e.value.clone())
     };
-    assert_eq!(
-        value("PGHOST"),
-        Some(format!("orders-ro.{ns}.svc,orders-rw.{ns}.svc"))
+    // A ready standby by its own name (the snapshot's session and pg_dump reach one server),
+    // then the primary.
+    let host = value("PGHOST").unwrap_or_default();
+    assert!(
+        host == format!("orders-1.orders-hl.{ns}.svc,orders-rw.{ns}.svc")
+            || host == format!("orders-2.orders-hl.{ns}.svc,orders-rw.{ns}.svc"),
+        "{host}"
     );
     assert_eq!(
         value("PGTARGETSESSIONATTRS").as_deref(),
         Some("prefer-standby")
     );
+
+    // A standby's pod deleted: it starts again on its own data and catches up.
+    restart_pod(&bed, &ns, "orders-2").await;
+    local_ok(
+        &bed,
+        &ns,
+        "orders-0",
+        "insert into ledger select g, 'after a standby restarted' from generate_series(101, 200) g",
+    );
+    rows_on(&bed, &ns, "orders-2", 200).await;
+
+    // The primary's pod deleted: it comes back as the primary (no failover exists yet), and
+    // both standbys stream from it again.
+    restart_pod(&bed, &ns, "orders-0").await;
+    assert_eq!(
+        local_ok(&bed, &ns, "orders-0", "select pg_is_in_recovery()"),
+        "f"
+    );
+    local_ok(
+        &bed,
+        &ns,
+        "orders-0",
+        "insert into ledger select g, 'after the primary restarted' from generate_series(201, 300) g",
+    );
+    for standby in ["orders-1", "orders-2"] {
+        rows_on(&bed, &ns, standby, 300).await;
+    }
+    let databases = bed.databases(&ns);
+    wait_until("Ready with every instance ready", READY_WAIT, || async {
+        let s = databases.get("orders").await.ok()?.status?;
+        (s.phase == Some(Phase::Ready) && s.instances.iter().all(|i| i.ready)).then_some(())
+    })
+    .await;
 }

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{
 use super::credentials::{PASSWORD_KEY, USERNAME_KEY, secret_name};
 use super::pod::{DBOP_BIN_DIR, DBOP_BIN_VOLUME, env, mount, scratch, secret_env};
 use super::{Names, POSTGRES_PORT};
-use crate::api::{BackupReason, CaSource, Database, S3Spec};
+use crate::api::{BackupReason, CaSource, Database, InstanceRole, S3Spec};
 
 /// The file Kubernetes turns into the container's termination message: the agent's result.
 pub const TERMINATION_LOG: &str = "/dev/termination-log";
@@ -20,16 +20,33 @@ pub const CA_DIR: &str = "/etc/dbop/s3-ca";
 pub const CA_FILE: &str = "/etc/dbop/s3-ca/ca.pem";
 
 /// The environment of a backup's dump: the agent's, reading from a standby when the
-/// Database has standbys and the backup is a scheduled or manual one (`-ro` first, the
-/// primary when no standby answers: libpq's `prefer-standby`), which takes the dump's load off
-/// the primary. A pre-upgrade or final backup reads the primary: it must hold every commit.
+/// Database has one that was ready at the last pass (`status.instances`) and the backup is a
+/// scheduled or manual one, which takes the dump's load off the primary. The standby is named
+/// by its own pod's name, not `-ro`: the agent's session that exports the snapshot and
+/// `pg_dump`, which reads it, must reach the same server. The primary comes second (libpq's
+/// `prefer-standby`), for when that standby does not answer. A pre-upgrade or final backup
+/// reads the primary: it must hold every commit.
 pub fn dump_env(db: &Database, s3: &S3Spec, reason: BackupReason) -> Vec<EnvVar> {
     let mut vars = agent_env(db, s3, "dbop-backup");
     let from_standby = matches!(reason, BackupReason::Scheduled | BackupReason::Manual);
-    if db.spec.instances > 1 && from_standby {
+    let standby = db
+        .status
+        .as_ref()
+        .and_then(|s| {
+            s.instances
+                .iter()
+                .find(|i| i.role == InstanceRole::Standby && i.ready)
+        })
+        .filter(|_| from_standby && db.spec.instances > 1);
+    if let Some(standby) = standby {
         let names = Names::of(db);
         let ns = db.namespace_or_default();
-        let hosts = format!("{}.{ns}.svc,{}", names.ro_service(), names.endpoint(&ns));
+        let hosts = format!(
+            "{}.{}.{ns}.svc,{}",
+            standby.name,
+            names.headless_service(),
+            names.endpoint(&ns)
+        );
         for var in vars.iter_mut().filter(|v| v.name == "PGHOST") {
             var.value = Some(hosts.clone());
         }
@@ -163,7 +180,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_scheduled_dump_of_a_database_with_standbys_prefers_a_standby() {
+    fn a_scheduled_dump_of_a_database_with_standbys_reads_a_ready_standby() {
         let s3: S3Spec = serde_json::from_value(json!({"bucket": "b"})).unwrap();
         let mut db = testing::minimal();
         db.metadata.namespace = Some("shop".into());
@@ -175,23 +192,44 @@ mod tests {
             };
             (get("PGHOST"), get("PGTARGETSESSIONATTRS"))
         };
+        let primary = || (Some("orders-rw.shop.svc".to_string()), None);
         // One instance: the primary, as before.
-        let single = dump_env(&db, &s3, BackupReason::Scheduled);
-        assert_eq!(host(&single), (Some("orders-rw.shop.svc".into()), None));
-        db.spec.instances = 3;
-        let scheduled = dump_env(&db, &s3, BackupReason::Scheduled);
         assert_eq!(
-            host(&scheduled),
+            host(&dump_env(&db, &s3, BackupReason::Scheduled)),
+            primary()
+        );
+        db.spec.instances = 3;
+        let line = |n: i32, role, ready| crate::api::InstanceStatus {
+            name: format!("orders-{n}"),
+            role,
+            ready,
+            node: None,
+        };
+        db.status = Some(crate::api::DatabaseStatus {
+            instances: vec![
+                line(0, InstanceRole::Primary, true),
+                line(1, InstanceRole::Standby, false),
+                line(2, InstanceRole::Standby, true),
+            ],
+            ..Default::default()
+        });
+        // The ready standby by its own name (one server for the snapshot and pg_dump).
+        assert_eq!(
+            host(&dump_env(&db, &s3, BackupReason::Scheduled)),
             (
-                Some("orders-ro.shop.svc,orders-rw.shop.svc".into()),
+                Some("orders-2.orders-hl.shop.svc,orders-rw.shop.svc".into()),
                 Some("prefer-standby".into())
             )
         );
         // What must hold every commit reads the primary.
         for reason in [BackupReason::PreUpgrade, BackupReason::Final] {
-            let vars = dump_env(&db, &s3, reason);
-            assert_eq!(host(&vars), (Some("orders-rw.shop.svc".into()), None));
+            assert_eq!(host(&dump_env(&db, &s3, reason)), primary());
         }
+        // No ready standby: the primary.
+        if let Some(s) = db.status.as_mut() {
+            s.instances[2].ready = false;
+        }
+        assert_eq!(host(&dump_env(&db, &s3, BackupReason::Manual)), primary());
     }
     use crate::resources::testing;
     use serde_json::json;
