@@ -517,9 +517,9 @@ fn manifest_of(
     target: &Target,
     engine_version: &str,
     started: chrono::DateTime<Utc>,
-    dumps: Vec<DatabaseDump>,
+    mut dumps: Vec<DatabaseDump>,
 ) -> Manifest {
-    let first = dumps.first().cloned();
+    let first = (!dumps.is_empty()).then(|| dumps.remove(0));
     let first = first.unwrap_or_else(|| DatabaseDump {
         name: String::new(),
         dump_file: layout::DUMP_FILE.into(),
@@ -547,7 +547,8 @@ fn manifest_of(
         dump_file: first.dump_file,
         row_counts: first.row_counts,
         globals: None,
-        databases: dumps,
+        definition: first.definition,
+        other_databases: dumps,
     }
 }
 

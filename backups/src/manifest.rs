@@ -1,9 +1,10 @@
 //! The manifest: a small JSON document beside the dumps, written last, that makes a backup
 //! complete. It records what `restore` and `verify` check against. Pure.
 //!
-//! Version 2 lists every database of the instance in `databases`, the application database
-//! first; the top-level dump fields still describe the application database, so an older agent
-//! restores that one as before. A version 1 manifest (no `databases`) is read as a list of one.
+//! The top-level dump fields describe the application database (the one the agent connected
+//! to), as in version 1, so an older agent restores that one as before; version 2 adds how to
+//! recreate it (`definition`) and every other database of the instance (`otherDatabases`). A
+//! version 1 manifest is read as a backup of one database.
 
 use std::collections::BTreeMap;
 
@@ -52,10 +53,12 @@ pub struct Manifest {
     /// which restore without it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub globals: Option<GlobalsInfo>,
-    /// Every database backed up, the application database (the fields above) first; empty in
-    /// version 1 manifests.
+    /// How to recreate the application database (absent in version 1 manifests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definition: Option<DatabaseDefinition>,
+    /// Every other database backed up, in the order they were dumped (empty in version 1).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub databases: Vec<DatabaseDump>,
+    pub other_databases: Vec<DatabaseDump>,
 }
 
 /// One database's dump in the backup.
@@ -121,18 +124,18 @@ impl Manifest {
     /// Every database of the backup, the application database first (for a version 1
     /// manifest, that one alone).
     pub fn dumps(&self) -> Vec<DatabaseDump> {
-        if !self.databases.is_empty() {
-            return self.databases.clone();
-        }
-        vec![DatabaseDump {
+        let first = DatabaseDump {
             name: self.database.clone(),
             dump_file: self.dump_file.clone(),
             raw_bytes: self.raw_bytes,
             size_bytes: self.size_bytes,
             sha256: self.sha256.clone(),
             row_counts: self.row_counts.clone(),
-            definition: None,
-        }]
+            definition: self.definition.clone(),
+        };
+        std::iter::once(first)
+            .chain(self.other_databases.iter().cloned())
+            .collect()
     }
 
     pub fn to_json(&self) -> Vec<u8> {
@@ -144,26 +147,20 @@ fn is_sha256(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-/// The list of databases must be whole: the application database first and the same as the
-/// top-level fields, unique names, and file names that stay inside the backup folder.
+/// The list of databases must be whole: unique names, and unique file names that stay inside
+/// the backup folder.
 fn check_databases(m: &Manifest) -> Result<(), String> {
-    let Some(first) = m.databases.first() else {
-        return Ok(());
-    };
-    if first.name != m.database || first.dump_file != m.dump_file || first.sha256 != m.sha256 {
-        return Err("manifest's first database is not the application database".into());
-    }
     let mut names = std::collections::BTreeSet::new();
     let mut files = std::collections::BTreeSet::new();
-    for d in &m.databases {
+    for d in &m.dumps() {
         let bad_file = d.dump_file.is_empty()
             || d.dump_file.contains('/')
             || d.dump_file.starts_with('.')
             || [MANIFEST_FILE, GLOBALS_FILE].contains(&d.dump_file.as_str());
-        if bad_file || !files.insert(d.dump_file.as_str()) {
+        if bad_file || !files.insert(d.dump_file.clone()) {
             return Err(format!("manifest names a bad dump file {:?}", d.dump_file));
         }
-        if d.name.is_empty() || !names.insert(d.name.as_str()) {
+        if d.name.is_empty() || !names.insert(d.name.clone()) {
             return Err(format!(
                 "manifest lists database {:?} twice or empty",
                 d.name
@@ -227,18 +224,18 @@ mod tests {
             dump_file: "dump.pgc.zst".into(),
             row_counts: [("public.a".to_string(), 3u64)].into_iter().collect(),
             globals: None,
-            databases: vec![],
+            definition: None,
+            other_databases: vec![],
         }
     }
 
     fn with_databases() -> Manifest {
         let mut m = sample();
         m.manifest_version = MANIFEST_VERSION;
-        let first = m.dumps().remove(0);
-        let mut second = first.clone();
+        let mut second = m.dumps().remove(0);
         second.name = "we\"ird/ü".into();
         second.dump_file = "db-001-77.pgc.zst".into();
-        m.databases = vec![first, second];
+        m.other_databases = vec![second];
         m
     }
 
@@ -254,7 +251,7 @@ mod tests {
         assert!(
             !String::from_utf8(m.to_json())
                 .unwrap()
-                .contains("databases")
+                .contains("otherDatabases")
         );
     }
 
@@ -264,12 +261,12 @@ mod tests {
         assert_eq!(Manifest::parse(&m.to_json()).unwrap(), m);
         assert_eq!(m.dumps().len(), 2);
         let broken: [fn(&mut Manifest); 6] = [
-            |m| m.databases.swap(0, 1),
-            |m| m.databases[1].name = "app".into(),
-            |m| m.databases[1].dump_file = "dump.pgc.zst".into(),
-            |m| m.databases[1].dump_file = "../x".into(),
-            |m| m.databases[1].dump_file = "manifest.json".into(),
-            |m| m.databases[1].sha256 = "zz".into(),
+            |m| m.other_databases[0].name = "".into(),
+            |m| m.other_databases[0].name = "app".into(),
+            |m| m.other_databases[0].dump_file = "dump.pgc.zst".into(),
+            |m| m.other_databases[0].dump_file = "../x".into(),
+            |m| m.other_databases[0].dump_file = "manifest.json".into(),
+            |m| m.other_databases[0].sha256 = "zz".into(),
         ];
         for (i, f) in broken.iter().enumerate() {
             let mut b = with_databases();

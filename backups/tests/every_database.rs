@@ -115,15 +115,16 @@ fn three_databases_round_trip_into_a_new_server() {
     );
     let m = manifest_of(&s3, &r);
     assert_eq!(m["manifestVersion"], 2);
-    let names: Vec<&str> = m["databases"]
+    let names: Vec<&str> = m["otherDatabases"]
         .as_array()
         .unwrap()
         .iter()
         .map(|d| d["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["app", OWNED, "postgres", HOSTILE]);
-    assert_eq!(m["databases"][1]["definition"]["owner"], "owner_role");
-    assert_eq!(m["databases"][3]["rowCounts"]["\"S p\".t"], 123);
+    assert_eq!(m["database"], "app");
+    assert_eq!(names, [OWNED, "postgres", HOSTILE]);
+    assert_eq!(m["otherDatabases"][0]["definition"]["owner"], "owner_role");
+    assert_eq!(m["otherDatabases"][2]["rowCounts"]["\"S p\".t"], 123);
 
     let (target, run) = restore_into_new_server(&s3);
     let rr = run.ok();
@@ -141,7 +142,10 @@ fn three_databases_round_trip_into_a_new_server() {
     assert!(facts.starts_with("owner_role"), "{facts}");
     assert!(facts.contains("reader=C/owner_role"), "{facts}");
     assert!(facts.contains("work_mem=7MB"), "{facts}");
-    assert!(facts.contains(r#"search_path=\"$user\", public"#), "{facts}");
+    assert!(
+        facts.contains(r#"search_path=\"$user\", public"#),
+        "{facts}"
+    );
     assert_eq!(target.psql(OWNED, "SELECT count(*) FROM o"), "77");
 
     let verified = agent(
@@ -170,7 +174,10 @@ fn a_tampered_dump_of_another_database_is_refused_before_anything_is_created() {
     let s3 = S3Server::start(S3Kind::S3sFs);
     let (source, r) = source_with_three_databases(&s3);
     let m = manifest_of(&s3, &r);
-    let file = m["databases"][1]["dumpFile"].as_str().unwrap().to_string();
+    let file = m["otherDatabases"][0]["dumpFile"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let key = format!("p/app/{}/{file}", r.backup_id.as_deref().unwrap());
     let mut object = s3.get(&key);
     let mid = object.len() / 2;
@@ -223,13 +230,14 @@ fn an_old_single_database_backup_still_restores_and_verifies() {
     // What an older agent wrote: version 1, no database list, the one dump beside it.
     let mut m = manifest_of(&s3, &r);
     let id = r.backup_id.clone().unwrap();
-    for d in m["databases"].as_array().unwrap().iter().skip(1) {
+    for d in m["otherDatabases"].as_array().unwrap() {
         let key = format!("p/app/{id}/{}", d["dumpFile"].as_str().unwrap());
         s3.sdk(|c| async move { c.delete_object().bucket(BUCKET).key(key).send().await })
             .unwrap();
     }
     let object = m.as_object_mut().unwrap();
-    object.remove("databases");
+    object.remove("otherDatabases");
+    object.remove("definition");
     object.insert("manifestVersion".into(), 1.into());
     s3.put(
         r.manifest_key.as_deref().unwrap(),
