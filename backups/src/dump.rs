@@ -1,11 +1,18 @@
-//! `dump`: pg_dump (custom format, uncompressed, reading an exported snapshot) → zstd (frames
-//! with content checksums) → S3 multipart upload with bounded buffers, SHA-256 on the fly; row
-//! counts read from the archive as it passes (`archive`); the roles and memberships (`globals`) beside it; the
-//! manifest written last. On any failure or signal the
-//! upload is aborted and no manifest is written, so nothing looks like a complete backup.
+//! `dump`: every database of the instance that accepts connections (not the templates, see
+//! `databases`), each as its own pg_dump stream (custom format, uncompressed, reading an
+//! exported snapshot of that database) → zstd (frames with content checksums) → S3 multipart
+//! upload with bounded buffers, SHA-256 on the fly; row counts read from the archive as it
+//! passes (`archive`); the roles and memberships (`globals`) beside them; the manifest written
+//! last. On any failure or signal the upload in progress is aborted and no manifest is
+//! written, so nothing looks like a complete backup.
 //!
-//! Memory: one part being filled, one waiting in a channel of capacity 1, and at most
-//! `concurrency` parts in flight: about (concurrency + 2) × part size, whatever the database.
+//! Each database is consistent in itself (its own snapshot: PostgreSQL snapshots do not cross
+//! databases), not with the others. The databases are listed once, at the start: one dropped
+//! before its turn fails the backup; one created after the listing is not in this backup.
+//!
+//! Memory: the databases are dumped one after another, so at any time one part is being
+//! filled, one waits in a channel of capacity 1, and at most `concurrency` parts are in flight:
+//! about (concurrency + 2) × part size, whatever the databases.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -20,10 +27,11 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use crate::archive::{FormatError, RowCounter};
+use crate::databases::{self, Listed};
 use crate::error::{Error, Result};
 use crate::globals;
-use crate::layout::{self, DUMP_FILE, GLOBALS_FILE, Layout};
-use crate::manifest::{self, GlobalsInfo, MAX_MANIFEST_BYTES, Manifest};
+use crate::layout::{self, GLOBALS_FILE, Layout};
+use crate::manifest::{self, DatabaseDump, GlobalsInfo, MAX_MANIFEST_BYTES, Manifest};
 use crate::pg::{self, PgTools, PsqlSession};
 use crate::result::BackupResult;
 use crate::retention::Policy;
@@ -122,7 +130,8 @@ async fn dump_inner(
     result.bucket = Some(store.bucket.clone());
     let backup_id = choose_backup_id(opts, started)?;
     result.backup_id = Some(backup_id.clone());
-    let (mut session, server) = open_snapshot(tools).await?;
+    let (session, server) = open_snapshot(tools, None).await?;
+    layout::validate_database_name(&server.database).map_err(Error::Usage)?;
     let target = Target::new(layout, &server.database, &backup_id);
     target.note(&server, result);
 
@@ -136,12 +145,22 @@ async fn dump_inner(
         ));
         return Ok(());
     }
-    // The roles and memberships, read before the dump (a failure costs no upload).
+    // The databases and the roles, read before the dumps (a failure costs no upload).
+    let listed = list_databases(tools, &server.database).await?;
+    result.databases = u32::try_from(listed.len()).ok();
     let globals = globals::collect(tools).await?;
-    let (compressed, row_counts) =
-        stream_dump(store, tools, opts, &server, &target, &mut session, pending).await?;
-    session.finish().await?;
-    let mut m = manifest_of(opts, &server, &target, started, compressed, row_counts);
+    let engine_version = server.engine_version.clone();
+    let dumps = dump_all(
+        store,
+        tools,
+        opts,
+        &target,
+        &listed,
+        (session, server),
+        pending,
+    )
+    .await?;
+    let mut m = manifest_of(opts, &target, &engine_version, started, dumps);
     m.globals = Some(store_globals(store, &target, globals).await?);
     store
         .put(
@@ -152,11 +171,91 @@ async fn dump_inner(
         .await?;
     m.fill_result(result);
     let mut message = completion_message(&m, clock.elapsed());
-    if let Some(pruned) = prune_after(store, layout, &server.database, opts).await {
+    if let Some(pruned) = prune_after(store, layout, &m.database, opts).await {
         message.push_str(&format!("; {pruned}"));
     }
     result.message = Some(message);
     Ok(())
+}
+
+/// The databases to dump, the connected (application) database first.
+async fn list_databases(tools: &PgTools, connected: &str) -> Result<Vec<Listed>> {
+    let listed = databases::list(tools).await?;
+    match listed.first() {
+        Some(first) if first.name == connected => Ok(listed),
+        _ => Err(pg::pg_error(
+            "psql",
+            connected,
+            "the database list does not start with the connected database",
+        )),
+    }
+}
+
+/// Dumps the listed databases one after another (bounded memory: one upload at a time), the
+/// first in the snapshot already open, each other one in a snapshot of its own.
+async fn dump_all(
+    store: &Store,
+    tools: &PgTools,
+    opts: &DumpOptions,
+    target: &Target,
+    listed: &[Listed],
+    first: (PsqlSession, ServerFacts),
+    pending: &PendingUpload,
+) -> Result<Vec<DatabaseDump>> {
+    let mut dumps = Vec::with_capacity(listed.len());
+    let mut first = Some(first);
+    for (index, db) in listed.iter().enumerate() {
+        let (mut session, server) = match first.take() {
+            Some(open) => open,
+            None => open_listed(tools, &db.name).await?,
+        };
+        let file = databases::dump_file_name(index, &db.name);
+        let key = format!("{}{file}", target.prefix);
+        let (compressed, row_counts) = stream_dump(
+            store,
+            tools,
+            opts,
+            &server,
+            (&key, &target.backup_id),
+            &mut session,
+            pending,
+        )
+        .await?;
+        session.finish().await?;
+        dumps.push(DatabaseDump {
+            name: db.name.clone(),
+            dump_file: file,
+            raw_bytes: compressed.raw_bytes,
+            size_bytes: compressed.size_bytes,
+            sha256: compressed.sha256,
+            row_counts,
+            definition: Some(db.definition.clone()),
+        });
+    }
+    Ok(dumps)
+}
+
+/// The snapshot of a listed database other than the connected one: a database dropped since
+/// the listing fails the backup, saying so.
+async fn open_listed(tools: &PgTools, name: &str) -> Result<(PsqlSession, ServerFacts)> {
+    match open_snapshot(tools, Some(name)).await {
+        Ok((session, server)) if server.database == name => Ok((session, server)),
+        Ok((session, server)) => {
+            let _ = session.finish().await;
+            Err(pg::pg_error(
+                "psql",
+                name,
+                format!("connected to {:?} instead", server.database),
+            ))
+        }
+        Err(e) => Err(pg::pg_error(
+            "pg_dump",
+            name,
+            format!(
+                "database {name:?} was listed for this backup but cannot be dumped (dropped since?); no manifest written: {e}"
+            ),
+        )),
+    }
 }
 
 /// Stores the globals script beside the dump (before the manifest, which makes it count).
@@ -198,6 +297,8 @@ struct ServerFacts {
 /// Where one backup's objects go.
 struct Target {
     backup_id: String,
+    /// The backup folder, ending in `/`.
+    prefix: String,
     dump_key: String,
     manifest_key: String,
     globals_key: String,
@@ -215,6 +316,7 @@ impl Target {
     fn new(layout: &Layout, database: &str, backup_id: &str) -> Target {
         Target {
             backup_id: backup_id.to_string(),
+            prefix: layout.backup_prefix(database, backup_id),
             dump_key: layout.dump_key(database, backup_id),
             manifest_key: layout.manifest_key(database, backup_id),
             globals_key: layout.globals_key(database, backup_id),
@@ -224,13 +326,16 @@ impl Target {
 
 /// One transaction whose snapshot pg_dump imports; kept open until the dump is stored, so rows
 /// can still be counted in it should the archive not be readable.
-async fn open_snapshot(tools: &PgTools) -> Result<(PsqlSession, ServerFacts)> {
-    let mut session = PsqlSession::start(tools, None).await?;
+async fn open_snapshot(
+    tools: &PgTools,
+    database: Option<&str>,
+) -> Result<(PsqlSession, ServerFacts)> {
+    let mut session = PsqlSession::start(tools, database).await?;
     let facts = session
         .query(
             "SET row_security = off;\n\
              BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;\n\
-             SELECT current_database();\n\
+             SELECT to_json(current_database())::text;\n\
              SELECT current_setting('server_version');\n\
              SELECT current_setting('server_version_num');\n\
              SELECT pg_database_size(current_database());\n\
@@ -240,13 +345,19 @@ async fn open_snapshot(tools: &PgTools) -> Result<(PsqlSession, ServerFacts)> {
     let [database, server_version, version_num, db_size, snapshot] = facts.as_slice() else {
         return Err(pg::pg_error(
             "psql",
-            &pg::database_label(None),
-            format!("unexpected session output: {facts:?}"),
+            &pg::database_label(database),
+            format!("unexpected session output: {} lines", facts.len()),
         ));
     };
-    layout::validate_database_name(database).map_err(Error::Usage)?;
+    let database: String = serde_json::from_str(database).map_err(|e| {
+        pg::pg_error(
+            "psql",
+            "(unknown)",
+            format!("unexpected database name: {e}"),
+        )
+    })?;
     let server = ServerFacts {
-        database: database.clone(),
+        database,
         engine_version: pg::short_version(server_version),
         server_major: pg::major_of_version_num(version_num),
         db_size: db_size.trim().parse().unwrap_or(0),
@@ -282,7 +393,7 @@ async fn stream_dump(
     tools: &PgTools,
     opts: &DumpOptions,
     server: &ServerFacts,
-    target: &Target,
+    (key, backup_id): (&str, &str),
     session: &mut PsqlSession,
     pending: &PendingUpload,
 ) -> Result<(Compressed, BTreeMap<String, u64>)> {
@@ -291,8 +402,8 @@ async fn stream_dump(
             .check_version("pg_dump", major, &server.database)
             .await?;
     }
-    let (database, key) = (&server.database, &target.dump_key);
-    tracing::info!(database, backup_id = target.backup_id, key, "dump starting");
+    let database = &server.database;
+    tracing::info!(database, backup_id, key, "dump starting");
     let upload_id = begin_upload(store, key, pending).await?;
     let (child, stderr, stdout) = spawn_pg_dump(tools, server)?;
     let part_size = part_size_for(opts.part_size, server.db_size);
@@ -399,32 +510,45 @@ async fn check_stored_size(store: &Store, key: &str, uploaded: u64) -> Result<()
     Ok(())
 }
 
+/// The manifest of the dumps (the first, the application database's, also in the top-level
+/// fields older agents read).
 fn manifest_of(
     opts: &DumpOptions,
-    server: &ServerFacts,
     target: &Target,
+    engine_version: &str,
     started: chrono::DateTime<Utc>,
-    compressed: Compressed,
-    row_counts: BTreeMap<String, u64>,
+    mut dumps: Vec<DatabaseDump>,
 ) -> Manifest {
+    let first = (!dumps.is_empty()).then(|| dumps.remove(0));
+    let first = first.unwrap_or_else(|| DatabaseDump {
+        name: String::new(),
+        dump_file: layout::DUMP_FILE.into(),
+        raw_bytes: 0,
+        size_bytes: 0,
+        sha256: String::new(),
+        row_counts: BTreeMap::new(),
+        definition: None,
+    });
     Manifest {
-        manifest_version: 1,
+        manifest_version: manifest::MANIFEST_VERSION,
         backup_id: target.backup_id.clone(),
-        database: server.database.clone(),
+        database: first.name,
         engine: "postgresql".into(),
-        engine_version: server.engine_version.clone(),
+        engine_version: engine_version.to_string(),
         started_at: started,
         completed_at: Utc::now(),
-        raw_bytes: compressed.raw_bytes,
-        size_bytes: compressed.size_bytes,
-        sha256: compressed.sha256,
+        raw_bytes: first.raw_bytes,
+        size_bytes: first.size_bytes,
+        sha256: first.sha256,
         format: manifest::FORMAT.into(),
         compression: manifest::COMPRESSION.into(),
         compression_level: opts.compression_level,
         agent_version: crate::AGENT_VERSION.into(),
-        dump_file: DUMP_FILE.into(),
-        row_counts,
+        dump_file: first.dump_file,
+        row_counts: first.row_counts,
         globals: None,
+        definition: first.definition,
+        other_databases: dumps,
     }
 }
 
@@ -438,14 +562,16 @@ fn completion_message(m: &Manifest, elapsed: Duration) -> String {
         secs,
         "dump complete"
     );
+    let dumps = m.dumps();
+    let raw: u64 = dumps.iter().map(|d| d.raw_bytes).sum();
+    let stored: u64 = dumps.iter().map(|d| d.size_bytes).sum();
+    let tables: usize = dumps.iter().map(|d| d.row_counts.len()).sum();
     format!(
-        "backup {} of database '{}' complete: {} raw bytes, {} stored, {} tables, {:.1} MB/s",
+        "backup {} of database '{}' complete: {} databases, {raw} raw bytes, {stored} stored, {tables} tables, {:.1} MB/s",
         m.backup_id,
         m.database,
-        m.raw_bytes,
-        m.size_bytes,
-        m.row_counts.len(),
-        m.raw_bytes as f64 / secs / 1e6
+        dumps.len(),
+        raw as f64 / secs / 1e6
     )
 }
 

@@ -9,6 +9,7 @@
 pub mod archive;
 pub mod catalog;
 pub mod cli;
+pub mod databases;
 pub mod dump;
 pub mod error;
 pub mod globals;

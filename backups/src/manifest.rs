@@ -1,17 +1,26 @@
-//! The manifest: a small JSON document beside the dump, written last, that makes a backup
+//! The manifest: a small JSON document beside the dumps, written last, that makes a backup
 //! complete. It records what `restore` and `verify` check against. Pure.
+//!
+//! The top-level dump fields describe the application database (the one the agent connected
+//! to), as in version 1, so an older agent restores that one as before; version 2 adds how to
+//! recreate it (`definition`) and every other database of the instance (`otherDatabases`). A
+//! version 1 manifest is read as a backup of one database.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::databases::DatabaseDefinition;
+use crate::layout::{GLOBALS_FILE, MANIFEST_FILE};
 use crate::result::BackupResult;
 
 pub const FORMAT: &str = "pg_dump-custom";
 pub const COMPRESSION: &str = "zstd";
 /// Manifests larger than this are refused when read.
 pub const MAX_MANIFEST_BYTES: usize = 16 << 20;
+/// The version this agent writes: 2 lists every database.
+pub const MANIFEST_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -44,6 +53,29 @@ pub struct Manifest {
     /// which restore without it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub globals: Option<GlobalsInfo>,
+    /// How to recreate the application database (absent in version 1 manifests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definition: Option<DatabaseDefinition>,
+    /// Every other database backed up, in the order they were dumped (empty in version 1).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_databases: Vec<DatabaseDump>,
+}
+
+/// One database's dump in the backup.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DatabaseDump {
+    /// The exact name.
+    pub name: String,
+    /// The dump object's file name inside the backup folder.
+    pub dump_file: String,
+    pub raw_bytes: u64,
+    pub size_bytes: u64,
+    pub sha256: String,
+    pub row_counts: BTreeMap<String, u64>,
+    /// How to recreate it; absent for the single database of a version 1 manifest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definition: Option<DatabaseDefinition>,
 }
 
 /// The globals script of a backup, checked like the dump before it is run.
@@ -68,6 +100,7 @@ impl Manifest {
         result.raw_bytes = Some(self.raw_bytes);
         result.sha256 = Some(self.sha256.clone());
         result.engine_version = Some(self.engine_version.clone());
+        result.databases = u32::try_from(self.dumps().len()).ok();
         result.started_at = Some(self.started_at);
         result.completed_at = Some(self.completed_at);
     }
@@ -81,15 +114,66 @@ impl Manifest {
                 m.format, m.compression
             ));
         }
-        if m.sha256.len() != 64 || !m.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if !is_sha256(&m.sha256) {
             return Err("manifest sha256 is not 64 hex digits".into());
         }
+        check_databases(&m)?;
         Ok(m)
+    }
+
+    /// Every database of the backup, the application database first (for a version 1
+    /// manifest, that one alone).
+    pub fn dumps(&self) -> Vec<DatabaseDump> {
+        let first = DatabaseDump {
+            name: self.database.clone(),
+            dump_file: self.dump_file.clone(),
+            raw_bytes: self.raw_bytes,
+            size_bytes: self.size_bytes,
+            sha256: self.sha256.clone(),
+            row_counts: self.row_counts.clone(),
+            definition: self.definition.clone(),
+        };
+        std::iter::once(first)
+            .chain(self.other_databases.iter().cloned())
+            .collect()
     }
 
     pub fn to_json(&self) -> Vec<u8> {
         serde_json::to_vec_pretty(self).unwrap_or_default()
     }
+}
+
+fn is_sha256(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The list of databases must be whole: unique names, and unique file names that stay inside
+/// the backup folder.
+fn check_databases(m: &Manifest) -> Result<(), String> {
+    let mut names = std::collections::BTreeSet::new();
+    let mut files = std::collections::BTreeSet::new();
+    for d in &m.dumps() {
+        let bad_file = d.dump_file.is_empty()
+            || d.dump_file.contains('/')
+            || d.dump_file.starts_with('.')
+            || [MANIFEST_FILE, GLOBALS_FILE].contains(&d.dump_file.as_str());
+        if bad_file || !files.insert(d.dump_file.clone()) {
+            return Err(format!("manifest names a bad dump file {:?}", d.dump_file));
+        }
+        if d.name.is_empty() || !names.insert(d.name.clone()) {
+            return Err(format!(
+                "manifest lists database {:?} twice or empty",
+                d.name
+            ));
+        }
+        if !is_sha256(&d.sha256) {
+            return Err(format!(
+                "manifest sha256 of database {:?} is not 64 hex digits",
+                d.name
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The first difference between expected and actual row counts, if any.
@@ -140,6 +224,54 @@ mod tests {
             dump_file: "dump.pgc.zst".into(),
             row_counts: [("public.a".to_string(), 3u64)].into_iter().collect(),
             globals: None,
+            definition: None,
+            other_databases: vec![],
+        }
+    }
+
+    fn with_databases() -> Manifest {
+        let mut m = sample();
+        m.manifest_version = MANIFEST_VERSION;
+        let mut second = m.dumps().remove(0);
+        second.name = "we\"ird/ü".into();
+        second.dump_file = "db-001-77.pgc.zst".into();
+        m.other_databases = vec![second];
+        m
+    }
+
+    #[test]
+    fn version_1_reads_as_one_database() {
+        let m = sample();
+        let dumps = m.dumps();
+        assert_eq!(dumps.len(), 1);
+        assert_eq!(dumps[0].name, "app");
+        assert_eq!(dumps[0].dump_file, "dump.pgc.zst");
+        assert_eq!(dumps[0].sha256, m.sha256);
+        assert_eq!(dumps[0].row_counts, m.row_counts);
+        assert!(
+            !String::from_utf8(m.to_json())
+                .unwrap()
+                .contains("otherDatabases")
+        );
+    }
+
+    #[test]
+    fn database_lists_are_checked() {
+        let m = with_databases();
+        assert_eq!(Manifest::parse(&m.to_json()).unwrap(), m);
+        assert_eq!(m.dumps().len(), 2);
+        let broken: [fn(&mut Manifest); 6] = [
+            |m| m.other_databases[0].name = "".into(),
+            |m| m.other_databases[0].name = "app".into(),
+            |m| m.other_databases[0].dump_file = "dump.pgc.zst".into(),
+            |m| m.other_databases[0].dump_file = "../x".into(),
+            |m| m.other_databases[0].dump_file = "manifest.json".into(),
+            |m| m.other_databases[0].sha256 = "zz".into(),
+        ];
+        for (i, f) in broken.iter().enumerate() {
+            let mut b = with_databases();
+            f(&mut b);
+            assert!(Manifest::parse(&b.to_json()).is_err(), "case {i}");
         }
     }
 

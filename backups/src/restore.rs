@@ -14,10 +14,11 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use crate::catalog;
+use crate::databases::{self, Step};
 use crate::error::{Error, Result};
 use crate::globals;
 use crate::layout::{self, Layout};
-use crate::manifest::{GlobalsInfo, MAX_MANIFEST_BYTES, Manifest, first_difference};
+use crate::manifest::{DatabaseDump, GlobalsInfo, MAX_MANIFEST_BYTES, Manifest, first_difference};
 use crate::pg::{self, PgTools};
 use crate::result::BackupResult;
 use crate::s3::Store;
@@ -87,7 +88,9 @@ pub async fn resolve(
     Ok((id, m))
 }
 
-/// Restores a backup into the target database.
+/// Restores a backup: its application database into the target database, each other database
+/// into a database of its own name (created, unless the server has it empty). On failure the
+/// databases this run created are dropped again, so a retry starts from the same server.
 pub async fn restore(
     store: &Store,
     layout: &Layout,
@@ -96,39 +99,55 @@ pub async fn restore(
     interrupt: &Interrupt,
     result: &mut BackupResult,
 ) -> Result<Manifest> {
-    tokio::select! {
-        r = restore_inner(store, layout, tools, opts, result) => r,
+    let mut created = Vec::new();
+    let outcome = tokio::select! {
+        r = restore_inner(store, layout, tools, opts, result, &mut created) => r,
         s = interrupt.wait() => Err(Error::Interrupted(s)),
+    };
+    if outcome.is_err() {
+        let maintenance = result.database.clone();
+        for name in created.iter().rev() {
+            drop_database(tools, maintenance.as_deref(), name).await;
+        }
+    }
+    outcome
+}
+
+/// Drops a database, logging (not failing on) an error.
+async fn drop_database(tools: &PgTools, from: Option<&str>, name: &str) {
+    let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", quote_ident(name));
+    match tools.query(from, &sql).await {
+        Ok(_) => tracing::info!(database = name, "database dropped"),
+        Err(e) => tracing::error!(database = name, error = %e, "could not drop the database"),
     }
 }
 
 /// The restore, step by step: find the backup, reach the target (refusing a dump of a newer
-/// major), recreate the roles, check the object's size, stream S3 → pg_restore (one
-/// transaction) while hashing, then judge how it ended.
+/// major), map the backup's databases onto the server and check every object (both before
+/// anything is created), recreate the roles, then each database: create it, stream S3 →
+/// pg_restore (one transaction) while hashing, judge how it ended.
 async fn restore_inner(
     store: &Store,
     layout: &Layout,
     tools: &PgTools,
     opts: &RestoreOptions,
     result: &mut BackupResult,
+    created: &mut Vec<String>,
 ) -> Result<Manifest> {
     result.started_at = Some(chrono::Utc::now());
     result.bucket = Some(store.bucket.clone());
     let (target, source) = databases(tools, opts).await?;
     result.database = Some(target.clone());
     let (id, m) = resolve(store, layout, &source, &opts.backup).await?;
-    let dump_key = layout.dump_key(&source, &id);
-    result.backup_id = Some(id.clone());
-    result.key = Some(dump_key.clone());
-    result.manifest_key = Some(layout.manifest_key(&source, &id));
-    result.sha256 = Some(m.sha256.clone());
-    result.size_bytes = Some(m.size_bytes);
-    result.raw_bytes = Some(m.raw_bytes);
-
+    note_backup(result, layout, &source, &id, &m);
     // Reach the target first: a bad password or missing database fails before any download.
-    let (major, version) = reach_target(tools, &target).await?;
+    let (major, version) = reach_target(tools, Some(&target)).await?;
     check_major(&m, major, &version)?;
     result.engine_version = Some(version);
+    let dumps = m.dumps();
+    let steps = plan_restore(tools, &dumps, &target).await?;
+    let folder = layout.backup_prefix(&source, &id);
+    check_objects(store, &folder, &dumps).await?;
     let roles = match (&m.globals, opts.restore_globals) {
         (Some(g), true) => {
             let key = layout.globals_key(&source, &id);
@@ -136,27 +155,137 @@ async fn restore_inner(
         }
         _ => 0,
     };
-    let body = open_dump(store, &dump_key, &m).await?;
-    let restore = spawn_pg_restore(tools, major, opts, &target)?;
+    for step in &steps {
+        let dump = &dumps[step.index];
+        prepare_database(tools, opts, &target, step, dump, created).await?;
+        let key = format!("{folder}{}", dump.dump_file);
+        restore_one(store, tools, major, opts, &key, dump, &step.target).await?;
+    }
+    result.completed_at = Some(chrono::Utc::now());
+    result.message = Some(format!(
+        "backup {id} of database '{source}' restored into '{target}' ({} raw bytes, sha256 checked, {roles} roles recreated; {} databases, {} created)",
+        m.raw_bytes,
+        dumps.len(),
+        created.len()
+    ));
+    Ok(m)
+}
+
+/// Says in the result which backup is read.
+fn note_backup(result: &mut BackupResult, layout: &Layout, source: &str, id: &str, m: &Manifest) {
+    result.backup_id = Some(id.to_string());
+    result.key = Some(layout.dump_key(source, id));
+    result.manifest_key = Some(layout.manifest_key(source, id));
+    result.sha256 = Some(m.sha256.clone());
+    result.size_bytes = Some(m.size_bytes);
+    result.raw_bytes = Some(m.raw_bytes);
+    result.databases = u32::try_from(m.dumps().len()).ok();
+}
+
+/// Where each of the backup's databases goes: a backup of one database (every backup of an
+/// older agent) goes into the target as before; otherwise `databases::plan` decides from the
+/// server's databases, refusing before anything is created.
+async fn plan_restore(tools: &PgTools, dumps: &[DatabaseDump], target: &str) -> Result<Vec<Step>> {
+    if dumps.len() <= 1 {
+        return Ok(vec![Step {
+            index: 0,
+            target: target.to_string(),
+            create: false,
+        }]);
+    }
+    let existing = databases::existing(tools, target).await?;
+    let names: Vec<String> = dumps.iter().map(|d| d.name.clone()).collect();
+    databases::plan(&names, target, &existing)
+        .map_err(|e| Error::Usage(format!("{e}; nothing was restored")))
+}
+
+/// Creates the step's database (or readies the empty one the server has) with the owner,
+/// settings and grants of its definition. The application database is restored into as it is.
+async fn prepare_database(
+    tools: &PgTools,
+    opts: &RestoreOptions,
+    maintenance: &str,
+    step: &Step,
+    dump: &DatabaseDump,
+    created: &mut Vec<String>,
+) -> Result<()> {
+    let Some(def) = dump.definition.as_ref().filter(|_| step.index > 0) else {
+        return Ok(());
+    };
+    let setup = databases::setup_script(&step.target, def, opts.no_owner, opts.no_acl)
+        .map_err(|e| Error::Usage(format!("database {:?}: {e}", dump.name)))?;
+    if step.create {
+        let sql = databases::create_statement(&step.target, def, opts.no_owner);
+        tools.query(Some(maintenance), &sql).await?;
+        created.push(step.target.clone());
+        tracing::info!(database = step.target, "database created");
+    }
+    tools.run_script(maintenance, &setup).await
+}
+
+/// Checks every object of a backup of several databases against the manifest (size and
+/// SHA-256, read whole) before anything is created: a tampered or missing dump of any database
+/// refuses the whole restore. A backup of one database is checked as it streams, as before.
+async fn check_objects(store: &Store, folder: &str, dumps: &[DatabaseDump]) -> Result<()> {
+    if dumps.len() <= 1 {
+        return Ok(());
+    }
+    for dump in dumps {
+        let key = format!("{folder}{}", dump.dump_file);
+        let (mut body, _) = store.get_stream(&key).await?;
+        let mut hasher = Sha256::new();
+        let mut size = 0u64;
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| Error::S3 {
+                operation: "GetObject",
+                endpoint: store.endpoint.clone(),
+                bucket: store.bucket.clone(),
+                key: Some(key.clone()),
+                detail: aws_sdk_s3::error::DisplayErrorContext(&e).to_string(),
+            })?;
+            size += chunk.len() as u64;
+            hasher.update(&chunk);
+        }
+        let sha = hex::encode(hasher.finalize());
+        if size != dump.size_bytes || sha != dump.sha256 {
+            return Err(Error::Integrity {
+                key,
+                detail: format!(
+                    "the dump of database {:?} has {size} bytes and sha256 {sha}, the manifest says {} and {}; nothing was restored",
+                    dump.name, dump.size_bytes, dump.sha256
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Restores one database's dump into `target`: S3 → checks → pg_restore in one transaction.
+async fn restore_one(
+    store: &Store,
+    tools: &PgTools,
+    major: Option<u32>,
+    opts: &RestoreOptions,
+    key: &str,
+    dump: &DatabaseDump,
+    target: &str,
+) -> Result<()> {
+    tracing::info!(database = dump.name, target, key, "restore starting");
+    let body = open_dump(store, key, dump.size_bytes).await?;
+    let restore = spawn_pg_restore(tools, major, opts, target)?;
     let expected = Expected {
-        sha256: m.sha256.clone(),
-        size_bytes: m.size_bytes,
-        raw_bytes: m.raw_bytes,
+        sha256: dump.sha256.clone(),
+        size_bytes: dump.size_bytes,
+        raw_bytes: dump.raw_bytes,
     };
     let fed = pump(body, restore.stdin, expected, restore.pid).await;
     let mut child = restore.child;
     let status = child
         .wait()
         .await
-        .map_err(|e| pg::pg_error("pg_restore", &target, e.to_string()))?;
+        .map_err(|e| pg::pg_error("pg_restore", target, e.to_string()))?;
     let tail = restore.stderr.await.unwrap_or_default();
-    judge(store, &dump_key, &target, fed, status, &tail)?;
-    result.completed_at = Some(chrono::Utc::now());
-    result.message = Some(format!(
-        "backup {id} of database '{source}' restored into '{target}' ({} raw bytes, sha256 checked, {roles} roles recreated)",
-        m.raw_bytes
-    ));
-    Ok(m)
+    judge(store, key, target, fed, status, &tail)
 }
 
 /// The target database (`target_database`, else PGDATABASE, else the database libpq connects
@@ -231,16 +360,17 @@ async fn restore_globals(
 }
 
 /// The target server's major (with pg_restore checked against it) and its version.
-async fn reach_target(tools: &PgTools, target: &str) -> Result<(Option<u32>, String)> {
+async fn reach_target(tools: &PgTools, target: Option<&str>) -> Result<(Option<u32>, String)> {
     let version_num = tools
-        .query(Some(target), "SELECT current_setting('server_version_num')")
+        .query(target, "SELECT current_setting('server_version_num')")
         .await?;
     let major = pg::major_of_version_num(&version_num);
     if let Some(major) = major {
-        tools.check_version("pg_restore", major, target).await?;
+        let label = pg::database_label(target);
+        tools.check_version("pg_restore", major, &label).await?;
     }
     let version = tools
-        .query(Some(target), "SELECT current_setting('server_version')")
+        .query(target, "SELECT current_setting('server_version')")
         .await?;
     Ok((major, pg::short_version(&version)))
 }
@@ -249,16 +379,16 @@ async fn reach_target(tools: &PgTools, target: &str) -> Result<(Option<u32>, Str
 async fn open_dump(
     store: &Store,
     dump_key: &str,
-    m: &Manifest,
+    size_bytes: u64,
 ) -> Result<aws_sdk_s3::primitives::ByteStream> {
     let (body, announced) = store.get_stream(dump_key).await?;
-    if announced.is_some_and(|n| n != m.size_bytes) {
+    if announced.is_some_and(|n| n != size_bytes) {
         return Err(Error::Integrity {
             key: dump_key.to_string(),
             detail: format!(
                 "object has {} bytes, the manifest says {}",
                 announced.unwrap_or(0),
-                m.size_bytes
+                size_bytes
             ),
         });
     }
@@ -597,7 +727,9 @@ fn verify_names(opts: &VerifyOptions) -> Result<(String, String)> {
     Ok((source, scratch))
 }
 
-/// Restores into a scratch database, compares row counts with the manifest, drops it.
+/// Verifies every database of a backup: each restored into a scratch database of its own
+/// (created, then dropped), its row counts compared with the manifest's. A difference in any
+/// database fails the verification, naming it.
 pub async fn verify(
     store: &Store,
     layout: &Layout,
@@ -607,66 +739,110 @@ pub async fn verify(
     result: &mut BackupResult,
 ) -> Result<()> {
     let (source, scratch) = verify_names(opts)?;
-    tools
-        .query(
-            None,
-            &format!(
-                "CREATE DATABASE {} TEMPLATE template0",
-                quote_ident(&scratch)
-            ),
-        )
-        .await?;
-    tracing::info!(scratch, "scratch database created");
-    let restore_opts = RestoreOptions {
-        backup: opts.backup.clone(),
-        source_database: Some(source.clone()),
-        target_database: Some(scratch.clone()),
-        no_owner: false,
-        no_acl: false,
-        restore_globals: false,
-    };
-    let outcome = async {
-        let m = restore(store, layout, tools, &restore_opts, interrupt, result).await?;
-        let counts = tools.query(Some(&scratch), pg::ROW_COUNT_SQL).await?;
-        let actual: BTreeMap<String, u64> = serde_json::from_str(counts.trim()).map_err(|e| {
-            pg::pg_error(
-                "psql",
-                &scratch,
-                format!("unexpected row count output: {e}"),
-            )
-        })?;
-        Ok::<_, Error>((m, actual))
+    result.started_at = Some(chrono::Utc::now());
+    result.bucket = Some(store.bucket.clone());
+    let (id, m) = resolve(store, layout, &source, &opts.backup).await?;
+    note_backup(result, layout, &source, &id, &m);
+    let (major, version) = reach_target(tools, None).await?;
+    check_major(&m, major, &version)?;
+    let dumps = m.dumps();
+    let folder = layout.backup_prefix(&source, &id);
+    check_objects(store, &folder, &dumps).await?;
+    let mut reports = Vec::new();
+    for (index, dump) in dumps.iter().enumerate() {
+        let scratch = scratch_name(&scratch, index);
+        let key = format!("{folder}{}", dump.dump_file);
+        let job = ScratchRestore {
+            major,
+            key: &key,
+            dump,
+            scratch: &scratch,
+        };
+        let actual = verify_one(store, tools, &job, interrupt).await?;
+        if let Some(diff) = first_difference(&dump.row_counts, &actual) {
+            return Err(Error::Verify(format!(
+                "backup {id} of database '{source}', database {:?}: {diff}",
+                dump.name
+            )));
+        }
+        reports.push(format!("{:?}: {} tables", dump.name, dump.row_counts.len()));
     }
-    .await;
+    m.fill_result(result);
+    result.database = Some(source.clone());
+    result.completed_at = Some(chrono::Utc::now());
+    result.message = Some(format!(
+        "backup {id} of database '{source}' verified: {} databases restored into scratch databases, row counts match ({})",
+        dumps.len(),
+        reports.join(", ")
+    ));
+    Ok(())
+}
+
+/// The scratch database of the `index`th database: the given name for the first, then
+/// `<name>_<index>`. Pure.
+pub fn scratch_name(base: &str, index: usize) -> String {
+    if index == 0 {
+        base.to_string()
+    } else {
+        format!("{base}_{index}")
+    }
+}
+
+/// One database's dump to restore into a scratch database.
+struct ScratchRestore<'a> {
+    major: Option<u32>,
+    key: &'a str,
+    dump: &'a DatabaseDump,
+    scratch: &'a str,
+}
+
+/// Creates the scratch database (with the source's encoding and locale when known), restores
+/// the dump into it, counts its rows, and drops it whatever happened.
+async fn verify_one(
+    store: &Store,
+    tools: &PgTools,
+    job: &ScratchRestore<'_>,
+    interrupt: &Interrupt,
+) -> Result<BTreeMap<String, u64>> {
+    let create = match &job.dump.definition {
+        Some(def) => databases::create_statement(job.scratch, def, true),
+        None => format!(
+            "CREATE DATABASE {} TEMPLATE template0",
+            quote_ident(job.scratch)
+        ),
+    };
+    tools.query(None, &create).await?;
+    tracing::info!(
+        scratch = job.scratch,
+        database = job.dump.name,
+        "scratch database created"
+    );
+    let opts = RestoreOptions::default();
+    let outcome = tokio::select! {
+        r = async {
+            restore_one(store, tools, job.major, &opts, job.key, job.dump, job.scratch).await?;
+            let counts = tools.query(Some(job.scratch), pg::ROW_COUNT_SQL).await?;
+            serde_json::from_str(counts.trim()).map_err(|e| {
+                pg::pg_error("psql", job.scratch, format!("unexpected row count output: {e}"))
+            })
+        } => r,
+        s = interrupt.wait() => Err(Error::Interrupted(s)),
+    };
     let dropped = tools
         .query(
             None,
             &format!(
                 "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                quote_ident(&scratch)
+                quote_ident(job.scratch)
             ),
         )
         .await;
     if let Err(e) = &dropped {
-        tracing::error!(scratch, error = %e, "could not drop the scratch database");
+        tracing::error!(scratch = job.scratch, error = %e, "could not drop the scratch database");
     }
-    let (m, actual) = outcome?;
-    m.fill_result(result);
-    result.database = Some(source.clone());
-    result.completed_at = Some(chrono::Utc::now());
-    if let Some(diff) = first_difference(&m.row_counts, &actual) {
-        return Err(Error::Verify(format!(
-            "backup {} of database '{source}': {diff}",
-            m.backup_id
-        )));
-    }
+    let actual = outcome?;
     dropped?;
-    result.message = Some(format!(
-        "backup {} of database '{source}' verified: restored into a scratch database, {} tables, row counts match",
-        m.backup_id,
-        m.row_counts.len()
-    ));
-    Ok(())
+    Ok(actual)
 }
 
 #[cfg(test)]

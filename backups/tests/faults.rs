@@ -304,8 +304,11 @@ fn restore_with_a_checksum_mismatch_commits_nothing() {
     let run = restore_into_target(&pg, &s3);
     run.failed();
     assert!(run.message().contains("sha256"), "{}", run.message());
+    // Every object of a backup of several databases (here app and postgres) is checked before
+    // anything is created; the held-back end (unit-tested in `restore`) guards the stream too.
     assert!(
-        run.message().contains("before committing"),
+        run.message().contains("before committing")
+            || run.message().contains("nothing was restored"),
         "{}",
         run.message()
     );

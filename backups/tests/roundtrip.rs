@@ -35,6 +35,8 @@ fn round_trip(kind: S3Kind, rows: u64, tables: u32) {
     assert_eq!(
         s3.keys("team/prod/app/"),
         vec![
+            // The server's other database, `postgres`, is backed up too (hex-encoded name).
+            format!("team/prod/app/{id}/db-001-706f737467726573.pgc.zst"),
             r.key.clone().unwrap(),
             format!("team/prod/app/{id}/globals.sql"),
             r.manifest_key.clone().unwrap()

@@ -35,8 +35,8 @@ fn a_backup_id_is_dumped_once() {
     );
     assert_eq!(second.sha256, first.sha256);
     assert_eq!(second.key, first.key);
-    // The dump, the roles script and the manifest, once.
-    assert_eq!(s3.keys("app/nightly-7/").len(), 3);
+    // The two dumps (app and postgres), the roles script and the manifest, once.
+    assert_eq!(s3.keys("app/nightly-7/").len(), 4);
     let bad = agent(&["dump", "--backup-id", "../x"], &env);
     bad.failed();
 }

@@ -117,7 +117,9 @@ fn a_full_disk_fails_cleanly_and_the_next_backup_fits() {
     );
     println!("storage-faults: full disk → {m}");
 
-    // The space is free again: a backup that fits succeeds on the same server.
+    // The space is free again: a backup that fits succeeds on the same server (every database
+    // is backed up, so the big one goes first).
+    pg.psql("postgres", "DROP DATABASE app");
     pg.create_db("small");
     fill_varied(&pg, "small", 500, 1);
     let mut env = pg.env("small");

@@ -65,6 +65,11 @@ pub struct BackupResult {
     pub sha256: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine_version: Option<String>,
+    /// How many databases the backup holds (dump, restore, verify); absent from the results
+    /// of agents that backed up one database only. The other size fields describe the
+    /// application database's dump.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub databases: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339_opt")]
     pub started_at: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339_opt")]
@@ -217,6 +222,7 @@ mod tests {
             raw_bytes: Some(100),
             sha256: Some("ab".repeat(32)),
             engine_version: Some("15.18".into()),
+            databases: Some(3),
             started_at: Some(Utc.with_ymd_and_hms(2025, 1, 31, 2, 0, 0).unwrap()),
             completed_at: Some(Utc.with_ymd_and_hms(2025, 1, 31, 2, 1, 0).unwrap()),
             message: Some("ok".into()),
@@ -240,6 +246,7 @@ mod tests {
             "rawBytes",
             "sha256",
             "engineVersion",
+            "databases",
             "startedAt",
             "completedAt",
             "message",
