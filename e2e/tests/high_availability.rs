@@ -4,7 +4,8 @@
 //! lists every instance ready with its role; a backup, which reads from a standby when one
 //! streams (`prefer-standby`), succeeds and holds the rows. A standby's pod deleted comes back
 //! on its data and catches up; the primary's pod deleted comes back as the primary and both
-//! standbys stream from it again, no row lost.
+//! standbys stream from it again, no row lost. A single instance scaled to two gains a
+//! streaming standby, and its primary does not restart.
 
 use std::time::Duration;
 
@@ -274,4 +275,58 @@ async fn three_instances_stream_from_one_primary() {
         (s.phase == Some(Phase::Ready) && s.instances.iter().all(|i| i.ready)).then_some(())
     })
     .await;
+}
+
+/// `pg_postmaster_start_time()` of an instance, over its socket.
+fn started_at(bed: &TestBed, ns: &str, pod: &str) -> String {
+    local_ok(bed, ns, pod, "select pg_postmaster_start_time()")
+}
+
+#[tokio::test]
+async fn scaling_up_adds_a_standby_without_restarting_the_primary() {
+    let bed = testbed().await;
+    bed.require_real_node().await;
+    let ns = bed.real_node_namespace("ha-scale").await;
+    let _operator = bed.operator_for_real_node(&ns);
+    let manifest = |instances: i32| {
+        json!({"metadata": {"name": "grow"}, "spec": {
+            "version": "15.20",
+            "instances": instances,
+            "storage": {"size": "1Gi", "storageClassName": REAL_NODE_STORAGE_CLASS},
+            "placement": real_node_placement(),
+        }})
+    };
+    bed.apply_database(&ns, manifest(1)).await;
+    bed.wait_for_phase(&ns, "grow", Phase::Ready, READY_WAIT)
+        .await;
+    let started = started_at(&bed, &ns, "grow-0");
+    local_ok(
+        &bed,
+        &ns,
+        "grow-0",
+        "create table ledger (id int primary key); insert into ledger select generate_series(1, 50)",
+    );
+
+    // One more instance: a standby that clones the running primary and streams from it.
+    bed.apply_database(&ns, manifest(2)).await;
+    let databases = bed.databases(&ns);
+    wait_until("two ready instances", READY_WAIT, || async {
+        let s = databases.get("grow").await.ok()?.status?;
+        let ready = s.instances.iter().filter(|i| i.ready).count();
+        (s.phase == Some(Phase::Ready) && ready == 2).then_some(())
+    })
+    .await;
+    rows_on(&bed, &ns, "grow-1", 50).await;
+    let receiver = local_ok(
+        &bed,
+        &ns,
+        "grow-1",
+        "select status from pg_stat_wal_receiver",
+    );
+    assert_eq!(receiver, "streaming");
+    assert_eq!(
+        started_at(&bed, &ns, "grow-0"),
+        started,
+        "scaling up restarted the primary"
+    );
 }
