@@ -83,13 +83,29 @@ fn summary(db: &Database) -> String {
         .phase
         .map_or("Unknown (no status yet)", |p| p.label());
     format!(
-        "Database:  {}/{}\nPhase:     {phase}\nVersion:   spec {}, current {}\nEndpoint:  {}\n",
+        "Database:  {}/{}\nPhase:     {phase}\nVersion:   spec {}, current {}\nEndpoint:  {}\n{}",
         db.namespace_or_default(),
         db.name(),
         db.spec.version,
         status.current_version.as_deref().unwrap_or("-"),
         status.endpoint.as_deref().unwrap_or("-"),
+        instances(&status.instances),
     )
+}
+
+/// One line for the instances: each with its role and readiness (`orders-0 primary ready`).
+fn instances(instances: &[crate::api::InstanceStatus]) -> String {
+    if instances.is_empty() {
+        return String::new();
+    }
+    let each: Vec<String> = instances
+        .iter()
+        .map(|i| {
+            let ready = if i.ready { "ready" } else { "not ready" };
+            format!("{} {} {ready}", i.name, i.role.label())
+        })
+        .collect();
+    format!("Instances: {}\n", each.join(", "))
 }
 
 fn conditions(db: &Database, now: DateTime<Utc>) -> String {
@@ -372,6 +388,27 @@ mod tests {
                 "refused"
             ]
         );
+    }
+
+    #[test]
+    fn the_status_screen_lists_the_instances_with_their_roles() {
+        let view = StatusView {
+            database: database(json!({
+                "phase": "Degraded",
+                "instances": [
+                    {"name": "orders-0", "role": "primary", "ready": true},
+                    {"name": "orders-1", "role": "standby", "ready": false},
+                ],
+            })),
+            ..ready_view()
+        };
+        let screen = status_screen(&view, now());
+        assert_eq!(
+            line_with(&screen, "Instances:"),
+            "Instances: orders-0 primary ready, orders-1 standby not ready"
+        );
+        // No instances in the status (an older dbop): no line.
+        assert!(!status_screen(&ready_view(), now()).contains("Instances:"));
     }
 
     #[test]
