@@ -54,6 +54,8 @@ pub const POD_SECURITY_TRANSITION_RULE: &str = "(has(self.spec.podSecurity) ? \
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase", description = "Where the database is in its lifecycle"),
     printcolumn(name = "Version", type_ = "string", json_path = ".status.currentVersion", description = "The version the running server is on"),
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status", description = "Whether the database accepts connections"),
+    printcolumn(name = "Instances", type_ = "integer", json_path = ".spec.instances", description = "The PostgreSQL instances: a primary and its standbys"),
+    printcolumn(name = "Primary", type_ = "string", json_path = ".status.primary", priority = 1, description = "The instance that runs as the primary"),
     printcolumn(name = "Last Backup", type_ = "date", json_path = ".status.backup.lastSuccessfulTime", description = "When the last backup succeeded"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
