@@ -5,12 +5,15 @@
 //! streams (`prefer-standby`), succeeds and holds the rows. A standby's pod deleted comes back
 //! on its data and catches up; the primary's pod deleted comes back as the primary and both
 //! standbys stream from it again, no row lost. A single instance scaled to two gains a
-//! streaming standby, and its primary does not restart.
+//! streaming standby, and its primary does not restart. A minor upgrade of three instances moves
+//! the standbys first and the primary last, and every instance ends on the new version with the
+//! data it had.
 
 use std::time::Duration;
 
 use dbop::api::{
     BackupPhase, BackupReason, DatabaseBackup, DatabaseBackupSpec, InstanceRole, Phase,
+    UpgradeStage,
 };
 use dbop_e2e::node::{REAL_NODE_STORAGE_CLASS, real_node_placement};
 use dbop_e2e::{TestBed, testbed, wait_until};
@@ -329,4 +332,84 @@ async fn scaling_up_adds_a_standby_without_restarting_the_primary() {
         started,
         "scaling up restarted the primary"
     );
+}
+
+/// A minor upgrade of three instances: the standbys move first (highest ordinal first), the
+/// primary last; every instance ends on 15.20, streaming, with the data it had.
+#[tokio::test]
+async fn three_instances_upgrade_standbys_first_and_keep_their_data() {
+    let bed = testbed().await;
+    bed.require_real_node().await;
+    let ns = bed.real_node_namespace("ha-upgrade").await;
+    let _operator = bed.operator_for_real_node(&ns);
+    let spec = |version: &str| {
+        json!({"metadata": {"name": "up"}, "spec": {
+            "version": version,
+            "instances": 3,
+            "storage": {"size": "1Gi", "storageClassName": REAL_NODE_STORAGE_CLASS},
+            "placement": real_node_placement(),
+        }})
+    };
+    bed.apply_database(&ns, spec("15.18")).await;
+    bed.wait_for_phase(&ns, "up", Phase::Ready, READY_WAIT)
+        .await;
+    local_ok(
+        &bed,
+        &ns,
+        "up-0",
+        "create table ledger (id int primary key, note text); insert into ledger select g, md5(g::text) from generate_series(1, 300) g",
+    );
+    let fingerprint =
+        "select count(*) || ':' || md5(string_agg(id || note, ',' order by id)) from ledger";
+    let before = local_ok(&bed, &ns, "up-0", fingerprint);
+    rows_on(&bed, &ns, "up-2", 300).await;
+
+    bed.apply_database(&ns, spec("15.20")).await;
+    let databases = bed.databases(&ns);
+    let done = wait_until("the upgrade finished", READY_WAIT, || async {
+        let db = databases.get("up").await.ok()?;
+        let u = db.status.as_ref()?.upgrade.clone()?;
+        (u.to == "15.20" && u.stage.is_finished()).then_some(db)
+    })
+    .await;
+    let status = done.status.unwrap();
+    let upgrade = status.upgrade.unwrap();
+    assert_eq!(upgrade.stage, UpgradeStage::Complete, "{upgrade:#?}");
+    assert_eq!(status.primary.as_deref(), Some("up-0"));
+
+    // Standbys first, the primary last: the pods' creation times say in which order they moved.
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), &ns);
+    let mut created = vec![];
+    for name in ["up-2", "up-1", "up-0"] {
+        let pod = pods.get(name).await.unwrap();
+        created.push(pod.metadata.creation_timestamp.unwrap().0);
+    }
+    assert!(
+        created.windows(2).all(|w| w[0] <= w[1]),
+        "not standbys first, primary last: {created:?}"
+    );
+    for pod in ["up-0", "up-1", "up-2"] {
+        wait_until(
+            &format!("{pod} on 15.20 with the data"),
+            READY_WAIT,
+            || async {
+                let (ok, version, _) = local_psql(&bed, &ns, pod, "show server_version");
+                let (_, now, _) = local_psql(&bed, &ns, pod, fingerprint);
+                (ok && version.starts_with("15.20") && now.trim() == before).then_some(())
+            },
+        )
+        .await;
+    }
+    for standby in ["up-1", "up-2"] {
+        wait_until(&format!("{standby} streaming"), READY_WAIT, || async {
+            let (ok, out, _) = local_psql(
+                &bed,
+                &ns,
+                standby,
+                "select status from pg_stat_wal_receiver",
+            );
+            (ok && out.trim() == "streaming").then_some(())
+        })
+        .await;
+    }
 }
