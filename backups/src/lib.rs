@@ -20,6 +20,8 @@ pub mod restore;
 pub mod run;
 pub mod s3;
 pub mod signals;
+pub mod upload;
+pub mod verify;
 
 // The parts the operator shares, from the contract crate under their old names.
 pub use dbop_contract::{layout, result, retention, units};

@@ -75,6 +75,22 @@ pub struct PgTools {
 }
 
 impl PgTools {
+    /// The target server's major (with pg_restore checked against it) and its version.
+    pub async fn reach_target(&self, target: Option<&str>) -> Result<(Option<u32>, String)> {
+        let version_num = self
+            .query(target, "SELECT current_setting('server_version_num')")
+            .await?;
+        let major = major_of_version_num(&version_num);
+        if let Some(major) = major {
+            let label = database_label(target);
+            self.check_version("pg_restore", major, &label).await?;
+        }
+        let version = self
+            .query(target, "SELECT current_setting('server_version')")
+            .await?;
+        Ok((major, short_version(&version)))
+    }
+
     /// The tool for a server of `server_major`: `--pg-bin-dir`, then Debian's
     /// `/usr/lib/postgresql/<major>/bin`, then `PATH`.
     pub fn path(&self, tool: &str, server_major: Option<u32>) -> PathBuf {

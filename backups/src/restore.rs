@@ -1,4 +1,4 @@
-//! `restore` and `verify`: download → SHA-256 and size check → zstd decode (frame checksums
+//! `restore` (and, for `verify`, one database's restore): download → SHA-256 and size check → zstd decode (frame checksums
 //! checked) → pg_restore in one transaction, streaming; `restore` first refuses a dump of a
 //! newer major version and recreates the backup's roles (`globals`). The SHA-256 is only known at the end,
 //! so the last decoded bytes are held back until it matches: pg_restore cannot reach the end
@@ -6,7 +6,6 @@
 //! mismatch or error pg_restore is killed before its input is closed, and the target database
 //! is left as it was.
 
-use std::collections::BTreeMap;
 use std::io::{Read, Write};
 
 use bytes::Bytes;
@@ -18,7 +17,7 @@ use crate::databases::{self, Step};
 use crate::error::{Error, Result};
 use crate::globals;
 use crate::layout::{self, Layout};
-use crate::manifest::{DatabaseDump, GlobalsInfo, MAX_MANIFEST_BYTES, Manifest, first_difference};
+use crate::manifest::{DatabaseDump, GlobalsInfo, MAX_MANIFEST_BYTES, Manifest};
 use crate::pg::{self, PgTools};
 use crate::result::BackupResult;
 use crate::s3::Store;
@@ -42,7 +41,7 @@ pub struct RestoreOptions {
     pub restore_globals: bool,
 }
 
-fn env_database() -> Option<String> {
+pub(crate) fn env_database() -> Option<String> {
     std::env::var("PGDATABASE").ok().filter(|d| !d.is_empty())
 }
 
@@ -115,7 +114,10 @@ pub async fn restore(
 
 /// Drops a database, logging (not failing on) an error.
 async fn drop_database(tools: &PgTools, from: Option<&str>, name: &str) {
-    let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", quote_ident(name));
+    let sql = format!(
+        "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+        databases::quote_ident(name)
+    );
     match tools.query(from, &sql).await {
         Ok(_) => tracing::info!(database = name, "database dropped"),
         Err(e) => tracing::error!(database = name, error = %e, "could not drop the database"),
@@ -141,7 +143,7 @@ async fn restore_inner(
     let (id, m) = resolve(store, layout, &source, &opts.backup).await?;
     note_backup(result, layout, &source, &id, &m);
     // Reach the target first: a bad password or missing database fails before any download.
-    let (major, version) = reach_target(tools, Some(&target)).await?;
+    let (major, version) = tools.reach_target(Some(&target)).await?;
     check_major(&m, major, &version)?;
     result.engine_version = Some(version);
     let dumps = m.dumps();
@@ -172,7 +174,13 @@ async fn restore_inner(
 }
 
 /// Says in the result which backup is read.
-fn note_backup(result: &mut BackupResult, layout: &Layout, source: &str, id: &str, m: &Manifest) {
+pub(crate) fn note_backup(
+    result: &mut BackupResult,
+    layout: &Layout,
+    source: &str,
+    id: &str,
+    m: &Manifest,
+) {
     result.backup_id = Some(id.to_string());
     result.key = Some(layout.dump_key(source, id));
     result.manifest_key = Some(layout.manifest_key(source, id));
@@ -226,7 +234,11 @@ async fn prepare_database(
 /// Checks every object of a backup of several databases against the manifest (size and
 /// SHA-256, read whole) before anything is created: a tampered or missing dump of any database
 /// refuses the whole restore. A backup of one database is checked as it streams, as before.
-async fn check_objects(store: &Store, folder: &str, dumps: &[DatabaseDump]) -> Result<()> {
+pub(crate) async fn check_objects(
+    store: &Store,
+    folder: &str,
+    dumps: &[DatabaseDump],
+) -> Result<()> {
     if dumps.len() <= 1 {
         return Ok(());
     }
@@ -261,7 +273,7 @@ async fn check_objects(store: &Store, folder: &str, dumps: &[DatabaseDump]) -> R
 }
 
 /// Restores one database's dump into `target`: S3 → checks → pg_restore in one transaction.
-async fn restore_one(
+pub(crate) async fn restore_one(
     store: &Store,
     tools: &PgTools,
     major: Option<u32>,
@@ -305,7 +317,11 @@ async fn databases(tools: &PgTools, opts: &RestoreOptions) -> Result<(String, St
 
 /// A dump of a newer major version than the target server is refused before any download:
 /// pg_restore cannot be trusted to read it, nor the server to run its SQL.
-fn check_major(m: &Manifest, target_major: Option<u32>, target_version: &str) -> Result<()> {
+pub(crate) fn check_major(
+    m: &Manifest,
+    target_major: Option<u32>,
+    target_version: &str,
+) -> Result<()> {
     let source_major = m
         .engine_version
         .split('.')
@@ -357,22 +373,6 @@ async fn restore_globals(
     globals::apply(tools, target, &script).await?;
     tracing::info!(roles = info.roles, "roles and memberships recreated");
     Ok(info.roles)
-}
-
-/// The target server's major (with pg_restore checked against it) and its version.
-async fn reach_target(tools: &PgTools, target: Option<&str>) -> Result<(Option<u32>, String)> {
-    let version_num = tools
-        .query(target, "SELECT current_setting('server_version_num')")
-        .await?;
-    let major = pg::major_of_version_num(&version_num);
-    if let Some(major) = major {
-        let label = pg::database_label(target);
-        tools.check_version("pg_restore", major, &label).await?;
-    }
-    let version = tools
-        .query(target, "SELECT current_setting('server_version')")
-        .await?;
-    Ok((major, pg::short_version(&version)))
 }
 
 /// The dump object's body, refused when the server announces another size than the manifest.
@@ -692,159 +692,6 @@ fn check_whole(
     Ok(())
 }
 
-/// `"name"` with embedded quotes doubled, for identifiers in SQL.
-pub fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-#[derive(Debug, Clone, Default)]
-pub struct VerifyOptions {
-    pub backup: String,
-    pub source_database: Option<String>,
-    pub scratch_database: Option<String>,
-}
-
-/// The database whose backup is verified (`--source-database` or PGDATABASE), and the scratch
-/// database to restore it into (`--scratch-database`, or a fresh name).
-fn verify_names(opts: &VerifyOptions) -> Result<(String, String)> {
-    let source = opts
-        .source_database
-        .clone()
-        .or_else(env_database)
-        .ok_or_else(|| {
-            Error::Usage(
-                "--source-database or PGDATABASE must name the database whose backup to verify"
-                    .into(),
-            )
-        })?;
-    let scratch = opts.scratch_database.clone().unwrap_or_else(|| {
-        format!(
-            "dbop_verify_{}_{}",
-            chrono::Utc::now().format("%Y%m%d%H%M%S"),
-            std::process::id()
-        )
-    });
-    Ok((source, scratch))
-}
-
-/// Verifies every database of a backup: each restored into a scratch database of its own
-/// (created, then dropped), its row counts compared with the manifest's. A difference in any
-/// database fails the verification, naming it.
-pub async fn verify(
-    store: &Store,
-    layout: &Layout,
-    tools: &PgTools,
-    opts: &VerifyOptions,
-    interrupt: &Interrupt,
-    result: &mut BackupResult,
-) -> Result<()> {
-    let (source, scratch) = verify_names(opts)?;
-    result.started_at = Some(chrono::Utc::now());
-    result.bucket = Some(store.bucket.clone());
-    let (id, m) = resolve(store, layout, &source, &opts.backup).await?;
-    note_backup(result, layout, &source, &id, &m);
-    let (major, version) = reach_target(tools, None).await?;
-    check_major(&m, major, &version)?;
-    let dumps = m.dumps();
-    let folder = layout.backup_prefix(&source, &id);
-    check_objects(store, &folder, &dumps).await?;
-    let mut reports = Vec::new();
-    for (index, dump) in dumps.iter().enumerate() {
-        let scratch = scratch_name(&scratch, index);
-        let key = format!("{folder}{}", dump.dump_file);
-        let job = ScratchRestore {
-            major,
-            key: &key,
-            dump,
-            scratch: &scratch,
-        };
-        let actual = verify_one(store, tools, &job, interrupt).await?;
-        if let Some(diff) = first_difference(&dump.row_counts, &actual) {
-            return Err(Error::Verify(format!(
-                "backup {id} of database '{source}', database {:?}: {diff}",
-                dump.name
-            )));
-        }
-        reports.push(format!("{:?}: {} tables", dump.name, dump.row_counts.len()));
-    }
-    m.fill_result(result);
-    result.database = Some(source.clone());
-    result.completed_at = Some(chrono::Utc::now());
-    result.message = Some(format!(
-        "backup {id} of database '{source}' verified: {} databases restored into scratch databases, row counts match ({})",
-        dumps.len(),
-        reports.join(", ")
-    ));
-    Ok(())
-}
-
-/// The scratch database of the `index`th database: the given name for the first, then
-/// `<name>_<index>`. Pure.
-pub fn scratch_name(base: &str, index: usize) -> String {
-    if index == 0 {
-        base.to_string()
-    } else {
-        format!("{base}_{index}")
-    }
-}
-
-/// One database's dump to restore into a scratch database.
-struct ScratchRestore<'a> {
-    major: Option<u32>,
-    key: &'a str,
-    dump: &'a DatabaseDump,
-    scratch: &'a str,
-}
-
-/// Creates the scratch database (with the source's encoding and locale when known), restores
-/// the dump into it, counts its rows, and drops it whatever happened.
-async fn verify_one(
-    store: &Store,
-    tools: &PgTools,
-    job: &ScratchRestore<'_>,
-    interrupt: &Interrupt,
-) -> Result<BTreeMap<String, u64>> {
-    let create = match &job.dump.definition {
-        Some(def) => databases::create_statement(job.scratch, def, true),
-        None => format!(
-            "CREATE DATABASE {} TEMPLATE template0",
-            quote_ident(job.scratch)
-        ),
-    };
-    tools.query(None, &create).await?;
-    tracing::info!(
-        scratch = job.scratch,
-        database = job.dump.name,
-        "scratch database created"
-    );
-    let opts = RestoreOptions::default();
-    let outcome = tokio::select! {
-        r = async {
-            restore_one(store, tools, job.major, &opts, job.key, job.dump, job.scratch).await?;
-            let counts = tools.query(Some(job.scratch), pg::ROW_COUNT_SQL).await?;
-            serde_json::from_str(counts.trim()).map_err(|e| {
-                pg::pg_error("psql", job.scratch, format!("unexpected row count output: {e}"))
-            })
-        } => r,
-        s = interrupt.wait() => Err(Error::Interrupted(s)),
-    };
-    let dropped = tools
-        .query(
-            None,
-            &format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                quote_ident(job.scratch)
-            ),
-        )
-        .await;
-    if let Err(e) = &dropped {
-        tracing::error!(scratch = job.scratch, error = %e, "could not drop the scratch database");
-    }
-    let actual = outcome?;
-    dropped?;
-    Ok(actual)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -883,8 +730,8 @@ mod tests {
 
     #[test]
     fn quoting() {
-        assert_eq!(quote_ident("a"), "\"a\"");
-        assert_eq!(quote_ident("we\"ird"), "\"we\"\"ird\"");
+        assert_eq!(databases::quote_ident("a"), "\"a\"");
+        assert_eq!(databases::quote_ident("we\"ird"), "\"we\"\"ird\"");
     }
 
     fn frame(data: &[u8]) -> Vec<u8> {

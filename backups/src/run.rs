@@ -13,11 +13,12 @@ use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::pg::PgTools;
 use crate::prune::prune_database;
-use crate::restore::{self, RestoreOptions, VerifyOptions};
+use crate::restore::{self, RestoreOptions};
 use crate::result::{BackupResult, Operation, Outcome};
 use crate::retention::Policy;
 use crate::s3::{Encryption, S3Settings, Store};
 use crate::signals::Interrupt;
+use crate::verify::{self, VerifyOptions};
 
 /// What a run produced: a summary to print (not for `list`) and the exit code.
 pub struct RunOutput {
@@ -152,7 +153,7 @@ async fn verify_command(a: &VerifyArgs, interrupt: &Interrupt) -> RunOutput {
             source_database: a.source_database.clone(),
             scratch_database: a.scratch_database.clone(),
         };
-        restore::verify(&store, &layout, &tools, &opts, interrupt, &mut result).await
+        verify::verify(&store, &layout, &tools, &opts, interrupt, &mut result).await
     }
     .await;
     finish(result, outcome)

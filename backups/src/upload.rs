@@ -1,0 +1,162 @@
+//! The streaming half of a dump: pg_dump's output compressed with zstd (frames with content
+//! checksums) and its SHA-256 taken on the fly (`compress`, `read_through`), cut into parts
+//! (`PartSink`) and uploaded at most `concurrency` at a time (`upload_parts`), with bounded
+//! buffers whatever the database's size.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+
+use crate::archive::{FormatError, RowCounter};
+use crate::error::{Error, Result};
+use crate::s3::Store;
+
+const READ_CHUNK: usize = 256 << 10;
+const ZSTD_JOB_SIZE: u32 = 2 << 20;
+
+/// Rows per table, counted in the archive as it passed.
+pub(crate) type StreamCounts = std::result::Result<BTreeMap<String, u64>, FormatError>;
+
+/// What the compressor saw.
+#[derive(Debug)]
+pub(crate) struct Compressed {
+    pub(crate) raw_bytes: u64,
+    pub(crate) size_bytes: u64,
+    pub(crate) sha256: String,
+}
+
+/// Uploads parts as they arrive, at most `concurrency` at once; returns them in order.
+pub(crate) async fn upload_parts(
+    store: &Store,
+    key: &str,
+    upload_id: &str,
+    mut rx: mpsc::Receiver<Bytes>,
+    concurrency: usize,
+) -> Result<Vec<aws_sdk_s3::types::CompletedPart>> {
+    let mut in_flight = FuturesUnordered::new();
+    let mut done = Vec::new();
+    let mut next_part: i32 = 0;
+    let mut input_open = true;
+    while input_open || !in_flight.is_empty() {
+        tokio::select! {
+            Some(r) = in_flight.next(), if !in_flight.is_empty() => done.push(r?),
+            part = rx.recv(), if input_open && in_flight.len() < concurrency => match part {
+                Some(body) => {
+                    next_part += 1;
+                    if next_part > 10_000 {
+                        return Err(Error::Usage(
+                            "the dump needs more than 10000 parts: raise --part-size".into(),
+                        ));
+                    }
+                    tracing::debug!(part = next_part, bytes = body.len(), "uploading part");
+                    in_flight.push(store.upload_part(key, upload_id, next_part, body));
+                }
+                None => input_open = false,
+            },
+        }
+    }
+    done.sort_by_key(|p: &aws_sdk_s3::types::CompletedPart| p.part_number());
+    Ok(done)
+}
+
+/// Collects compressed bytes into parts of `part_size`, hashing them, and hands each full
+/// part to the uploader (blocking while the channel is full: that is the back-pressure).
+pub(crate) struct PartSink {
+    buf: Vec<u8>,
+    part_size: usize,
+    tx: mpsc::Sender<Bytes>,
+    hasher: Sha256,
+    total: u64,
+}
+
+impl PartSink {
+    fn send(&mut self) -> std::io::Result<()> {
+        let part = std::mem::replace(&mut self.buf, Vec::with_capacity(self.part_size));
+        self.hasher.update(&part);
+        self.total += part.len() as u64;
+        self.tx
+            .blocking_send(Bytes::from(part))
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the upload stopped"))
+    }
+}
+
+impl Write for PartSink {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        let n = data.len().min(self.part_size - self.buf.len());
+        self.buf.extend_from_slice(&data[..n]);
+        if self.buf.len() >= self.part_size {
+            self.send()?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The compressor thread: reads pg_dump's output until EOF, writes one zstd frame with a
+/// content checksum and counts rows in the archive on the way. Reaching EOF says nothing about
+/// success: the caller checks pg_dump's exit.
+pub(crate) fn compress(
+    mut src: std::fs::File,
+    level: i32,
+    threads: u32,
+    part_size: usize,
+    tx: mpsc::Sender<Bytes>,
+) -> std::io::Result<(Compressed, StreamCounts)> {
+    let sink = PartSink {
+        buf: Vec::with_capacity(part_size),
+        part_size,
+        tx,
+        hasher: Sha256::new(),
+        total: 0,
+    };
+    let mut enc = zstd::stream::write::Encoder::new(sink, level)?;
+    enc.include_checksum(true)?;
+    if threads > 0 {
+        enc.multithread(threads)?;
+        // Small jobs keep zstd's buffers (and so the agent's memory) small.
+        enc.set_parameter(zstd::zstd_safe::CParameter::JobSize(ZSTD_JOB_SIZE))?;
+    }
+    let mut counter = RowCounter::new();
+    let raw_bytes = read_through(&mut src, &mut enc, &mut counter)?;
+    let mut sink = enc.finish()?;
+    if !sink.buf.is_empty() {
+        sink.send()?;
+    }
+    let compressed = Compressed {
+        raw_bytes,
+        size_bytes: sink.total,
+        sha256: hex::encode(sink.hasher.finalize()),
+    };
+    Ok((compressed, counter.finish()))
+}
+
+/// Copies `src` to `dst` until EOF, feeding the row counter; returns the bytes copied.
+pub(crate) fn read_through(
+    src: &mut impl Read,
+    dst: &mut impl Write,
+    counter: &mut RowCounter,
+) -> std::io::Result<u64> {
+    let mut buf = vec![0u8; READ_CHUNK];
+    let mut raw_bytes = 0u64;
+    let mut counting = true;
+    loop {
+        let n = match src.read(&mut buf) {
+            Ok(0) => return Ok(raw_bytes),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        raw_bytes += n as u64;
+        // After an error the counter only repeats it: stop spending time on it.
+        counting = counting && counter.feed(&buf[..n]).is_ok();
+        dst.write_all(&buf[..n])?;
+    }
+}
