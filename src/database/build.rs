@@ -161,22 +161,7 @@ pub fn build(
         },
         disruption_budget: apply_statefulset.then(|| disruption_budget(db)),
         server_config: apply_statefulset.then(|| server_config_map(db, &decision.roles.primary)),
-        statefulset: apply_statefulset.then(|| {
-            let observed = snap.statefulset.as_ref();
-            // The claim templates it has are kept: they are immutable.
-            let claims = observed.and_then(|s| s.spec.volume_claim_templates.clone());
-            let mut desired = statefulset_running(db, settings, claims, &decision.pod_run);
-            // An operator upgrade alone rebuilds no template (template_origin).
-            template_origin::settle(
-                &mut desired,
-                observed,
-                db,
-                decision.pod_run.origin(),
-                settings,
-            );
-            restart::record(&mut desired, &decision.restart_pending, observed);
-            desired
-        }),
+        statefulset: apply_statefulset.then(|| statefulset(db, snap, decision, settings)),
         preflight_job: create_preflight_job
             .as_ref()
             .zip(upgrade)
@@ -207,6 +192,29 @@ pub fn build(
             .and_then(|name| verify_job(db, name, settings).ok()),
         tls: tls_writes(db, snap, tls, issued),
     }
+}
+
+/// The StatefulSet, with the claim templates it has (they are immutable), the template an
+/// earlier operator built kept (`template_origin`: an operator upgrade alone rebuilds none) and
+/// the restart record.
+fn statefulset(
+    db: &Database,
+    snap: &Observed,
+    decision: &Decision,
+    settings: &Settings,
+) -> StatefulSet {
+    let observed = snap.statefulset.as_ref();
+    let claims = observed.and_then(|s| s.spec.volume_claim_templates.clone());
+    let mut desired = statefulset_running(db, settings, claims, &decision.pod_run);
+    template_origin::settle(
+        &mut desired,
+        observed,
+        db,
+        decision.pod_run.origin(),
+        settings,
+    );
+    restart::record(&mut desired, &decision.restart_pending, observed);
+    desired
 }
 
 /// The Event of a generated Secret made again for a Database that ran: the instance manager

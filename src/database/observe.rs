@@ -7,7 +7,7 @@
 use chrono::Utc;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use kube::api::ListParams;
 use kube::{Api, Client};
 
@@ -120,22 +120,8 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
             &ns,
             &crate::resources::server_config::config_map_name(db),
         ),
-        services: [
-            names.headless_service(),
-            names.rw_service(),
-            names.ro_service(),
-            names.r_service(),
-        ]
-        .iter()
-        .filter_map(|name| get(&caches.services, &ns, name))
-        .collect(),
-        instance_pods: list(&caches.pods, &ns, |p| {
-            p.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(LABEL_INSTANCE))
-                .is_some_and(|i| *i == name)
-        }),
+        services: services(ctx, &ns, &names),
+        instance_pods: instance_pods(ctx, &ns, &name),
         replication_secret: secret_metadata(ctx, &ns, &names.replication_secret()),
         disruption_budget: get(&caches.disruption_budgets, &ns, &names.statefulset()),
         database_pods: database_pods(client, db, statefulset.as_ref()).await?,
@@ -143,6 +129,31 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         init_job: get(&caches.jobs, &ns, &names.init_job()),
         data_claims,
         upgrade: upgrade_objects(client, db).await?,
+    })
+}
+
+/// The Database's Services that exist (headless, `-rw`, `-ro`, `-r`), from the cache.
+fn services(ctx: &Context, ns: &str, names: &Names) -> Vec<Service> {
+    [
+        names.headless_service(),
+        names.rw_service(),
+        names.ro_service(),
+        names.r_service(),
+    ]
+    .iter()
+    .filter_map(|name| get(&ctx.caches.services, ns, name))
+    .collect()
+}
+
+/// The database pods of the Database `database`, from the cache (slimmed: role label, node,
+/// readiness).
+fn instance_pods(ctx: &Context, ns: &str, database: &str) -> Vec<Pod> {
+    list(&ctx.caches.pods, ns, |p| {
+        p.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(LABEL_INSTANCE))
+            .is_some_and(|i| i == database)
     })
 }
 
