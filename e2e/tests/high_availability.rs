@@ -28,6 +28,12 @@ const READY_WAIT: Duration = Duration::from_secs(420);
 /// A row replicated to a streaming standby.
 const REPLICATION_WAIT: Duration = Duration::from_secs(60);
 
+/// A small CPU request for each instance: this suite runs up to eight database pods at once
+/// on the real node's two CPUs, beside another suite.
+fn instance_resources() -> serde_json::Value {
+    json!({"requests": {"cpu": "25m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}})
+}
+
 /// psql as the superuser over an instance's own socket (peer authentication).
 fn local_psql(bed: &TestBed, ns: &str, pod: &str, sql: &str) -> (bool, String, String) {
     bed.exec(
@@ -91,6 +97,7 @@ async fn three_instances_stream_from_one_primary() {
             "instances": 3,
             "storage": {"size": "1Gi", "storageClassName": REAL_NODE_STORAGE_CLASS},
             "placement": real_node_placement(),
+            "resources": instance_resources(),
             "backup": {
                 "schedule": "0 0 1 1 *",
                 "s3": {"endpoint": s3, "bucket": "backups", "forcePathStyle": true,
@@ -297,6 +304,7 @@ async fn scaling_up_adds_a_standby_without_restarting_the_primary() {
             "instances": instances,
             "storage": {"size": "1Gi", "storageClassName": REAL_NODE_STORAGE_CLASS},
             "placement": real_node_placement(),
+            "resources": instance_resources(),
         }})
     };
     bed.apply_database(&ns, manifest(1)).await;
@@ -348,6 +356,7 @@ async fn three_instances_upgrade_standbys_first_and_keep_their_data() {
             "instances": 3,
             "storage": {"size": "1Gi", "storageClassName": REAL_NODE_STORAGE_CLASS},
             "placement": real_node_placement(),
+            "resources": instance_resources(),
         }})
     };
     bed.apply_database(&ns, spec("15.18")).await;
