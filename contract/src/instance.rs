@@ -121,6 +121,16 @@ pub struct Common {
     /// `run` only: the mounted replication credentials (`topology::REPLICATION_DIR`).
     #[arg(long, value_name = "DIR", default_value = crate::topology::REPLICATION_DIR)]
     pub replication_dir: PathBuf,
+    /// `run` only: the Database's primary Lease (`lease::lease_name`) in the pod's namespace.
+    /// With it the topology is read from the Lease, and this instance accepts writes only
+    /// while it holds it (`lease`); the pod's service account may read and update that Lease.
+    #[arg(long, value_name = "NAME")]
+    pub primary_lease: Option<String>,
+}
+
+/// `run`'s arguments for following the primary Lease `name`.
+pub fn lease_args(name: &str) -> Vec<String> {
+    vec![format!("--primary-lease={name}")]
 }
 
 /// The flags the operator gives `run` and `probe` (the others keep the manager's defaults).

@@ -3,12 +3,14 @@
 //! and the object layout (`layout`), the agent's result, which the operator reads from the
 //! backup Job's termination message (`result`), and the instance manager's command line and
 //! default superuser (`instance`), and the Database's topology its instances follow
-//! (`topology`: which instance is the primary, where each is reached). Pure: no I/O, no clock, no kube, no AWS.
+//! (`topology`: which instance is the primary, where each is reached), and the primary Lease
+//! that fences it (`lease`). Pure: no I/O, no clock, no kube, no AWS.
 //!
 //! Behind the `test-support` feature: the PostgreSQL/s3s-fs harness both sides' tests use.
 
 pub mod instance;
 pub mod layout;
+pub mod lease;
 pub mod result;
 pub mod retention;
 pub mod topology;

@@ -10,6 +10,8 @@ pub mod binaries;
 pub mod config;
 pub mod datadir;
 pub mod identity;
+pub mod lease;
+pub mod lease_keeper;
 pub mod metrics;
 pub mod password;
 pub mod process;

@@ -92,6 +92,29 @@ pub fn start_plan(me: &str, read: &Read, data: Data) -> StartPlan {
     }
 }
 
+/// The start of an instance that follows the primary Lease: `plan` (`start_plan`) waits for a
+/// topology that parses (never a start as before on a Lease not read yet), and a primary's data
+/// starts only once this instance `holds` the Lease. A standby's data named primary starts as a
+/// standby (it is promoted once it holds the Lease).
+pub fn leased_start(plan: StartPlan, me: &str, read: &Read, data: Data, holds: bool) -> StartPlan {
+    let topology = match read {
+        Read::Parsed(topology) => topology,
+        Read::Missing => return StartPlan::Wait("the primary Lease is not read yet".into()),
+        Read::Invalid(why) => {
+            return StartPlan::Wait(format!("the primary Lease's topology: {why}"));
+        }
+    };
+    let primary = topology.role_of(me) == Some(Role::Primary);
+    if plan == StartPlan::AsBefore && primary && data != Data::Standby && !holds {
+        return StartPlan::Wait(
+            "this instance is named the primary: waiting to hold the primary Lease (the old \
+             primary releases it when its server stops, or it expires)"
+                .into(),
+        );
+    }
+    plan
+}
+
 /// What to do while the server runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
@@ -171,10 +194,24 @@ pub fn slot_actions(
     out
 }
 
-/// A standby is ready when it accepts connections and its WAL receiver streams
-/// (`pg_stat_wal_receiver.status`, `None` when no receiver runs).
-pub fn standby_ready(accepting: bool, receiver: Option<&str>) -> bool {
-    accepting && receiver.map(str::trim) == Some("streaming")
+/// How long a standby that streamed stays ready after its stream stopped: long enough for the
+/// operator to see the primary lost and name it (the primary Lease's duration, and a look), so
+/// the standbys of a failed primary remain candidates; a standby that never streamed never is.
+pub const STREAM_GRACE: Duration = Duration::from_secs(30);
+
+/// Whether the WAL receiver streams (`pg_stat_wal_receiver.status`, `None`: none runs).
+pub fn streaming(receiver: Option<&str>) -> bool {
+    receiver.map(str::trim) == Some("streaming")
+}
+
+/// A standby is ready when it accepts connections and its WAL receiver streams, or streamed
+/// less than `STREAM_GRACE` ago (`since_streamed`: `None` when it never did in this process).
+pub fn standby_ready(
+    accepting: bool,
+    receiver: Option<&str>,
+    since_streamed: Option<Duration>,
+) -> bool {
+    accepting && (streaming(receiver) || since_streamed.is_some_and(|d| d < STREAM_GRACE))
 }
 
 /// The wait after `previous` (`None`: after the first failure).
@@ -370,7 +407,60 @@ mod tests {
             (true, None, false),
         ];
         for (accepting, receiver, want) in table {
-            assert_eq!(standby_ready(accepting, receiver), want, "{receiver:?}");
+            assert_eq!(
+                standby_ready(accepting, receiver, None),
+                want,
+                "{receiver:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_standby_that_streamed_stays_ready_for_the_grace_and_one_that_never_did_is_not() {
+        let ago = |s| Some(Duration::from_secs(s));
+        assert!(standby_ready(true, Some("waiting"), ago(29)));
+        assert!(!standby_ready(true, Some("waiting"), ago(30)));
+        assert!(!standby_ready(true, None, None));
+        assert!(!standby_ready(false, None, ago(1)));
+    }
+
+    #[test]
+    fn with_a_lease_a_primary_starts_only_while_it_holds_it() {
+        let named = topology("a", &["a", "b"]);
+        for data in [Data::Empty, Data::Primary] {
+            let plan = start_plan("a", &named, data);
+            assert_eq!(plan, StartPlan::AsBefore);
+            assert!(matches!(
+                leased_start(plan.clone(), "a", &named, data, false),
+                StartPlan::Wait(_)
+            ));
+            assert_eq!(
+                leased_start(plan, "a", &named, data, true),
+                StartPlan::AsBefore
+            );
+        }
+        // A standby's data starts as a standby; it is promoted once it holds the Lease.
+        let plan = start_plan("a", &named, Data::Standby);
+        assert_eq!(
+            leased_start(plan, "a", &named, Data::Standby, false),
+            StartPlan::AsBefore
+        );
+        // A standby's start does not wait for the Lease.
+        let plan = start_plan("b", &named, Data::Primary);
+        assert!(matches!(plan, StartPlan::Rejoin(_)));
+        assert_eq!(
+            leased_start(plan.clone(), "b", &named, Data::Primary, false),
+            plan
+        );
+    }
+
+    #[test]
+    fn with_a_lease_nothing_starts_before_its_topology_is_read() {
+        for read in [Read::Missing, Read::Invalid("not read yet".into())] {
+            // Without a Lease a former primary's data would start as before.
+            assert_eq!(start_plan("a", &read, Data::Primary), StartPlan::AsBefore);
+            let plan = leased_start(StartPlan::AsBefore, "a", &read, Data::Primary, true);
+            assert!(matches!(plan, StartPlan::Wait(_)), "{read:?}");
         }
     }
 

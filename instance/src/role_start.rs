@@ -26,6 +26,14 @@ fn log(message: &str) {
 /// How often a start that waits for its topology looks at it again.
 const WAIT_POLL: Duration = Duration::from_secs(1);
 
+/// The topology this instance follows: the primary Lease's when it follows one, else the file.
+pub fn topology(o: &Options) -> Read {
+    match &o.lease {
+        Some(lease) => lease.topology(),
+        None => read_topology(&o.config_dir),
+    }
+}
+
 /// The topology file of `config_dir`, as read.
 pub fn read_topology(config_dir: &Path) -> Read {
     match std::fs::read_to_string(config_dir.join(TOPOLOGY_FILE)) {
@@ -111,7 +119,7 @@ pub enum Started {
 
 /// Before the server starts: the data directory made what the topology says it is.
 pub fn prepare(o: &Options, bin: &Path) -> Result<Started, Fatal> {
-    let mut read = read_topology(&o.config_dir);
+    let mut read = topology(o);
     if read == Read::Missing {
         return Ok(Started::Go(None));
     }
@@ -120,7 +128,17 @@ pub fn prepare(o: &Options, bin: &Path) -> Result<Started, Fatal> {
     let mut said: Option<String> = None;
     let mut wait: Option<Duration> = None;
     loop {
-        let plan = role::start_plan(&me, &read, observe(&o.pgdata));
+        let data = observe(&o.pgdata);
+        let plan = match &o.lease {
+            Some(lease) => role::leased_start(
+                role::start_plan(&me, &read, data),
+                &me,
+                &read,
+                data,
+                lease.may_write(),
+            ),
+            None => role::start_plan(&me, &read, data),
+        };
         let pause = match plan {
             StartPlan::AsBefore => {
                 if let Read::Invalid(why) = &read {
@@ -154,7 +172,7 @@ pub fn prepare(o: &Options, bin: &Path) -> Result<Started, Fatal> {
             log("stopped before the server started");
             return Ok(Started::Stopped);
         }
-        read = read_topology(&o.config_dir);
+        read = topology(o);
     }
 }
 

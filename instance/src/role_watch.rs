@@ -2,7 +2,9 @@
 //! primary (a reload) or is promoted when the topology names it; a primary that is no longer
 //! named is fenced (the supervisor stops it, and the container restarts as a standby); a
 //! primary keeps the replication role's password the mounted one's and a slot for every
-//! standby, dropping dbop's others only after `role::SLOT_GRACE`.
+//! standby, dropping dbop's others only after `role::SLOT_GRACE`. With a primary Lease
+//! (`lease_keeper`) the topology is the Lease's, a standby promotes only once it holds the Lease
+//! and a primary whose hold ran out is fenced at the next poll.
 //!
 //! The decisions are `role`'s; this module reads files, runs SQL and writes the standby file.
 
@@ -74,12 +76,24 @@ impl<'a> Keeper<'a> {
     /// Called at every poll of the running server; `applied`: the superuser's password is
     /// applied (the server accepts connections and writes). Returns why to fence the server.
     pub fn tick(&mut self, applied: bool) -> Option<String> {
-        if self.checked.is_some_and(|t| t.elapsed() < CHECK_EVERY) {
+        if let Some(lease) = &self.o.lease
+            && !config::is_standby(&self.o.pgdata)
+            && !lease.may_write()
+        {
+            return Some(LEASE_LOST.to_string());
+        }
+        // The Lease's topology is in memory: read at every poll. The file, every CHECK_EVERY.
+        let every = if self.o.lease.is_some() {
+            Duration::ZERO
+        } else {
+            CHECK_EVERY
+        };
+        if self.checked.is_some_and(|t| t.elapsed() < every) {
             return None;
         }
         self.checked = Some(Instant::now());
         let me = self.me.clone()?;
-        let read = match role_start::read_topology(&self.o.config_dir) {
+        let read = match role_start::topology(self.o) {
             Read::Invalid(why) => {
                 self.problem(format!("the topology is ignored (as if unchanged): {why}"));
                 self.last.clone()
@@ -116,6 +130,18 @@ impl<'a> Keeper<'a> {
 
     /// Promotes once the old primary no longer streams to this standby (`role::promote_now`).
     fn promote_when_safe(&mut self) {
+        if let Some(lease) = &self.o.lease {
+            // The Lease is free only once the old primary released it after its server stopped
+            // (its standbys have all of its WAL) or it expired (the old primary fenced itself).
+            if lease.may_write() {
+                return self.promote();
+            }
+            return self.problem(
+                "the topology names this instance the primary: promoting it once it holds the \
+                 primary Lease"
+                    .into(),
+            );
+        }
         let since = *self.named_primary.get_or_insert_with(Instant::now);
         let streaming = self
             .server
@@ -224,6 +250,11 @@ impl<'a> Keeper<'a> {
         Ok(())
     }
 }
+
+/// The termination message of a primary that lost its Lease.
+pub const LEASE_LOST: &str = "fenced: this primary could not renew its primary Lease in time (the \
+     API server did not answer, or another instance was named): it stops accepting writes before \
+     another instance may take the Lease, and restarts as the topology says";
 
 /// The termination message of a fenced primary.
 pub fn stepped_down(new_primary: &str) -> String {

@@ -5,12 +5,14 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::binaries;
 use crate::config::{self, Managed};
 use crate::datadir::{self, Observed, Start};
 use crate::identity::{self, Identity};
+use crate::lease_keeper::PrimaryLease;
 use crate::password::{self, Fingerprint, Read, Sync};
 use crate::process;
 use crate::reload::{self, Mounted, Reloader};
@@ -50,6 +52,10 @@ pub struct Options {
     pub instance_name: Option<String>,
     /// The mounted replication credentials (`--replication-dir`).
     pub replication_dir: PathBuf,
+    /// The Database's primary Lease (`--primary-lease`); `None`: the topology file alone.
+    pub primary_lease: Option<String>,
+    /// The Lease followed (`run` starts it when `primary_lease` is set).
+    pub lease: Option<Arc<PrimaryLease>>,
 }
 
 /// A reason to stop before the server runs; logged and written to the termination log.
@@ -68,9 +74,19 @@ pub fn report(termination_log: &Path, message: &str) {
     }
 }
 
+/// How long a stopped server's manager waits to release the primary Lease.
+const RELEASE_WAIT: Duration = Duration::from_secs(3);
+
 /// Runs the instance to its end; returns the container's exit code.
 pub fn run(o: &Options) -> i32 {
-    match prepare(o).and_then(|prepared| {
+    let o = &match follow_lease(o) {
+        Ok(o) => o,
+        Err(Fatal(message)) => {
+            report(&o.termination_log, &message);
+            return 1;
+        }
+    };
+    let code = match prepare(o).and_then(|prepared| {
         let Some(p) = prepared else {
             return Ok(0);
         };
@@ -84,7 +100,23 @@ pub fn run(o: &Options) -> i32 {
             report(&o.termination_log, &message);
             1
         }
+    };
+    // The server is not running (stopped, never started, or died): the Lease may go.
+    if let Some(lease) = &o.lease {
+        lease.release(RELEASE_WAIT);
     }
+    code
+}
+
+/// `o` with the primary Lease followed when `--primary-lease` names one.
+fn follow_lease(o: &Options) -> Result<Options, Fatal> {
+    let mut o = o.clone();
+    if let Some(name) = &o.primary_lease {
+        let me = crate::role_start::instance_name(&o)?;
+        log(&format!("following the primary Lease {name} as {me}"));
+        o.lease = Some(PrimaryLease::start(name.clone(), me));
+    }
+    Ok(o)
 }
 
 /// The superuser name from the credentials directory.
@@ -298,6 +330,9 @@ fn supervise(o: &Options, p: &Prepared) -> Result<i32, Fatal> {
             sync.tick();
             reloader.tick(pid);
             if let Some(why) = keeper.tick(sync.applied()) {
+                if let Some(lease) = &o.lease {
+                    lease.stop_holding();
+                }
                 // Fenced: a fast shutdown (its standbys get all of its WAL), then exit non-zero.
                 log(&format!("{why}: fast shutdown"));
                 let _ = std::fs::remove_file(o.socket_dir.join(READY_MARKER));
@@ -357,6 +392,8 @@ struct Syncer<'a> {
     /// Ready as a standby (accepts connections and streams: the marker is written).
     standby_ready: bool,
     standby_checked: Option<Instant>,
+    /// When the standby was last seen streaming.
+    streamed: Option<Instant>,
 }
 
 impl<'a> Syncer<'a> {
@@ -370,6 +407,7 @@ impl<'a> Syncer<'a> {
             last_problem: None,
             standby_ready: false,
             standby_checked: None,
+            streamed: None,
         }
     }
 
@@ -407,7 +445,11 @@ impl<'a> Syncer<'a> {
         self.standby_checked = Some(Instant::now());
         let accepting = self.accepting();
         let receiver = accepting.then(|| self.receiver()).flatten();
-        let ready = crate::role::standby_ready(accepting, receiver.as_deref());
+        if crate::role::streaming(receiver.as_deref()) {
+            self.streamed = Some(Instant::now());
+        }
+        let since_streamed = self.streamed.map(|t| t.elapsed());
+        let ready = crate::role::standby_ready(accepting, receiver.as_deref(), since_streamed);
         if ready == self.standby_ready {
             return;
         }
@@ -416,7 +458,7 @@ impl<'a> Syncer<'a> {
             log("the server runs as a standby and streams: ready (its roles are the primary's)");
             let _ = std::fs::write(marker, b"");
         } else {
-            log("the standby does not stream: not ready until it does");
+            log("the standby does not stream (for longer than the grace): not ready until it does");
             let _ = std::fs::remove_file(marker);
         }
         self.standby_ready = ready;

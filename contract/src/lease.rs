@@ -1,0 +1,156 @@
+//! The primary lease: how a Database with standbys never has two primaries, and how the operator
+//! tells its instances who the primary is without waiting for the kubelet.
+//!
+//! One `coordination.k8s.io/v1` Lease per Database (`lease_name`), made by the operator. Two
+//! writers, each compare-and-swap on its `resourceVersion`:
+//! - the **operator** designates the primary: the Lease's `TOPOLOGY_ANNOTATION` holds the
+//!   topology (`topology::Topology::render`), `DESIGNATED_AT_ANNOTATION` when the primary it
+//!   names was chosen;
+//! - the **instance** the topology names takes the Lease (`holderIdentity`) when it is free or
+//!   expired, renews it every `RENEW_EVERY`, and releases it only after its server stopped.
+//!
+//! The rules (`LeaseState`): an instance runs as the primary (accepts writes) only while it
+//! holds the Lease, and stops accepting writes `FENCE_MARGIN` before the Lease could expire as
+//! the others see it (counted from the start of its last successful renewal, on its own clock).
+//! Another instance may take the Lease only once it expired or was released. So at no moment
+//! do two instances accept writes, whether or not the operator runs, provided the clocks of the
+//! nodes differ by less than the margin minus the time a fence takes (documented in
+//! `docs/high-availability.md`). The operator fails over when the primary it named has lost its
+//! Lease (`LeaseState::lost`). Pure: times are Unix milliseconds, passed in.
+
+use std::time::Duration;
+
+/// The annotation with the topology the operator designates (`topology::Topology::render`).
+pub const TOPOLOGY_ANNOTATION: &str = "dbop.dev/topology";
+/// The annotation with when the topology's primary was designated (Unix milliseconds).
+pub const DESIGNATED_AT_ANNOTATION: &str = "dbop.dev/designated-at";
+/// How long a Lease stays valid after its last renewal, as the others judge it.
+pub const DURATION_SECONDS: i32 = 10;
+/// How often the holder renews.
+pub const RENEW_EVERY: Duration = Duration::from_secs(2);
+/// How long before the others could take the Lease its holder stops accepting writes: covers
+/// the manager's poll, the fence itself and the clock difference between nodes.
+pub const FENCE_MARGIN: Duration = Duration::from_secs(4);
+
+/// The Lease of the Database `database`.
+pub fn lease_name(database: &str) -> String {
+    format!("{database}-primary")
+}
+
+/// The Lease as both sides read it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeaseState {
+    /// The instance that holds it (`None`: never taken, or released).
+    pub holder: Option<String>,
+    /// Its last renewal (or release), Unix milliseconds.
+    pub renewed_ms: Option<i64>,
+    /// `leaseDurationSeconds` in milliseconds.
+    pub duration_ms: i64,
+    /// When the operator designated the topology's primary.
+    pub designated_ms: Option<i64>,
+}
+
+impl LeaseState {
+    /// No instance may be accepting writes under it: released, never taken, or its holder
+    /// has not renewed for the whole duration.
+    pub fn free(&self, now_ms: i64) -> bool {
+        self.holder.is_none()
+            || self
+                .renewed_ms
+                .is_none_or(|r| now_ms > r + self.duration_ms)
+    }
+
+    /// `me` may take (or keep) the Lease now.
+    pub fn may_take(&self, me: &str, now_ms: i64) -> bool {
+        self.holder.as_deref() == Some(me) || self.free(now_ms)
+    }
+
+    /// The operator's view: `primary`, the instance it designated, is lost. Either it held the
+    /// Lease and has not renewed it for the whole duration, or it has not held it for the whole
+    /// duration since it was designated (it released it when its server stopped, or never took
+    /// it).
+    pub fn lost(&self, primary: &str, now_ms: i64) -> bool {
+        now_ms > self.lost_at(primary)
+    }
+
+    /// When `primary` will be lost if nothing changes (Unix milliseconds).
+    pub fn lost_at(&self, primary: &str) -> i64 {
+        let since = match self.holder.as_deref() {
+            Some(h) if h == primary => self.renewed_ms,
+            _ => self.designated_ms,
+        };
+        since.unwrap_or(0) + self.duration_ms
+    }
+
+    /// The Lease was released by `primary` (its server stopped on purpose, or died): the
+    /// operator need not wait for it to expire.
+    pub fn released_by(&self, primary: &str, released_by: Option<&str>) -> bool {
+        self.holder.is_none() && released_by == Some(primary)
+    }
+}
+
+/// How long after the start of its last successful renewal a holder may accept writes.
+pub fn holder_validity(duration_ms: i64) -> Duration {
+    Duration::from_millis(duration_ms.max(0) as u64).saturating_sub(FENCE_MARGIN)
+}
+
+/// The annotation an instance sets when it releases the Lease (its name).
+pub const RELEASED_BY_ANNOTATION: &str = "dbop.dev/released-by";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(by: &str, renewed: i64) -> LeaseState {
+        LeaseState {
+            holder: Some(by.into()),
+            renewed_ms: Some(renewed),
+            duration_ms: 10_000,
+            designated_ms: Some(0),
+        }
+    }
+
+    #[test]
+    fn a_held_lease_is_taken_only_by_its_holder_until_it_expires() {
+        let lease = held("orders-0", 100_000);
+        assert!(lease.may_take("orders-0", 105_000));
+        assert!(!lease.may_take("orders-1", 110_000));
+        assert!(lease.may_take("orders-1", 110_001));
+        let released = LeaseState {
+            holder: None,
+            ..lease
+        };
+        assert!(released.may_take("orders-1", 100_001));
+    }
+
+    #[test]
+    fn the_holder_stops_writing_a_margin_before_others_may_take_it() {
+        let validity = holder_validity(10_000);
+        assert_eq!(validity, Duration::from_secs(6));
+        // The holder's renewal started at 100 s and was stamped no earlier: others may take it
+        // after 110 s, the holder stopped at 106 s.
+        assert!(100_000 + validity.as_millis() as i64 + FENCE_MARGIN.as_millis() as i64 <= 110_000);
+        assert_eq!(holder_validity(2_000), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_designated_primary_is_lost_when_it_stops_renewing_or_never_takes_the_lease() {
+        let lease = held("orders-0", 100_000);
+        assert!(!lease.lost("orders-0", 110_000));
+        assert!(lease.lost("orders-0", 110_001));
+        assert_eq!(lease.lost_at("orders-0"), 110_000);
+        // orders-1 was designated at 108 s and the old holder's Lease is still there.
+        let designated = LeaseState {
+            designated_ms: Some(108_000),
+            ..lease.clone()
+        };
+        assert!(!designated.lost("orders-1", 117_000));
+        assert!(designated.lost("orders-1", 118_001));
+        let released = LeaseState {
+            holder: None,
+            ..lease
+        };
+        assert!(released.released_by("orders-0", Some("orders-0")));
+        assert!(!released.released_by("orders-0", Some("orders-1")));
+    }
+}

@@ -1,0 +1,306 @@
+//! The primary Lease's I/O (`dbop_contract::lease`): a thread of its own looks at the Lease
+//! every `LOOK_EVERY` through the API server with the pod's service account, publishes the
+//! topology the operator designates in it, takes and renews it while the topology names this
+//! instance (`lease::step`), and says until when this instance may accept writes: the start of
+//! its last successful renewal plus `lease::holder_validity`. The supervisor fences the server
+//! when that moment passes, and releases the Lease once the server has stopped.
+//!
+//! Every request has a timeout, and the thread never blocks the supervisor: an API server that
+//! does not answer only lets the validity run out.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use dbop_contract::lease::{
+    DESIGNATED_AT_ANNOTATION, LeaseState, RELEASED_BY_ANNOTATION, TOPOLOGY_ANNOTATION,
+    holder_validity,
+};
+use dbop_contract::topology::Topology;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::PostParams;
+use kube::{Api, Client, Config};
+
+use crate::lease::{self, Step, Want};
+use crate::role::Read;
+
+/// How often the Lease is read.
+const LOOK_EVERY: Duration = Duration::from_secs(1);
+/// How long one request to the API server may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+fn log(message: &str) {
+    eprintln!("dbop-instance: {message}");
+}
+
+/// This instance's side of the primary Lease, shared by the supervisor and the Lease's thread.
+pub struct PrimaryLease {
+    name: String,
+    shared: Arc<Mutex<Shared>>,
+}
+
+impl std::fmt::Debug for PrimaryLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PrimaryLease({})", self.name)
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    /// The topology as last read from the Lease (`None`: not read yet).
+    topology: Option<Read>,
+    /// Until when this instance may accept writes (`None`: it does not hold the Lease).
+    valid_until: Option<Instant>,
+    /// The server is stopping or stopped: take and renew no more.
+    stopping: bool,
+    /// The server stopped: release the Lease.
+    release: bool,
+    released: bool,
+    /// The last problem logged (each is logged once).
+    problem: Option<String>,
+}
+
+impl PrimaryLease {
+    /// Starts the thread that follows the Lease `name` for the instance `me`.
+    pub fn start(name: String, me: String) -> Arc<Self> {
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let thread_shared = shared.clone();
+        let lease_name = name.clone();
+        std::thread::spawn(move || follow(&lease_name, &me, &thread_shared));
+        Arc::new(Self { name, shared })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Shared> {
+        lock(&self.shared)
+    }
+
+    /// The topology the operator designates in the Lease.
+    pub fn topology(&self) -> Read {
+        self.lock().topology.clone().unwrap_or_else(|| {
+            Read::Invalid(format!("the primary Lease {} is not read yet", self.name))
+        })
+    }
+
+    /// This instance holds the Lease and may accept writes now.
+    pub fn may_write(&self) -> bool {
+        self.lock().valid_until.is_some_and(|t| Instant::now() < t)
+    }
+
+    /// The server is stopping: neither take nor renew the Lease any more.
+    pub fn stop_holding(&self) {
+        let mut s = self.lock();
+        s.stopping = true;
+    }
+
+    /// The server has stopped: releases the Lease if held, waiting at most `wait`.
+    pub fn release(&self, wait: Duration) {
+        {
+            let mut s = self.lock();
+            s.stopping = true;
+            s.release = true;
+            s.valid_until = None;
+        }
+        let start = Instant::now();
+        while start.elapsed() < wait && !self.lock().released {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    shared
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn problem(shared: &Mutex<Shared>, message: String) {
+    let mut s = lock(shared);
+    if s.problem.as_ref() != Some(&message) {
+        log(&message);
+        s.problem = Some(message);
+    }
+}
+
+/// The thread: a client, then a look at the Lease every `LOOK_EVERY` until it is released.
+fn follow(name: &str, me: &str, shared: &Mutex<Shared>) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => return problem(shared, format!("the primary Lease is not followed: {e}")),
+    };
+    runtime.block_on(async {
+        let api = loop {
+            match client().await {
+                Ok(api) => break api,
+                Err(why) => problem(shared, format!("the API server is not reachable: {why}")),
+            }
+            tokio::time::sleep(LOOK_EVERY).await;
+        };
+        let mut renewed: Option<Instant> = None;
+        loop {
+            look(&api, name, me, shared, &mut renewed).await;
+            let (release, released) = {
+                let s = lock(shared);
+                (s.release, s.released)
+            };
+            if released {
+                return;
+            }
+            let pause = if release {
+                Duration::from_millis(200)
+            } else {
+                LOOK_EVERY
+            };
+            tokio::time::sleep(pause).await;
+        }
+    });
+}
+
+async fn client() -> Result<Api<Lease>, String> {
+    let mut config = Config::infer().await.map_err(|e| e.to_string())?;
+    config.connect_timeout = Some(REQUEST_TIMEOUT);
+    config.read_timeout = Some(REQUEST_TIMEOUT);
+    config.write_timeout = Some(REQUEST_TIMEOUT);
+    let namespace = config.default_namespace.clone();
+    let client = Client::try_from(config).map_err(|e| e.to_string())?;
+    Ok(Api::namespaced(client, &namespace))
+}
+
+/// One look: read the Lease, publish its topology, and take, renew or release it.
+async fn look(
+    api: &Api<Lease>,
+    name: &str,
+    me: &str,
+    shared: &Mutex<Shared>,
+    renewed: &mut Option<Instant>,
+) {
+    let lease = match tokio::time::timeout(REQUEST_TIMEOUT, api.get(name)).await {
+        Ok(Ok(lease)) => lease,
+        Ok(Err(e)) => return problem(shared, format!("cannot read the primary Lease {name}: {e}")),
+        Err(_) => {
+            return problem(
+                shared,
+                format!("reading the primary Lease {name} timed out"),
+            );
+        }
+    };
+    let state = state_of(&lease);
+    let topology = topology_of(&lease);
+    let named = matches!(&topology, Read::Parsed(t) if t.primary == me);
+    let want = {
+        let mut s = lock(shared);
+        s.topology = Some(topology);
+        if state.holder.as_deref() != Some(me) {
+            // Another instance holds it, or nobody: this one may not write.
+            s.valid_until = None;
+        }
+        match (s.release, s.stopping, named) {
+            (true, _, _) => Want::Release,
+            (false, false, true) => Want::Hold,
+            _ => Want::Leave,
+        }
+    };
+    let now = now_ms();
+    let step = lease::step(&state, me, want, now, renewed.map(|t| t.elapsed()));
+    if step == Step::Nothing {
+        if want == Want::Release {
+            lock(shared).released = true;
+        }
+        return;
+    }
+    let started = Instant::now();
+    let written = written(lease, step, me);
+    match tokio::time::timeout(
+        REQUEST_TIMEOUT,
+        api.replace(name, &PostParams::default(), &written),
+    )
+    .await
+    {
+        Ok(Ok(_)) => {
+            let mut s = lock(shared);
+            match step {
+                Step::Release => {
+                    s.released = true;
+                    log("released the primary Lease");
+                }
+                _ => {
+                    if step == Step::Take {
+                        log("took the primary Lease: this instance may run as the primary");
+                    }
+                    *renewed = Some(started);
+                    s.valid_until =
+                        (!s.stopping).then(|| started + holder_validity(state.duration_ms));
+                    s.problem = None;
+                }
+            }
+        }
+        Ok(Err(e)) => problem(
+            shared,
+            format!("cannot write the primary Lease ({step:?}): {e}"),
+        ),
+        Err(_) => problem(
+            shared,
+            format!("writing the primary Lease ({step:?}) timed out"),
+        ),
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn annotation<'a>(lease: &'a Lease, key: &str) -> Option<&'a String> {
+    lease.metadata.annotations.as_ref()?.get(key)
+}
+
+/// The Lease as the contract's rules read it.
+pub fn state_of(lease: &Lease) -> LeaseState {
+    let spec = lease.spec.clone().unwrap_or_default();
+    LeaseState {
+        holder: spec.holder_identity.filter(|h| !h.is_empty()),
+        renewed_ms: spec.renew_time.map(|t| t.0.as_millisecond()),
+        duration_ms: i64::from(spec.lease_duration_seconds.unwrap_or(0)) * 1000,
+        designated_ms: annotation(lease, DESIGNATED_AT_ANNOTATION).and_then(|v| v.parse().ok()),
+    }
+}
+
+fn topology_of(lease: &Lease) -> Read {
+    match annotation(lease, TOPOLOGY_ANNOTATION) {
+        Some(text) => match Topology::parse(text) {
+            Ok(topology) => Read::Parsed(topology),
+            Err(why) => Read::Invalid(why),
+        },
+        None => Read::Invalid("the primary Lease has no topology yet".into()),
+    }
+}
+
+/// The Lease after `step` by `me` (its `resourceVersion` kept: the write is a compare-and-swap).
+fn written(mut lease: Lease, step: Step, me: &str) -> Lease {
+    let now = MicroTime(Timestamp::now());
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    match step {
+        Step::Take => {
+            spec.holder_identity = Some(me.to_string());
+            spec.acquire_time = Some(now.clone());
+            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+        }
+        Step::Release => spec.holder_identity = None,
+        Step::Renew | Step::Nothing => {}
+    }
+    spec.renew_time = Some(now);
+    let annotations = lease
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default);
+    if step == Step::Release {
+        annotations.insert(RELEASED_BY_ANNOTATION.into(), me.to_string());
+    } else {
+        annotations.remove(RELEASED_BY_ANNOTATION);
+    }
+    lease
+}
