@@ -182,7 +182,7 @@ impl Slim for Job {
     }
 }
 
-/// A database pod keeps its metadata (the role label), its node, phase and conditions: the
+/// A database pod keeps its metadata (the role label), its node and service account, phase and conditions: the
 /// readers ask which instance is where and whether it is ready. The rest of the spec (the
 /// containers, volumes and affinity the StatefulSet already holds) and the container statuses
 /// are dropped; a pass that needs those lists the pods.
@@ -191,6 +191,8 @@ impl Slim for Pod {
         slim_meta(&mut self.metadata);
         self.spec = self.spec.take().map(|spec| PodSpec {
             node_name: spec.node_name,
+            // Whether its manager follows the primary Lease (`resources::primary_lease`).
+            service_account_name: spec.service_account_name,
             ..PodSpec::default()
         });
         self.status = self.status.take().map(|status| PodStatus {

@@ -6,8 +6,12 @@
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::DeleteParams;
 use kube::{Api, Resource};
 use rand::Rng;
@@ -50,6 +54,9 @@ pub async fn apply(
         secret,
         adopt_secret,
         replication_secret,
+        instance_access,
+        primary_lease,
+        role_events,
         label_pods,
         services,
         disruption_budget,
@@ -73,6 +80,10 @@ pub async fn apply(
     if let Some(secret) = replication_secret {
         create_once(&Api::<Secret>::namespaced(ctx.client.clone(), &ns), &secret).await?;
         info!(secret = ?secret.metadata.name, "made the replication role's Secret");
+    }
+    write_primary_lease(ctx, &ns, instance_access, primary_lease).await?;
+    for event in &role_events {
+        publish(ctx, db, event).await;
     }
     label_instances(ctx, &ns, label_pods).await?;
     if let Some(budget) = disruption_budget {
@@ -167,6 +178,34 @@ async fn write_disruption_budget(
 }
 
 /// Sets the role label of each pod of `pods` (a merge patch: only that label).
+/// The instances' access (once), then the primary Lease: created, or replaced with its
+/// `resourceVersion` (a renewal in between makes it a conflict, and the pass is tried again).
+async fn write_primary_lease(
+    ctx: &Context,
+    ns: &str,
+    access: Option<(ServiceAccount, Role, RoleBinding)>,
+    lease: Option<Lease>,
+) -> Result<()> {
+    if let Some((account, role, binding)) = access {
+        create_once(&Api::namespaced(ctx.client.clone(), ns), &account).await?;
+        create_once(&Api::namespaced(ctx.client.clone(), ns), &role).await?;
+        create_once(&Api::namespaced(ctx.client.clone(), ns), &binding).await?;
+    }
+    let Some(lease) = lease else {
+        return Ok(());
+    };
+    let api: Api<Lease> = Api::namespaced(ctx.client.clone(), ns);
+    let name = lease.metadata.name.clone().unwrap_or_default();
+    if lease.metadata.resource_version.is_none() {
+        create_once(&api, &lease).await?;
+        info!(lease = %name, "made the primary Lease");
+    } else {
+        kube_io::replace(&api, &name, &lease).await?;
+        info!(lease = %name, "designated the primary in the primary Lease");
+    }
+    Ok(())
+}
+
 async fn label_instances(ctx: &Context, ns: &str, pods: Vec<(String, InstanceRole)>) -> Result<()> {
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     for (name, role) in pods {

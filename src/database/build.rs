@@ -9,14 +9,17 @@
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 
 use super::certificates::Issued;
 use super::decide::{Decision, Steps};
 use super::facts::Observed;
 use super::restart;
 use super::restore;
+use super::roles::Failover;
 use super::tls::TlsSteps;
 use crate::api::{Database, DatabaseBackup, InstanceRole};
 use crate::backup::job::verify_job;
@@ -26,6 +29,8 @@ use crate::resources::credentials::{generated_secret, secret_name};
 use crate::resources::database_backup::{pre_upgrade_backup, scheduled_backup};
 use crate::resources::init_job::{init_job, init_sql_config_map};
 use crate::resources::preflight_job::preflight_job;
+use crate::resources::primary_lease::{self, needs_lease};
+use crate::resources::replication::topology;
 use crate::resources::replication::{disruption_budget, replication_secret};
 use crate::resources::restore_job::restore_job;
 use crate::resources::server_config::server_config_map;
@@ -46,6 +51,13 @@ pub struct Desired {
     pub adopt_secret: Option<String>,
     /// The replication Secret to create (the Database has standbys).
     pub replication_secret: Option<Secret>,
+    /// The instances' ServiceAccount, Role and RoleBinding, made with the primary Lease.
+    pub instance_access: Option<(ServiceAccount, Role, RoleBinding)>,
+    /// The primary Lease to create, or to replace with a new designation (compare-and-swap):
+    /// written before the labels and the topology file, so the instances hear it first.
+    pub primary_lease: Option<Lease>,
+    /// The Event of a failover.
+    pub role_events: Vec<EventSpec>,
     /// Role labels to set on pods (before the Services that select by them).
     pub label_pods: Vec<(String, InstanceRole)>,
     /// The Services: headless, `-rw`, `-ro`, `-r` (applied where they drifted).
@@ -153,6 +165,25 @@ pub fn build(
         replication_secret: replication_password
             .filter(|_| decision.roles.create_replication_secret)
             .map(|password| replication_secret(db, password)),
+        instance_access: (*apply_statefulset && needs_lease(db) && snap.primary_lease.is_none())
+            .then(|| {
+                (
+                    primary_lease::service_account(db),
+                    primary_lease::role(db),
+                    primary_lease::role_binding(db),
+                )
+            }),
+        primary_lease: (*apply_statefulset && needs_lease(db))
+            .then(|| {
+                primary_lease::designate(
+                    db,
+                    snap.primary_lease.as_ref(),
+                    &topology(db, &decision.roles.primary),
+                    snap.observed_at.timestamp_millis(),
+                )
+            })
+            .flatten(),
+        role_events: decision.roles.failover.iter().map(failover_event).collect(),
         label_pods: label_pods.clone(),
         services: if *apply_services {
             services::all(db)
@@ -215,6 +246,18 @@ fn statefulset(
     );
     restart::record(&mut desired, &decision.restart_pending, observed);
     desired
+}
+
+/// The Event of a failover: which instance was lost, why, and which one takes its place.
+fn failover_event(failover: &Failover) -> EventSpec {
+    EventSpec {
+        warning: true,
+        reason: "FailedOver".into(),
+        note: format!(
+            "the primary {} is lost: {}; promoting the standby {} (the old primary rejoins as a standby when it returns)",
+            failover.from, failover.why, failover.to
+        ),
+    }
 }
 
 /// The Event of a generated Secret made again for a Database that ran: the instance manager

@@ -155,10 +155,14 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
     let restart_pending = restart::pending(db, &facts.restart, restarted);
     steps.tls = tls::steps(db, &facts.tls, facts.backups.now);
     let tls_ready = tls::condition(db, &facts.tls, &steps.tls, restarted);
-    let requeue_after = [backup.requeue_after, upgrade.requeue_after]
-        .into_iter()
-        .flatten()
-        .fold(requeue_after, Duration::min);
+    let requeue_after = [
+        backup.requeue_after,
+        upgrade.requeue_after,
+        roles.look_again,
+    ]
+    .into_iter()
+    .flatten()
+    .fold(requeue_after, Duration::min);
     Decision {
         phase,
         conditions: [
@@ -786,6 +790,7 @@ mod tests {
             role_label: None,
             ready,
             node: None,
+            service_account: None,
         };
         let with = |ready: [bool; 3]| Facts {
             statefulset: Some(StatefulSetFact {
@@ -797,6 +802,7 @@ mod tests {
             roles: RolesFact {
                 pods: (0..3).map(|n| pod(n, ready[n as usize])).collect(),
                 replication_secret: false,
+                ..RolesFact::default()
             },
             ..facts()
         };

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use dbop_contract::InstanceFailure;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
@@ -23,6 +24,7 @@ use crate::backup::schedule::BackupRecord;
 use crate::objects::{JobState, job_state, owned_by, to_chrono};
 use crate::resources::credentials::{self, SecretProblem};
 use crate::resources::owner_reference;
+use crate::resources::primary_lease::LeaseFact;
 use crate::resources::statefulset::template_image;
 use crate::upgrade::facts::{self as upgrade_facts, UpgradeFacts};
 
@@ -49,6 +51,8 @@ pub struct Observed {
     pub disruption_budget: Option<PodDisruptionBudget>,
     /// The replication Secret (metadata only, from the cache).
     pub replication_secret: Option<Secret>,
+    /// The primary Lease, read from the API server (a Database with standbys only).
+    pub primary_lease: Option<Lease>,
     /// The data claims of ordinals 0..instances that exist.
     pub data_claims: Vec<PersistentVolumeClaim>,
     /// The `DatabaseBackup` objects of this Database (scheduled and on demand).
@@ -215,6 +219,8 @@ impl Facts {
             roles: RolesFact {
                 pods: snap.instance_pods.iter().map(PodFact::of).collect(),
                 replication_secret: snap.replication_secret.is_some(),
+                lease: snap.primary_lease.as_ref().map(LeaseFact::of),
+                now_ms: snap.observed_at.timestamp_millis(),
             },
             tls: TlsFact::of(
                 snap.ca_secret.as_ref(),

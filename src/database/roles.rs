@@ -1,14 +1,19 @@
 //! The Database's instances and their roles: which instance is the primary (recorded in the
-//! status when the Database is first provisioned, never assumed from an ordinal afterwards),
-//! the role label each database pod must carry (the Services select by it), whether the
-//! replication Secret must be made, and each instance's line in the status.
+//! primary Lease and the status, never assumed from an ordinal afterwards), when it is lost
+//! and which standby takes its place (failover), the role label each database pod must carry
+//! (the Services select by it), whether the replication Secret must be made, and each
+//! instance's line in the status.
 //!
-//! Pure: facts in (the database pods as the watch cache has them), a plan out.
+//! Pure: facts in (the database pods as the watch cache has them, the primary Lease), a plan out.
 
+use std::time::Duration;
+
+use dbop_contract::topology::Topology;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::api::{Database, InstanceRole, InstanceStatus};
 use crate::resources::Names;
+use crate::resources::primary_lease::{LeaseFact, needs_lease};
 use crate::resources::replication::{ROLE_LABEL, needs_replication_secret, role_of};
 
 /// One database pod, as far as roles go.
@@ -20,6 +25,8 @@ pub struct PodFact {
     /// Ready and not being deleted.
     pub ready: bool,
     pub node: Option<String>,
+    /// The pod's service account (the instances' one: its manager follows the primary Lease).
+    pub service_account: Option<String>,
 }
 
 impl PodFact {
@@ -41,6 +48,10 @@ impl PodFact {
                 .cloned(),
             ready,
             node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+            service_account: pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.service_account_name.clone()),
         }
     }
 }
@@ -52,7 +63,26 @@ pub struct RolesFact {
     pub pods: Vec<PodFact>,
     /// The replication Secret exists.
     pub replication_secret: bool,
+    /// The primary Lease (`None`: none exists, or the Database has one instance).
+    pub lease: Option<LeaseFact>,
+    /// The pass's `now`, Unix milliseconds.
+    pub now_ms: i64,
 }
+
+/// A failover: the primary lost, the standby that takes its place, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failover {
+    pub from: String,
+    pub to: String,
+    pub why: String,
+}
+
+/// When a Database with standbys is looked at again while its primary is not ready (its Lease
+/// is released or runs out within seconds).
+pub const LOOK_WHILE_PRIMARY_UNREADY: Duration = Duration::from_secs(1);
+/// The longest wait between two looks at a Database with standbys: the primary's Lease is not
+/// watched (its renewals would wake the operator every two seconds), it is looked at.
+pub const LOOK_AT_LEASE_EVERY: Duration = Duration::from_secs(10);
 
 /// The roles of one pass.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -65,6 +95,10 @@ pub struct RolesPlan {
     pub create_replication_secret: bool,
     /// Every instance of the spec, in ordinal order.
     pub instances: Vec<InstanceStatus>,
+    /// The primary was lost and `primary` is its replacement.
+    pub failover: Option<Failover>,
+    /// When to look again for the primary's Lease (`None`: no Lease to watch).
+    pub look_again: Option<Duration>,
 }
 
 /// The primary: the one the status records, else the first instance (a new Database).
@@ -76,9 +110,75 @@ pub fn primary(db: &Database) -> String {
         .unwrap_or_else(|| Names::of(db).pod(0))
 }
 
+/// The primary the Lease designates, when it names one of the spec's instances: the Lease is
+/// written before the status, so it wins when the two differ.
+fn designated(db: &Database, lease: Option<&LeaseFact>) -> Option<String> {
+    let topology = Topology::parse(lease?.topology.as_deref()?).ok()?;
+    let names = Names::of(db);
+    (0..db.spec.instances.max(1))
+        .any(|o| names.pod(o) == topology.primary)
+        .then_some(topology.primary)
+}
+
+/// The primary is lost (it released its Lease, or has not held it for the Lease's duration)
+/// and a ready standby of the spec can take its place: the lowest ordinal. Only a primary whose
+/// manager follows the Lease (its pod runs as the instances' account) is ever replaced: one
+/// started before the Lease existed would not fence itself.
+fn failover(db: &Database, fact: &RolesFact, current: &str) -> Option<Failover> {
+    let lease = fact.lease.as_ref().filter(|_| needs_lease(db))?;
+    let names = Names::of(db);
+    let account = names.instance_account();
+    let fenced = |p: &PodFact| p.service_account.as_deref() == Some(account.as_str());
+    // A primary pod that is gone (deleted, its node lost) no longer runs a manager either.
+    if fact.pods.iter().any(|p| p.name == current && !fenced(p)) {
+        return None;
+    }
+    let released = lease
+        .state
+        .released_by(current, lease.released_by.as_deref());
+    if !released && !lease.state.lost(current, fact.now_ms) {
+        return None;
+    }
+    let to = (0..db.spec.instances).map(|o| names.pod(o)).find(|name| {
+        name != current
+            && fact
+                .pods
+                .iter()
+                .any(|p| &p.name == name && p.ready && fenced(p))
+    })?;
+    let why = if released {
+        format!("{current} released the primary Lease (its server stopped)")
+    } else {
+        format!(
+            "{current} has not held the primary Lease for {} s (its node, pod or server is gone, or it cannot reach the API server)",
+            lease.state.duration_ms / 1000
+        )
+    };
+    Some(Failover {
+        from: current.to_string(),
+        to,
+        why,
+    })
+}
+
+/// When to look at the Lease again: soon while the primary is not ready, else when it would
+/// be lost if it stopped renewing now.
+fn look_again(db: &Database, fact: &RolesFact, primary: &str) -> Option<Duration> {
+    let lease = fact.lease.as_ref().filter(|_| needs_lease(db))?;
+    let primary_ready = fact.pods.iter().any(|p| p.name == primary && p.ready);
+    if !primary_ready {
+        return Some(LOOK_WHILE_PRIMARY_UNREADY);
+    }
+    let until = lease.state.lost_at(primary) - fact.now_ms + 1_000;
+    let until = Duration::from_millis(until.max(0) as u64);
+    Some(until.clamp(LOOK_WHILE_PRIMARY_UNREADY, LOOK_AT_LEASE_EVERY))
+}
+
 /// The roles for `db` given its pods.
 pub fn plan(db: &Database, fact: &RolesFact) -> RolesPlan {
-    let primary = primary(db);
+    let current = designated(db, fact.lease.as_ref()).unwrap_or_else(|| primary(db));
+    let failover = failover(db, fact, &current);
+    let primary = failover.as_ref().map_or(current, |f| f.to.clone());
     let label_pods = fact
         .pods
         .iter()
@@ -103,6 +203,8 @@ pub fn plan(db: &Database, fact: &RolesFact) -> RolesPlan {
         create_replication_secret: needs_replication_secret(db) && !fact.replication_secret,
         label_pods,
         instances,
+        look_again: look_again(db, fact, &primary),
+        failover,
         primary,
     }
 }
@@ -128,6 +230,7 @@ mod tests {
             role_label: label.map(Into::into),
             ready,
             node: Some("node-a".into()),
+            service_account: Some("orders-instance".into()),
         }
     }
 
@@ -142,6 +245,7 @@ mod tests {
         let fact = RolesFact {
             pods: vec![pod("orders-0", None, true), pod("orders-1", None, false)],
             replication_secret: false,
+            ..RolesFact::default()
         };
         let plan = plan(&three(), &fact);
         assert_eq!(plan.primary, "orders-0");
@@ -186,6 +290,7 @@ mod tests {
                 pod("orders-2", Some("standby"), true),
             ],
             replication_secret: true,
+            ..RolesFact::default()
         };
         let plan = plan(&db, &fact);
         assert_eq!(plan.primary, "orders-2");
@@ -205,6 +310,7 @@ mod tests {
         let fact = RolesFact {
             pods: vec![pod("orders-0", Some("primary"), true)],
             replication_secret: false,
+            ..RolesFact::default()
         };
         let plan = plan(&testing::minimal(), &fact);
         assert!(plan.label_pods.is_empty());
@@ -229,5 +335,118 @@ mod tests {
             k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
         ));
         assert!(!PodFact::of(&p).ready);
+    }
+
+    fn leased(
+        holder: Option<&str>,
+        renewed: i64,
+        primary: &str,
+        released_by: Option<&str>,
+    ) -> LeaseFact {
+        let db = three();
+        LeaseFact {
+            state: dbop_contract::lease::LeaseState {
+                holder: holder.map(Into::into),
+                renewed_ms: Some(renewed),
+                duration_ms: 10_000,
+                designated_ms: Some(0),
+            },
+            released_by: released_by.map(Into::into),
+            topology: Some(crate::resources::replication::topology(&db, primary).render()),
+        }
+    }
+
+    fn with_lease(lease: LeaseFact, now_ms: i64, ready: [bool; 3]) -> RolesFact {
+        RolesFact {
+            pods: (0..3)
+                .map(|n| pod(&format!("orders-{n}"), None, ready[n]))
+                .collect(),
+            replication_secret: true,
+            lease: Some(lease),
+            now_ms,
+        }
+    }
+
+    #[test]
+    fn a_primary_that_renews_its_lease_stays_and_is_looked_at_when_it_would_expire() {
+        let fact = with_lease(
+            leased(Some("orders-1"), 100_000, "orders-1", None),
+            104_000,
+            [true; 3],
+        );
+        let plan = plan(&three(), &fact);
+        // The Lease names the primary even when the status does not (written first).
+        assert_eq!(plan.primary, "orders-1");
+        assert_eq!(plan.failover, None);
+        assert_eq!(plan.look_again, Some(Duration::from_secs(7)));
+    }
+
+    #[test]
+    fn a_primary_whose_lease_ran_out_is_replaced_by_the_first_ready_standby() {
+        let lease = leased(Some("orders-0"), 100_000, "orders-0", None);
+        let fact = with_lease(lease.clone(), 110_000, [false, true, true]);
+        assert_eq!(plan(&three(), &fact).failover, None, "not yet expired");
+        assert_eq!(
+            plan(&three(), &fact).look_again,
+            Some(LOOK_WHILE_PRIMARY_UNREADY)
+        );
+        let fact = with_lease(lease, 110_001, [false, false, true]);
+        let plan = plan(&three(), &fact);
+        assert_eq!(plan.primary, "orders-2");
+        let failover = plan.failover.expect("a failover");
+        assert_eq!(
+            (failover.from.as_str(), failover.to.as_str()),
+            ("orders-0", "orders-2")
+        );
+        assert!(
+            failover
+                .why
+                .contains("has not held the primary Lease for 10 s"),
+            "{}",
+            failover.why
+        );
+        assert!(
+            plan.label_pods
+                .contains(&("orders-2".to_string(), InstanceRole::Primary))
+        );
+    }
+
+    #[test]
+    fn a_released_lease_fails_over_at_once_and_a_lost_primary_without_candidates_stays() {
+        let released = leased(None, 100_000, "orders-0", Some("orders-0"));
+        let fact = with_lease(released.clone(), 100_500, [false, true, true]);
+        let failover = plan(&three(), &fact).failover.expect("a failover");
+        assert_eq!(failover.to, "orders-1");
+        assert!(failover.why.contains("released"), "{}", failover.why);
+        let none_ready = with_lease(released, 200_000, [false, false, false]);
+        let plan = plan(&three(), &none_ready);
+        assert_eq!((plan.primary.as_str(), plan.failover), ("orders-0", None));
+    }
+
+    #[test]
+    fn a_primary_that_does_not_follow_the_lease_and_standbys_that_do_not_are_never_failed_over() {
+        let lease = leased(None, 0, "orders-0", None);
+        let mut fact = with_lease(lease, 500_000, [false, true, true]);
+        fact.pods[0].service_account = None;
+        assert_eq!(
+            plan(&three(), &fact).failover,
+            None,
+            "an old-template primary"
+        );
+        fact.pods[0].service_account = Some("orders-instance".into());
+        fact.pods[1].service_account = None;
+        assert_eq!(
+            plan(&three(), &fact).failover.map(|f| f.to),
+            Some("orders-2".into())
+        );
+        // One instance: no Lease is looked at.
+        let mut one = with_lease(
+            leased(None, 0, "orders-0", None),
+            500_000,
+            [false, true, true],
+        );
+        one.pods.truncate(1);
+        let plan = plan(&testing::minimal(), &one);
+        assert_eq!((plan.failover, plan.look_again), (None, None));
     }
 }

@@ -1,5 +1,5 @@
 //! The I/O both controllers share, and the only place that writes to the API server on their
-//! behalf: server-side apply of what drifted, create-once, merge patches (owner references,
+//! behalf: server-side apply of what drifted, create-once, compare-and-swap replaces, merge patches (owner references,
 //! finalizers, claim sizes), deletes that take "not found" for done, the status patch and
 //! Events. Depends only on `context`, `error` and the pure `objects`: no controller logic.
 
@@ -124,6 +124,20 @@ where
     api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
         .await
         .map(drop)
+}
+
+/// Replaces `name` with `object`, whose `resourceVersion` makes it a compare-and-swap: a write
+/// by someone else since it was read is a conflict (an error: the pass is tried again).
+pub async fn replace<K>(api: &Api<K>, name: &str, object: &K) -> Result<()>
+where
+    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+{
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PostParams::default()
+    };
+    api.replace(name, &params, object).await?;
+    Ok(())
 }
 
 /// A merge patch of `name` where an object already gone is no error: whether it was patched.

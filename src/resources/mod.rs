@@ -14,6 +14,7 @@ pub mod monitoring;
 pub mod placement;
 pub mod pod;
 pub mod preflight_job;
+pub mod primary_lease;
 pub mod quantity;
 pub mod replication;
 pub mod restore_job;

@@ -1,0 +1,270 @@
+//! The primary Lease of a Database with standbys (`dbop_contract::lease`: the fencing rules)
+//! and the access its instances get to it: a ServiceAccount `<name>-instance` whose Role may
+//! read and update that one Lease and nothing else. The operator designates the primary in the
+//! Lease's annotations; the instances take, renew and release it.
+//!
+//! Pure: plain functions of the Database, the topology and the Lease as observed.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{PodTemplateSpec, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+
+use super::{Names, owned_meta};
+use crate::api::Database;
+use dbop_contract::instance::lease_args;
+use dbop_contract::lease::{
+    DESIGNATED_AT_ANNOTATION, DURATION_SECONDS, LeaseState, RELEASED_BY_ANNOTATION,
+    TOPOLOGY_ANNOTATION, lease_name,
+};
+use dbop_contract::topology::Topology;
+
+const COMPONENT: &str = "primary-lease";
+
+impl Names {
+    /// The primary Lease.
+    pub fn primary_lease(&self) -> String {
+        lease_name(self.database())
+    }
+    /// The instances' ServiceAccount, Role and RoleBinding.
+    pub fn instance_account(&self) -> String {
+        format!("{}-instance", self.database())
+    }
+}
+
+/// A Database with standbys has a primary Lease; a single instance has none (nothing to fence).
+pub fn needs_lease(db: &Database) -> bool {
+    db.spec.instances > 1
+}
+
+/// The Lease as the rules read it, and who released it last.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeaseFact {
+    pub state: LeaseState,
+    pub released_by: Option<String>,
+    /// The topology it designates (its annotation's text).
+    pub topology: Option<String>,
+}
+
+impl LeaseFact {
+    pub fn of(lease: &Lease) -> LeaseFact {
+        let spec = lease.spec.clone().unwrap_or_default();
+        let annotation = |key: &str| {
+            lease
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(key))
+                .cloned()
+        };
+        LeaseFact {
+            state: LeaseState {
+                holder: spec.holder_identity.filter(|h| !h.is_empty()),
+                renewed_ms: spec.renew_time.map(|t| t.0.as_millisecond()),
+                duration_ms: i64::from(spec.lease_duration_seconds.unwrap_or(0)) * 1000,
+                designated_ms: annotation(DESIGNATED_AT_ANNOTATION).and_then(|v| v.parse().ok()),
+            },
+            released_by: annotation(RELEASED_BY_ANNOTATION),
+            topology: annotation(TOPOLOGY_ANNOTATION),
+        }
+    }
+}
+
+/// The Lease to write so that it designates `topology`: a new one when none exists, else the
+/// observed one with the new annotations (its `resourceVersion` kept: a compare-and-swap with
+/// the instances' renewals), or `None` when it already designates it. `now_ms`: when a changed
+/// primary is designated.
+pub fn designate(
+    db: &Database,
+    observed: Option<&Lease>,
+    topology: &Topology,
+    now_ms: i64,
+) -> Option<Lease> {
+    let text = topology.render();
+    let Some(observed) = observed else {
+        let mut meta = owned_meta(db, Names::of(db).primary_lease(), COMPONENT);
+        meta.annotations = Some(annotations(&text, now_ms));
+        return Some(Lease {
+            metadata: meta,
+            spec: Some(LeaseSpec {
+                lease_duration_seconds: Some(DURATION_SECONDS),
+                ..LeaseSpec::default()
+            }),
+        });
+    };
+    let fact = LeaseFact::of(observed);
+    if fact.topology.as_deref() == Some(text.as_str()) {
+        return None;
+    }
+    let same_primary = fact
+        .topology
+        .as_deref()
+        .and_then(|t| Topology::parse(t).ok())
+        .is_some_and(|t| t.primary == topology.primary);
+    let designated_ms = match fact.state.designated_ms {
+        Some(at) if same_primary => at,
+        _ => now_ms,
+    };
+    let mut lease = observed.clone();
+    lease
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .extend(annotations(&text, designated_ms));
+    Some(lease)
+}
+
+fn annotations(topology: &str, designated_ms: i64) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (TOPOLOGY_ANNOTATION.to_string(), topology.to_string()),
+        (
+            DESIGNATED_AT_ANNOTATION.to_string(),
+            designated_ms.to_string(),
+        ),
+    ])
+}
+
+/// The instances' identity: no other permission than its Role's.
+pub fn service_account(db: &Database) -> ServiceAccount {
+    ServiceAccount {
+        metadata: owned_meta(db, Names::of(db).instance_account(), COMPONENT),
+        ..ServiceAccount::default()
+    }
+}
+
+/// Read and update the Database's own primary Lease, by name: no list, no watch, no create,
+/// no other object.
+pub fn role(db: &Database) -> Role {
+    let names = Names::of(db);
+    Role {
+        metadata: owned_meta(db, names.instance_account(), COMPONENT),
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec!["coordination.k8s.io".into()]),
+            resources: Some(vec!["leases".into()]),
+            resource_names: Some(vec![names.primary_lease()]),
+            verbs: vec!["get".into(), "update".into()],
+            ..PolicyRule::default()
+        }]),
+    }
+}
+
+pub fn role_binding(db: &Database) -> RoleBinding {
+    let name = Names::of(db).instance_account();
+    RoleBinding {
+        metadata: owned_meta(db, name.clone(), COMPONENT),
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "Role".into(),
+            name: name.clone(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name,
+            namespace: db.metadata.namespace.clone(),
+            ..Subject::default()
+        }]),
+    }
+}
+
+/// With standbys, the database pods run as the instances' ServiceAccount, with its token, and
+/// their managers follow the Lease. (Scaling a single instance up restarts it once for this.)
+pub fn add_to_pod_template(template: &mut PodTemplateSpec, db: &Database) {
+    if !needs_lease(db) {
+        return;
+    }
+    let names = Names::of(db);
+    let Some(pod) = template.spec.as_mut() else {
+        return;
+    };
+    pod.service_account_name = Some(names.instance_account());
+    pod.automount_service_account_token = Some(true);
+    if let Some(postgres) = pod.containers.iter_mut().find(|c| c.name == "postgres") {
+        postgres
+            .command
+            .get_or_insert_with(Vec::new)
+            .extend(lease_args(&names.primary_lease()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::replication::topology;
+    use crate::resources::testing;
+
+    fn three() -> Database {
+        let mut db = testing::minimal();
+        db.spec.instances = 3;
+        db.metadata.namespace = Some("shop".into());
+        db
+    }
+
+    #[test]
+    fn a_new_lease_designates_the_topology_and_a_changed_primary_is_stamped_anew() {
+        let db = three();
+        let first = designate(&db, None, &topology(&db, "orders-0"), 1_000).expect("made");
+        assert_eq!(first.metadata.name.as_deref(), Some("orders-primary"));
+        let fact = LeaseFact::of(&first);
+        assert_eq!(fact.state.designated_ms, Some(1_000));
+        assert_eq!(fact.state.duration_ms, 10_000);
+        assert_eq!(fact.state.holder, None);
+        assert!(fact.topology.unwrap().contains("primary=orders-0"));
+        // Designating it again writes nothing.
+        assert_eq!(
+            designate(&db, Some(&first), &topology(&db, "orders-0"), 9_000),
+            None
+        );
+        let moved = designate(&db, Some(&first), &topology(&db, "orders-2"), 9_000).unwrap();
+        assert_eq!(LeaseFact::of(&moved).state.designated_ms, Some(9_000));
+        // The same primary with other members keeps its moment.
+        let mut four = db.clone();
+        four.spec.instances = 4;
+        let grown = designate(&four, Some(&first), &topology(&four, "orders-0"), 9_000).unwrap();
+        assert_eq!(LeaseFact::of(&grown).state.designated_ms, Some(1_000));
+    }
+
+    #[test]
+    fn the_instances_may_only_read_and_update_their_own_lease() {
+        let db = three();
+        let role = role(&db);
+        let rules = role.rules.unwrap();
+        assert_eq!(rules.len(), 1);
+        assert_eq!(rules[0].verbs, ["get", "update"]);
+        assert_eq!(
+            rules[0].resource_names.as_deref(),
+            Some(&["orders-primary".to_string()][..])
+        );
+        let binding = role_binding(&db);
+        assert_eq!(binding.role_ref.name, "orders-instance");
+        let subject = &binding.subjects.unwrap()[0];
+        assert_eq!(
+            (subject.name.as_str(), subject.namespace.as_deref()),
+            ("orders-instance", Some("shop"))
+        );
+    }
+
+    #[test]
+    fn only_pods_with_standbys_run_as_the_instance_account_and_follow_the_lease() {
+        let mut template = PodTemplateSpec {
+            spec: Some(k8s_openapi::api::core::v1::PodSpec {
+                containers: vec![k8s_openapi::api::core::v1::Container {
+                    name: "postgres".into(),
+                    command: Some(vec!["/dbop/dbop-instance".into(), "run".into()]),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..PodTemplateSpec::default()
+        };
+        add_to_pod_template(&mut template, &testing::minimal());
+        let pod = template.spec.clone().unwrap();
+        assert_eq!(pod.service_account_name, None);
+        add_to_pod_template(&mut template, &three());
+        let pod = template.spec.unwrap();
+        assert_eq!(pod.service_account_name.as_deref(), Some("orders-instance"));
+        assert_eq!(pod.automount_service_account_token, Some(true));
+        let command = pod.containers[0].command.clone().unwrap();
+        assert!(command.contains(&"--primary-lease=orders-primary".to_string()));
+    }
+}
