@@ -94,6 +94,24 @@ pub fn holder_validity(duration_ms: i64) -> Duration {
     Duration::from_millis(duration_ms.max(0) as u64).saturating_sub(FENCE_MARGIN)
 }
 
+/// How much longer `me`, the designated primary, may go on writing without holding the Lease:
+/// only while nobody holds it (never taken since it was designated) and the designation is
+/// younger than a holder's validity, for the operator judges such a primary lost only once the
+/// designation is the Lease's duration old. Lets a running single instance scaled up keep
+/// running while it takes the Lease. `None` once another holds it, or the grace is over.
+pub fn designation_grace(
+    lease: &LeaseState,
+    released_by: Option<&str>,
+    me: &str,
+    now_ms: i64,
+) -> Option<Duration> {
+    if lease.holder.is_some() || released_by == Some(me) {
+        return None;
+    }
+    let end = lease.designated_ms? + holder_validity(lease.duration_ms).as_millis() as i64;
+    (end > now_ms).then(|| Duration::from_millis((end - now_ms) as u64))
+}
+
 /// The annotation an instance sets when it releases the Lease (its name).
 pub const RELEASED_BY_ANNOTATION: &str = "dbop.dev/released-by";
 
@@ -152,5 +170,31 @@ mod tests {
         };
         assert!(released.released_by("orders-0", Some("orders-0")));
         assert!(!released.released_by("orders-0", Some("orders-1")));
+    }
+
+    #[test]
+    fn a_designated_primary_may_write_unheld_only_briefly_and_only_while_nobody_holds_it() {
+        let designated = LeaseState {
+            holder: None,
+            renewed_ms: None,
+            duration_ms: 10_000,
+            designated_ms: Some(100_000),
+        };
+        assert_eq!(
+            designation_grace(&designated, None, "a", 101_000),
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(designation_grace(&designated, None, "a", 106_000), None);
+        // The operator may fail over only after 110 s: the grace ends a margin before.
+        assert!(!designated.lost("a", 106_000) && designated.lost("a", 110_001));
+        assert_eq!(
+            designation_grace(&designated, Some("a"), "a", 101_000),
+            None
+        );
+        let held = LeaseState {
+            holder: Some("b".into()),
+            ..designated
+        };
+        assert_eq!(designation_grace(&held, None, "a", 101_000), None);
     }
 }

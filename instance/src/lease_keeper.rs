@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dbop_contract::lease::{
     DESIGNATED_AT_ANNOTATION, LeaseState, RELEASED_BY_ANNOTATION, TOPOLOGY_ANNOTATION,
-    holder_validity,
+    designation_grace, holder_validity,
 };
 use dbop_contract::topology::Topology;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -50,8 +50,11 @@ impl std::fmt::Debug for PrimaryLease {
 struct Shared {
     /// The topology as last read from the Lease (`None`: not read yet).
     topology: Option<Read>,
-    /// Until when this instance may accept writes (`None`: it does not hold the Lease).
+    /// Until when this instance holds the Lease (`None`: it does not).
     valid_until: Option<Instant>,
+    /// Until when this instance, designated and not holding the Lease, may go on writing
+    /// (`lease::designation_grace`).
+    grace_until: Option<Instant>,
     /// The server is stopping or stopped: take and renew no more.
     stopping: bool,
     /// The server stopped: release the Lease.
@@ -82,9 +85,22 @@ impl PrimaryLease {
         })
     }
 
-    /// This instance holds the Lease and may accept writes now.
-    pub fn may_write(&self) -> bool {
+    /// This instance holds the Lease: it may start or be promoted as the primary.
+    pub fn holds(&self) -> bool {
         self.lock().valid_until.is_some_and(|t| Instant::now() < t)
+    }
+
+    /// A running primary may go on accepting writes: it holds the Lease, or was designated a
+    /// moment ago and nobody holds it yet.
+    pub fn may_write(&self) -> bool {
+        let s = self.lock();
+        let now = Instant::now();
+        s.valid_until.is_some_and(|t| now < t) || s.grace_until.is_some_and(|t| now < t)
+    }
+
+    /// The topology read from the Lease, `None` before the first read.
+    pub fn read(&self) -> Option<Read> {
+        self.lock().topology.clone()
     }
 
     /// The server is stopping: neither take nor renew the Lease any more.
@@ -100,6 +116,7 @@ impl PrimaryLease {
             s.stopping = true;
             s.release = true;
             s.valid_until = None;
+            s.grace_until = None;
         }
         let start = Instant::now();
         while start.elapsed() < wait && !self.lock().released {
@@ -189,10 +206,15 @@ async fn look(
     };
     let state = state_of(&lease);
     let topology = topology_of(&lease);
-    let named = matches!(&topology, Read::Parsed(t) if t.primary == me);
+    // A single instance needs no hold (nothing to fence it from), and renews nothing.
+    let named = matches!(&topology, Read::Parsed(t) if t.primary == me && t.members.len() > 1);
+    let now = now_ms();
+    let released_by = annotation(&lease, RELEASED_BY_ANNOTATION).map(String::as_str);
+    let grace = designation_grace(&state, released_by, me, now);
     let want = {
         let mut s = lock(shared);
         s.topology = Some(topology);
+        s.grace_until = grace.map(|d| Instant::now() + d);
         if state.holder.as_deref() != Some(me) {
             // Another instance holds it, or nobody: this one may not write.
             s.valid_until = None;
@@ -203,7 +225,6 @@ async fn look(
             _ => Want::Leave,
         }
     };
-    let now = now_ms();
     let step = lease::step(&state, me, want, now, renewed.map(|t| t.elapsed()));
     if step == Step::Nothing {
         if want == Want::Release {

@@ -94,8 +94,8 @@ pub fn start_plan(me: &str, read: &Read, data: Data) -> StartPlan {
 
 /// The start of an instance that follows the primary Lease: `plan` (`start_plan`) waits for a
 /// topology that parses (never a start as before on a Lease not read yet), and a primary's data
-/// starts only once this instance `holds` the Lease. A standby's data named primary starts as a
-/// standby (it is promoted once it holds the Lease).
+/// starts only once this instance `holds` the Lease, unless it is the only instance. A
+/// standby's data named primary starts as a standby (it is promoted once it holds the Lease).
 pub fn leased_start(plan: StartPlan, me: &str, read: &Read, data: Data, holds: bool) -> StartPlan {
     let topology = match read {
         Read::Parsed(topology) => topology,
@@ -105,7 +105,8 @@ pub fn leased_start(plan: StartPlan, me: &str, read: &Read, data: Data, holds: b
         }
     };
     let primary = topology.role_of(me) == Some(Role::Primary);
-    if plan == StartPlan::AsBefore && primary && data != Data::Standby && !holds {
+    let alone = topology.members.len() == 1;
+    if plan == StartPlan::AsBefore && primary && !alone && data != Data::Standby && !holds {
         return StartPlan::Wait(
             "this instance is named the primary: waiting to hold the primary Lease (the old \
              primary releases it when its server stops, or it expires)"
@@ -113,6 +114,14 @@ pub fn leased_start(plan: StartPlan, me: &str, read: &Read, data: Data, holds: b
         );
     }
     plan
+}
+
+/// A running primary that follows the Lease must stop accepting writes: the topology has
+/// standbys (one of them could be promoted) and it `may_write` no more. A topology not read
+/// keeps the last one's verdict through `may_write` alone.
+pub fn fenced(read: &Read, may_write: bool) -> bool {
+    let alone = matches!(read, Read::Parsed(t) if t.members.len() == 1);
+    !alone && !may_write
 }
 
 /// What to do while the server runs.
@@ -445,6 +454,13 @@ mod tests {
             leased_start(plan, "a", &named, Data::Standby, false),
             StartPlan::AsBefore
         );
+        // A single instance does not wait for the Lease.
+        let alone = topology("a", &["a"]);
+        let plan = start_plan("a", &alone, Data::Primary);
+        assert_eq!(
+            leased_start(plan, "a", &alone, Data::Primary, false),
+            StartPlan::AsBefore
+        );
         // A standby's start does not wait for the Lease.
         let plan = start_plan("b", &named, Data::Primary);
         assert!(matches!(plan, StartPlan::Rejoin(_)));
@@ -452,6 +468,14 @@ mod tests {
             leased_start(plan.clone(), "b", &named, Data::Primary, false),
             plan
         );
+    }
+
+    #[test]
+    fn a_primary_is_fenced_when_it_may_not_write_unless_it_is_alone() {
+        assert!(fenced(&topology("a", &["a", "b"]), false));
+        assert!(!fenced(&topology("a", &["a", "b"]), true));
+        assert!(!fenced(&topology("a", &["a"]), false));
+        assert!(fenced(&Read::Invalid("not read".into()), false));
     }
 
     #[test]

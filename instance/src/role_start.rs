@@ -27,10 +27,16 @@ fn log(message: &str) {
 const WAIT_POLL: Duration = Duration::from_secs(1);
 
 /// The topology this instance follows: the primary Lease's when it follows one, else the file.
+/// Before the Lease is first read (the API server does not answer), a file that names a single
+/// instance is followed: a single instance needs no Lease to run.
 pub fn topology(o: &Options) -> Read {
-    match &o.lease {
-        Some(lease) => lease.topology(),
-        None => read_topology(&o.config_dir),
+    let Some(lease) = &o.lease else {
+        return read_topology(&o.config_dir);
+    };
+    match (lease.read(), read_topology(&o.config_dir)) {
+        (Some(read), _) => read,
+        (None, Read::Parsed(single)) if single.members.len() == 1 => Read::Parsed(single),
+        (None, _) => lease.topology(),
     }
 }
 
@@ -135,7 +141,7 @@ pub fn prepare(o: &Options, bin: &Path) -> Result<Started, Fatal> {
                 &me,
                 &read,
                 data,
-                lease.may_write(),
+                lease.holds(),
             ),
             None => role::start_plan(&me, &read, data),
         };

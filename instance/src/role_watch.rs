@@ -77,8 +77,8 @@ impl<'a> Keeper<'a> {
     /// applied (the server accepts connections and writes). Returns why to fence the server.
     pub fn tick(&mut self, applied: bool) -> Option<String> {
         if let Some(lease) = &self.o.lease
+            && role::fenced(&role_start::topology(self.o), lease.may_write())
             && !config::is_standby(&self.o.pgdata)
-            && !lease.may_write()
         {
             return Some(LEASE_LOST.to_string());
         }
@@ -133,7 +133,7 @@ impl<'a> Keeper<'a> {
         if let Some(lease) = &self.o.lease {
             // The Lease is free only once the old primary released it after its server stopped
             // (its standbys have all of its WAL) or it expired (the old primary fenced itself).
-            if lease.may_write() {
+            if lease.holds() {
                 return self.promote();
             }
             return self.problem(

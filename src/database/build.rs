@@ -29,7 +29,7 @@ use crate::resources::credentials::{generated_secret, secret_name};
 use crate::resources::database_backup::{pre_upgrade_backup, scheduled_backup};
 use crate::resources::init_job::{init_job, init_sql_config_map};
 use crate::resources::preflight_job::preflight_job;
-use crate::resources::primary_lease::{self, needs_lease};
+use crate::resources::primary_lease;
 use crate::resources::replication::topology;
 use crate::resources::replication::{disruption_budget, replication_secret};
 use crate::resources::restore_job::restore_job;
@@ -165,15 +165,14 @@ pub fn build(
         replication_secret: replication_password
             .filter(|_| decision.roles.create_replication_secret)
             .map(|password| replication_secret(db, password)),
-        instance_access: (*apply_statefulset && needs_lease(db) && snap.primary_lease.is_none())
-            .then(|| {
-                (
-                    primary_lease::service_account(db),
-                    primary_lease::role(db),
-                    primary_lease::role_binding(db),
-                )
-            }),
-        primary_lease: (*apply_statefulset && needs_lease(db))
+        instance_access: (*apply_statefulset && snap.primary_lease.is_none()).then(|| {
+            (
+                primary_lease::service_account(db),
+                primary_lease::role(db),
+                primary_lease::role_binding(db),
+            )
+        }),
+        primary_lease: apply_statefulset
             .then(|| {
                 primary_lease::designate(
                     db,

@@ -24,7 +24,6 @@ use crate::error::Error;
 use crate::kube_io::job_pods;
 use crate::objects::{JobState, job_state};
 use crate::resources::credentials::{self};
-use crate::resources::primary_lease::needs_lease;
 use crate::resources::tls::CA_KEY;
 use crate::resources::{LABEL_INSTANCE, Names, selector_labels};
 use dbop_contract::instance::TLS_CA_FILE;
@@ -125,7 +124,7 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         services: services(ctx, &ns, &names),
         instance_pods: instance_pods(ctx, &ns, &name),
         replication_secret: secret_metadata(ctx, &ns, &names.replication_secret()),
-        primary_lease: primary_lease(client, db, &ns, &names).await?,
+        primary_lease: primary_lease(client, &ns, &names).await?,
         disruption_budget: get(&caches.disruption_budgets, &ns, &names.statefulset()),
         database_pods: database_pods(client, db, statefulset.as_ref()).await?,
         statefulset,
@@ -135,17 +134,9 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
     })
 }
 
-/// The primary Lease of a Database with standbys, from the API server: it is renewed every two
-/// seconds, which a watch cache would turn into as many wake-ups.
-async fn primary_lease(
-    client: &Client,
-    db: &Database,
-    ns: &str,
-    names: &Names,
-) -> Result<Option<Lease>, Error> {
-    if !needs_lease(db) {
-        return Ok(None);
-    }
+/// The primary Lease, from the API server: it is renewed every two seconds, which a watch cache
+/// would turn into as many wake-ups.
+async fn primary_lease(client: &Client, ns: &str, names: &Names) -> Result<Option<Lease>, Error> {
     Ok(Api::<Lease>::namespaced(client.clone(), ns)
         .get_opt(&names.primary_lease())
         .await?)

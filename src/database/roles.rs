@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::api::{Database, InstanceRole, InstanceStatus};
 use crate::resources::Names;
-use crate::resources::primary_lease::{LeaseFact, needs_lease};
+use crate::resources::primary_lease::{LeaseFact, has_standbys};
 use crate::resources::replication::{ROLE_LABEL, needs_replication_secret, role_of};
 
 /// One database pod, as far as roles go.
@@ -125,7 +125,7 @@ fn designated(db: &Database, lease: Option<&LeaseFact>) -> Option<String> {
 /// manager follows the Lease (its pod runs as the instances' account) is ever replaced: one
 /// started before the Lease existed would not fence itself.
 fn failover(db: &Database, fact: &RolesFact, current: &str) -> Option<Failover> {
-    let lease = fact.lease.as_ref().filter(|_| needs_lease(db))?;
+    let lease = fact.lease.as_ref().filter(|_| has_standbys(db))?;
     let names = Names::of(db);
     let account = names.instance_account();
     let fenced = |p: &PodFact| p.service_account.as_deref() == Some(account.as_str());
@@ -164,7 +164,7 @@ fn failover(db: &Database, fact: &RolesFact, current: &str) -> Option<Failover> 
 /// When to look at the Lease again: soon while the primary is not ready, else when it would
 /// be lost if it stopped renewing now.
 fn look_again(db: &Database, fact: &RolesFact, primary: &str) -> Option<Duration> {
-    let lease = fact.lease.as_ref().filter(|_| needs_lease(db))?;
+    let lease = fact.lease.as_ref().filter(|_| has_standbys(db))?;
     let primary_ready = fact.pods.iter().any(|p| p.name == primary && p.ready);
     if !primary_ready {
         return Some(LOOK_WHILE_PRIMARY_UNREADY);

@@ -33,8 +33,10 @@ impl Names {
     }
 }
 
-/// A Database with standbys has a primary Lease; a single instance has none (nothing to fence).
-pub fn needs_lease(db: &Database) -> bool {
+/// A Database with standbys fails over and fences by its Lease. Every Database has the Lease
+/// and the instances' account, so that scaling one instance up changes no pod template (its
+/// primary keeps running); a single instance's manager needs no hold to write.
+pub fn has_standbys(db: &Database) -> bool {
     db.spec.instances > 1
 }
 
@@ -73,8 +75,8 @@ impl LeaseFact {
 
 /// The Lease to write so that it designates `topology`: a new one when none exists, else the
 /// observed one with the new annotations (its `resourceVersion` kept: a compare-and-swap with
-/// the instances' renewals), or `None` when it already designates it. `now_ms`: when a changed
-/// primary is designated.
+/// the instances' renewals), or `None` when it already designates it. `now_ms`: the moment of
+/// the designation.
 pub fn designate(
     db: &Database,
     observed: Option<&Lease>,
@@ -97,21 +99,15 @@ pub fn designate(
     if fact.topology.as_deref() == Some(text.as_str()) {
         return None;
     }
-    let same_primary = fact
-        .topology
-        .as_deref()
-        .and_then(|t| Topology::parse(t).ok())
-        .is_some_and(|t| t.primary == topology.primary);
-    let designated_ms = match fact.state.designated_ms {
-        Some(at) if same_primary => at,
-        _ => now_ms,
-    };
+    // Stamped anew at every change: a primary that does not hold the Lease yet (a single
+    // instance just scaled up) has a holder's validity from now to take it
+    // (`lease::designation_grace`) before the operator may judge it lost.
     let mut lease = observed.clone();
     lease
         .metadata
         .annotations
         .get_or_insert_with(BTreeMap::new)
-        .extend(annotations(&text, designated_ms));
+        .extend(annotations(&text, now_ms));
     Some(lease)
 }
 
@@ -167,12 +163,9 @@ pub fn role_binding(db: &Database) -> RoleBinding {
     }
 }
 
-/// With standbys, the database pods run as the instances' ServiceAccount, with its token, and
-/// their managers follow the Lease. (Scaling a single instance up restarts it once for this.)
+/// The database pods run as the instances' ServiceAccount, with its token, and their managers
+/// follow the Lease.
 pub fn add_to_pod_template(template: &mut PodTemplateSpec, db: &Database) {
-    if !needs_lease(db) {
-        return;
-    }
     let names = Names::of(db);
     let Some(pod) = template.spec.as_mut() else {
         return;
@@ -201,7 +194,7 @@ mod tests {
     }
 
     #[test]
-    fn a_new_lease_designates_the_topology_and_a_changed_primary_is_stamped_anew() {
+    fn a_new_lease_designates_the_topology_and_every_change_is_stamped_anew() {
         let db = three();
         let first = designate(&db, None, &topology(&db, "orders-0"), 1_000).expect("made");
         assert_eq!(first.metadata.name.as_deref(), Some("orders-primary"));
@@ -217,11 +210,10 @@ mod tests {
         );
         let moved = designate(&db, Some(&first), &topology(&db, "orders-2"), 9_000).unwrap();
         assert_eq!(LeaseFact::of(&moved).state.designated_ms, Some(9_000));
-        // The same primary with other members keeps its moment.
         let mut four = db.clone();
         four.spec.instances = 4;
-        let grown = designate(&four, Some(&first), &topology(&four, "orders-0"), 9_000).unwrap();
-        assert_eq!(LeaseFact::of(&grown).state.designated_ms, Some(1_000));
+        let grown = designate(&four, Some(&first), &topology(&four, "orders-0"), 9_500).unwrap();
+        assert_eq!(LeaseFact::of(&grown).state.designated_ms, Some(9_500));
     }
 
     #[test]
@@ -245,7 +237,7 @@ mod tests {
     }
 
     #[test]
-    fn only_pods_with_standbys_run_as_the_instance_account_and_follow_the_lease() {
+    fn the_pods_run_as_the_instance_account_and_follow_the_lease() {
         let mut template = PodTemplateSpec {
             spec: Some(k8s_openapi::api::core::v1::PodSpec {
                 containers: vec![k8s_openapi::api::core::v1::Container {
@@ -257,9 +249,6 @@ mod tests {
             }),
             ..PodTemplateSpec::default()
         };
-        add_to_pod_template(&mut template, &testing::minimal());
-        let pod = template.spec.clone().unwrap();
-        assert_eq!(pod.service_account_name, None);
         add_to_pod_template(&mut template, &three());
         let pod = template.spec.unwrap();
         assert_eq!(pod.service_account_name.as_deref(), Some("orders-instance"));

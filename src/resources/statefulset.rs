@@ -284,6 +284,7 @@ fn pod_template(db: &Database, settings: &Settings, image: &str) -> PodTemplateS
         // before the kubelet's SIGKILL.
         termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
         enable_service_links: Some(false),
+        // `primary_lease::add_to_pod_template` gives the pods the instances' account and its token.
         automount_service_account_token: Some(false),
         image_pull_secrets: pull_secrets(settings),
         volumes: Some(vec![
@@ -420,7 +421,9 @@ mod tests {
         );
         let mounts = c.volume_mounts.as_ref().unwrap();
         assert!(mounts.iter().any(|m| m.mount_path == "/dev/shm"));
-        assert_eq!(pod.automount_service_account_token, Some(false));
+        // The instances' own account, whose token may read and update the primary Lease only.
+        assert_eq!(pod.automount_service_account_token, Some(true));
+        assert_eq!(pod.service_account_name.as_deref(), Some("orders-instance"));
         assert_eq!(
             pod.security_context
                 .unwrap()
