@@ -22,6 +22,7 @@ pub mod agent_restore;
 pub mod backup_jobs;
 pub mod chaos;
 pub mod fingerprint;
+pub mod instances;
 pub mod node;
 
 /// The user agent of the test's own requests (the operator's start with `dbop/`).

@@ -582,3 +582,108 @@ impl TestBed {
         }
     }
 }
+
+/// A pod's network cut from everything but its own loopback (`TestBed::cut_pod_network`): its
+/// processes reach neither the API server, nor the Services, nor the other pods, and nothing
+/// reaches them over the network. `kubectl exec` still works (it goes through the kubelet and
+/// the container runtime, not the pod's network). Restored on drop.
+pub struct NetworkCut {
+    netns: String,
+    restored: bool,
+}
+
+/// The iptables rules of a cut, inserted first in the pod's network namespace.
+const CUT_RULES: [[&str; 6]; 2] = [
+    ["INPUT", "!", "-i", "lo", "-j", "DROP"],
+    ["OUTPUT", "!", "-o", "lo", "-j", "DROP"],
+];
+
+impl NetworkCut {
+    fn iptables(&self, action: &str, rule: &[&str]) -> (bool, String) {
+        let out = Command::new("nsenter")
+            .arg(format!("--net={}", self.netns))
+            .args(["iptables", "-w", action])
+            .args(rule)
+            .output()
+            .expect("running nsenter iptables (the real-node suites run as root)");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Puts the pod's network back.
+    pub fn restore(&mut self) {
+        if self.restored {
+            return;
+        }
+        for rule in CUT_RULES {
+            let (ok, err) = self.iptables("-D", &rule);
+            assert!(ok, "removing the cut {rule:?}: {err}");
+        }
+        self.restored = true;
+    }
+}
+
+impl Drop for NetworkCut {
+    fn drop(&mut self) {
+        if !self.restored {
+            for rule in CUT_RULES {
+                let _ = self.iptables("-D", &rule);
+            }
+        }
+    }
+}
+
+impl TestBed {
+    /// Cuts the network of the real-node pod `ns/name` (`NetworkCut`): its sandbox's network
+    /// namespace, from the node's container runtime, gets rules that drop every packet that
+    /// is not on its loopback.
+    pub fn cut_pod_network(&self, ns: &str, name: &str) -> NetworkCut {
+        let crictl = |args: &[&str]| {
+            let out = Command::new(self.dir.join("node-bin/crictl"))
+                .arg("--config")
+                .arg(self.dir.join("crictl.yaml"))
+                .args(args)
+                .output()
+                .expect("running the real node's crictl");
+            assert!(
+                out.status.success(),
+                "crictl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let ids = crictl(&[
+            "pods",
+            "--name",
+            name,
+            "--namespace",
+            ns,
+            "--state",
+            "ready",
+            "-q",
+        ]);
+        let id = ids
+            .lines()
+            .next()
+            .unwrap_or_else(|| panic!("no ready sandbox of {ns}/{name} on the real node"));
+        let inspect: Value =
+            serde_json::from_str(&crictl(&["inspectp", id])).expect("crictl inspectp's JSON");
+        let netns = inspect["info"]["runtimeSpec"]["linux"]["namespaces"]
+            .as_array()
+            .and_then(|all| all.iter().find(|n| n["type"] == "network"))
+            .and_then(|n| n["path"].as_str())
+            .unwrap_or_else(|| panic!("no network namespace in {ns}/{name}'s sandbox"))
+            .to_string();
+        let cut = NetworkCut {
+            netns,
+            restored: false,
+        };
+        for rule in CUT_RULES {
+            let (ok, err) = cut.iptables("-I", &rule);
+            assert!(ok, "cutting {ns}/{name}'s network ({rule:?}): {err}");
+        }
+        cut
+    }
+}

@@ -3,11 +3,12 @@
 //! `-rw` reach both standbys; `-ro` answers from a standby, which refuses writes; the status
 //! lists every instance ready with its role; a backup, which reads from a standby when one
 //! streams (`prefer-standby`), succeeds and holds the rows. A standby's pod deleted comes back
-//! on its data and catches up; the primary's pod deleted comes back as the primary and both
-//! standbys stream from it again, no row lost. A single instance scaled to two gains a
-//! streaming standby, and its primary does not restart. A minor upgrade of three instances moves
-//! the standbys first and the primary last, and every instance ends on the new version with the
-//! data it had.
+//! on its data and catches up; the primary's pod deleted releases its Lease, the first ready
+//! standby is promoted (a FailedOver Event) and the old primary rejoins as its standby, no row
+//! lost. A single instance scaled to two gains a streaming standby, and its primary does not
+//! restart. A minor upgrade of three instances moves the standbys first and the primary last
+//! (whose restart hands the primary role to an upgraded standby), and every instance ends on
+//! the new version with the data it had.
 
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use dbop::api::{
     BackupPhase, BackupReason, DatabaseBackup, DatabaseBackupSpec, InstanceRole, Phase,
     UpgradeStage,
 };
+use dbop_e2e::instances::{REPLICATION_WAIT, instance_resources};
 use dbop_e2e::node::{REAL_NODE_STORAGE_CLASS, real_node_placement};
 use dbop_e2e::{TestBed, testbed, wait_until};
 use k8s_openapi::api::batch::v1::Job;
@@ -25,32 +27,6 @@ use serde_json::json;
 
 /// A primary's initdb and two clones, one after the other, on a busy 2-core machine.
 const READY_WAIT: Duration = Duration::from_secs(420);
-/// A row replicated to a streaming standby.
-const REPLICATION_WAIT: Duration = Duration::from_secs(60);
-
-/// A small CPU request for each instance: this suite runs up to eight database pods at once
-/// on the real node's two CPUs, beside another suite.
-fn instance_resources() -> serde_json::Value {
-    json!({"requests": {"cpu": "25m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}})
-}
-
-/// psql as the superuser over an instance's own socket (peer authentication).
-fn local_psql(bed: &TestBed, ns: &str, pod: &str, sql: &str) -> (bool, String, String) {
-    bed.exec(
-        ns,
-        pod,
-        &[
-            "psql",
-            "-X",
-            "-U",
-            "postgres",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-Atc",
-            sql,
-        ],
-    )
-}
 
 /// Deletes the pod and waits until the StatefulSet's new one (another uid) is Ready.
 async fn restart_pod(bed: &TestBed, ns: &str, name: &str) {
@@ -66,21 +42,6 @@ async fn restart_pod(bed: &TestBed, ns: &str, name: &str) {
         },
     )
     .await;
-}
-
-/// Waits until `pod` has `rows` rows in `ledger`.
-async fn rows_on(bed: &TestBed, ns: &str, pod: &str, rows: u32) {
-    wait_until(&format!("{rows} rows on {pod}"), READY_WAIT, || async {
-        let (ok, out, _) = local_psql(bed, ns, pod, "select count(*) from ledger");
-        (ok && out.trim() == rows.to_string()).then_some(())
-    })
-    .await;
-}
-
-fn local_ok(bed: &TestBed, ns: &str, pod: &str, sql: &str) -> String {
-    let (ok, out, err) = local_psql(bed, ns, pod, sql);
-    assert!(ok, "{pod}: {sql}: {err}");
-    out.trim().to_string()
 }
 
 #[tokio::test]
@@ -127,16 +88,15 @@ async fn three_instances_stream_from_one_primary() {
 
     // The primary is not in recovery; each standby is, and streams through its own slot.
     assert_eq!(
-        local_ok(&bed, &ns, "orders-0", "select pg_is_in_recovery()"),
+        bed.local_ok(&ns, "orders-0", "select pg_is_in_recovery()"),
         "f"
     );
     for standby in ["orders-1", "orders-2"] {
         assert_eq!(
-            local_ok(&bed, &ns, standby, "select pg_is_in_recovery()"),
+            bed.local_ok(&ns, standby, "select pg_is_in_recovery()"),
             "t"
         );
-        let receiver = local_ok(
-            &bed,
+        let receiver = bed.local_ok(
             &ns,
             standby,
             "select status, slot_name from pg_stat_wal_receiver",
@@ -146,28 +106,24 @@ async fn three_instances_stream_from_one_primary() {
             format!("streaming|dbop_{}", standby.replace('-', "_"))
         );
     }
-    let senders = local_ok(
-        &bed,
-        &ns,
+    let senders = bed.local_ok(&ns,
         "orders-0",
         "select string_agg(application_name || ':' || state, ',' order by application_name) from pg_stat_replication",
     );
     assert_eq!(senders, "orders-1:streaming,orders-2:streaming");
 
     // A write on the primary reaches both standbys.
-    local_ok(
-        &bed,
-        &ns,
+    bed.local_ok(&ns,
         "orders-0",
         "create table ledger (id int primary key, note text); insert into ledger select g, 'row ' || g from generate_series(1, 100) g",
     );
     for standby in ["orders-1", "orders-2"] {
         wait_until("the rows on the standby", REPLICATION_WAIT, || async {
-            let (ok, out, _) = local_psql(&bed, &ns, standby, "select count(*) from ledger");
+            let (ok, out, _) = bed.local_psql(&ns, standby, "select count(*) from ledger");
             (ok && out.trim() == "100").then_some(())
         })
         .await;
-        let (ok, _, err) = local_psql(&bed, &ns, standby, "insert into ledger values (1000, 'x')");
+        let (ok, _, err) = bed.local_psql(&ns, standby, "insert into ledger values (1000, 'x')");
         assert!(
             !ok && err.contains("read-only transaction"),
             "{standby}: {err}"
@@ -255,31 +211,52 @@ async fn three_instances_stream_from_one_primary() {
 
     // A standby's pod deleted: it starts again on its own data and catches up.
     restart_pod(&bed, &ns, "orders-2").await;
-    local_ok(
-        &bed,
+    bed.local_ok(
         &ns,
         "orders-0",
         "insert into ledger select g, 'after a standby restarted' from generate_series(101, 200) g",
     );
-    rows_on(&bed, &ns, "orders-2", 200).await;
+    bed.rows_on(&ns, "orders-2", "ledger", 200, READY_WAIT)
+        .await;
 
-    // The primary's pod deleted: it comes back as the primary (no failover exists yet), and
-    // both standbys stream from it again.
+    // The primary's pod deleted: its manager stops the server and releases the primary Lease,
+    // the operator fails over to the first ready standby at once, and the old primary comes
+    // back as a standby of the new one (rewound if it must be).
     restart_pod(&bed, &ns, "orders-0").await;
-    assert_eq!(
-        local_ok(&bed, &ns, "orders-0", "select pg_is_in_recovery()"),
-        "f"
-    );
-    local_ok(
-        &bed,
-        &ns,
-        "orders-0",
-        "insert into ledger select g, 'after the primary restarted' from generate_series(201, 300) g",
-    );
-    for standby in ["orders-1", "orders-2"] {
-        rows_on(&bed, &ns, standby, 300).await;
-    }
     let databases = bed.databases(&ns);
+    wait_until("orders-1 named the primary", REPLICATION_WAIT, || async {
+        let s = databases.get("orders").await.ok()?.status?;
+        (s.primary.as_deref() == Some("orders-1")).then_some(())
+    })
+    .await;
+    wait_until("orders-1 promoted", REPLICATION_WAIT, || async {
+        let (ok, out, _) = bed.local_psql(&ns, "orders-1", "select pg_is_in_recovery()");
+        (ok && out.trim() == "f").then_some(())
+    })
+    .await;
+    bed.local_ok(
+        &ns,
+        "orders-1",
+        "insert into ledger select g, 'after the failover' from generate_series(201, 300) g",
+    );
+    for standby in ["orders-0", "orders-2"] {
+        bed.streaming_standby(&ns, standby, READY_WAIT).await;
+        bed.rows_on(&ns, standby, "ledger", 300, READY_WAIT).await;
+    }
+    let events = bed.kubectl(&[
+        "-n",
+        &ns,
+        "get",
+        "events",
+        "--field-selector",
+        "reason=FailedOver",
+        "-o",
+        "name",
+    ]);
+    assert!(
+        !events.1.trim().is_empty(),
+        "no FailedOver Event: {events:?}"
+    );
     wait_until("Ready with every instance ready", READY_WAIT, || async {
         let s = databases.get("orders").await.ok()?.status?;
         (s.phase == Some(Phase::Ready) && s.instances.iter().all(|i| i.ready)).then_some(())
@@ -289,7 +266,7 @@ async fn three_instances_stream_from_one_primary() {
 
 /// `pg_postmaster_start_time()` of an instance, over its socket.
 fn started_at(bed: &TestBed, ns: &str, pod: &str) -> String {
-    local_ok(bed, ns, pod, "select pg_postmaster_start_time()")
+    bed.local_ok(ns, pod, "select pg_postmaster_start_time()")
 }
 
 #[tokio::test]
@@ -311,9 +288,7 @@ async fn scaling_up_adds_a_standby_without_restarting_the_primary() {
     bed.wait_for_phase(&ns, "grow", Phase::Ready, READY_WAIT)
         .await;
     let started = started_at(&bed, &ns, "grow-0");
-    local_ok(
-        &bed,
-        &ns,
+    bed.local_ok(&ns,
         "grow-0",
         "create table ledger (id int primary key); insert into ledger select generate_series(1, 50)",
     );
@@ -327,13 +302,8 @@ async fn scaling_up_adds_a_standby_without_restarting_the_primary() {
         (s.phase == Some(Phase::Ready) && ready == 2).then_some(())
     })
     .await;
-    rows_on(&bed, &ns, "grow-1", 50).await;
-    let receiver = local_ok(
-        &bed,
-        &ns,
-        "grow-1",
-        "select status from pg_stat_wal_receiver",
-    );
+    bed.rows_on(&ns, "grow-1", "ledger", 50, READY_WAIT).await;
+    let receiver = bed.local_ok(&ns, "grow-1", "select status from pg_stat_wal_receiver");
     assert_eq!(receiver, "streaming");
     assert_eq!(
         started_at(&bed, &ns, "grow-0"),
@@ -362,16 +332,14 @@ async fn three_instances_upgrade_standbys_first_and_keep_their_data() {
     bed.apply_database(&ns, spec("15.18")).await;
     bed.wait_for_phase(&ns, "up", Phase::Ready, READY_WAIT)
         .await;
-    local_ok(
-        &bed,
-        &ns,
+    bed.local_ok(&ns,
         "up-0",
         "create table ledger (id int primary key, note text); insert into ledger select g, md5(g::text) from generate_series(1, 300) g",
     );
     let fingerprint =
         "select count(*) || ':' || md5(string_agg(id || note, ',' order by id)) from ledger";
-    let before = local_ok(&bed, &ns, "up-0", fingerprint);
-    rows_on(&bed, &ns, "up-2", 300).await;
+    let before = bed.local_ok(&ns, "up-0", fingerprint);
+    bed.rows_on(&ns, "up-2", "ledger", 300, READY_WAIT).await;
 
     bed.apply_database(&ns, spec("15.20")).await;
     let databases = bed.databases(&ns);
@@ -384,9 +352,12 @@ async fn three_instances_upgrade_standbys_first_and_keep_their_data() {
     let status = done.status.unwrap();
     let upgrade = status.upgrade.unwrap();
     assert_eq!(upgrade.stage, UpgradeStage::Complete, "{upgrade:#?}");
-    assert_eq!(status.primary.as_deref(), Some("up-0"));
+    // The primary's restart released its Lease: an upgraded standby took over (the first
+    // ready one), and the old primary came back on the new version as its standby.
+    assert_eq!(status.primary.as_deref(), Some("up-1"));
 
-    // Standbys first, the primary last: the pods' creation times say in which order they moved.
+    // Standbys first, the old primary last: the pods' creation times say in which order they
+    // moved.
     let pods: Api<Pod> = Api::namespaced(bed.client.clone(), &ns);
     let mut created = vec![];
     for name in ["up-2", "up-1", "up-0"] {
@@ -402,23 +373,14 @@ async fn three_instances_upgrade_standbys_first_and_keep_their_data() {
             &format!("{pod} on 15.20 with the data"),
             READY_WAIT,
             || async {
-                let (ok, version, _) = local_psql(&bed, &ns, pod, "show server_version");
-                let (_, now, _) = local_psql(&bed, &ns, pod, fingerprint);
+                let (ok, version, _) = bed.local_psql(&ns, pod, "show server_version");
+                let (_, now, _) = bed.local_psql(&ns, pod, fingerprint);
                 (ok && version.starts_with("15.20") && now.trim() == before).then_some(())
             },
         )
         .await;
     }
-    for standby in ["up-1", "up-2"] {
-        wait_until(&format!("{standby} streaming"), READY_WAIT, || async {
-            let (ok, out, _) = local_psql(
-                &bed,
-                &ns,
-                standby,
-                "select status from pg_stat_wal_receiver",
-            );
-            (ok && out.trim() == "streaming").then_some(())
-        })
-        .await;
+    for standby in ["up-0", "up-2"] {
+        bed.streaming_standby(&ns, standby, READY_WAIT).await;
     }
 }

@@ -133,6 +133,7 @@ pub fn prepare(o: &Options, bin: &Path) -> Result<Started, Fatal> {
     process::install_handlers().map_err(|e| Fatal(format!("cannot handle signals: {e}")))?;
     let mut said: Option<String> = None;
     let mut wait: Option<Duration> = None;
+    let mut promotion: Option<std::time::Instant> = None;
     loop {
         let data = observe(&o.pgdata);
         let plan = match &o.lease {
@@ -166,13 +167,43 @@ pub fn prepare(o: &Options, bin: &Path) -> Result<Started, Fatal> {
                 }
             },
             StartPlan::Follow(primary) => {
-                follow(o, bin, &me, &primary)?;
-                return Ok(Started::Go(Some(primary)));
+                let since = *promotion.get_or_insert_with(std::time::Instant::now);
+                match promoted(o, bin, &me, &primary) {
+                    Ok(false) if since.elapsed() < PROMOTION_WAIT => {
+                        once(&mut said, not_promoted(&primary));
+                        WAIT_POLL
+                    }
+                    answer => {
+                        if answer.unwrap_or(false) {
+                            // Its timeline checked: followed as is, or rewound where it diverged.
+                            rejoin(o, bin, &me, &primary)?;
+                        } else {
+                            // Not answering, or not promoted for long: as a standby always started.
+                            follow(o, bin, &me, &primary)?;
+                        }
+                        return Ok(Started::Go(Some(primary)));
+                    }
+                }
             }
-            StartPlan::Rejoin(primary) => {
-                rejoin(o, bin, &me, &primary)?;
-                return Ok(Started::Go(Some(primary)));
-            }
+            StartPlan::Rejoin(primary) => match promoted(o, bin, &me, &primary) {
+                Ok(true) => {
+                    rejoin(o, bin, &me, &primary)?;
+                    return Ok(Started::Go(Some(primary)));
+                }
+                // A former primary never follows a standby that is not promoted yet: its WAL
+                // may be ahead of where the promotion will fork the timeline.
+                Ok(false) => {
+                    once(&mut said, not_promoted(&primary));
+                    WAIT_POLL
+                }
+                Err(Fatal(why)) => {
+                    once(
+                        &mut said,
+                        format!("waiting for {} to answer: {why}", primary.name),
+                    );
+                    WAIT_POLL
+                }
+            },
         };
         if stopped_within(pause) {
             log("stopped before the server started");
@@ -180,6 +211,24 @@ pub fn prepare(o: &Options, bin: &Path) -> Result<Started, Fatal> {
         }
         read = topology(o);
     }
+}
+
+/// How long a standby's start waits for the primary it is to follow to be promoted before it
+/// follows it as it is (without checking its timeline).
+const PROMOTION_WAIT: Duration = Duration::from_secs(60);
+
+fn not_promoted(primary: &Member) -> String {
+    format!(
+        "waiting for {} to be promoted before joining it (its timeline decides whether this \
+         instance's data is rewound)",
+        primary.name
+    )
+}
+
+/// Whether `primary` answers as a primary (not in recovery).
+fn promoted(o: &Options, bin: &Path, me: &str, primary: &Member) -> Result<bool, Fatal> {
+    write_passfile(o)?;
+    ops::upstream_in_recovery(bin, &upstream(o, me, primary)).map(|standby| !standby)
 }
 
 /// Logs `message` unless it was the last one logged.

@@ -110,6 +110,11 @@ impl<'a> Keeper<'a> {
         match action {
             Action::Fence(primary) => return Some(stepped_down(&primary)),
             Action::Promote => self.promote_when_safe(),
+            // A new primary after a failover: its timeline may have forked before this
+            // standby's last WAL. The start checks it (and rewinds); a reload could not.
+            Action::Follow(primary) if self.o.lease.is_some() => {
+                return Some(rejoining(&primary.name));
+            }
             Action::Follow(primary) => self.follow(&me, &primary),
             Action::Nothing => {}
         }
@@ -255,6 +260,14 @@ impl<'a> Keeper<'a> {
 pub const LEASE_LOST: &str = "fenced: this primary could not renew its primary Lease in time (the \
      API server did not answer, or another instance was named): it stops accepting writes before \
      another instance may take the Lease, and restarts as the topology says";
+
+/// The termination message of a standby that restarts to join a new primary.
+pub fn rejoining(new_primary: &str) -> String {
+    format!(
+        "following a new primary: the topology names {new_primary}; this standby restarts to \
+         check its timeline against it (rewound where it diverged) and stream from it"
+    )
+}
 
 /// The termination message of a fenced primary.
 pub fn stepped_down(new_primary: &str) -> String {

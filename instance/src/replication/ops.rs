@@ -252,6 +252,25 @@ pub fn identify_system(bin: &Path, upstream: &Upstream) -> Result<Source, Fatal>
     rejoin::parse_identify_system(&output(cmd, "IDENTIFY_SYSTEM on the primary")?).map_err(Fatal)
 }
 
+/// Whether the upstream runs as a standby still (`SHOW in_hot_standby` over a replication
+/// connection, PostgreSQL 14 and later): a standby named primary that is not promoted yet.
+pub fn upstream_in_recovery(bin: &Path, upstream: &Upstream) -> Result<bool, Fatal> {
+    let mut cmd = tool(bin, "psql");
+    cmd.arg(format!(
+        "{} replication=true",
+        config::replication_conninfo(upstream)
+    ))
+    .args([
+        "--no-psqlrc",
+        "--no-align",
+        "--tuples-only",
+        "--no-password",
+        "--command=SHOW in_hot_standby",
+    ]);
+    let out = output(cmd, "SHOW in_hot_standby on the primary")?;
+    Ok(out.trim() == "on")
+}
+
 /// Makes the standby's slot exist on the upstream, over a replication connection as the
 /// replication role: a standby does not wait for its primary to see it in a newer topology.
 /// Idempotent (an existing slot is left as it is).

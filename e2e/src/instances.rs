@@ -1,0 +1,73 @@
+//! Helpers for the suites of Databases with standbys on the real node (`high_availability`,
+//! `failover`): each instance's own socket (psql as the superuser, peer authentication, which
+//! works whatever its role and whatever the Services select), its rows, its role as the server
+//! itself says, and a small resource request so that several instances fit on the real node.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::{TestBed, wait_until};
+
+/// A row replicated to a streaming standby, or an instance changing role.
+pub const REPLICATION_WAIT: Duration = Duration::from_secs(60);
+
+/// A small CPU request for each instance: the suites run several database pods at once on the
+/// real node's two CPUs, beside another suite.
+pub fn instance_resources() -> Value {
+    json!({"requests": {"cpu": "25m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}})
+}
+
+impl TestBed {
+    /// psql as the superuser over an instance's own socket: (success, stdout, stderr).
+    pub fn local_psql(&self, ns: &str, pod: &str, sql: &str) -> (bool, String, String) {
+        self.exec(
+            ns,
+            pod,
+            &[
+                "psql",
+                "-X",
+                "-U",
+                "postgres",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-Atc",
+                sql,
+            ],
+        )
+    }
+
+    /// `local_psql` that must succeed: its trimmed output.
+    pub fn local_ok(&self, ns: &str, pod: &str, sql: &str) -> String {
+        let (ok, out, err) = self.local_psql(ns, pod, sql);
+        assert!(ok, "{pod}: {sql}: {err}");
+        out.trim().to_string()
+    }
+
+    /// Waits until `pod` has `rows` rows in `table`.
+    pub async fn rows_on(&self, ns: &str, pod: &str, table: &str, rows: u32, wait: Duration) {
+        let sql = format!("select count(*) from {table}");
+        wait_until(
+            &format!("{rows} rows in {table} on {pod}"),
+            wait,
+            || async {
+                let (ok, out, _) = self.local_psql(ns, pod, &sql);
+                (ok && out.trim() == rows.to_string()).then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// Waits until `pod` runs as a standby whose WAL receiver streams.
+    pub async fn streaming_standby(&self, ns: &str, pod: &str, wait: Duration) {
+        wait_until(&format!("{pod} streaming as a standby"), wait, || async {
+            let (ok, out, _) = self.local_psql(
+                ns,
+                pod,
+                "select pg_is_in_recovery()::text || ':' || coalesce((select status from pg_stat_wal_receiver), '')",
+            );
+            (ok && out.trim() == "true:streaming").then_some(())
+        })
+        .await;
+    }
+}
