@@ -11,7 +11,9 @@ use dbop::context::Context;
 use dbop::context::caches::{self, Caches};
 use dbop::database::reconcile_database;
 use dbop::database::{decide, facts, status};
-use dbop::resources::{credentials, server_config, services, statefulset, tls};
+use dbop::resources::{
+    credentials, primary_lease, replication, server_config, services, statefulset, tls,
+};
 use dbop::settings::Settings;
 use http::{Request, Response, StatusCode};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
@@ -100,6 +102,7 @@ fn cached(objects: &HashMap<String, Value>) -> Caches {
             "ConfigMap" if labelled => apply(&mut writers.config_maps, value),
             "Pod" if labelled => apply(&mut writers.pods, value),
             "DatabaseBackup" => apply(&mut writers.backups, value),
+            "Lease" if labelled => apply(&mut writers.leases, value),
             _ => {}
         }
     }
@@ -237,7 +240,22 @@ fn ready_world(db: &Database) -> HashMap<String, Value> {
             format!("{ns}/configmaps/orders-config"),
             serde_json::to_value(server_config::server_config_map(db, "orders-0")).unwrap(),
         ),
+        (
+            "/apis/coordination.k8s.io/v1/namespaces/shop/leases/orders-primary".into(),
+            primary_lease_of(db),
+        ),
     ])
+}
+
+/// The primary Lease as the operator made it, designating `orders-0`.
+fn primary_lease_of(db: &Database) -> Value {
+    let topology = replication::topology(db, "orders-0");
+    let mut lease = primary_lease::designate(db, None, &topology, 0).unwrap();
+    lease.metadata.resource_version = Some("7".into());
+    let mut value = serde_json::to_value(lease).unwrap();
+    value["apiVersion"] = json!("coordination.k8s.io/v1");
+    value["kind"] = json!("Lease");
+    value
 }
 
 /// The status the operator itself would have written for this world.
@@ -281,6 +299,36 @@ fn with_settled_status(mut db: Database, world: &HashMap<String, Value>) -> Data
 }
 
 #[tokio::test]
+async fn a_new_database_gets_a_primary_lease_and_an_account_that_may_only_use_it() {
+    let sent = reconcile_against(&database(), HashMap::new()).await;
+    let created = |path: &str| {
+        sent.iter()
+            .find(|s| s.method == "POST" && s.path == path)
+            .unwrap_or_else(|| panic!("nothing created at {path}"))
+            .body
+            .clone()
+    };
+    let lease = created("/apis/coordination.k8s.io/v1/namespaces/shop/leases");
+    assert_eq!(lease["metadata"]["name"], "orders-primary");
+    assert_eq!(lease["spec"]["leaseDurationSeconds"], 10);
+    assert!(lease["spec"]["holderIdentity"].is_null());
+    let topology = lease["metadata"]["annotations"]["dbop.dev/topology"]
+        .as_str()
+        .unwrap();
+    assert!(topology.contains("primary=orders-0"), "{topology}");
+    let role = created("/apis/rbac.authorization.k8s.io/v1/namespaces/shop/roles");
+    assert_eq!(
+        role["rules"],
+        json!([{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                "resourceNames": ["orders-primary"], "verbs": ["get", "update"]}])
+    );
+    let binding = created("/apis/rbac.authorization.k8s.io/v1/namespaces/shop/rolebindings");
+    assert_eq!(binding["subjects"][0]["name"], "orders-instance");
+    let account = created("/api/v1/namespaces/shop/serviceaccounts");
+    assert_eq!(account["metadata"]["name"], "orders-instance");
+}
+
+#[tokio::test]
 async fn a_new_database_gets_its_objects_by_server_side_apply() {
     let sent = reconcile_against(&database(), HashMap::new()).await;
     let writes: Vec<_> = sent.iter().filter(|s| s.is_write()).collect();
@@ -316,13 +364,14 @@ async fn a_new_database_gets_its_objects_by_server_side_apply() {
     }
 
     // The database pod: the instance manager as entrypoint, the credentials as a mounted Secret
-    // (never an environment variable), no ServiceAccount token.
+    // (never an environment variable), the instances' own ServiceAccount (its token may read and
+    // update the primary Lease only).
     let sts = writes
         .iter()
         .find(|s| s.path == "/apis/apps/v1/namespaces/shop/statefulsets/orders")
         .unwrap();
     let pod = &sts.body["spec"]["template"]["spec"];
-    assert_eq!(pod["automountServiceAccountToken"], false);
+    assert_eq!(pod["serviceAccountName"], "orders-instance");
     assert_eq!(pod["containers"][0]["command"][0], "/dbop/dbop-instance");
     assert!(
         !pod["containers"][0].to_string().contains("secretKeyRef"),

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use futures::stream::BoxStream;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     ConfigMap, PersistentVolumeClaim, Pod, PodSpec, PodStatus, Secret, Service,
 };
@@ -78,6 +79,9 @@ caches! {
     pods: Pod,
     // The database pods' PodDisruptionBudgets.
     disruption_budgets: PodDisruptionBudget,
+    // The primary Leases: read by every pass, never a trigger (a primary renews its Lease
+    // every two seconds; a pass looks when the Lease would expire).
+    leases: Lease,
 }
 
 impl Caches {
@@ -171,6 +175,7 @@ impl Slim for PartialObjectMeta<Secret> {}
 impl Slim for PersistentVolumeClaim {}
 impl Slim for ConfigMap {}
 impl Slim for PodDisruptionBudget {}
+impl Slim for Lease {}
 
 /// A Job keeps its metadata and status only: readers ask whether it ran and when (`job_state`,
 /// `finished_at`, its owner); dbop creates a Job once and never compares its spec, and the pod

@@ -51,7 +51,7 @@ pub struct Observed {
     pub disruption_budget: Option<PodDisruptionBudget>,
     /// The replication Secret (metadata only, from the cache).
     pub replication_secret: Option<Secret>,
-    /// The primary Lease, read from the API server.
+    /// The primary Lease (from the cache).
     pub primary_lease: Option<Lease>,
     /// The data claims of ordinals 0..instances that exist.
     pub data_claims: Vec<PersistentVolumeClaim>,

@@ -7,7 +7,6 @@
 use chrono::Utc;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use kube::api::ListParams;
 use kube::{Api, Client};
@@ -124,7 +123,7 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         services: services(ctx, &ns, &names),
         instance_pods: instance_pods(ctx, &ns, &name),
         replication_secret: secret_metadata(ctx, &ns, &names.replication_secret()),
-        primary_lease: primary_lease(client, &ns, &names).await?,
+        primary_lease: get(&caches.leases, &ns, &names.primary_lease()),
         disruption_budget: get(&caches.disruption_budgets, &ns, &names.statefulset()),
         database_pods: database_pods(client, db, statefulset.as_ref()).await?,
         statefulset,
@@ -132,14 +131,6 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         data_claims,
         upgrade: upgrade_objects(client, db).await?,
     })
-}
-
-/// The primary Lease, from the API server: it is renewed every two seconds, which a watch cache
-/// would turn into as many wake-ups.
-async fn primary_lease(client: &Client, ns: &str, names: &Names) -> Result<Option<Lease>, Error> {
-    Ok(Api::<Lease>::namespaced(client.clone(), ns)
-        .get_opt(&names.primary_lease())
-        .await?)
 }
 
 /// The Database's Services that exist (headless, `-rw`, `-ro`, `-r`), from the cache.

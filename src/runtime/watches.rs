@@ -85,7 +85,8 @@ pub fn start(
     let managed = all.clone().labels(MANAGED_SELECTOR);
     let mut watches = Watches(Vec::new());
     let marker = || writers.synced_marker();
-    let (m1, m2, m3, m4, m5, m6, m7, m8, m9, m10) = (
+    let (m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11) = (
+        marker(),
         marker(),
         marker(),
         marker(),
@@ -108,6 +109,7 @@ pub fn start(
         config_maps,
         pods,
         disruption_budgets,
+        leases,
         ..
     } = writers;
     let scopes: Vec<Option<String>> = match namespaces {
@@ -130,6 +132,8 @@ pub fn start(
     let [pods] = watches.spawn(watch(c, &database_pods), pods, m9, meta);
     let budgets = watch(c, &managed);
     let [disruption_budgets] = watches.spawn(budgets, disruption_budgets, m10, meta);
+    // Cached only: the primary Leases are renewed every two seconds.
+    let [] = watches.spawn(watch(c, &managed), leases, m11, meta);
     let ([jobs, backup_jobs], [backups, backups_self]) = (jobs, backups);
     let database = DatabaseTriggers {
         databases,

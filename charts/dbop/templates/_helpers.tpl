@@ -140,13 +140,13 @@ the operator as this chart's ServiceAccount and fails on any Forbidden in the au
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "watch", "create", "patch"]
-# The primary Lease of a Database with standbys: read each pass (get), made once (create), its
-# designated primary written with a compare-and-swap (update). Its instances' identity: a
+# The primary Lease of every Database: watched (dbop's label) for the cache, made once (create),
+# its designated primary written with a compare-and-swap (update). Its instances' identity: a
 # ServiceAccount, and a Role and RoleBinding that let it read and update that one Lease (the
 # operator holds those verbs itself, which is what lets it grant them).
 - apiGroups: ["coordination.k8s.io"]
   resources: ["leases"]
-  verbs: ["get", "create", "update"]
+  verbs: ["get", "list", "watch", "create", "update"]
 - apiGroups: [""]
   resources: ["serviceaccounts"]
   verbs: ["create"]
