@@ -1,4 +1,4 @@
-//! `kubectl-dbop`, the kubectl plugin (`kubectl dbop status|backup|psql NAME`): flags, the
+//! `kubectl-dbop`, the kubectl plugin (`kubectl dbop status|backup|psql|promote NAME`): flags, the
 //! client and the exit code; the work is in `dbop::plugin`.
 
 use std::io::IsTerminal;
@@ -37,6 +37,10 @@ enum Command {
         #[arg(long, default_value = "10m", value_parser = parse_timeout)]
         timeout: Duration,
     },
+    /// Make INSTANCE (a ready standby, e.g. orders-2) the primary: a switchover. The old primary
+    /// stops after sending its standbys all of its WAL; no commit is lost. The operator answers
+    /// with an Event (Switchover or PromoteRefused); `status` shows the new primary.
+    Promote { name: String, instance: String },
     /// Run psql in the Database's pod as its superuser (peer authentication on the local
     /// socket; no password is used). Arguments after `--` go to psql.
     Psql {
@@ -65,6 +69,7 @@ async fn main() -> ExitCode {
             timeout,
         } => backup(&client, &namespace, &name, wait.then_some(timeout)).await,
         Command::Psql { name, args } => psql(&client, &namespace, &name, &args).await,
+        Command::Promote { name, instance } => promote(&client, &namespace, &name, &instance).await,
     };
     result.unwrap_or_else(|message| fail(&message))
 }
@@ -126,6 +131,24 @@ async fn backup(
     }
 }
 
+async fn promote(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    instance: &str,
+) -> Result<ExitCode, String> {
+    read::database(client, ns, name)
+        .await
+        .map_err(|e| e.to_string())?;
+    read::request_promotion(client, ns, name, instance)
+        .await
+        .map_err(|e| e.to_string())?;
+    println!(
+        "database.dbop.dev/{name}: promotion of {instance} requested; `kubectl dbop status {name}` shows the primary, `kubectl get events --field-selector involvedObject.name={name}` the answer"
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 async fn psql(
     client: &kube::Client,
     ns: &str,
@@ -139,7 +162,8 @@ async fn psql(
         .await
         .map_err(|e| e.to_string())?;
     let user = psql::superuser(&secret);
-    let args = psql::exec_args(ns, name, &user, std::io::stdin().is_terminal(), extra);
+    let pod = psql::primary_pod(&db);
+    let args = psql::exec_args(ns, &pod, &user, std::io::stdin().is_terminal(), extra);
     let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into());
     let status = std::process::Command::new(&kubectl)
         .args(&args)

@@ -5,7 +5,9 @@
 //! accepting writes on its own (its primary Lease ran out), exactly one other instance is
 //! promoted, and a writer that tries every instance over its own socket, in turn, never sees
 //! the isolated one accept a write after another did. With the network back, the isolated one
-//! rejoins as a standby with every row.
+//! rejoins as a standby with every row. A switchover (`kubectl dbop promote`'s request) moves
+//! the primary to the standby it names while a writer commits through `-rw` with its own log of
+//! acknowledged commits: every one of them is on the new primary.
 //!
 //! This is a pod's isolation, not a node's loss: the test bed has one real node (the second
 //! one is probed in `../shared/design/second-node-probe/`, not yet part of the bed).
@@ -18,6 +20,7 @@ use dbop_e2e::node::{REAL_NODE_STORAGE_CLASS, real_node_placement};
 use dbop_e2e::{TestBed, testbed, wait_until};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
+use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 /// A primary's initdb and two clones, one after the other, on a busy 2-core machine.
@@ -234,4 +237,109 @@ async fn a_lost_primary_is_replaced_and_an_isolated_one_stops_writing_first() {
         (s.phase == Some(Phase::Ready) && s.instances.iter().all(|i| i.ready)).then_some(())
     })
     .await;
+}
+
+/// The writer in the client pod: one insert through `-rw` per connection, each acknowledged id
+/// appended to its own log, until the stop file exists.
+const WRITER: &str = r#"i=0; while [ ! -f /tmp/stop ]; do i=$((i+1)); if psql -X -q -d postgres -v ON_ERROR_STOP=1 -c "insert into acked values ($i)" >/dev/null 2>&1; then echo $i >> /tmp/acked; fi; done"#;
+
+#[tokio::test]
+async fn a_switchover_moves_the_primary_and_loses_no_acknowledged_commit() {
+    let bed = testbed().await;
+    bed.require_real_node().await;
+    let ns = bed.real_node_namespace("switchover").await;
+    let _operator = bed.operator_for_real_node(&ns);
+    bed.apply_database(
+        &ns,
+        json!({"metadata": {"name": "swap"}, "spec": {
+            "version": "15.20",
+            "instances": 3,
+            "storage": {"size": "1Gi", "storageClassName": REAL_NODE_STORAGE_CLASS},
+            "placement": real_node_placement(),
+            "resources": instance_resources(),
+        }}),
+    )
+    .await;
+    bed.wait_for_phase(&ns, "swap", Phase::Ready, READY_WAIT)
+        .await;
+    bed.local_ok(&ns, "swap-0", "create table acked (id int primary key)");
+    for standby in ["swap-1", "swap-2"] {
+        bed.streaming_standby(&ns, standby, READY_WAIT).await;
+    }
+    bed.psql_client(&ns, "client", "swap", "swap-credentials")
+        .await;
+    let background = format!(
+        "nohup sh -c '{}' >/dev/null 2>&1 &",
+        WRITER.replace('\'', "'\\''")
+    );
+    let (ok, _, err) = bed.exec(&ns, "client", &["sh", "-c", &background]);
+    assert!(ok, "starting the writer: {err}");
+    let acked = || async {
+        let (_, out, _) = bed.exec(&ns, "client", &["sh", "-c", "cat /tmp/acked 2>/dev/null"]);
+        out.lines()
+            .filter_map(|l| l.trim().parse::<u32>().ok())
+            .collect::<Vec<_>>()
+    };
+    wait_until("the writer acknowledged", READY_WAIT, || async {
+        (acked().await.len() >= 20).then_some(())
+    })
+    .await;
+
+    // The request, as `kubectl dbop promote swap swap-2` makes it.
+    let databases = bed.databases(&ns);
+    let patch = json!({"metadata": {"annotations": {"dbop.dev/promote": "swap-2"}}});
+    databases
+        .patch("swap", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let primary = new_primary(&bed, &ns, "swap-0").await;
+    assert_eq!(primary, "swap-2");
+    let before = acked().await.len();
+    wait_until(
+        "writes acknowledged by the new primary",
+        FAILOVER_WAIT,
+        || async { (acked().await.len() >= before + 20).then_some(()) },
+    )
+    .await;
+    bed.exec(&ns, "client", &["sh", "-c", "touch /tmp/stop"]);
+
+    // Every commit the writer saw acknowledged, before, during and after, is on the new
+    // primary.
+    let acknowledged = acked().await;
+    let present: std::collections::BTreeSet<u32> = bed
+        .local_ok(&ns, "swap-2", "select id from acked")
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    let lost: Vec<_> = acknowledged
+        .iter()
+        .filter(|id| !present.contains(id))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "acknowledged commits missing on swap-2: {lost:?}"
+    );
+    for standby in ["swap-0", "swap-1"] {
+        bed.streaming_standby(&ns, standby, READY_WAIT).await;
+    }
+    let events = bed.kubectl(&[
+        "-n",
+        &ns,
+        "get",
+        "events",
+        "--field-selector",
+        "reason=Switchover",
+        "-o",
+        "name",
+    ]);
+    assert!(
+        !events.1.trim().is_empty(),
+        "no Switchover Event: {events:?}"
+    );
+    let annotations = databases.get("swap").await.unwrap().metadata.annotations;
+    assert!(
+        !annotations
+            .unwrap_or_default()
+            .contains_key("dbop.dev/promote")
+    );
 }

@@ -1,7 +1,8 @@
 //! `kubectl dbop` against the test bed: the real `kubectl-dbop` binary, with the test bed's
 //! KUBECONFIG and `-n`, and the operator in-process. `status` of a Ready Database and of a
 //! missing one; `backup --wait` following an on-demand backup (its Job's pod completed by kwok
-//! with the result the test supplies) to Succeeded and to Failed.
+//! with the result the test supplies) to Succeeded and to Failed; `promote` asking for a
+//! switchover that the operator answers (refused, with its reason) and clears.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -284,4 +285,56 @@ async fn psql_execs_as_the_secret_s_user_with_no_password_on_the_command_line() 
         )
     );
     assert!(!stdout.contains("pw-never-on-argv"));
+}
+
+#[tokio::test]
+async fn promote_asks_for_a_switchover_and_the_operator_answers_and_clears_the_request() {
+    let bed = testbed().await;
+    let ns = bed.namespace("plugin-promote").await;
+    let _operator = bed.operator_in_process(&ns).await;
+    bed.apply_database(&ns, database_manifest("orders", json!({})))
+        .await;
+    bed.wait_for_phase(&ns, "orders", Phase::Ready, WAIT).await;
+
+    // A single instance has no standby to promote: the operator refuses, says why in an
+    // Event, and removes the request; the primary stays.
+    let (out, stdout, _) =
+        finished(plugin(&bed, &["promote", "orders", "orders-1", "-n", &ns])).await;
+    assert!(out.status.success());
+    assert!(
+        stdout.contains("promotion of orders-1 requested"),
+        "{stdout}"
+    );
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(bed.client.clone(), &ns);
+    let refused = wait_until("a PromoteRefused Event", WAIT, || async {
+        let list = events
+            .list(&ListParams::default().fields("reason=PromoteRefused"))
+            .await
+            .ok()?;
+        list.items.into_iter().next()
+    })
+    .await;
+    let message = refused.message.unwrap_or_default();
+    assert!(
+        message.contains("cannot promote \"orders-1\": it is not one of the 1 instances"),
+        "{message}"
+    );
+    let databases = bed.databases(&ns);
+    wait_until("the request removed", WAIT, || async {
+        let db = databases.get("orders").await.ok()?;
+        (!db.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("dbop.dev/promote"))
+        .then_some(())
+    })
+    .await;
+    let status = databases.get("orders").await.unwrap().status.unwrap();
+    assert_eq!(status.primary.as_deref(), Some("orders-0"));
+
+    // A missing Database: nothing is patched, the error says so.
+    let (out, _, stderr) =
+        finished(plugin(&bed, &["promote", "ghost", "ghost-1", "-n", &ns])).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr.contains("ghost not found"), "{stderr}");
 }

@@ -34,6 +34,7 @@ use crate::kube_io::{
 };
 use crate::objects::EventSpec;
 use crate::resources::owner_reference;
+use crate::resources::primary_lease::PROMOTE_ANNOTATION;
 use crate::resources::replication::ROLE_LABEL;
 use crate::upgrade::events::upgrade_events;
 
@@ -57,6 +58,7 @@ pub async fn apply(
         instance_access,
         primary_lease,
         role_events,
+        promotion_answered,
         label_pods,
         services,
         disruption_budget,
@@ -84,6 +86,11 @@ pub async fn apply(
     write_primary_lease(ctx, &ns, instance_access, primary_lease).await?;
     for event in &role_events {
         publish(ctx, db, event).await;
+    }
+    if promotion_answered {
+        let api: Api<Database> = Api::namespaced(ctx.client.clone(), &ns);
+        let patch = json!({"metadata": {"annotations": {PROMOTE_ANNOTATION: null}}});
+        merge_patch_if_exists(&api, &db.name(), &patch).await?;
     }
     label_instances(ctx, &ns, label_pods).await?;
     if let Some(budget) = disruption_budget {

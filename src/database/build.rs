@@ -19,7 +19,7 @@ use super::decide::{Decision, Steps};
 use super::facts::Observed;
 use super::restart;
 use super::restore;
-use super::roles::Failover;
+use super::roles::RolesPlan;
 use super::tls::TlsSteps;
 use crate::api::{Database, DatabaseBackup, InstanceRole};
 use crate::backup::job::verify_job;
@@ -56,8 +56,10 @@ pub struct Desired {
     /// The primary Lease to create, or to replace with a new designation (compare-and-swap):
     /// written before the labels and the topology file, so the instances hear it first.
     pub primary_lease: Option<Lease>,
-    /// The Event of a failover.
+    /// The Events of a failover and of an answered promotion request.
     pub role_events: Vec<EventSpec>,
+    /// Remove the promotion request (`PROMOTE_ANNOTATION`): it has been answered.
+    pub promotion_answered: bool,
     /// Role labels to set on pods (before the Services that select by them).
     pub label_pods: Vec<(String, InstanceRole)>,
     /// The Services: headless, `-rw`, `-ro`, `-r` (applied where they drifted).
@@ -182,7 +184,8 @@ pub fn build(
                 )
             })
             .flatten(),
-        role_events: decision.roles.failover.iter().map(failover_event).collect(),
+        role_events: role_events(&decision.roles),
+        promotion_answered: decision.roles.promotion.is_some(),
         label_pods: label_pods.clone(),
         services: if *apply_services {
             services::all(db)
@@ -247,16 +250,28 @@ fn statefulset(
     desired
 }
 
-/// The Event of a failover: which instance was lost, why, and which one takes its place.
-fn failover_event(failover: &Failover) -> EventSpec {
-    EventSpec {
+/// The Events of the roles: a failover (which instance was lost, why, which one takes its
+/// place), and the answer to a promotion request.
+fn role_events(roles: &RolesPlan) -> Vec<EventSpec> {
+    let failover = roles.failover.iter().map(|f| EventSpec {
         warning: true,
         reason: "FailedOver".into(),
         note: format!(
             "the primary {} is lost: {}; promoting the standby {} (the old primary rejoins as a standby when it returns)",
-            failover.from, failover.why, failover.to
+            f.from, f.why, f.to
         ),
-    }
+    });
+    let promotion = roles.promotion.iter().map(|p| EventSpec {
+        warning: p.refused,
+        reason: if p.refused {
+            "PromoteRefused"
+        } else {
+            "Switchover"
+        }
+        .into(),
+        note: p.note.clone(),
+    });
+    failover.chain(promotion).collect()
 }
 
 /// The Event of a generated Secret made again for a Database that ran: the instance manager

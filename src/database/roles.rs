@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use dbop_contract::topology::Topology;
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 
 use crate::api::{Database, InstanceRole, InstanceStatus};
 use crate::resources::Names;
-use crate::resources::primary_lease::{LeaseFact, has_standbys};
+use crate::resources::primary_lease::{LeaseFact, PROMOTE_ANNOTATION, has_standbys};
 use crate::resources::replication::{ROLE_LABEL, needs_replication_secret, role_of};
 
 /// One database pod, as far as roles go.
@@ -99,6 +100,20 @@ pub struct RolesPlan {
     pub failover: Option<Failover>,
     /// When to look again for the primary's Lease (`None`: no Lease to watch).
     pub look_again: Option<Duration>,
+    /// The answer to a request to promote an instance (`PROMOTE_ANNOTATION`), which is then
+    /// removed.
+    pub promotion: Option<Promotion>,
+}
+
+/// The answer to `kubectl dbop promote`: a switchover to `to`, or why not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Promotion {
+    /// The instance that becomes the primary (`None`: refused, or it already is).
+    pub to: Option<String>,
+    /// What the Event says.
+    pub note: String,
+    /// Refused: a Warning Event.
+    pub refused: bool,
 }
 
 /// The primary: the one the status records, else the first instance (a new Database).
@@ -161,6 +176,61 @@ fn failover(db: &Database, fact: &RolesFact, current: &str) -> Option<Failover> 
     })
 }
 
+/// A request to promote `requested` (`PROMOTE_ANNOTATION`) while `current` is the primary: a
+/// switchover when the current primary holds its Lease and `requested` is a ready standby that
+/// follows it. The old primary then stops (a fast shutdown sends its standbys all of its WAL)
+/// and releases the Lease, which the new one takes before it promotes: no commit is lost and
+/// no write is accepted by two servers.
+fn promotion(db: &Database, fact: &RolesFact, current: &str) -> Option<Promotion> {
+    let requested = db.annotations().get(PROMOTE_ANNOTATION)?.trim().to_string();
+    let refuse = |why: String| Promotion {
+        to: None,
+        note: format!("cannot promote {requested:?}: {why}"),
+        refused: true,
+    };
+    let names = Names::of(db);
+    let account = names.instance_account();
+    let pod = |name: &str| fact.pods.iter().find(|p| p.name == name);
+    let follows = |name: &str| {
+        pod(name).is_some_and(|p| p.service_account.as_deref() == Some(account.as_str()))
+    };
+    let holds = fact.lease.as_ref().is_some_and(|l| {
+        l.state.holder.as_deref() == Some(current) && !l.state.lost(current, fact.now_ms)
+    });
+    Some(if requested == current {
+        Promotion {
+            to: None,
+            note: format!("{requested} is the primary already"),
+            refused: false,
+        }
+    } else if !(0..db.spec.instances).any(|o| names.pod(o) == requested) {
+        refuse(format!(
+            "it is not one of the {} instances of {}",
+            db.spec.instances,
+            db.name()
+        ))
+    } else if !pod(&requested).is_some_and(|p| p.ready) {
+        refuse("it is not a ready, streaming standby".into())
+    } else if !holds || !follows(current) {
+        refuse(format!(
+            "the primary {current} does not hold its primary Lease now (a failover is under way, or it runs a manager that predates the Lease)"
+        ))
+    } else if !follows(&requested) {
+        refuse(
+            "its pod predates the primary Lease (its template is rebuilt at the next spec change)"
+                .into(),
+        )
+    } else {
+        Promotion {
+            to: Some(requested.clone()),
+            note: format!(
+                "switching over from {current} to {requested}: {current} stops after sending its standbys all of its WAL, then {requested} is promoted"
+            ),
+            refused: false,
+        }
+    })
+}
+
 /// When to look at the Lease again: soon while the primary is not ready, else when it would
 /// be lost if it stopped renewing now.
 fn look_again(db: &Database, fact: &RolesFact, primary: &str) -> Option<Duration> {
@@ -178,7 +248,16 @@ fn look_again(db: &Database, fact: &RolesFact, primary: &str) -> Option<Duration
 pub fn plan(db: &Database, fact: &RolesFact) -> RolesPlan {
     let current = designated(db, fact.lease.as_ref()).unwrap_or_else(|| primary(db));
     let failover = failover(db, fact, &current);
-    let primary = failover.as_ref().map_or(current, |f| f.to.clone());
+    let promotion = promotion(db, fact, &current);
+    let switched = promotion
+        .as_ref()
+        .and_then(|p| p.to.clone())
+        .filter(|_| failover.is_none());
+    let primary = match (&failover, switched) {
+        (Some(f), _) => f.to.clone(),
+        (None, Some(to)) => to,
+        (None, None) => current,
+    };
     let label_pods = fact
         .pods
         .iter()
@@ -205,6 +284,7 @@ pub fn plan(db: &Database, fact: &RolesFact) -> RolesPlan {
         instances,
         look_again: look_again(db, fact, &primary),
         failover,
+        promotion,
         primary,
     }
 }
@@ -448,5 +528,86 @@ mod tests {
         one.pods.truncate(1);
         let plan = plan(&testing::minimal(), &one);
         assert_eq!((plan.failover, plan.look_again), (None, None));
+    }
+
+    fn asking(instance: &str) -> Database {
+        let mut db = three();
+        db.metadata.annotations =
+            Some([(PROMOTE_ANNOTATION.to_string(), instance.to_string())].into());
+        db
+    }
+
+    #[test]
+    fn a_promotion_of_a_ready_standby_from_a_primary_holding_its_lease_is_a_switchover() {
+        let fact = with_lease(
+            leased(Some("orders-0"), 100_000, "orders-0", None),
+            101_000,
+            [true; 3],
+        );
+        let plan = plan(&asking("orders-2"), &fact);
+        assert_eq!(plan.primary, "orders-2");
+        assert_eq!(plan.failover, None);
+        let promotion = plan.promotion.expect("answered");
+        assert_eq!(
+            (promotion.to.as_deref(), promotion.refused),
+            (Some("orders-2"), false)
+        );
+        assert!(
+            plan.label_pods
+                .contains(&("orders-2".to_string(), InstanceRole::Primary))
+        );
+        // Without a request, nothing moves.
+        assert_eq!(super::plan(&three(), &fact).primary, "orders-0");
+    }
+
+    #[test]
+    fn a_promotion_is_refused_with_a_reason_and_never_moves_the_primary() {
+        let healthy = leased(Some("orders-0"), 100_000, "orders-0", None);
+        let cases = [
+            (
+                "orders-7",
+                with_lease(healthy.clone(), 101_000, [true; 3]),
+                "not one of the 3 instances",
+            ),
+            (
+                "orders-1",
+                with_lease(healthy.clone(), 101_000, [true, false, true]),
+                "not a ready",
+            ),
+            // The primary's Lease ran out: a failover's business, not a switchover's.
+            (
+                "orders-2",
+                with_lease(healthy.clone(), 120_000, [true; 3]),
+                "does not hold its primary Lease",
+            ),
+        ];
+        for (instance, fact, why) in cases {
+            let plan = plan(&asking(instance), &fact);
+            let promotion = plan.promotion.expect("answered");
+            assert!(
+                promotion.refused && promotion.note.contains(why),
+                "{instance}: {}",
+                promotion.note
+            );
+            assert_ne!(plan.primary, instance);
+        }
+        let mut old = with_lease(healthy.clone(), 101_000, [true; 3]);
+        old.pods[2].service_account = None;
+        let promotion = plan(&asking("orders-2"), &old).promotion.unwrap();
+        assert!(
+            promotion.refused && promotion.note.contains("predates"),
+            "{}",
+            promotion.note
+        );
+        let same = plan(
+            &asking("orders-0"),
+            &with_lease(healthy, 101_000, [true; 3]),
+        );
+        let promotion = same.promotion.unwrap();
+        assert!(
+            !promotion.refused && promotion.to.is_none(),
+            "{promotion:?}"
+        );
+        assert_eq!(same.primary, "orders-0");
     }
 }

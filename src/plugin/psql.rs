@@ -3,6 +3,7 @@
 
 use k8s_openapi::api::core::v1::Secret;
 
+use crate::api::Database;
 use crate::resources::credentials::USERNAME_KEY;
 use crate::resources::statefulset::SOCKET_DIR;
 use crate::resources::{DEFAULT_SUPERUSER, Names};
@@ -23,12 +24,22 @@ pub fn superuser(secret: &Secret) -> String {
         .unwrap_or_else(|| DEFAULT_SUPERUSER.to_string())
 }
 
-/// The arguments after `kubectl`: exec into the first instance's server container and run
-/// psql over the local socket (peer authentication) as the superuser, in the database of the
-/// same name. `tty` adds `-t` (only when stdin is a terminal, so piped SQL works).
+/// The pod psql runs in: the primary the status names (after a failover, not the first
+/// instance), else the first instance.
+pub fn primary_pod(db: &Database) -> String {
+    db.status
+        .as_ref()
+        .and_then(|s| s.primary.clone())
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| Names::of(db).pod(0))
+}
+
+/// The arguments after `kubectl`: exec into `pod`'s server container and run psql over the
+/// local socket (peer authentication) as the superuser, in the database of the same name.
+/// `tty` adds `-t` (only when stdin is a terminal, so piped SQL works).
 pub fn exec_args(
     namespace: &str,
-    database: &str,
+    pod: &str,
     user: &str,
     tty: bool,
     extra: &[String],
@@ -36,19 +47,8 @@ pub fn exec_args(
     let mut args: Vec<String> = vec!["exec".into(), if tty { "-it" } else { "-i" }.into()];
     args.extend(
         [
-            "-n",
-            namespace,
-            &Names::new(database).pod(0),
-            "-c",
-            CONTAINER,
-            "--",
-            "psql",
-            "-h",
-            SOCKET_DIR,
-            "-U",
-            user,
-            "-d",
-            user,
+            "-n", namespace, pod, "-c", CONTAINER, "--", "psql", "-h", SOCKET_DIR, "-U", user,
+            "-d", user,
         ]
         .map(String::from),
     );
@@ -82,7 +82,7 @@ mod tests {
         let user = superuser(&s);
         let args = exec_args(
             "shop",
-            "orders",
+            "orders-0",
             &user,
             true,
             &["-c".into(), "select 1".into()],
@@ -102,8 +102,20 @@ mod tests {
     fn without_a_terminal_there_is_no_tty_and_the_default_user_is_postgres() {
         let user = superuser(&secret(&[("password", "x")]));
         assert_eq!(user, "postgres");
-        let args = exec_args("ns", "db", &user, false, &[]);
+        let args = exec_args("ns", "db-0", &user, false, &[]);
         assert_eq!(&args[..2], ["exec", "-i"]);
         assert_eq!(args.last().map(String::as_str), Some("postgres"));
+    }
+
+    #[test]
+    fn psql_runs_on_the_primary_the_status_names() {
+        use crate::api::DatabaseStatus;
+        let mut db = crate::resources::testing::minimal();
+        assert_eq!(primary_pod(&db), "orders-0");
+        db.status = Some(DatabaseStatus {
+            primary: Some("orders-2".into()),
+            ..DatabaseStatus::default()
+        });
+        assert_eq!(primary_pod(&db), "orders-2");
     }
 }

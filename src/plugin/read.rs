@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Event, Secret};
-use kube::api::{ListParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Api, Client};
 
@@ -13,6 +13,7 @@ use super::health::{PodHealth, figures};
 use super::render::{EventLine, StatusView, from_meta_time};
 use crate::api::{BackupReason, Database, DatabaseBackup, DatabaseBackupSpec, MonitoringSpec};
 use crate::resources::credentials::secret_name;
+use crate::resources::primary_lease::PROMOTE_ANNOTATION;
 use dbop_contract::instance::METRICS_PORT;
 
 /// What went wrong, in a sentence for the terminal.
@@ -207,6 +208,24 @@ pub async fn create_backup(
         .await
         .map_err(api_error(format!(
             "cannot create DatabaseBackup {ns}/{name}"
+        )))
+}
+
+/// Asks the operator to make `instance` the primary of the Database (a switchover): the
+/// annotation it answers with an Event and then removes.
+pub async fn request_promotion(
+    client: &Client,
+    ns: &str,
+    database: &str,
+    instance: &str,
+) -> Result<(), PluginError> {
+    let patch = serde_json::json!({"metadata": {"annotations": {PROMOTE_ANNOTATION: instance}}});
+    Api::<Database>::namespaced(client.clone(), ns)
+        .patch(database, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(drop)
+        .map_err(api_error(format!(
+            "cannot ask for the promotion of {instance} in Database {ns}/{database}"
         )))
 }
 

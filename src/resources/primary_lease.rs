@@ -22,6 +22,10 @@ use dbop_contract::topology::Topology;
 
 const COMPONENT: &str = "primary-lease";
 
+/// The Database annotation that asks for a switchover to the instance it names
+/// (`kubectl dbop promote NAME INSTANCE`); the operator removes it once it has answered.
+pub const PROMOTE_ANNOTATION: &str = "dbop.dev/promote";
+
 impl Names {
     /// The primary Lease.
     pub fn primary_lease(&self) -> String {
