@@ -31,7 +31,7 @@ TIMED := $(CURDIR)/e2e/timed.sh
 TEST_BUDGET_SECONDS ?= 900
 STATIC_BINS := dbop dbop-backup dbop-instance
 
-.PHONY: plugin help build build-tests static test test-unit test-e2e lint fmt crds testbed-build testbed-up testbed-down images run bench bench-backup fuzz
+.PHONY: plugin help build build-tests static test test-unit test-e2e lint fmt crds testbed-build testbed-up testbed-down images run bench bench-ha bench-backup fuzz
 
 run: ## the operator on a control plane (the local one when none is configured) and the example Database reaching Ready
 	e2e/run.sh
@@ -126,6 +126,9 @@ fuzz: ## fuzz the manifest, termination-message, duration/size parsers and the d
 
 bench-backup: ## benchmark dbop-backup dump against pg_dump | zstd | rclone rcat (writes docs/benchmarks.md figures)
 	backups/bench/run.sh
+
+bench-ha: ## failover, isolation and switchover write gaps of a 3-instance Database on the real node (BENCH_HA_TRIALS per kind, default 20; not part of `make test`; figures in docs/benchmarks.md)
+	e2e/bench/ha.sh
 
 bench: ## dbop at 1,000 Databases on a kwok-only test bed (scale, idle, self-repair, startup; not part of `make test`; figures in docs/benchmarks.md)
 	e2e/bench/run.sh

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::node::{REAL_NODE_STORAGE_CLASS, real_node_placement};
 use crate::{TestBed, wait_until};
 
 /// A row replicated to a streaming standby, or an instance changing role.
@@ -16,6 +17,17 @@ pub const REPLICATION_WAIT: Duration = Duration::from_secs(60);
 /// real node's two CPUs, beside another suite.
 pub fn instance_resources() -> Value {
     json!({"requests": {"cpu": "25m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}})
+}
+
+/// A Database of `instances` on the real node, with its small resource request.
+pub fn real_node_database(name: &str, version: &str, instances: i32) -> Value {
+    json!({"metadata": {"name": name}, "spec": {
+        "version": version,
+        "instances": instances,
+        "storage": {"size": "1Gi", "storageClassName": REAL_NODE_STORAGE_CLASS},
+        "placement": real_node_placement(),
+        "resources": instance_resources(),
+    }})
 }
 
 impl TestBed {

@@ -15,8 +15,7 @@
 use std::time::{Duration, Instant};
 
 use dbop::api::Phase;
-use dbop_e2e::instances::{REPLICATION_WAIT, instance_resources};
-use dbop_e2e::node::{REAL_NODE_STORAGE_CLASS, real_node_placement};
+use dbop_e2e::instances::{REPLICATION_WAIT, real_node_database};
 use dbop_e2e::{TestBed, testbed, wait_until};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -81,17 +80,8 @@ async fn a_lost_primary_is_replaced_and_an_isolated_one_stops_writing_first() {
     bed.require_real_node().await;
     let ns = bed.real_node_namespace("failover").await;
     let _operator = bed.operator_for_real_node(&ns);
-    bed.apply_database(
-        &ns,
-        json!({"metadata": {"name": "pay"}, "spec": {
-            "version": "15.20",
-            "instances": 3,
-            "storage": {"size": "1Gi", "storageClassName": REAL_NODE_STORAGE_CLASS},
-            "placement": real_node_placement(),
-            "resources": instance_resources(),
-        }}),
-    )
-    .await;
+    bed.apply_database(&ns, real_node_database("pay", "15.20", 3))
+        .await;
     bed.wait_for_phase(&ns, "pay", Phase::Ready, READY_WAIT)
         .await;
     bed.local_ok(
@@ -249,17 +239,8 @@ async fn a_switchover_moves_the_primary_and_loses_no_acknowledged_commit() {
     bed.require_real_node().await;
     let ns = bed.real_node_namespace("switchover").await;
     let _operator = bed.operator_for_real_node(&ns);
-    bed.apply_database(
-        &ns,
-        json!({"metadata": {"name": "swap"}, "spec": {
-            "version": "15.20",
-            "instances": 3,
-            "storage": {"size": "1Gi", "storageClassName": REAL_NODE_STORAGE_CLASS},
-            "placement": real_node_placement(),
-            "resources": instance_resources(),
-        }}),
-    )
-    .await;
+    bed.apply_database(&ns, real_node_database("swap", "15.20", 3))
+        .await;
     bed.wait_for_phase(&ns, "swap", Phase::Ready, READY_WAIT)
         .await;
     bed.local_ok(&ns, "swap-0", "create table acked (id int primary key)");

@@ -16,7 +16,7 @@ use dbop::api::{
     BackupPhase, BackupReason, DatabaseBackup, DatabaseBackupSpec, InstanceRole, Phase,
     UpgradeStage,
 };
-use dbop_e2e::instances::{REPLICATION_WAIT, instance_resources};
+use dbop_e2e::instances::{REPLICATION_WAIT, instance_resources, real_node_database};
 use dbop_e2e::node::{REAL_NODE_STORAGE_CLASS, real_node_placement};
 use dbop_e2e::{TestBed, testbed, wait_until};
 use k8s_openapi::api::batch::v1::Job;
@@ -275,15 +275,7 @@ async fn scaling_up_adds_a_standby_without_restarting_the_primary() {
     bed.require_real_node().await;
     let ns = bed.real_node_namespace("ha-scale").await;
     let _operator = bed.operator_for_real_node(&ns);
-    let manifest = |instances: i32| {
-        json!({"metadata": {"name": "grow"}, "spec": {
-            "version": "15.20",
-            "instances": instances,
-            "storage": {"size": "1Gi", "storageClassName": REAL_NODE_STORAGE_CLASS},
-            "placement": real_node_placement(),
-            "resources": instance_resources(),
-        }})
-    };
+    let manifest = |instances: i32| real_node_database("grow", "15.20", instances);
     bed.apply_database(&ns, manifest(1)).await;
     bed.wait_for_phase(&ns, "grow", Phase::Ready, READY_WAIT)
         .await;
@@ -320,15 +312,7 @@ async fn three_instances_upgrade_standbys_first_and_keep_their_data() {
     bed.require_real_node().await;
     let ns = bed.real_node_namespace("ha-upgrade").await;
     let _operator = bed.operator_for_real_node(&ns);
-    let spec = |version: &str| {
-        json!({"metadata": {"name": "up"}, "spec": {
-            "version": version,
-            "instances": 3,
-            "storage": {"size": "1Gi", "storageClassName": REAL_NODE_STORAGE_CLASS},
-            "placement": real_node_placement(),
-            "resources": instance_resources(),
-        }})
-    };
+    let spec = |version: &str| real_node_database("up", version, 3);
     bed.apply_database(&ns, spec("15.18")).await;
     bed.wait_for_phase(&ns, "up", Phase::Ready, READY_WAIT)
         .await;

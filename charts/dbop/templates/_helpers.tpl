@@ -154,6 +154,7 @@ the operator as this chart's ServiceAccount and fails on any Forbidden in the au
   resources: ["roles", "rolebindings"]
   verbs: ["create"]
 # Events (a repeated one is patched into a series).
+- apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
 {{- end }}

@@ -234,8 +234,9 @@ pub fn write_standby_config(pgdata: &Path, upstream: Option<&Upstream>) -> Resul
     }
 }
 
-/// `IDENTIFY_SYSTEM` on the upstream, over a replication connection as the replication role.
-pub fn identify_system(bin: &Path, upstream: &Upstream) -> Result<Source, Fatal> {
+/// A replication-protocol `command` on the upstream, over a replication connection as the
+/// replication role: its output, unaligned, fields separated by `|`.
+fn replication_command(bin: &Path, upstream: &Upstream, command: &str) -> Result<String, Fatal> {
     let mut cmd = tool(bin, "psql");
     cmd.arg(format!(
         "{} replication=true",
@@ -247,27 +248,21 @@ pub fn identify_system(bin: &Path, upstream: &Upstream) -> Result<Source, Fatal>
         "--tuples-only",
         "--field-separator=|",
         "--no-password",
-        "--command=IDENTIFY_SYSTEM",
-    ]);
-    rejoin::parse_identify_system(&output(cmd, "IDENTIFY_SYSTEM on the primary")?).map_err(Fatal)
+    ])
+    .arg(format!("--command={command}"));
+    output(cmd, &format!("{command} on the primary"))
 }
 
-/// Whether the upstream runs as a standby still (`SHOW in_hot_standby` over a replication
-/// connection, PostgreSQL 14 and later): a standby named primary that is not promoted yet.
+/// `IDENTIFY_SYSTEM` on the upstream.
+pub fn identify_system(bin: &Path, upstream: &Upstream) -> Result<Source, Fatal> {
+    rejoin::parse_identify_system(&replication_command(bin, upstream, "IDENTIFY_SYSTEM")?)
+        .map_err(Fatal)
+}
+
+/// Whether the upstream runs as a standby still (`SHOW in_hot_standby`, PostgreSQL 14 and
+/// later): a standby named primary that is not promoted yet.
 pub fn upstream_in_recovery(bin: &Path, upstream: &Upstream) -> Result<bool, Fatal> {
-    let mut cmd = tool(bin, "psql");
-    cmd.arg(format!(
-        "{} replication=true",
-        config::replication_conninfo(upstream)
-    ))
-    .args([
-        "--no-psqlrc",
-        "--no-align",
-        "--tuples-only",
-        "--no-password",
-        "--command=SHOW in_hot_standby",
-    ]);
-    let out = output(cmd, "SHOW in_hot_standby on the primary")?;
+    let out = replication_command(bin, upstream, "SHOW in_hot_standby")?;
     Ok(out.trim() == "on")
 }
 

@@ -1,0 +1,217 @@
+//! `make bench-ha`: failover and switchover of a 3-instance Database on the test bed's real node,
+//! measured from outside. Not a test (nothing here asserts a target): it prints the figures
+//! docs/benchmarks.md records and writes them as JSON to `target/bench/ha-<BENCH_LABEL>.json`.
+//!
+//! `BENCH_HA_TRIALS` (20) trials of each kind, one after the other, on one Database:
+//! - `postgres-killed`: `kill -9` of the primary's postmaster;
+//! - `pod-deleted`: the primary's pod deleted;
+//! - `isolated`: the primary pod's network cut (the bed's emulation of a node that stops
+//!   answering: it has one real node), restored once another instance took writes;
+//! - `switchover`: `dbop.dev/promote` naming the next standby.
+//!
+//! Each trial: a writer in a client pod inserts through `-rw`, one connection per insert, as
+//! fast as `kubectl exec` allows (about 4 per second); the figure is the time from the fault to
+//! the first insert acknowledged after it — an upper bound of the write gap by the writer's
+//! period. Every attempt also tries an insert on the old primary's own socket: one acknowledged
+//! after another instance acknowledged one counts as a two-primary write. Between trials, every
+//! instance is ready again.
+
+use std::time::{Duration, Instant};
+
+use dbop::api::Phase;
+use dbop_e2e::instances::real_node_database;
+use dbop_e2e::{TestBed, testbed, wait_until};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use serde_json::json;
+
+const NAME: &str = "bench";
+const RECOVERY: Duration = Duration::from_secs(600);
+const FAULT_WAIT: Duration = Duration::from_secs(180);
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    PostgresKilled,
+    PodDeleted,
+    Isolated,
+    Switchover,
+}
+
+impl Kind {
+    fn label(self) -> &'static str {
+        match self {
+            Kind::PostgresKilled => "postgres-killed",
+            Kind::PodDeleted => "pod-deleted",
+            Kind::Isolated => "isolated",
+            Kind::Switchover => "switchover",
+        }
+    }
+}
+
+struct Trial {
+    gap: Duration,
+    two_primary_writes: u32,
+}
+
+async fn primary(bed: &TestBed, ns: &str) -> String {
+    let db = bed.databases(ns).get(NAME).await.unwrap();
+    db.status.and_then(|s| s.primary).unwrap_or_default()
+}
+
+async fn all_ready(bed: &TestBed, ns: &str) {
+    wait_until("every instance ready", RECOVERY, || async {
+        let s = bed.databases(ns).get(NAME).await.ok()?.status?;
+        (s.phase == Some(Phase::Ready)
+            && s.instances.len() == 3
+            && s.instances.iter().all(|i| i.ready))
+        .then_some(())
+    })
+    .await;
+}
+
+/// One insert through `-rw` from the client pod.
+fn write_rw(bed: &TestBed, ns: &str, n: u64) -> bool {
+    let sql =
+        format!("PGCONNECT_TIMEOUT=2 psql -X -q -d postgres -c 'insert into bench values ({n})'");
+    bed.exec(ns, "client", &["sh", "-c", &sql]).0
+}
+
+async fn fault(
+    bed: &TestBed,
+    ns: &str,
+    kind: Kind,
+    old: &str,
+) -> Option<dbop_e2e::node::NetworkCut> {
+    match kind {
+        Kind::PostgresKilled => {
+            let kill = "read pid < \"$PGDATA/postmaster.pid\" && kill -9 \"$pid\"";
+            assert!(bed.exec(ns, old, &["sh", "-c", kill]).0, "kill -9 on {old}");
+        }
+        Kind::PodDeleted => {
+            let pods: Api<Pod> = Api::namespaced(bed.client.clone(), ns);
+            pods.delete(old, &DeleteParams::default()).await.unwrap();
+        }
+        Kind::Isolated => return Some(bed.cut_pod_network(ns, old)),
+        Kind::Switchover => {
+            let ordinal: u32 = old.rsplit('-').next().unwrap().parse().unwrap();
+            let to = format!("{NAME}-{}", (ordinal + 1) % 3);
+            let patch = json!({"metadata": {"annotations": {"dbop.dev/promote": to}}});
+            bed.databases(ns)
+                .patch(NAME, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .unwrap();
+        }
+    }
+    None
+}
+
+async fn trial(bed: &TestBed, ns: &str, kind: Kind, counter: &mut u64) -> Trial {
+    let old = primary(bed, ns).await;
+    let start = Instant::now();
+    let mut cut = fault(bed, ns, kind, &old).await;
+    let mut two_primary_writes = 0;
+    let mut other_wrote = false;
+    let gap = loop {
+        assert!(
+            start.elapsed() < FAULT_WAIT,
+            "{kind:?}: no write within {FAULT_WAIT:?}"
+        );
+        *counter += 1;
+        let acknowledged = write_rw(bed, ns, *counter);
+        let at = start.elapsed();
+        let now_primary = primary(bed, ns).await;
+        if acknowledged && now_primary != old {
+            other_wrote = true;
+        }
+        let sql = format!("insert into bench values ({})", *counter + 1_000_000_000);
+        if other_wrote && bed.local_psql(ns, &old, &sql).0 {
+            two_primary_writes += 1;
+        }
+        // A postgres kill or a pod deletion may come back as the same primary before any
+        // failover: a write through -rw is the end of the gap either way.
+        if acknowledged {
+            break at;
+        }
+    };
+    if let Some(cut) = cut.as_mut() {
+        wait_until(
+            "another primary after the isolation",
+            FAULT_WAIT,
+            || async { (primary(bed, ns).await != old).then_some(()) },
+        )
+        .await;
+        cut.restore();
+    }
+    all_ready(bed, ns).await;
+    Trial {
+        gap,
+        two_primary_writes,
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+#[tokio::main]
+async fn main() {
+    let bed = testbed().await;
+    bed.require_real_node().await;
+    let trials: usize = std::env::var("BENCH_HA_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let label = std::env::var("BENCH_LABEL").unwrap_or_else(|_| "local".into());
+    let ns = bed.real_node_namespace("bench-ha").await;
+    let _operator = bed.operator_for_real_node(&ns);
+    bed.apply_database(&ns, real_node_database(NAME, "15.20", 3))
+        .await;
+    all_ready(&bed, &ns).await;
+    let first = primary(&bed, &ns).await;
+    bed.local_ok(&ns, &first, "create table bench (id bigint)");
+    bed.psql_client(&ns, "client", NAME, "bench-credentials")
+        .await;
+    let mut counter = 0u64;
+    let mut results = serde_json::Map::new();
+    for kind in [
+        Kind::PostgresKilled,
+        Kind::PodDeleted,
+        Kind::Isolated,
+        Kind::Switchover,
+    ] {
+        let mut gaps = Vec::new();
+        let mut two = 0;
+        for n in 0..trials {
+            let t = trial(&bed, &ns, kind, &mut counter).await;
+            println!(
+                "{} #{n}: {:.2} s, two-primary writes {}",
+                kind.label(),
+                t.gap.as_secs_f64(),
+                t.two_primary_writes
+            );
+            gaps.push(t.gap);
+            two += t.two_primary_writes;
+        }
+        gaps.sort();
+        let (p50, max) = (percentile(&gaps, 0.5), *gaps.last().unwrap());
+        println!(
+            "{}: {trials} trials, write gap p50 {:.2} s, max {:.2} s, two-primary writes {two}",
+            kind.label(),
+            p50.as_secs_f64(),
+            max.as_secs_f64()
+        );
+        results.insert(
+            kind.label().into(),
+            json!({"trials": trials, "p50_s": p50.as_secs_f64(), "max_s": max.as_secs_f64(),
+                   "two_primary_writes": two,
+                   "gaps_s": gaps.iter().map(Duration::as_secs_f64).collect::<Vec<_>>()}),
+        );
+    }
+    let out = std::path::Path::new("target/bench");
+    std::fs::create_dir_all(out).unwrap();
+    let path = out.join(format!("ha-{label}.json"));
+    std::fs::write(&path, serde_json::to_string_pretty(&results).unwrap()).unwrap();
+    println!("written to {}", path.display());
+}
