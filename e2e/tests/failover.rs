@@ -33,12 +33,13 @@ async fn named_primary(bed: &TestBed, ns: &str, name: &str) -> Option<String> {
     bed.databases(ns).get(name).await.ok()?.status?.primary
 }
 
-/// Waits until the status names a primary other than `old`, which accepts writes.
-async fn new_primary(bed: &TestBed, ns: &str, old: &str) -> String {
+/// Waits until the status of Database `name` names a primary other than `old`, which accepts
+/// writes.
+async fn new_primary(bed: &TestBed, ns: &str, name: &str, old: &str) -> String {
     let primary = wait_until(
         &format!("a primary other than {old}"),
         FAILOVER_WAIT,
-        || async { named_primary(bed, ns, "pay").await.filter(|p| p != old) },
+        || async { named_primary(bed, ns, name).await.filter(|p| p != old) },
     )
     .await;
     wait_until(&format!("{primary} promoted"), FAILOVER_WAIT, || async {
@@ -109,7 +110,7 @@ async fn a_lost_primary_is_replaced_and_an_isolated_one_stops_writing_first() {
         ],
     );
     assert!(killed, "killing pay-0's postmaster: {err}");
-    let first = new_primary(&bed, &ns, "pay-0").await;
+    let first = new_primary(&bed, &ns, "pay", "pay-0").await;
     write_through_rw(
         &bed,
         &ns,
@@ -273,7 +274,7 @@ async fn a_switchover_moves_the_primary_and_loses_no_acknowledged_commit() {
         .patch("swap", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-    let primary = new_primary(&bed, &ns, "swap-0").await;
+    let primary = new_primary(&bed, &ns, "swap", "swap-0").await;
     assert_eq!(primary, "swap-2");
     let before = acked().await.len();
     wait_until(
