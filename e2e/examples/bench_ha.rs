@@ -10,9 +10,9 @@
 //! - `switchover`: `dbop.dev/promote` naming the next standby.
 //!
 //! Each trial: a writer in a client pod inserts through `-rw`, one connection per insert, as
-//! fast as `kubectl exec` allows (about 4 per second); the figure is the time from the fault to
-//! the first insert acknowledged after it — an upper bound of the write gap by the writer's
-//! period. Every attempt also tries an insert on the old primary's own socket: one acknowledged
+//! fast as `kubectl exec` allows (about 4 per second); the figure is the write gap: from the last
+//! insert acknowledged before the first refused one to the next acknowledged one (its
+//! resolution is the writer's period). Every attempt also tries an insert on the old primary's own socket: one acknowledged
 //! after another instance acknowledged one counts as a two-primary write. Between trials, every
 //! instance is ready again.
 
@@ -112,6 +112,10 @@ async fn trial(bed: &TestBed, ns: &str, kind: Kind, counter: &mut u64) -> Trial 
     let mut cut = fault(bed, ns, kind, &old).await;
     let mut two_primary_writes = 0;
     let mut other_wrote = false;
+    // The write gap: from the last acknowledged insert before the first refused one to the
+    // next acknowledged one (a deleted pod serves until its shutdown begins).
+    let mut last_ack = Duration::ZERO;
+    let mut failed = false;
     let gap = loop {
         assert!(
             start.elapsed() < FAULT_WAIT,
@@ -120,18 +124,20 @@ async fn trial(bed: &TestBed, ns: &str, kind: Kind, counter: &mut u64) -> Trial 
         *counter += 1;
         let acknowledged = write_rw(bed, ns, *counter);
         let at = start.elapsed();
-        let now_primary = primary(bed, ns).await;
-        if acknowledged && now_primary != old {
+        let moved = primary(bed, ns).await != old;
+        if acknowledged && moved {
             other_wrote = true;
         }
         let sql = format!("insert into bench values ({})", *counter + 1_000_000_000);
         if other_wrote && bed.local_psql(ns, &old, &sql).0 {
             two_primary_writes += 1;
         }
-        // A postgres kill or a pod deletion may come back as the same primary before any
-        // failover: a write through -rw is the end of the gap either way.
-        if acknowledged {
-            break at;
+        match (acknowledged, failed) {
+            (true, true) => break at - last_ack,
+            // The primary moved and no insert was refused: no gap the writer could see.
+            (true, false) if moved => break Duration::ZERO,
+            (true, false) => last_ack = at,
+            (false, _) => failed = true,
         }
     };
     if let Some(cut) = cut.as_mut() {
