@@ -1,6 +1,7 @@
 //! Command line: subcommands and flags, each flag also readable from a `DBOP_BACKUP_*`
 //! environment variable. Connection settings are not flags: they come from the libpq (`PG*`)
-//! and AWS SDK (`AWS_*`) variables, so no secret is ever on a command line.
+//! and AWS SDK (`AWS_*`) variables, or from files (`--password-file`, `--s3-*-file`,
+//! `--encryption-key-dir`: Secrets mounted as volumes), so no secret is ever on a command line.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -70,6 +71,27 @@ pub struct StorageArgs {
     /// The KMS key (id, ARN or alias) of `--sse=aws-kms`; default: the account's.
     #[arg(long, env = "DBOP_BACKUP_SSE_KMS_KEY_ID", requires = "sse")]
     pub sse_kms_key_id: Option<String>,
+    /// File holding the S3 access key id (a static key; else the SDK's credential chain).
+    #[arg(
+        long,
+        env = "DBOP_BACKUP_S3_ACCESS_KEY_ID_FILE",
+        requires = "s3_secret_access_key_file"
+    )]
+    pub s3_access_key_id_file: Option<PathBuf>,
+    /// File holding the S3 secret access key.
+    #[arg(
+        long,
+        env = "DBOP_BACKUP_S3_SECRET_ACCESS_KEY_FILE",
+        requires = "s3_access_key_id_file"
+    )]
+    pub s3_secret_access_key_file: Option<PathBuf>,
+    /// File holding an S3 session token (temporary credentials), with the two above.
+    #[arg(
+        long,
+        env = "DBOP_BACKUP_S3_SESSION_TOKEN_FILE",
+        requires = "s3_access_key_id_file"
+    )]
+    pub s3_session_token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args, Clone, Default)]
@@ -84,6 +106,23 @@ pub struct PgArgs {
     /// Directory of pg_dump/pg_restore/psql; default: /usr/lib/postgresql/<server major>/bin, then PATH.
     #[arg(long, env = "DBOP_BACKUP_PG_BIN_DIR")]
     pub pg_bin_dir: Option<PathBuf>,
+    /// File holding the database user's name (sets PGUSER, and PGDATABASE when unset, as
+    /// libpq's default database is the user's name). A missing file changes nothing.
+    #[arg(long, env = "DBOP_BACKUP_USER_FILE")]
+    pub user_file: Option<PathBuf>,
+    /// File holding the database password: written, escaped, into a pgpass file (mode 0600)
+    /// in a private scratch directory that PGPASSFILE names for psql, pg_dump and pg_restore.
+    #[arg(long, env = "DBOP_BACKUP_PASSWORD_FILE")]
+    pub password_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args, Clone, Default)]
+pub struct KeyArgs {
+    /// Directory of encryption keys, one file per key name (a Secret mounted as a volume),
+    /// each the base64 of 32 random bytes (`openssl rand -base64 32`). An encrypted backup
+    /// is read with the key its manifest names.
+    #[arg(long, env = "DBOP_BACKUP_ENCRYPTION_KEY_DIR")]
+    pub encryption_key_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -138,6 +177,15 @@ pub struct DumpArgs {
     /// this id exists, `dump` reports it as succeeded without dumping again.
     #[arg(long, env = "DBOP_BACKUP_ID")]
     pub backup_id: Option<String>,
+    #[command(flatten)]
+    pub keys: KeyArgs,
+    /// Encrypt every object of the backup with this key of `--encryption-key-dir`.
+    #[arg(
+        long,
+        env = "DBOP_BACKUP_ENCRYPTION_KEY",
+        requires = "encryption_key_dir"
+    )]
+    pub encryption_key: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -158,6 +206,8 @@ pub struct RestoreArgs {
     #[arg(long, env = "DBOP_BACKUP_NO_GLOBALS")]
     pub no_globals: bool,
     #[command(flatten)]
+    pub keys: KeyArgs,
+    #[command(flatten)]
     pub storage: StorageArgs,
     #[command(flatten)]
     pub output: OutputArgs,
@@ -176,6 +226,8 @@ pub struct VerifyArgs {
     /// Name of the scratch database (created, then dropped; default dbop_verify_<time>_<pid>).
     #[arg(long, env = "DBOP_BACKUP_SCRATCH_DATABASE")]
     pub scratch_database: Option<String>,
+    #[command(flatten)]
+    pub keys: KeyArgs,
     #[command(flatten)]
     pub storage: StorageArgs,
     #[command(flatten)]

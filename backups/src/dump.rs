@@ -23,11 +23,15 @@ use chrono::Utc;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
+use crate::crypto::{self, Key};
 use crate::databases::{self, Listed};
 use crate::error::{Error, Result};
 use crate::globals;
 use crate::layout::{self, GLOBALS_FILE, Layout};
-use crate::manifest::{self, DatabaseDump, GlobalsInfo, MAX_MANIFEST_BYTES, Manifest};
+use crate::manifest::{
+    self, DatabaseDump, EncryptionInfo, GlobalsInfo, MAX_MANIFEST_BYTES, Manifest, Stored,
+    object_context,
+};
 use crate::pg::{self, PgTools, PsqlSession};
 use crate::result::BackupResult;
 use crate::retention::Policy;
@@ -56,6 +60,8 @@ pub struct DumpOptions {
     pub backup_id: Option<String>,
     pub policy: Policy,
     pub incomplete_grace: Duration,
+    /// Encrypt every object with this key (`crypto`); `None`: stored as before, in the clear.
+    pub key: Option<Key>,
 }
 
 /// An upload in progress, remembered so it can be aborted whatever happens.
@@ -120,7 +126,7 @@ async fn dump_inner(
     target.note(&server, result);
 
     store.check_bucket().await?;
-    if let Some(m) = already_complete(store, &target).await? {
+    if let Some(m) = already_complete(store, &target, opts.key.as_ref()).await? {
         let _ = session.finish().await;
         m.fill_result(result);
         result.message = Some(format!(
@@ -145,11 +151,11 @@ async fn dump_inner(
     )
     .await?;
     let mut m = manifest_of(opts, &target, &engine_version, started, dumps);
-    m.globals = Some(store_globals(store, &target, globals).await?);
+    m.globals = Some(store_globals(store, &target, globals, opts.key.as_ref()).await?);
     store
         .put(
             &target.manifest_key,
-            Bytes::from(m.to_json()),
+            Bytes::from(m.to_stored(opts.key.as_ref())),
             "application/json",
         )
         .await?;
@@ -193,14 +199,18 @@ async fn dump_all(
             Some(open) => open,
             None => open_listed(tools, &db.name).await?,
         };
-        let file = databases::dump_file_name(index, &db.name);
+        // An encrypted backup's object names do not give the databases' names away.
+        let file = match (&opts.key, index) {
+            (Some(_), 1..) => format!("db-{index:03}.pgc.zst"),
+            _ => databases::dump_file_name(index, &db.name),
+        };
         let key = format!("{}{file}", target.prefix);
         let (compressed, row_counts) = stream_dump(
             store,
             tools,
             opts,
             &server,
-            (&key, &target.backup_id),
+            (&key, &target.backup_id, &file),
             &mut session,
             pending,
         )
@@ -242,16 +252,31 @@ async fn open_listed(tools: &PgTools, name: &str) -> Result<(PsqlSession, Server
     }
 }
 
-/// Stores the globals script beside the dump (before the manifest, which makes it count).
-async fn store_globals(store: &Store, target: &Target, script: String) -> Result<GlobalsInfo> {
+/// Stores the globals script beside the dump (before the manifest, which makes it count),
+/// encrypted with `key` when there is one; its size and SHA-256 are of what is stored.
+async fn store_globals(
+    store: &Store,
+    target: &Target,
+    script: String,
+    key: Option<&Key>,
+) -> Result<GlobalsInfo> {
+    let roles = globals::role_count(&script);
+    let stored = match key {
+        Some(k) => crypto::seal(
+            k,
+            &object_context(&target.backup_id, GLOBALS_FILE),
+            script.as_bytes(),
+        ),
+        None => script.into_bytes(),
+    };
     let info = GlobalsInfo {
         file: GLOBALS_FILE.into(),
-        size_bytes: script.len() as u64,
-        sha256: hex::encode(Sha256::digest(script.as_bytes())),
-        roles: globals::role_count(&script),
+        size_bytes: stored.len() as u64,
+        sha256: hex::encode(Sha256::digest(&stored)),
+        roles,
     };
     store
-        .put(&target.globals_key, Bytes::from(script), "application/sql")
+        .put(&target.globals_key, Bytes::from(stored), "application/sql")
         .await?;
     Ok(info)
 }
@@ -350,22 +375,33 @@ async fn open_snapshot(
     Ok((session, server))
 }
 
-/// The manifest of a backup with this id that was already completed (a retried Job).
-async fn already_complete(store: &Store, target: &Target) -> Result<Option<Manifest>> {
+/// The manifest of a backup with this id that was already completed (a retried Job); a
+/// sealed one is opened with the dump's key.
+async fn already_complete(
+    store: &Store,
+    target: &Target,
+    key: Option<&Key>,
+) -> Result<Option<Manifest>> {
     let Some(existing) = store
         .get_small(&target.manifest_key, MAX_MANIFEST_BYTES)
         .await?
     else {
         return Ok(None);
     };
-    let m = Manifest::parse(&existing).map_err(|detail| Error::Integrity {
+    let integrity = |detail: String| Error::Integrity {
         key: target.manifest_key.clone(),
         detail: format!(
             "a backup with id {} exists but its {detail}",
             target.backup_id
         ),
-    })?;
-    Ok(Some(m))
+    };
+    match Stored::parse(&existing).map_err(integrity)? {
+        Stored::Plain(m) => Ok(Some(m)),
+        Stored::Sealed(sealed) => {
+            let key = crate::restore::key_for(&sealed, key)?;
+            sealed.open(&key).map(Some).map_err(integrity)
+        }
+    }
 }
 
 /// Streams pg_dump through zstd into a multipart upload, completes it and checks the stored
@@ -377,7 +413,7 @@ async fn stream_dump(
     tools: &PgTools,
     opts: &DumpOptions,
     server: &ServerFacts,
-    (key, backup_id): (&str, &str),
+    (key, backup_id, file): (&str, &str, &str),
     session: &mut PsqlSession,
     pending: &PendingUpload,
 ) -> Result<(Compressed, BTreeMap<String, u64>)> {
@@ -395,9 +431,13 @@ async fn stream_dump(
         tracing::info!(part_size, "part size raised to stay within 10,000 parts");
     }
     let (tx, rx) = mpsc::channel::<Bytes>(1);
-    let (level, threads) = (opts.compression_level, opts.compression_threads);
+    let level = (opts.compression_level, opts.compression_threads);
+    let sealing = opts
+        .key
+        .clone()
+        .map(|k| (k, object_context(backup_id, file)));
     let compressor =
-        tokio::task::spawn_blocking(move || compress(stdout, level, threads, part_size, tx));
+        tokio::task::spawn_blocking(move || compress(stdout, level, part_size, sealing, tx));
     let parts = upload_parts(store, key, &upload_id, rx, opts.concurrency).await?;
     let compressed = compressor
         .await
@@ -533,6 +573,11 @@ fn manifest_of(
         globals: None,
         definition: first.definition,
         other_databases: dumps,
+        encryption: opts.key.as_ref().map(|k| EncryptionInfo {
+            algorithm: crypto::ALGORITHM.into(),
+            key_name: k.name.clone(),
+            key_fingerprint: k.fingerprint(),
+        }),
     }
 }
 

@@ -41,6 +41,10 @@ pub enum Error {
     /// The backup cannot go into this server (a dump of a newer major version).
     #[error("{0}")]
     Incompatible(String),
+    /// The backup's encryption key is missing, malformed, or not the one the backup was
+    /// written with: the message says which key and what to fix, never the key.
+    #[error("{0}")]
+    Key(String),
     /// SIGTERM or SIGINT arrived.
     #[error("interrupted by {0}")]
     Interrupted(&'static str),
@@ -71,6 +75,7 @@ impl Error {
             Error::Verify(_) => "verify",
             Error::NotFound(_) => "not-found",
             Error::Incompatible(_) => "incompatible-version",
+            Error::Key(_) => "encryption-key",
             Error::Interrupted(_) => "interrupted",
             Error::Io { .. } => "io",
         }

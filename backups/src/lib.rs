@@ -9,6 +9,7 @@
 pub mod archive;
 pub mod catalog;
 pub mod cli;
+pub mod crypto;
 pub mod databases;
 pub mod dump;
 pub mod error;
@@ -19,6 +20,7 @@ pub mod prune;
 pub mod restore;
 pub mod run;
 pub mod s3;
+pub mod secrets;
 pub mod signals;
 pub mod upload;
 pub mod verify;

@@ -32,6 +32,23 @@ fn main() -> ExitCode {
         Command::Prune(a) => a.output.result_file.clone(),
         Command::List(_) => None,
     };
+    // The password and user files become libpq's environment before any thread starts.
+    let pg = match &cli.command {
+        Command::Dump(a) => Some(&a.pg),
+        Command::Restore(a) => Some(&a.pg),
+        Command::Verify(a) => Some(&a.pg),
+        Command::Prune(_) | Command::List(_) => None,
+    };
+    let setup = |pg: &dbop_backup::cli::PgArgs| {
+        dbop_backup::secrets::setup_pg(pg.user_file.as_deref(), pg.password_file.as_deref())
+    };
+    let _pgpass = match pg.map(setup).transpose() {
+        Ok(dir) => dir.flatten(),
+        Err(e) => {
+            eprintln!("dbop-backup: {e}");
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(1));
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -59,6 +59,105 @@ pub struct Manifest {
     /// Every other database backed up, in the order they were dumped (empty in version 1).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub other_databases: Vec<DatabaseDump>,
+    /// The key the backup's objects are encrypted with (absent: not encrypted). Inside a
+    /// sealed manifest it repeats the envelope's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<EncryptionInfo>,
+}
+
+/// How a backup is encrypted: in the clear in the stored manifest, so a restore knows which
+/// key to pick (and that it is the same key) before it decrypts anything. Nothing secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EncryptionInfo {
+    /// `crypto::ALGORITHM`.
+    pub algorithm: String,
+    /// The key's name: the file (Secret key) it is read from.
+    pub key_name: String,
+    /// `crypto::Key::fingerprint`: tells a different key under the same name.
+    pub key_fingerprint: String,
+}
+
+/// The manifest of an encrypted backup as stored: what a listing or a person needs in the
+/// clear (which backup, when, which key), and the whole manifest sealed with the backup's key
+/// (table names, row counts, database names and definitions, checksums).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SealedManifest {
+    pub manifest_version: u32,
+    pub backup_id: String,
+    pub database: String,
+    pub engine: String,
+    pub engine_version: String,
+    #[serde(with = "crate::result::rfc3339_req")]
+    pub started_at: DateTime<Utc>,
+    #[serde(with = "crate::result::rfc3339_req")]
+    pub completed_at: DateTime<Utc>,
+    pub agent_version: String,
+    pub encryption: EncryptionInfo,
+    /// Base64 of the manifest's JSON encrypted like a dump (`crypto`).
+    pub sealed: String,
+}
+
+/// The version of a sealed manifest (older agents refuse it: they cannot decrypt).
+pub const SEALED_MANIFEST_VERSION: u32 = 3;
+
+/// A stored manifest, before any key is used (one per run: its size does not matter).
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stored {
+    Plain(Manifest),
+    Sealed(SealedManifest),
+}
+
+impl Stored {
+    /// Reads a stored manifest: a sealed one is told by its `sealed` field.
+    pub fn parse(bytes: &[u8]) -> Result<Stored, String> {
+        #[derive(Deserialize)]
+        struct Probe {
+            #[serde(default)]
+            sealed: Option<serde::de::IgnoredAny>,
+        }
+        let probe: Probe =
+            serde_json::from_slice(bytes).map_err(|e| format!("manifest is not valid: {e}"))?;
+        if probe.sealed.is_none() {
+            return Manifest::parse(bytes).map(Stored::Plain);
+        }
+        let s: SealedManifest =
+            serde_json::from_slice(bytes).map_err(|e| format!("manifest is not valid: {e}"))?;
+        if s.encryption.algorithm != crate::crypto::ALGORITHM {
+            return Err(format!(
+                "unsupported encryption {} (this agent reads {})",
+                s.encryption.algorithm,
+                crate::crypto::ALGORITHM
+            ));
+        }
+        Ok(Stored::Sealed(s))
+    }
+}
+
+/// What `crypto` context a backup's object is encrypted under: `<backup id>/<file>`.
+pub fn object_context(backup_id: &str, file: &str) -> String {
+    format!("{backup_id}/{file}")
+}
+
+impl SealedManifest {
+    /// Opens the sealed manifest with `key` (whose fingerprint the caller has checked) and
+    /// checks that it is the envelope's.
+    pub fn open(&self, key: &crate::crypto::Key) -> Result<Manifest, String> {
+        use base64::Engine as _;
+        let sealed = base64::engine::general_purpose::STANDARD
+            .decode(&self.sealed)
+            .map_err(|_| "the sealed manifest is not base64".to_string())?;
+        let context = object_context(&self.backup_id, MANIFEST_FILE);
+        let json = crate::crypto::open(key, &context, &sealed)
+            .map_err(|e| format!("the sealed manifest: {e}"))?;
+        let m = Manifest::parse(&json)?;
+        if m.backup_id != self.backup_id || m.encryption.as_ref() != Some(&self.encryption) {
+            return Err("the sealed manifest is not the one its envelope describes".into());
+        }
+        Ok(m)
+    }
 }
 
 /// One database's dump in the backup.
@@ -140,6 +239,30 @@ impl Manifest {
 
     pub fn to_json(&self) -> Vec<u8> {
         serde_json::to_vec_pretty(self).unwrap_or_default()
+    }
+
+    /// The manifest as stored: plain, or sealed with `key` (then `encryption` must name it).
+    pub fn to_stored(&self, key: Option<&crate::crypto::Key>) -> Vec<u8> {
+        let (Some(key), Some(encryption)) = (key, &self.encryption) else {
+            return self.to_json();
+        };
+        use base64::Engine as _;
+        let context = object_context(&self.backup_id, MANIFEST_FILE);
+        let sealed =
+            crate::crypto::seal(key, &context, &serde_json::to_vec(self).unwrap_or_default());
+        let envelope = SealedManifest {
+            manifest_version: SEALED_MANIFEST_VERSION,
+            backup_id: self.backup_id.clone(),
+            database: self.database.clone(),
+            engine: self.engine.clone(),
+            engine_version: self.engine_version.clone(),
+            started_at: self.started_at,
+            completed_at: self.completed_at,
+            agent_version: self.agent_version.clone(),
+            encryption: encryption.clone(),
+            sealed: base64::engine::general_purpose::STANDARD.encode(sealed),
+        };
+        serde_json::to_vec_pretty(&envelope).unwrap_or_default()
     }
 }
 
@@ -226,7 +349,48 @@ mod tests {
             globals: None,
             definition: None,
             other_databases: vec![],
+            encryption: None,
         }
+    }
+
+    fn test_key(seed: u8) -> crate::crypto::Key {
+        use base64::Engine as _;
+        let bytes: Vec<u8> = (0..32u8)
+            .map(|i| i.wrapping_mul(3).wrapping_add(seed))
+            .collect();
+        let text = base64::engine::general_purpose::STANDARD.encode(bytes);
+        crate::crypto::Key::parse("k1", text.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn a_sealed_manifest_keeps_only_the_envelope_in_the_clear() {
+        let key = test_key(1);
+        let mut m = with_databases();
+        m.encryption = Some(EncryptionInfo {
+            algorithm: crate::crypto::ALGORITHM.into(),
+            key_name: "k1".into(),
+            key_fingerprint: key.fingerprint(),
+        });
+        let stored = m.to_stored(Some(&key));
+        let text = String::from_utf8(stored.clone()).unwrap();
+        for secret in ["public.a", "ird/", "sha256", "rowCounts", "otherDatabases"] {
+            assert!(!text.contains(secret), "{secret} in the clear: {text}");
+        }
+        assert!(text.contains(&key.fingerprint()) && text.contains("\"keyName\": \"k1\""));
+        let Stored::Sealed(s) = Stored::parse(&stored).unwrap() else {
+            panic!("not sealed")
+        };
+        assert_eq!(s.open(&key).unwrap(), m);
+        assert!(s.open(&test_key(2)).is_err());
+        // An envelope moved to another backup id does not open.
+        let mut moved = s.clone();
+        moved.backup_id = "other".into();
+        assert!(moved.open(&key).is_err());
+        // A plain manifest stays plain.
+        assert_eq!(
+            Stored::parse(&sample().to_stored(Some(&key))).unwrap(),
+            Stored::Plain(sample())
+        );
     }
 
     fn with_databases() -> Manifest {

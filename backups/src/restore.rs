@@ -13,15 +13,19 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use crate::catalog;
+use crate::crypto::{self, Decrypt, Key, KeyRing};
 use crate::databases::{self, Step};
 use crate::error::{Error, Result};
 use crate::globals;
 use crate::layout::{self, Layout};
-use crate::manifest::{DatabaseDump, GlobalsInfo, MAX_MANIFEST_BYTES, Manifest};
+use crate::manifest::{
+    DatabaseDump, GlobalsInfo, MAX_MANIFEST_BYTES, Manifest, SealedManifest, Stored, object_context,
+};
 use crate::pg::{self, PgTools};
 use crate::result::BackupResult;
 use crate::s3::Store;
 use crate::signals::Interrupt;
+use crate::upload::Sealing;
 
 /// Decoded bytes held back from pg_restore until the object's checksum has been checked.
 pub const HOLD_BACK: usize = 64 << 10;
@@ -39,19 +43,24 @@ pub struct RestoreOptions {
     /// Recreate the backup's roles and memberships before the data (not for `verify`, whose
     /// scratch database shares the source's server and roles).
     pub restore_globals: bool,
+    /// Where the encryption keys are (`--encryption-key-dir`): an encrypted backup is read
+    /// with the key its manifest names.
+    pub keys: Option<KeyRing>,
 }
 
 pub(crate) fn env_database() -> Option<String> {
     std::env::var("PGDATABASE").ok().filter(|d| !d.is_empty())
 }
 
-/// Finds the backup (resolving `latest`) and reads its manifest.
+/// Finds the backup (resolving `latest`) and reads its manifest: a sealed one is opened with
+/// the key it names, from `keys`, which is returned for its objects.
 pub async fn resolve(
     store: &Store,
     layout: &Layout,
     source: &str,
     backup: &str,
-) -> Result<(String, Manifest)> {
+    keys: Option<&KeyRing>,
+) -> Result<(String, Manifest, Option<Key>)> {
     layout::validate_database_name(source).map_err(Error::Usage)?;
     let id = if backup == "latest" {
         let objects = store.list(&layout.database_prefix(source)).await?;
@@ -80,11 +89,65 @@ pub async fn resolve(
                 store.bucket, store.endpoint
             ))
         })?;
-    let m = Manifest::parse(&bytes).map_err(|detail| Error::Integrity {
-        key: manifest_key,
+    let integrity = |detail| Error::Integrity {
+        key: manifest_key.clone(),
         detail,
-    })?;
-    Ok((id, m))
+    };
+    match Stored::parse(&bytes).map_err(integrity)? {
+        Stored::Plain(m) => Ok((id, m, None)),
+        Stored::Sealed(sealed) => {
+            let key = key_from_ring(&sealed, keys)?;
+            let m = sealed.open(&key).map_err(integrity)?;
+            Ok((id, m, Some(key)))
+        }
+    }
+}
+
+/// What to do about a missing or wrong key, in every refusal.
+const KEY_FIX: &str = "in dbop, `encryption.secretName` must name a Secret holding that key under that name (keep old keys in the Secret when you rotate); nothing was read from the backup";
+
+/// The key a sealed manifest names, read from the key directory. A missing directory or key,
+/// a malformed key or a different key under that name is refused before anything is
+/// decrypted, saying which key (name and fingerprint) the backup needs.
+pub(crate) fn key_from_ring(sealed: &SealedManifest, keys: Option<&KeyRing>) -> Result<Key> {
+    let info = &sealed.encryption;
+    let needs = format!(
+        "backup {} is encrypted with key {:?} (fingerprint {})",
+        sealed.backup_id, info.key_name, info.key_fingerprint
+    );
+    let Some(ring) = keys else {
+        return Err(Error::Key(format!(
+            "{needs}, and no key was given: pass --encryption-key-dir with a file named {:?}; {KEY_FIX}",
+            info.key_name
+        )));
+    };
+    let key = ring
+        .get(&info.key_name)
+        .map_err(|e| Error::Key(format!("{needs}: {e}; {KEY_FIX}")))?;
+    key_for(sealed, Some(&key))
+}
+
+/// `given` if it is the key the sealed manifest names (same name and fingerprint).
+pub(crate) fn key_for(sealed: &SealedManifest, given: Option<&Key>) -> Result<Key> {
+    let info = &sealed.encryption;
+    let needs = format!(
+        "backup {} is encrypted with key {:?} (fingerprint {})",
+        sealed.backup_id, info.key_name, info.key_fingerprint
+    );
+    match given {
+        None => Err(Error::Key(format!(
+            "{needs}, and no key was given; {KEY_FIX}"
+        ))),
+        Some(k) if k.name != info.key_name => Err(Error::Key(format!(
+            "{needs}, not with key {:?}; {KEY_FIX}",
+            k.name
+        ))),
+        Some(k) if k.fingerprint() != info.key_fingerprint => Err(Error::Key(format!(
+            "{needs}, but the key under that name now has fingerprint {}: it holds other bytes than the key the backup was written with (put the original key back, under this or another name); {KEY_FIX}",
+            k.fingerprint()
+        ))),
+        Some(k) => Ok(k.clone()),
+    }
 }
 
 /// Restores a backup: its application database into the target database, each other database
@@ -140,7 +203,7 @@ async fn restore_inner(
     result.bucket = Some(store.bucket.clone());
     let (target, source) = databases(tools, opts).await?;
     result.database = Some(target.clone());
-    let (id, m) = resolve(store, layout, &source, &opts.backup).await?;
+    let (id, m, key) = resolve(store, layout, &source, &opts.backup, opts.keys.as_ref()).await?;
     note_backup(result, layout, &source, &id, &m);
     // Reach the target first: a bad password or missing database fails before any download.
     let (major, version) = tools.reach_target(Some(&target)).await?;
@@ -152,16 +215,27 @@ async fn restore_inner(
     check_objects(store, &folder, &dumps).await?;
     let roles = match (&m.globals, opts.restore_globals) {
         (Some(g), true) => {
-            let key = layout.globals_key(&source, &id);
-            restore_globals(store, tools, &key, &target, g).await?
+            let object = layout.globals_key(&source, &id);
+            let sealing = key.clone().map(|k| (k, object_context(&id, &g.file)));
+            restore_globals(store, tools, (&object, sealing), &target, g).await?
         }
         _ => 0,
     };
     for step in &steps {
         let dump = &dumps[step.index];
         prepare_database(tools, opts, &target, step, dump, created).await?;
-        let key = format!("{folder}{}", dump.dump_file);
-        restore_one(store, tools, major, opts, &key, dump, &step.target).await?;
+        let object = format!("{folder}{}", dump.dump_file);
+        let sealing = key
+            .clone()
+            .map(|k| (k, object_context(&id, &dump.dump_file)));
+        let job = OneRestore {
+            major,
+            key: &object,
+            dump,
+            target: &step.target,
+            sealing,
+        };
+        restore_one(store, tools, opts, job).await?;
     }
     result.completed_at = Some(chrono::Utc::now());
     result.message = Some(format!(
@@ -272,16 +346,31 @@ pub(crate) async fn check_objects(
     Ok(())
 }
 
-/// Restores one database's dump into `target`: S3 → checks → pg_restore in one transaction.
+/// One database's dump to restore: which object, into which database, decrypted how.
+pub(crate) struct OneRestore<'a> {
+    pub(crate) major: Option<u32>,
+    /// The object's key in the bucket.
+    pub(crate) key: &'a str,
+    pub(crate) dump: &'a DatabaseDump,
+    pub(crate) target: &'a str,
+    pub(crate) sealing: Sealing,
+}
+
+/// Restores one database's dump into `target`: S3 → checks (→ decryption) → pg_restore in
+/// one transaction.
 pub(crate) async fn restore_one(
     store: &Store,
     tools: &PgTools,
-    major: Option<u32>,
     opts: &RestoreOptions,
-    key: &str,
-    dump: &DatabaseDump,
-    target: &str,
+    job: OneRestore<'_>,
 ) -> Result<()> {
+    let OneRestore {
+        major,
+        key,
+        dump,
+        target,
+        sealing,
+    } = job;
     tracing::info!(database = dump.name, target, key, "restore starting");
     let body = open_dump(store, key, dump.size_bytes).await?;
     let restore = spawn_pg_restore(tools, major, opts, target)?;
@@ -289,6 +378,7 @@ pub(crate) async fn restore_one(
         sha256: dump.sha256.clone(),
         size_bytes: dump.size_bytes,
         raw_bytes: dump.raw_bytes,
+        decrypt: sealing.map(|(k, context)| Decrypt::new(k, &context)),
     };
     let fed = pump(body, restore.stdin, expected, restore.pid).await;
     let mut child = restore.child;
@@ -341,7 +431,7 @@ pub(crate) fn check_major(
 async fn restore_globals(
     store: &Store,
     tools: &PgTools,
-    key: &str,
+    (key, sealing): (&str, Sealing),
     target: &str,
     info: &GlobalsInfo,
 ) -> Result<u32> {
@@ -366,7 +456,14 @@ async fn restore_globals(
             ),
         });
     }
-    let script = String::from_utf8(bytes.to_vec()).map_err(|_| Error::Integrity {
+    let bytes = match sealing {
+        Some((k, context)) => crypto::open(&k, &context, &bytes).map_err(|e| Error::Integrity {
+            key: key.to_string(),
+            detail: format!("the roles script: {e}; nothing was restored"),
+        })?,
+        None => bytes.to_vec(),
+    };
+    let script = String::from_utf8(bytes).map_err(|_| Error::Integrity {
         key: key.to_string(),
         detail: "the roles script is not UTF-8".into(),
     })?;
@@ -526,6 +623,8 @@ struct Expected {
     sha256: String,
     size_bytes: u64,
     raw_bytes: u64,
+    /// The object is encrypted: decrypted (each segment authenticated) after it is hashed.
+    decrypt: Option<Decrypt>,
 }
 
 #[derive(Debug)]
@@ -538,29 +637,64 @@ enum FeedError {
     Internal(String),
 }
 
-/// Reads the downloaded chunks, hashing and counting them.
+/// Reads the downloaded chunks, hashing and counting them (the stored bytes), and gives out
+/// their plaintext: decrypted when the object is encrypted.
 struct HashingReader {
     rx: mpsc::Receiver<std::result::Result<Bytes, String>>,
     current: Bytes,
     hasher: Sha256,
     count: u64,
     download_error: Option<String>,
+    decrypt: Option<Decrypt>,
+    decrypt_error: Option<String>,
+    ended: bool,
+}
+
+impl HashingReader {
+    /// The plaintext of a downloaded chunk (`None`: the end of the object).
+    fn plaintext(&mut self, chunk: Option<&[u8]>) -> std::io::Result<Bytes> {
+        let Some(d) = self.decrypt.as_mut() else {
+            return Ok(Bytes::copy_from_slice(chunk.unwrap_or_default()));
+        };
+        let mut out = Vec::new();
+        let r = match chunk {
+            Some(c) => d.push(c, &mut out),
+            None => d.finish(&mut out),
+        };
+        match r {
+            Ok(()) => Ok(Bytes::from(out)),
+            Err(e) => {
+                self.decrypt_error = Some(e.clone());
+                Err(std::io::Error::other(e))
+            }
+        }
+    }
 }
 
 impl Read for HashingReader {
     fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
         while self.current.is_empty() {
+            if self.ended {
+                return Ok(0);
+            }
             match self.rx.blocking_recv() {
                 Some(Ok(chunk)) => {
                     self.hasher.update(&chunk);
                     self.count += chunk.len() as u64;
-                    self.current = chunk;
+                    self.current = if self.decrypt.is_some() {
+                        self.plaintext(Some(&chunk))?
+                    } else {
+                        chunk
+                    };
                 }
                 Some(Err(e)) => {
                     self.download_error = Some(e.clone());
                     return Err(std::io::Error::other(e));
                 }
-                None => return Ok(0),
+                None => {
+                    self.ended = true;
+                    self.current = self.plaintext(None)?;
+                }
             }
         }
         let n = out.len().min(self.current.len());
@@ -575,10 +709,10 @@ impl Read for HashingReader {
 fn feed(
     rx: mpsc::Receiver<std::result::Result<Bytes, String>>,
     mut stdin: std::fs::File,
-    expected: Expected,
+    mut expected: Expected,
     pid: u32,
 ) -> std::result::Result<(), FeedError> {
-    let r = feed_inner(rx, &mut stdin, &expected);
+    let r = feed_inner(rx, &mut stdin, &mut expected);
     if r.is_err() && pid > 0 {
         // SAFETY: plain kill(2) of our own child, which has not been reaped yet.
         unsafe {
@@ -592,7 +726,7 @@ fn feed(
 fn feed_inner(
     rx: mpsc::Receiver<std::result::Result<Bytes, String>>,
     stdin: &mut std::fs::File,
-    expected: &Expected,
+    expected: &mut Expected,
 ) -> std::result::Result<(), FeedError> {
     let reader = HashingReader {
         rx,
@@ -600,6 +734,9 @@ fn feed_inner(
         hasher: Sha256::new(),
         count: 0,
         download_error: None,
+        decrypt: expected.decrypt.take(),
+        decrypt_error: None,
+        ended: false,
     };
     let mut decoder =
         zstd::stream::read::Decoder::new(reader).map_err(|e| FeedError::Internal(e.to_string()))?;
@@ -613,9 +750,10 @@ fn feed_inner(
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 let inner = decoder.get_ref().get_ref();
-                return Err(match &inner.download_error {
-                    Some(d) => FeedError::Download(d.clone()),
-                    None => FeedError::Integrity(format!(
+                return Err(match (&inner.download_error, &inner.decrypt_error) {
+                    (Some(d), _) => FeedError::Download(d.clone()),
+                    (None, Some(d)) => FeedError::Integrity(format!("the object {d}")),
+                    (None, None) => FeedError::Integrity(format!(
                         "the object does not decompress ({e}) after {} bytes: corrupted or truncated",
                         inner.count
                     )),
@@ -659,9 +797,12 @@ fn check_whole(
             Ok(0) => break,
             Ok(_) => {}
             Err(e) => {
+                let inner = reader.get_ref();
+                if let Some(d) = &inner.decrypt_error {
+                    return Err(FeedError::Integrity(format!("the object {d}")));
+                }
                 return Err(FeedError::Download(
-                    reader
-                        .get_ref()
+                    inner
                         .download_error
                         .clone()
                         .unwrap_or_else(|| e.to_string()),
@@ -768,6 +909,7 @@ mod tests {
             sha256: hex::encode(Sha256::digest(object)),
             size_bytes: object.len() as u64,
             raw_bytes: raw.len() as u64,
+            decrypt: None,
         }
     }
 

@@ -6,8 +6,9 @@ use chrono::Utc;
 
 use crate::catalog::{self, BackupEntry};
 use crate::cli::{
-    Command, DumpArgs, ListArgs, PgArgs, PruneArgs, RestoreArgs, StorageArgs, VerifyArgs,
+    Command, DumpArgs, KeyArgs, ListArgs, PgArgs, PruneArgs, RestoreArgs, StorageArgs, VerifyArgs,
 };
+use crate::crypto::{Key, KeyRing};
 use crate::dump::{self, DumpOptions};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -36,6 +37,11 @@ async fn store_for(args: &StorageArgs) -> Result<(Store, Layout)> {
             mode,
             kms_key_id: args.sse_kms_key_id.clone(),
         }),
+        static_key: crate::secrets::static_key(
+            args.s3_access_key_id_file.as_deref(),
+            args.s3_secret_access_key_file.as_deref(),
+            args.s3_session_token_file.as_deref(),
+        )?,
     })
     .await?;
     Ok((store, Layout::new(&args.prefix)))
@@ -91,6 +97,26 @@ pub async fn run(command: Command, interrupt: Interrupt) -> RunOutput {
     }
 }
 
+/// The key ring of `--encryption-key-dir`.
+fn key_ring(keys: &KeyArgs) -> Option<KeyRing> {
+    keys.encryption_key_dir
+        .as_ref()
+        .map(|dir| KeyRing { dir: dir.clone() })
+}
+
+/// The key a dump encrypts with (`--encryption-key` of `--encryption-key-dir`), checked
+/// before anything is dumped.
+fn dump_key(a: &DumpArgs) -> Result<Option<Key>> {
+    let (Some(ring), Some(name)) = (key_ring(&a.keys), &a.encryption_key) else {
+        return Ok(None);
+    };
+    ring.get(name).map(Some).map_err(|e| {
+        Error::Key(format!(
+            "cannot encrypt the backup: {e}; nothing was dumped (in dbop, spec.backup.encryption names the Secret and its key)"
+        ))
+    })
+}
+
 /// The PostgreSQL client tools of a command.
 fn pg_tools(pg: &PgArgs) -> PgTools {
     PgTools {
@@ -102,9 +128,11 @@ async fn dump_command(a: &DumpArgs, interrupt: &Interrupt) -> RunOutput {
     let mut result = BackupResult::new(Operation::Dump);
     result.started_at = Some(Utc::now());
     let outcome = async {
+        let key = dump_key(a)?;
         let (store, layout) = store_for(&a.storage).await?;
         let tools = pg_tools(&a.pg);
         let opts = DumpOptions {
+            key,
             compression_level: a.compression_level,
             compression_threads: a.compression_threads,
             part_size: a.part_size as usize,
@@ -134,6 +162,7 @@ async fn restore_command(a: &RestoreArgs, interrupt: &Interrupt) -> RunOutput {
             no_owner: a.no_owner,
             no_acl: a.no_acl,
             restore_globals: !a.no_globals,
+            keys: key_ring(&a.keys),
         };
         restore::restore(&store, &layout, &tools, &opts, interrupt, &mut result)
             .await
@@ -152,6 +181,7 @@ async fn verify_command(a: &VerifyArgs, interrupt: &Interrupt) -> RunOutput {
             backup: a.backup.clone(),
             source_database: a.source_database.clone(),
             scratch_database: a.scratch_database.clone(),
+            keys: key_ring(&a.keys),
         };
         verify::verify(&store, &layout, &tools, &opts, interrupt, &mut result).await
     }

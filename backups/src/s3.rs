@@ -69,6 +69,8 @@ pub struct S3Settings {
     pub ca_file: Option<PathBuf>,
     pub checksums: ChecksumMode,
     pub encryption: Option<Encryption>,
+    /// A static key read from files (`--s3-*-file`); `None`: the SDK's credential chain.
+    pub static_key: Option<crate::secrets::StaticKey>,
 }
 
 /// One unfinished multipart upload.
@@ -178,8 +180,17 @@ impl Store {
             ))
             .tls_context(tls_context)
             .build_https();
-        let sdk = aws_config::defaults(BehaviorVersion::latest())
-            .http_client(http)
+        let mut loader = aws_config::defaults(BehaviorVersion::latest()).http_client(http);
+        if let Some(k) = &settings.static_key {
+            loader = loader.credentials_provider(aws_sdk_s3::config::Credentials::new(
+                k.access_key_id.clone(),
+                k.secret_access_key.clone(),
+                k.session_token.clone(),
+                None,
+                "dbop-backup-files",
+            ));
+        }
+        let sdk = loader
             .timeout_config(
                 TimeoutConfig::builder()
                     .connect_timeout(Duration::from_secs(10))
@@ -631,6 +642,7 @@ mod tests {
             ca_file: None,
             checksums: mode,
             encryption: None,
+            static_key: None,
         };
         let store = Store::from_client(Client::from_conf(s3_config(&sdk, &settings)), "b", "test");
         let _ = store
@@ -668,6 +680,7 @@ mod tests {
                 ca_file: None,
                 checksums: ChecksumMode::default(),
                 encryption: encryption.clone(),
+                static_key: None,
             };
             let mut store =
                 Store::from_client(Client::from_conf(s3_config(&sdk, &settings)), "b", "test");

@@ -13,6 +13,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use crate::archive::{FormatError, RowCounter};
+use crate::crypto::{EncryptWriter, Key};
 use crate::error::{Error, Result};
 use crate::s3::Store;
 
@@ -100,14 +101,47 @@ impl Write for PartSink {
     }
 }
 
+/// Where the compressed stream goes: the parts, or the parts through the cipher (so the
+/// parts, their SHA-256 and size are of the ciphertext: what is stored).
+enum Out {
+    Plain(PartSink),
+    Sealed(EncryptWriter<PartSink>),
+}
+
+impl Out {
+    fn finish(self) -> std::io::Result<PartSink> {
+        match self {
+            Out::Plain(sink) => Ok(sink),
+            Out::Sealed(w) => w.finish(),
+        }
+    }
+}
+
+impl Write for Out {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Out::Plain(sink) => sink.write(data),
+            Out::Sealed(w) => w.write(data),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// How the compressor encrypts: the key and the object's context (`manifest::object_context`).
+pub(crate) type Sealing = Option<(Key, String)>;
+
 /// The compressor thread: reads pg_dump's output until EOF, writes one zstd frame with a
-/// content checksum and counts rows in the archive on the way. Reaching EOF says nothing about
-/// success: the caller checks pg_dump's exit.
+/// content checksum (encrypted on its way to the parts when `sealing` says so) and counts rows
+/// in the archive on the way. Reaching EOF says nothing about success: the caller checks
+/// pg_dump's exit.
 pub(crate) fn compress(
     mut src: std::fs::File,
-    level: i32,
-    threads: u32,
+    (level, threads): (i32, u32),
     part_size: usize,
+    sealing: Sealing,
     tx: mpsc::Sender<Bytes>,
 ) -> std::io::Result<(Compressed, StreamCounts)> {
     let sink = PartSink {
@@ -117,7 +151,11 @@ pub(crate) fn compress(
         hasher: Sha256::new(),
         total: 0,
     };
-    let mut enc = zstd::stream::write::Encoder::new(sink, level)?;
+    let out = match sealing {
+        Some((key, context)) => Out::Sealed(EncryptWriter::new(sink, &key, &context)?),
+        None => Out::Plain(sink),
+    };
+    let mut enc = zstd::stream::write::Encoder::new(out, level)?;
     enc.include_checksum(true)?;
     if threads > 0 {
         enc.multithread(threads)?;
@@ -126,7 +164,7 @@ pub(crate) fn compress(
     }
     let mut counter = RowCounter::new();
     let raw_bytes = read_through(&mut src, &mut enc, &mut counter)?;
-    let mut sink = enc.finish()?;
+    let mut sink = enc.finish()?.finish()?;
     if !sink.buf.is_empty() {
         sink.send()?;
     }

@@ -5,13 +5,16 @@
 
 use std::collections::BTreeMap;
 
+use crate::crypto::{Key, KeyRing};
 use crate::databases::{self, quote_ident};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
+use crate::manifest::object_context;
 use crate::manifest::{DatabaseDump, first_difference};
 use crate::pg::{self, PgTools};
 use crate::restore::{
-    RestoreOptions, check_major, check_objects, env_database, note_backup, resolve, restore_one,
+    OneRestore, RestoreOptions, check_major, check_objects, env_database, note_backup, resolve,
+    restore_one,
 };
 use crate::result::BackupResult;
 use crate::s3::Store;
@@ -22,6 +25,8 @@ pub struct VerifyOptions {
     pub backup: String,
     pub source_database: Option<String>,
     pub scratch_database: Option<String>,
+    /// Where the encryption keys are (`--encryption-key-dir`).
+    pub keys: Option<KeyRing>,
 }
 
 /// The database whose backup is verified (`--source-database` or PGDATABASE), and the scratch
@@ -61,7 +66,7 @@ pub async fn verify(
     let (source, scratch) = verify_names(opts)?;
     result.started_at = Some(chrono::Utc::now());
     result.bucket = Some(store.bucket.clone());
-    let (id, m) = resolve(store, layout, &source, &opts.backup).await?;
+    let (id, m, key) = resolve(store, layout, &source, &opts.backup, opts.keys.as_ref()).await?;
     note_backup(result, layout, &source, &id, &m);
     let (major, version) = tools.reach_target(None).await?;
     check_major(&m, major, &version)?;
@@ -71,12 +76,15 @@ pub async fn verify(
     let mut reports = Vec::new();
     for (index, dump) in dumps.iter().enumerate() {
         let scratch = scratch_name(&scratch, index);
-        let key = format!("{folder}{}", dump.dump_file);
+        let object = format!("{folder}{}", dump.dump_file);
         let job = ScratchRestore {
             major,
-            key: &key,
+            key: &object,
             dump,
             scratch: &scratch,
+            sealing: key
+                .clone()
+                .map(|k| (k, object_context(&id, &dump.dump_file))),
         };
         let actual = verify_one(store, tools, &job, interrupt).await?;
         if let Some(diff) = first_difference(&dump.row_counts, &actual) {
@@ -114,6 +122,7 @@ struct ScratchRestore<'a> {
     key: &'a str,
     dump: &'a DatabaseDump,
     scratch: &'a str,
+    sealing: Option<(Key, String)>,
 }
 
 /// Creates the scratch database (with the source's encoding and locale when known), restores
@@ -140,7 +149,14 @@ async fn verify_one(
     let opts = RestoreOptions::default();
     let outcome = tokio::select! {
         r = async {
-            restore_one(store, tools, job.major, &opts, job.key, job.dump, job.scratch).await?;
+            let one = OneRestore {
+                major: job.major,
+                key: job.key,
+                dump: job.dump,
+                target: job.scratch,
+                sealing: job.sealing.clone(),
+            };
+            restore_one(store, tools, &opts, one).await?;
             let counts = tools.query(Some(job.scratch), pg::ROW_COUNT_SQL).await?;
             serde_json::from_str(counts.trim()).map_err(|e| {
                 pg::pg_error("psql", job.scratch, format!("unexpected row count output: {e}"))
