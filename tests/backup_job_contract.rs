@@ -1,14 +1,15 @@
 //! The backup Job's contract with the agent, proven for real: the Job is built by dbop's own
 //! builder, its container command, arguments and environment are taken from it as they are,
-//! secret references are resolved with known values (as the kubelet would), and the real
+//! its Secret volumes are written as files with known values (as the kubelet would; no
+//! environment variable may refer to a Secret), and the real
 //! `dbop-backup` binary runs with exactly that against a local PostgreSQL and an S3 server
 //! (s3s-fs; both from `dbop_contract::test_support`, which the agent's tests use too). The
 //! result it writes where the termination message goes is then read back by the
 //! `DatabaseBackup` controller's own decision.
 //!
 //! Only what a cluster provides is substituted: the Service DNS name and port (PGHOST/PGPORT →
-//! the local server), the agent's path (the init container's copy → the built binary), and
-//! `/dev/termination-log` (→ a file). A missing dependency fails the test; nothing is skipped.
+//! the local server), the agent's path (the init container's copy → the built binary), the
+//! Secret volumes' mount paths (→ directories of files), and `/dev/termination-log` (→ a file). A missing dependency fails the test; nothing is skipped.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -29,7 +30,9 @@ use dbop_contract::test_support::{
     BUCKET, PG_PASSWORD, PG_USER, Pg, S3_ACCESS_KEY, S3_SECRET_KEY, S3sFs, pg_bin_dir,
 };
 use dbop_contract::{Outcome, parse_termination_message};
-use k8s_openapi::api::core::v1::Container;
+
+mod kubelet;
+use kubelet::resolve;
 
 /// The agent binary as `cargo test --workspace` builds it (beside this test's directory), or
 /// `DBOP_BACKUP_BIN`.
@@ -65,6 +68,7 @@ fn database(s3_port: u16) -> Database {
                 "forcePathStyle": true,
                 "credentials": {"secretName": "s3-creds", "accessKeyIdKey": "id", "secretAccessKeyKey": "key"}
             },
+            "encryption": {"secretName": "backup-keys", "keyName": "k2"},
             "retention": {"keepLast": 2}
         }
     }))
@@ -90,37 +94,6 @@ fn backup(name: &str) -> DatabaseBackup {
     b.metadata.namespace = Some("shop".into());
     b.metadata.uid = Some("b-uid".into());
     b
-}
-
-/// The container's command line and environment as the kubelet would run them: secret
-/// references resolved from `secrets`, nothing else changed.
-fn resolve(
-    container: &Container,
-    secrets: &BTreeMap<(&str, &str), &str>,
-) -> (Vec<String>, Vec<(String, String)>) {
-    let mut argv = container.command.clone().unwrap_or_default();
-    argv.extend(container.args.clone().unwrap_or_default());
-    let env = container
-        .env
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|e| {
-            if let Some(v) = e.value {
-                return Some((e.name, v));
-            }
-            let r = e.value_from?.secret_key_ref?;
-            match secrets.get(&(r.name.as_str(), r.key.as_str())) {
-                Some(v) => Some((e.name, v.to_string())),
-                None if r.optional == Some(true) => None,
-                None => panic!(
-                    "the Job refers to a secret key nobody provided: {}/{}",
-                    r.name, r.key
-                ),
-            }
-        })
-        .collect();
-    (argv, env)
 }
 
 #[test]
@@ -152,7 +125,6 @@ fn the_backup_job_runs_the_agent_for_real() {
     )
     .expect("a Job");
     let pod = job.spec.as_ref().unwrap().template.spec.clone().unwrap();
-    let container = &pod.containers[0];
     assert_eq!(
         pod.init_containers.as_ref().unwrap()[0]
             .command
@@ -164,20 +136,30 @@ fn the_backup_job_runs_the_agent_for_real() {
         "the init container copies the agent where the container runs it from"
     );
 
+    // Two keys, as after a rotation: the backup is encrypted with the one the spec names.
+    const K1: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+    const K2: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
     let secrets = BTreeMap::from([
         (("orders-credentials", "username"), PG_USER),
         (("orders-credentials", "password"), PG_PASSWORD),
         (("s3-creds", "id"), S3_ACCESS_KEY),
         (("s3-creds", "key"), S3_SECRET_KEY),
+        (("backup-keys", "k1"), K1),
+        (("backup-keys", "k2"), K2),
     ]);
-    let (argv, env) = resolve(container, &secrets);
+    let (argv, env) = resolve(&pod, &dir.path().join("secrets"), &secrets);
     assert_eq!(argv[0], AGENT_PATH);
     let result_file = dir.path().join("termination-log");
     let result_arg = format!("--result-file={TERMINATION_LOG}");
     assert!(argv.contains(&result_arg), "{argv:?}");
     for arg in &argv {
-        for secret in [PG_PASSWORD, S3_SECRET_KEY] {
+        for secret in [PG_PASSWORD, S3_SECRET_KEY, K2] {
             assert!(!arg.contains(secret), "a secret on the command line");
+        }
+    }
+    for (name, value) in &env {
+        for secret in [PG_PASSWORD, S3_SECRET_KEY, S3_ACCESS_KEY, K1, K2] {
+            assert!(!value.contains(secret), "a secret in {name}");
         }
     }
 
@@ -206,12 +188,13 @@ fn the_backup_job_runs_the_agent_for_real() {
             .env_clear()
             .env("PATH", format!("{}:/usr/bin:/bin", pg_bin_dir().display()))
             .envs(env.iter().map(|(k, v)| (k, v)))
+            .env("TMPDIR", dir.path())
             .stdin(Stdio::null())
             .output()
             .expect("the agent runs");
         let stdout = String::from_utf8_lossy(&out.stdout).to_string();
         let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-        for secret in [PG_PASSWORD, S3_SECRET_KEY] {
+        for secret in [PG_PASSWORD, S3_SECRET_KEY, K1, K2] {
             assert!(
                 !stdout.contains(secret) && !stderr.contains(secret),
                 "a secret in the output"
@@ -239,10 +222,18 @@ fn the_backup_job_runs_the_agent_for_real() {
         )),
         "{key}"
     );
-    assert!(
-        s3_root.join(BUCKET).join(&key).is_file(),
-        "the dump is in the bucket"
-    );
+    let stored = std::fs::read(s3_root.join(BUCKET).join(&key)).expect("the dump is in the bucket");
+    assert_eq!(&stored[..8], b"DBOPENC1", "encrypted");
+    let manifest: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            s3_root
+                .join(BUCKET)
+                .join(result.manifest_key.as_ref().unwrap()),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(manifest["encryption"]["keyName"], "k2");
 
     // The DatabaseBackup controller turns that termination message into the status.
     let facts = BackupFacts {

@@ -1,7 +1,8 @@
 //! The restore Job's contract with the agent, proven for real: a backup of one server (roles,
 //! owned tables, grants) is restored into another by the real `dbop-backup` binary run with
 //! exactly the command, arguments and environment of the Job dbop builds for
-//! `spec.bootstrap.fromBackup` (secret references resolved as the kubelet would); the result it
+//! `spec.bootstrap.fromBackup` (its Secret volumes written as files, as the kubelet would; the
+//! backup is encrypted, its key read from the Secret `fromBackup.encryption` names); the result it
 //! writes where the termination message goes is then read back by dbop's own restore decision.
 //!
 //! Only what a cluster provides is substituted: the `-rw` Service (PGHOST/PGPORT → the local
@@ -22,12 +23,19 @@ use dbop_contract::test_support::{
     BUCKET, PG_PASSWORD, PG_USER, Pg, S3_ACCESS_KEY, S3_SECRET_KEY, S3sFs, pg_bin_dir,
 };
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Container, Secret};
+use k8s_openapi::api::core::v1::Secret;
+
+mod kubelet;
+use kubelet::resolve;
 
 const APP_SQL: &str = "CREATE ROLE app_owner NOLOGIN; CREATE ROLE app_reader NOLOGIN;
   CREATE TABLE orders (id int PRIMARY KEY, item text); ALTER TABLE orders OWNER TO app_owner;
   INSERT INTO orders SELECT g, 'item ' || g FROM generate_series(1, 1000) g;
   GRANT SELECT ON orders TO app_reader;";
+
+/// The backup's key, and an older one the Secret still holds.
+const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+const OLD_KEY: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
 
 fn agent_binary() -> PathBuf {
     if let Some(path) = std::env::var_os("DBOP_BACKUP_BIN") {
@@ -58,7 +66,7 @@ fn run_agent(args: &[String], env: &[(String, String)]) -> Output {
         .expect("the agent runs");
     for text in [&out.stdout, &out.stderr] {
         let text = String::from_utf8_lossy(text);
-        for secret in [PG_PASSWORD, S3_SECRET_KEY] {
+        for secret in [PG_PASSWORD, S3_SECRET_KEY, KEY, OLD_KEY] {
             assert!(!text.contains(secret), "a secret in the agent's output");
         }
     }
@@ -73,7 +81,8 @@ fn restoring_database(s3_port: u16) -> Database {
             "s3": {"endpoint": format!("http://127.0.0.1:{s3_port}"), "bucket": BUCKET,
                    "prefix": "contract", "forcePathStyle": true,
                    "credentials": {"secretName": "s3-creds", "accessKeyIdKey": "id", "secretAccessKeyKey": "key"}},
-            "database": "orders", "namespace": "shop"
+            "database": "orders", "namespace": "shop",
+            "encryption": {"secretName": "backup-keys"}
         }}
     }))
     .unwrap();
@@ -81,41 +90,6 @@ fn restoring_database(s3_port: u16) -> Database {
     db.metadata.namespace = Some("staging".into());
     db.metadata.uid = Some("0b5e6f0a-1111-2222-3333-444455556666".into());
     db
-}
-
-/// The container's command line and environment as the kubelet would run them.
-fn resolve(
-    c: &Container,
-    secrets: &BTreeMap<(&str, &str), &str>,
-) -> (Vec<String>, Vec<(String, String)>) {
-    let mut argv = c.command.clone().unwrap_or_default();
-    argv.extend(c.args.clone().unwrap_or_default());
-    let env = c
-        .env
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(
-            |e| match (e.value, e.value_from.and_then(|f| f.secret_key_ref)) {
-                (Some(v), _) => Some((e.name, v)),
-                (None, Some(r)) => secrets
-                    .get(&(r.name.as_str(), r.key.as_str()))
-                    .map(|v| (e.name.clone(), v.to_string()))
-                    .or_else(|| {
-                        assert_eq!(
-                            r.optional,
-                            Some(true),
-                            "unprovided secret key {}/{}",
-                            r.name,
-                            r.key
-                        );
-                        None
-                    }),
-                (None, None) => None,
-            },
-        )
-        .collect();
-    (argv, env)
 }
 
 fn s3_secret() -> Secret {
@@ -160,9 +134,18 @@ fn the_restore_job_runs_the_agent_for_real_into_another_server() {
         "--prefix",
         "contract/shop/orders",
         "--path-style",
+        "--encryption-key",
+        "k1",
     ]
     .map(String::from)
     .to_vec();
+    let keys = dir.path().join("keys");
+    std::fs::create_dir(&keys).unwrap();
+    std::fs::write(keys.join("k1"), KEY).unwrap();
+    env.push((
+        "DBOP_BACKUP_ENCRYPTION_KEY_DIR".into(),
+        keys.display().to_string(),
+    ));
     let dumped = run_agent(&dump, &env);
     assert!(
         dumped.status.success(),
@@ -183,22 +166,20 @@ fn the_restore_job_runs_the_agent_for_real_into_another_server() {
     assert!(decided.create_job, "{decided:?}");
     let source_spec = restore::source(&db, &snap).expect("a source");
     let job = restore_job(&db, &source_spec, &Settings::default());
-    let container = &job
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-        .containers[0];
+    let pod = job.spec.as_ref().unwrap().template.spec.clone().unwrap();
     let secrets = BTreeMap::from([
         (("copy-credentials", "username"), PG_USER),
         (("copy-credentials", "password"), PG_PASSWORD),
         (("s3-creds", "id"), S3_ACCESS_KEY),
         (("s3-creds", "key"), S3_SECRET_KEY),
+        (("backup-keys", "k0"), OLD_KEY),
+        (("backup-keys", "k1"), KEY),
     ]);
-    let (argv, env) = resolve(container, &secrets);
+    let (argv, env) = resolve(&pod, &dir.path().join("secrets"), &secrets);
+    let env: Vec<(String, String)> = env
+        .into_iter()
+        .chain([("TMPDIR".to_string(), dir.path().display().to_string())])
+        .collect();
     let result_file = dir.path().join("termination-log");
     let args: Vec<String> = argv[1..]
         .iter()

@@ -55,6 +55,24 @@ async fn invalid_databases_are_refused_with_a_message() {
             "spec.replicas",
         ),
         (
+            "encryption without keyName",
+            database_manifest(
+                "k1",
+                json!({"backup": {"schedule": "@daily", "s3": {"bucket": "b"},
+                                  "encryption": {"secretName": "backup-keys"}}}),
+            ),
+            "spec.backup.encryption.keyName: Required value",
+        ),
+        (
+            "encryption keyName not a Secret key",
+            database_manifest(
+                "k2",
+                json!({"backup": {"schedule": "@daily", "s3": {"bucket": "b"},
+                                  "encryption": {"secretName": "backup-keys", "keyName": "a/b"}}}),
+            ),
+            "spec.backup.encryption.keyName",
+        ),
+        (
             "unknown engine",
             database_manifest("e1", json!({"engine": "mysql"})),
             "spec.engine",

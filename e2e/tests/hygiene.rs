@@ -1,12 +1,15 @@
 //! Secret hygiene across a full scenario on the kwok test bed: a Database with generated
-//! credentials and scheduled backups to S3 (its Secret holds a known secret key) is driven to
-//! Ready and through one scheduled backup (kwok completes the backup pod with a termination
-//! message the test supplies). Then everything an operator of the cluster can read — the
-//! operator's own log (the real binary at debug level), every Event, every object in the
-//! namespace but the two Secrets (Database and DatabaseBackup with their status, Jobs, pods,
-//! StatefulSets, Services, ConfigMaps, PVCs) — is searched for the generated password, the
-//! S3 secret key and the private keys of the Database's TLS (its CA's and its server
-//! certificate's). None may appear; the password may only be in its own Secret.
+//! credentials and scheduled, encrypted backups to S3 (its Secret holds a known secret key,
+//! the encryption keys' Secret a known key) is driven to Ready and through one scheduled
+//! backup (kwok completes the backup pod with a termination message the test supplies). Then
+//! everything an operator of the cluster can read — the operator's own log (the real binary at
+//! debug level), every Event, every object in the namespace but the Secrets (Database and
+//! DatabaseBackup with their status, Jobs, pods, StatefulSets, Services, ConfigMaps, PVCs) —
+//! is searched for the generated password, the S3 secret key, the encryption key and the
+//! private keys of the Database's TLS (its CA's and its server certificate's). None may
+//! appear; the password may only be in its own Secret. And no pod template dbop made (Jobs,
+//! StatefulSets, their pods) reads a Secret into an environment variable: secrets reach the
+//! containers as mounted files only.
 
 use std::path::Path;
 use std::process::{Child, Stdio};
@@ -57,6 +60,29 @@ impl Drop for Operator {
     }
 }
 
+/// The backups' encryption key the test plants (as `openssl rand -base64 32` makes one).
+fn encryption_key() -> String {
+    let bytes: [u8; 32] = rand::random();
+    serde_json::to_value(ByteString(bytes.to_vec()))
+        .expect("base64")
+        .as_str()
+        .expect("a string")
+        .to_string()
+}
+
+/// The Secret of the encryption keys: an older key and the one in use.
+async fn encryption_secret(bed: &TestBed, ns: &str, key: &str) {
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "backup-keys"},
+        "stringData": {"k0": encryption_key(), "k1": key}
+    }))
+    .expect("a Secret");
+    Api::<Secret>::namespaced(bed.client.clone(), ns)
+        .create(&Default::default(), &secret)
+        .await
+        .expect("create the encryption keys' Secret");
+}
+
 fn backup_spec() -> serde_json::Value {
     json!({
         "backup": {
@@ -66,7 +92,8 @@ fn backup_spec() -> serde_json::Value {
                 "bucket": "backups",
                 "forcePathStyle": true,
                 "credentials": {"secretName": "s3-creds"}
-            }
+            },
+            "encryption": {"secretName": "backup-keys", "keyName": "k1"}
         },
         // The backup pod stays Running until the test gives it an outcome.
         "podMetadata": {"labels": {"testbed.dbop.dev/hold": "true"}}
@@ -186,6 +213,40 @@ fn leaks<'a>(haystacks: &'a [(String, String)], needle: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// The containers (and init containers) of every pod template and pod in `objects` (Jobs,
+/// StatefulSets, Pods) whose environment reads a Secret (`valueFrom.secretKeyRef` or
+/// `envFrom.secretRef`), as `kind/name container VAR`.
+fn secret_env_vars(objects: &[(String, String)]) -> (usize, Vec<String>) {
+    let mut templates = 0;
+    let mut found = vec![];
+    for (name, text) in objects {
+        let kind = name.split('/').next().unwrap_or_default();
+        let object: serde_json::Value = serde_json::from_str(text).expect("JSON");
+        let spec = match kind {
+            "Job" | "StatefulSet" => &object["spec"]["template"]["spec"],
+            "Pod" => &object["spec"],
+            _ => continue,
+        };
+        templates += 1;
+        for list in ["containers", "initContainers"] {
+            for c in spec[list].as_array().into_iter().flatten() {
+                let container = c["name"].as_str().unwrap_or_default();
+                for e in c["env"].as_array().into_iter().flatten() {
+                    if !e["valueFrom"]["secretKeyRef"].is_null() {
+                        found.push(format!("{name} {container} {}", e["name"]));
+                    }
+                }
+                for e in c["envFrom"].as_array().into_iter().flatten() {
+                    if !e["secretRef"].is_null() {
+                        found.push(format!("{name} {container} envFrom {}", e["secretRef"]));
+                    }
+                }
+            }
+        }
+    }
+    (templates, found)
+}
+
 /// A line of the PEM private key under `key` of dbop's Secret `name` (the first of its base64
 /// body: 64 characters no other text has), once dbop has made it.
 async fn key_line(bed: &TestBed, ns: &str, name: &str, key: &str) -> String {
@@ -206,6 +267,8 @@ async fn no_password_or_s3_secret_key_outside_their_secrets() {
     let ns = bed.namespace("hygiene").await;
     let secret_key = s3_secret_key();
     backup_jobs::s3_secret_with_key(&bed, &ns, &secret_key).await;
+    let key = encryption_key();
+    encryption_secret(&bed, &ns, &key).await;
     let log = bed.dir.join("logs").join(format!("dbop-{ns}-debug.log"));
     std::fs::create_dir_all(log.parent().unwrap()).expect("log directory");
     let operator = Operator::start(&bed, &ns, &log);
@@ -246,10 +309,29 @@ async fn no_password_or_s3_secret_key_outside_their_secrets() {
         log_text.lines().count() > 20,
         "the operator logged almost nothing"
     );
+    // No container of any Job, StatefulSet or pod dbop made reads a Secret into its
+    // environment (the backup Job mounts the credentials, the S3 key and the encryption keys).
+    let (templates, env_refs) = secret_env_vars(&searched);
+    assert!(templates >= 3, "only {templates} pod specs were looked at");
+    assert!(
+        env_refs.is_empty(),
+        "Secrets read into environment variables: {env_refs:?}"
+    );
+    let job = searched
+        .iter()
+        .find(|(n, _)| n.starts_with("Job/"))
+        .map(|(_, text)| text.clone())
+        .expect("the backup Job");
+    assert!(
+        job.contains("\"secretName\":\"backup-keys\""),
+        "the keys are mounted"
+    );
+    assert!(job.contains("--encryption-key=k1"), "the key is named");
     searched.push(("the operator's log".into(), log_text));
     for (what, secret) in [
         ("the generated password", &password),
         ("the S3 secret key", &secret_key),
+        ("the encryption key", &key),
         ("the server certificate's private key", &server_key),
         ("the CA's private key", &ca_key),
     ] {
@@ -263,4 +345,5 @@ async fn no_password_or_s3_secret_key_outside_their_secrets() {
         vec!["Secret/orders-credentials"]
     );
     assert_eq!(leaks(&in_secrets, &secret_key), vec!["Secret/s3-creds"]);
+    assert_eq!(leaks(&in_secrets, &key), vec!["Secret/backup-keys"]);
 }

@@ -60,6 +60,13 @@ pub struct BackupSpec {
     /// The S3-compatible bucket the dumps go to.
     pub s3: S3Spec,
 
+    /// Client-side encryption of everything the backups write (each database's dump, the
+    /// roles script and the manifest's contents) with a key from a Secret, before it leaves
+    /// the Job. The manifest names the key, so older backups keep restoring after a rotation
+    /// as long as the Secret keeps their keys. No encryption when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<BackupEncryption>,
+
     /// How many backups are kept, in object storage and as `DatabaseBackup` objects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<RetentionSpec>,
@@ -82,6 +89,38 @@ pub struct BackupSpec {
     /// else the operator's `--job-resources`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+}
+
+/// The key the backups are encrypted with: `keyName` in the Secret `secretName`.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupEncryption {
+    /// The Secret (in the Database's namespace) holding the keys, one per Secret key, each the
+    /// base64 of 32 random bytes (`openssl rand -base64 32`). Keep old keys in it after a
+    /// rotation: backups made with them are read with them. It is mounted into the backup,
+    /// verify and restore Jobs as files; dbop reads only its key names.
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    )]
+    pub secret_name: String,
+    /// The key in that Secret that new backups are encrypted with. To rotate: add a new key
+    /// to the Secret and name it here.
+    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[-._a-zA-Z0-9]+$"))]
+    pub key_name: String,
+}
+
+/// The Secret holding the keys an encrypted backup may have been written with.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EncryptionKeysRef {
+    /// The Secret (in this Database's namespace) holding the keys, one per Secret key; the
+    /// restore uses the key the backup's manifest names.
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    )]
+    pub secret_name: String,
 }
 
 /// When the latest backup is restored into a scratch database to prove it restores: on a

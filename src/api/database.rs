@@ -11,7 +11,9 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::backup_policy::{BackupSpec, BackupStatus, S3Spec, VerificationStatus};
+use super::backup_policy::{
+    BackupSpec, BackupStatus, EncryptionKeysRef, S3Spec, VerificationStatus,
+};
 use super::placement::{PlacementSpec, ProbesSpec};
 use super::security::PodSecuritySpec;
 use super::shared::KeyRef;
@@ -650,6 +652,12 @@ pub struct FromBackupSpec {
         regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
     )]
     pub namespace: Option<String>,
+
+    /// The Secret holding the key(s) of an encrypted backup (in this Database's namespace).
+    /// Default with `databaseBackup`: its Database's `spec.backup.encryption.secretName`.
+    /// An encrypted backup without it is refused, saying which key it needs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<EncryptionKeysRef>,
 }
 
 /// What the restore of `spec.bootstrap.fromBackup` did.

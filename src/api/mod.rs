@@ -18,8 +18,8 @@ pub use backup::{
     BackupPhase, BackupReason, DatabaseBackup, DatabaseBackupSpec, DatabaseBackupStatus,
 };
 pub use backup_policy::{
-    BackupSpec, BackupStatus, CaSource, Compression, RetentionSpec, S3CredentialsRef, S3Spec,
-    VerificationStatus, VerifySpec,
+    BackupEncryption, BackupSpec, BackupStatus, CaSource, Compression, EncryptionKeysRef,
+    RetentionSpec, S3CredentialsRef, S3Spec, VerificationStatus, VerifySpec,
 };
 pub use database::{BootstrapSpec, BootstrapStatus, FromBackupSpec};
 pub use database::{

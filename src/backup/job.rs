@@ -234,7 +234,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn secrets_reach_the_job_only_through_secret_references() {
+    fn secrets_reach_the_job_only_as_files() {
         let db = with_backup(serde_json::json!({
             "s3": {
                 "bucket": "b", "region": "eu-west-1",
@@ -246,16 +246,36 @@ pub(crate) mod tests {
         let c = container(&job);
         let env = c.env.clone().unwrap();
         let get = |n: &str| env.iter().find(|e| e.name == n).cloned().unwrap();
-        for (name, secret, key) in [
-            ("AWS_ACCESS_KEY_ID", "s3", "id"),
-            ("AWS_SECRET_ACCESS_KEY", "s3", "key"),
-            ("PGPASSWORD", "orders-credentials", "password"),
+        assert!(env.iter().all(|e| e.value_from.is_none()), "{env:?}");
+        for name in [
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "PGPASSWORD",
+            "PGUSER",
         ] {
-            let e = get(name);
-            assert!(e.value.is_none(), "{name} must not be a literal");
-            let r = e.value_from.unwrap().secret_key_ref.unwrap();
-            assert_eq!((r.name.as_str(), r.key.as_str()), (secret, key), "{name}");
+            assert!(
+                env.iter().all(|e| e.name != name),
+                "{name} in the environment"
+            );
         }
+        assert_eq!(
+            get("DBOP_BACKUP_S3_SECRET_ACCESS_KEY_FILE")
+                .value
+                .as_deref(),
+            Some("/etc/dbop/s3-credentials/secret-access-key")
+        );
+        // Not encrypted: no key flag, no key volume.
+        assert!(
+            env.iter()
+                .all(|e| e.name != "DBOP_BACKUP_ENCRYPTION_KEY_DIR")
+        );
+        assert!(
+            !c.args
+                .clone()
+                .unwrap()
+                .iter()
+                .any(|a| a.starts_with("--encryption"))
+        );
         assert_eq!(get("AWS_REGION").value.as_deref(), Some("eu-west-1"));
         assert!(env.iter().all(|e| e.name != "AWS_ENDPOINT_URL"));
         assert!(
@@ -328,6 +348,53 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn an_encrypted_backup_and_its_verification_mount_the_keys_and_name_the_key() {
+        let db = with_backup(serde_json::json!({
+            "encryption": {"secretName": "backup-keys", "keyName": "k2"}
+        }));
+        let backup_job = backup_job(&db, &backup("b1"), created(), &Settings::default()).unwrap();
+        let verify = verify_job(&db, "orders-verify-1", &Settings::default()).unwrap();
+        for (job, flag) in [(&backup_job, true), (&verify, false)] {
+            let c = container(job);
+            let args = c.args.clone().unwrap();
+            // The key's name only, for the dump; a verification takes the manifest's key.
+            assert_eq!(
+                args.iter().any(|a| a == "--encryption-key=k2"),
+                flag,
+                "{args:?}"
+            );
+            let env = c.env.clone().unwrap();
+            assert!(env.iter().all(|e| e.value_from.is_none()), "{env:?}");
+            let dir = env
+                .iter()
+                .find(|e| e.name == "DBOP_BACKUP_ENCRYPTION_KEY_DIR")
+                .unwrap();
+            assert_eq!(dir.value.as_deref(), Some("/etc/dbop/encryption-keys"));
+            let pod = job.spec.clone().unwrap().template.spec.unwrap();
+            let keys = pod
+                .volumes
+                .unwrap()
+                .into_iter()
+                .find(|v| v.name == "encryption-keys")
+                .unwrap()
+                .secret
+                .unwrap();
+            assert_eq!(keys.secret_name.as_deref(), Some("backup-keys"));
+            assert_eq!((keys.items, keys.default_mode), (None, Some(0o440)));
+            let mount = c
+                .volume_mounts
+                .unwrap()
+                .into_iter()
+                .find(|m| m.name == "encryption-keys")
+                .unwrap();
+            assert_eq!(
+                (mount.mount_path.as_str(), mount.read_only),
+                ("/etc/dbop/encryption-keys", Some(true))
+            );
+        }
+    }
+
+    #[test]
     fn the_verify_job_restores_the_latest_backup_of_the_application_database() {
         let db = with_backup(serde_json::json!({}));
         let job = verify_job(&db, "orders-verify-202505010300", &Settings::default()).unwrap();
@@ -355,18 +422,20 @@ pub(crate) mod tests {
                 "{want} missing from {args:?}"
             );
         }
+        // The application database is the user's name, which the agent reads from the
+        // credentials file (PGDATABASE and the source default to it): no reference needed.
         let env = c.env.unwrap();
-        for name in ["PGDATABASE", "DBOP_BACKUP_SOURCE_DATABASE"] {
-            let e = env.iter().find(|e| e.name == name).unwrap();
-            let r = e.value_from.clone().unwrap().secret_key_ref.unwrap();
-            assert_eq!(
-                (r.name.as_str(), r.key.as_str()),
-                ("orders-credentials", "username")
-            );
+        assert!(env.iter().all(|e| e.value_from.is_none()), "{env:?}");
+        for name in ["PGDATABASE", "DBOP_BACKUP_SOURCE_DATABASE", "PGPASSWORD"] {
+            assert!(env.iter().all(|e| e.name != name), "{name}");
         }
-        assert!(
-            env.iter()
-                .all(|e| e.name != "PGPASSWORD" || e.value.is_none())
+        let user = env
+            .iter()
+            .find(|e| e.name == "DBOP_BACKUP_USER_FILE")
+            .unwrap();
+        assert_eq!(
+            user.value.as_deref(),
+            Some("/etc/dbop/pg-credentials/username")
         );
     }
 

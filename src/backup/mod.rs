@@ -14,6 +14,7 @@
 //! Must not import `database`, `database_backup` or `runtime` (they import this).
 
 pub mod ca;
+pub mod encryption;
 pub mod job;
 pub mod plan;
 pub mod s3_secret;

@@ -25,6 +25,8 @@ pub enum S3SecretProblem {
     },
     /// The `spec.backup.s3.ca` source is missing or empty (see `backup::ca`); says what to fix.
     CaSource(String),
+    /// The `spec.backup.encryption` Secret is missing or lacks its key (`backup::encryption`).
+    EncryptionKey(String),
 }
 
 impl S3SecretProblem {
@@ -34,6 +36,7 @@ impl S3SecretProblem {
             S3SecretProblem::NotFound { .. } => "S3CredentialsSecretNotFound",
             S3SecretProblem::MissingKeys { .. } => "S3CredentialsSecretInvalid",
             S3SecretProblem::CaSource(_) => "S3CaSourceInvalid",
+            S3SecretProblem::EncryptionKey(_) => "EncryptionKeySecretInvalid",
         }
     }
 }
@@ -59,7 +62,9 @@ impl fmt::Display for S3SecretProblem {
                 "Secret {secret} has no non-empty key {}: add it (or set spec.backup.s3.credentials.{field})",
                 keys.join(" nor ")
             ),
-            S3SecretProblem::CaSource(problem) => f.write_str(problem),
+            S3SecretProblem::CaSource(problem) | S3SecretProblem::EncryptionKey(problem) => {
+                f.write_str(problem)
+            }
         }
     }
 }

@@ -61,6 +61,8 @@ pub struct Observed {
     pub s3_secret: Option<Secret>,
     /// What is wrong with the `spec.backup.s3.ca` source, if anything (read before any Job).
     pub s3_ca_problem: Option<String>,
+    /// What is wrong with the `spec.backup.encryption` Secret, if anything (key names only).
+    pub encryption_problem: Option<String>,
     /// When it was read: the `now` of every time-based decision of this pass.
     pub observed_at: DateTime<Utc>,
     /// What `spec.bootstrap.fromBackup` needs, read only until the Database is initialised.
@@ -305,7 +307,12 @@ fn backups_fact(db: &Database, snap: &Observed) -> BackupHistory {
             .and_then(|spec| {
                 s3_secret_problem(spec.s3.credentials.as_ref(), snap.s3_secret.as_ref())
             })
-            .or_else(|| snap.s3_ca_problem.clone().map(S3SecretProblem::CaSource)),
+            .or_else(|| snap.s3_ca_problem.clone().map(S3SecretProblem::CaSource))
+            .or_else(|| {
+                snap.encryption_problem
+                    .clone()
+                    .map(S3SecretProblem::EncryptionKey)
+            }),
     }
 }
 

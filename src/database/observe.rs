@@ -99,6 +99,12 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         Some(spec) => crate::backup::ca::read_problem(client, &ns, spec).await?,
         None => None,
     };
+    let encryption_problem = match &db.spec.backup {
+        Some(spec) => {
+            crate::backup::encryption::read_problem(client, &ns, spec.encryption.as_ref()).await?
+        }
+        None => None,
+    };
     let restore = restore_objects(client, db).await?;
     let statefulset = get(&caches.statefulsets, &ns, &names.statefulset());
     Ok(Observed {
@@ -106,6 +112,7 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         backups,
         s3_secret,
         s3_ca_problem,
+        encryption_problem,
         observed_at: Utc::now(),
         credentials_secret: credentials_secret(ctx, db, &ns).await?,
         ca_secret: secret_metadata(ctx, &ns, &names.ca_secret()),

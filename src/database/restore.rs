@@ -144,10 +144,13 @@ pub fn source(db: &Database, snap: &RestoreObjects) -> Result<RestoreSource, Sou
             name: String::new(),
         })?
         .from_backup;
-    let resolved = match &from.database_backup {
+    let mut resolved = match &from.database_backup {
         Some(name) => from_database_backup(name, snap)?,
         None => from_location(db, from),
     };
+    if let Some(keys) = &from.encryption {
+        resolved.encryption_secret = Some(keys.secret_name.clone());
+    }
     check_credentials(&resolved.s3, snap)?;
     Ok(resolved)
 }
@@ -165,6 +168,7 @@ fn from_location(db: &Database, from: &FromBackupSpec) -> RestoreSource {
         s3,
         backup: from.backup_id.clone().unwrap_or_else(|| "latest".into()),
         source_database: None,
+        encryption_secret: from.encryption.as_ref().map(|e| e.secret_name.clone()),
     }
 }
 
@@ -211,7 +215,12 @@ fn from_database_backup(name: &str, snap: &RestoreObjects) -> Result<RestoreSour
         database: backup.spec.database.clone(),
     };
     let source_db = snap.source_database.as_ref().ok_or_else(gone)?;
-    let s3 = source_db.spec.backup.as_ref().ok_or_else(gone)?.s3.clone();
+    let source_backup = source_db.spec.backup.as_ref().ok_or_else(gone)?;
+    let s3 = source_backup.s3.clone();
+    let encryption_secret = source_backup
+        .encryption
+        .as_ref()
+        .map(|e| e.secret_name.clone());
     let prefix = storage_prefix(&s3, &source_db.namespace_or_default(), &source_db.name());
     // The key names the application database the dump was taken of.
     let parsed = status
@@ -226,6 +235,7 @@ fn from_database_backup(name: &str, snap: &RestoreObjects) -> Result<RestoreSour
         source_database: parsed.map(|p| p.database),
         prefix,
         s3,
+        encryption_secret,
     })
 }
 
@@ -389,6 +399,7 @@ pub fn failure_reason(kind: Option<&str>) -> &'static str {
         Some("integrity") => "BackupChecksumMismatch",
         Some("incompatible-version") => "BackupFromNewerMajor",
         Some("s3") => "S3RequestFailed",
+        Some("encryption-key") => "EncryptionKeyRefused",
         _ => "RestoreFailed",
     }
 }
@@ -703,6 +714,20 @@ mod tests {
                 false,
             ),
             (
+                "wrong key",
+                job(
+                    failed.clone(),
+                    Some(
+                        r#"{"outcome":"Failed","failureKind":"encryption-key","message":"backup b is encrypted with key \"k1\""}"#,
+                    ),
+                ),
+                true,
+                false,
+                "EncryptionKeyRefused",
+                false,
+                false,
+            ),
+            (
                 "no result",
                 job(failed.clone(), None),
                 true,
@@ -722,6 +747,7 @@ mod tests {
                 "BackupChecksumMismatch",
                 "BackupFromNewerMajor",
                 "S3RequestFailed",
+                "EncryptionKeyRefused",
                 "RestoreFailed",
             ]
             .contains(&reason);

@@ -121,9 +121,16 @@ async fn observe_queue(
             };
             match s3_secret_problem(spec.s3.credentials.as_ref(), secret.as_ref()) {
                 Some(problem) => Some(problem),
-                None => crate::backup::ca::read_problem(client, ns, spec)
+                None => match crate::backup::ca::read_problem(client, ns, spec).await? {
+                    Some(ca) => Some(S3SecretProblem::CaSource(ca)),
+                    None => crate::backup::encryption::read_problem(
+                        client,
+                        ns,
+                        spec.encryption.as_ref(),
+                    )
                     .await?
-                    .map(S3SecretProblem::CaSource),
+                    .map(S3SecretProblem::EncryptionKey),
+                },
             }
         }
         None => None,

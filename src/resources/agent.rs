@@ -1,6 +1,9 @@
 //! What every pod that runs the backup agent shares (the backup, verify and restore Jobs): its
-//! environment (libpq and the AWS SDK, credentials only as Secret references, never values),
-//! its mounts, the `s3.ca` volume and where the result and the CA are found.
+//! environment (libpq and the AWS SDK, nothing secret), the Secrets it reads as files (the
+//! database credentials, the S3 key, the encryption keys: Secret volumes readable by the pod's
+//! group, whose paths the agent's `DBOP_BACKUP_*_FILE` variables name; never a value or a
+//! `secretKeyRef` in the environment), its mounts, the `s3.ca` volume and where the result and
+//! the CA are found.
 //!
 //! Pure builders; `backup::job` and `resources::restore_job` put them into their pods.
 
@@ -9,7 +12,7 @@ use k8s_openapi::api::core::v1::{
 };
 
 use super::credentials::{PASSWORD_KEY, USERNAME_KEY, secret_name};
-use super::pod::{DBOP_BIN_DIR, DBOP_BIN_VOLUME, env, mount, scratch, secret_env};
+use super::pod::{DBOP_BIN_DIR, DBOP_BIN_VOLUME, env, mount, scratch, secret_volume};
 use super::{Names, POSTGRES_PORT};
 use crate::api::{BackupReason, CaSource, Database, InstanceRole, S3Spec};
 
@@ -18,6 +21,12 @@ pub const TERMINATION_LOG: &str = "/dev/termination-log";
 /// Where the `s3.ca` volume is mounted, and the CA file in it.
 pub const CA_DIR: &str = "/etc/dbop/s3-ca";
 pub const CA_FILE: &str = "/etc/dbop/s3-ca/ca.pem";
+/// Where the database credentials Secret is mounted (its `username` and `password` files).
+pub const PG_CREDENTIALS_DIR: &str = "/etc/dbop/pg-credentials";
+/// Where the S3 key is mounted, as `access-key-id`, `secret-access-key` and `session-token`.
+pub const S3_CREDENTIALS_DIR: &str = "/etc/dbop/s3-credentials";
+/// Where the encryption keys' Secret is mounted: one file per key name.
+pub const ENCRYPTION_KEYS_DIR: &str = "/etc/dbop/encryption-keys";
 
 /// The environment of a backup's dump: the agent's, reading from a standby when the
 /// Database has one that was ready at the last pass (`status.instances`) and the backup is a
@@ -59,7 +68,6 @@ pub fn dump_env(db: &Database, s3: &S3Spec, reason: BackupReason) -> Vec<EnvVar>
 /// it: `tls::client_env`), its credentials and the S3 ones as Secret references (or none: the
 /// SDK's credential chain). `app_name` tells the sessions apart in `pg_stat_activity`.
 pub fn agent_env(db: &Database, s3: &S3Spec, app_name: &str) -> Vec<EnvVar> {
-    let credentials = secret_name(db);
     let mut vars = vec![
         env(
             "PGHOST",
@@ -68,8 +76,16 @@ pub fn agent_env(db: &Database, s3: &S3Spec, app_name: &str) -> Vec<EnvVar> {
         env("PGPORT", &POSTGRES_PORT.to_string()),
         env("PGCONNECT_TIMEOUT", "10"),
         env("PGAPPNAME", app_name),
-        secret_env("PGUSER", &credentials, USERNAME_KEY, true),
-        secret_env("PGPASSWORD", &credentials, PASSWORD_KEY, false),
+        // The agent sets PGUSER (and PGDATABASE, when unset, to the same name: libpq's default)
+        // from the first and writes the second into a pgpass file of its own.
+        env(
+            "DBOP_BACKUP_USER_FILE",
+            &format!("{PG_CREDENTIALS_DIR}/{USERNAME_KEY}"),
+        ),
+        env(
+            "DBOP_BACKUP_PASSWORD_FILE",
+            &format!("{PG_CREDENTIALS_DIR}/{PASSWORD_KEY}"),
+        ),
     ];
     vars.extend(s3_credentials_env(s3));
     vars.extend([
@@ -86,37 +102,82 @@ pub fn agent_env(db: &Database, s3: &S3Spec, app_name: &str) -> Vec<EnvVar> {
     vars
 }
 
-/// The S3 credentials: a static key (and session token) from the Secret, with the instance
-/// metadata kept out; or nothing, so the SDK's chain finds web identity (IRSA), container
-/// credentials (EKS Pod Identity) or the node's role.
+/// The S3 credentials: a static key (and session token) from the Secret's files, with the
+/// instance metadata kept out; or nothing, so the SDK's chain finds web identity (IRSA),
+/// container credentials (EKS Pod Identity) or the node's role.
 fn s3_credentials_env(s3: &S3Spec) -> Vec<EnvVar> {
     let Some(keys) = &s3.credentials else {
         return Vec::new();
     };
+    let file = |name: &str| format!("{S3_CREDENTIALS_DIR}/{name}");
     let mut vars = vec![
-        secret_env(
-            "AWS_ACCESS_KEY_ID",
-            &keys.secret_name,
-            keys.access_key_id_key(),
-            false,
+        env(
+            "DBOP_BACKUP_S3_ACCESS_KEY_ID_FILE",
+            &file(ACCESS_KEY_ID_FILE),
         ),
-        secret_env(
-            "AWS_SECRET_ACCESS_KEY",
-            &keys.secret_name,
-            keys.secret_access_key_key(),
-            false,
+        env(
+            "DBOP_BACKUP_S3_SECRET_ACCESS_KEY_FILE",
+            &file(SECRET_ACCESS_KEY_FILE),
         ),
         env("AWS_EC2_METADATA_DISABLED", "true"),
     ];
-    if let Some(key) = &keys.session_token_key {
-        vars.push(secret_env(
-            "AWS_SESSION_TOKEN",
-            &keys.secret_name,
-            key,
-            false,
+    if keys.session_token_key.is_some() {
+        vars.push(env(
+            "DBOP_BACKUP_S3_SESSION_TOKEN_FILE",
+            &file(SESSION_TOKEN_FILE),
         ));
     }
     vars
+}
+
+const ACCESS_KEY_ID_FILE: &str = "access-key-id";
+const SECRET_ACCESS_KEY_FILE: &str = "secret-access-key";
+const SESSION_TOKEN_FILE: &str = "session-token";
+
+/// The Secrets an agent pod reads, as volumes and their mounts: the database credentials
+/// (whole: `username` may be absent from a user's Secret, and the agent then leaves PGUSER to
+/// libpq), the S3 key's items under fixed file names, and the encryption keys' Secret (whole:
+/// a restore picks the key its manifest names). Read-only, mode 0440.
+pub fn agent_secrets(
+    db: &Database,
+    s3: &S3Spec,
+    encryption_keys: Option<&str>,
+) -> Vec<(Volume, VolumeMount)> {
+    let mut out = vec![(
+        secret_volume("pg-credentials", &secret_name(db), None),
+        mount("pg-credentials", PG_CREDENTIALS_DIR, true),
+    )];
+    if let Some(keys) = &s3.credentials {
+        let mut items = vec![
+            (
+                keys.access_key_id_key().to_string(),
+                ACCESS_KEY_ID_FILE.to_string(),
+            ),
+            (
+                keys.secret_access_key_key().to_string(),
+                SECRET_ACCESS_KEY_FILE.to_string(),
+            ),
+        ];
+        if let Some(token) = &keys.session_token_key {
+            items.push((token.clone(), SESSION_TOKEN_FILE.to_string()));
+        }
+        out.push((
+            secret_volume("s3-credentials", &keys.secret_name, Some(items)),
+            mount("s3-credentials", S3_CREDENTIALS_DIR, true),
+        ));
+    }
+    if let Some(secret) = encryption_keys {
+        out.push((
+            secret_volume("encryption-keys", secret, None),
+            mount("encryption-keys", ENCRYPTION_KEYS_DIR, true),
+        ));
+    }
+    out
+}
+
+/// The agent's variable naming the encryption keys' directory, when there is one.
+pub fn encryption_env(encryption_keys: Option<&str>) -> Option<EnvVar> {
+    encryption_keys.map(|_| env("DBOP_BACKUP_ENCRYPTION_KEY_DIR", ENCRYPTION_KEYS_DIR))
 }
 
 /// The agent's server-side encryption flags (`s3.serverSideEncryption`).
@@ -247,22 +308,83 @@ mod tests {
     }
 
     #[test]
-    fn a_static_key_comes_from_the_secret_and_keeps_the_instance_metadata_out() {
+    fn a_static_key_comes_from_the_secrets_files_and_keeps_the_instance_metadata_out() {
         let db = testing::minimal();
-        let spec = s3(json!({"credentials": {"secretName": "keys", "sessionTokenKey": "token"}}));
+        let spec = s3(json!({"credentials": {
+            "secretName": "keys", "accessKeyIdKey": "id", "sessionTokenKey": "token"
+        }}));
         let vars = agent_env(&db, &spec, "dbop-backup");
-        let token = vars.iter().find(|v| v.name == "AWS_SESSION_TOKEN").unwrap();
-        let from = token
-            .value_from
-            .as_ref()
-            .unwrap()
-            .secret_key_ref
-            .as_ref()
-            .unwrap();
-        assert_eq!((from.name.as_str(), from.key.as_str()), ("keys", "token"));
-        assert!(token.value.is_none(), "never a value");
-        assert!(names(&vars).contains(&"AWS_ACCESS_KEY_ID"));
-        assert!(names(&vars).contains(&"AWS_EC2_METADATA_DISABLED"));
+        let value = |n: &str| {
+            vars.iter()
+                .find(|v| v.name == n)
+                .and_then(|v| v.value.clone())
+        };
+        assert_eq!(
+            value("DBOP_BACKUP_S3_SESSION_TOKEN_FILE").as_deref(),
+            Some("/etc/dbop/s3-credentials/session-token")
+        );
+        assert_eq!(
+            value("DBOP_BACKUP_PASSWORD_FILE").as_deref(),
+            Some("/etc/dbop/pg-credentials/password")
+        );
+        assert_eq!(value("AWS_EC2_METADATA_DISABLED").as_deref(), Some("true"));
+        for v in &vars {
+            assert!(v.value_from.is_none(), "{} read from a reference", v.name);
+        }
+        for secret in [
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+            "PGPASSWORD",
+            "PGUSER",
+        ] {
+            assert!(
+                !names(&vars).contains(&secret),
+                "{secret} in the environment"
+            );
+        }
+        // The Secrets as volumes: the credentials whole, the S3 key's items under fixed names,
+        // the encryption keys whole; all read-only, mode 0440.
+        let secrets = agent_secrets(&db, &spec, Some("backup-keys"));
+        let shown: Vec<_> = secrets
+            .iter()
+            .map(|(v, m)| {
+                let s = v.secret.as_ref().unwrap();
+                assert_eq!(s.default_mode, Some(0o440));
+                assert_eq!(m.read_only, Some(true));
+                assert_eq!(m.name, v.name);
+                let items: Vec<(String, String)> = s
+                    .items
+                    .iter()
+                    .flatten()
+                    .map(|i| (i.key.clone(), i.path.clone()))
+                    .collect();
+                (s.secret_name.clone().unwrap(), m.mount_path.clone(), items)
+            })
+            .collect();
+        let pair = |k: &str, p: &str| (k.to_string(), p.to_string());
+        assert_eq!(
+            shown,
+            vec![
+                (
+                    "orders-credentials".into(),
+                    PG_CREDENTIALS_DIR.into(),
+                    vec![]
+                ),
+                (
+                    "keys".into(),
+                    S3_CREDENTIALS_DIR.into(),
+                    vec![
+                        pair("id", "access-key-id"),
+                        pair("AWS_SECRET_ACCESS_KEY", "secret-access-key"),
+                        pair("token", "session-token"),
+                    ]
+                ),
+                ("backup-keys".into(), ENCRYPTION_KEYS_DIR.into(), vec![]),
+            ]
+        );
+        // No static key, no encryption: the credentials alone.
+        assert_eq!(agent_secrets(&db, &s3(json!({})), None).len(), 1);
     }
 
     #[test]

@@ -23,11 +23,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 
 pub use super::agent::{CA_DIR, TERMINATION_LOG};
-use super::agent::{CA_FILE, agent_env, dump_env};
-use super::credentials::{USERNAME_KEY, secret_name};
+use super::agent::{CA_FILE, agent_env, agent_secrets, dump_env, encryption_env};
 use super::job::{AgentRun, JobParts, agent_pod, job};
 use super::placement::JobClass;
-use super::pod::secret_env;
 use super::{job_pod_labels, labels, owned_meta};
 use crate::api::{BackupSpec, Database, DatabaseBackup};
 use crate::settings::Settings;
@@ -66,13 +64,21 @@ pub fn backup_job(
     if let Some(max_age) = limits.max_age {
         args.push(format!("--max-age={}", format_duration(max_age)));
     }
+    // The key's name, not the key: the agent reads it from the mounted Secret.
+    if let Some(encryption) = &spec.encryption {
+        args.push(format!("--encryption-key={}", encryption.key_name));
+    }
+    let keys = encryption_secret(spec);
+    let mut env = dump_env(db, &spec.s3, backup.spec.reason);
+    env.extend(encryption_env(keys));
     let run = AgentRun {
         container: BACKUP_CONTAINER,
         image,
         args,
-        env: dump_env(db, &spec.s3, backup.spec.reason),
+        env,
         s3: &spec.s3,
         database_ca: super::tls::client_ca(db),
+        secrets: agent_secrets(db, &spec.s3, keys),
     };
     let parts = JobParts {
         metadata: job_meta(db, backup, &backup_name),
@@ -98,17 +104,12 @@ pub fn verify_job(
     name: &str,
     settings: &Settings,
 ) -> Job {
-    let credentials = secret_name(db);
+    // The application database (named after the superuser): the agent connects to it (its
+    // PGDATABASE defaults to the user's name from the credentials file), makes the scratch
+    // database from there, and verifies its backups.
+    let keys = encryption_secret(spec);
     let mut env = agent_env(db, &spec.s3, "dbop-backup");
-    // The application database (named after the superuser): the scratch database is made from
-    // a connection to it, and its backups are the ones verified.
-    env.push(secret_env("PGDATABASE", &credentials, USERNAME_KEY, true));
-    env.push(secret_env(
-        "DBOP_BACKUP_SOURCE_DATABASE",
-        &credentials,
-        USERNAME_KEY,
-        true,
-    ));
+    env.extend(encryption_env(keys));
     let mut args = vec!["verify".to_string(), "latest".to_string()];
     args.extend(s3_args(db, spec));
     let run = AgentRun {
@@ -118,6 +119,7 @@ pub fn verify_job(
         env,
         s3: &spec.s3,
         database_ca: super::tls::client_ca(db),
+        secrets: agent_secrets(db, &spec.s3, keys),
     };
     let parts = JobParts {
         metadata: owned_meta(db, name.to_string(), "verify"),
@@ -129,6 +131,11 @@ pub fn verify_job(
         pod: agent_pod(settings, run),
     };
     job(db, settings, parts)
+}
+
+/// The Secret of `spec.backup.encryption`, mounted into the backup and verify Jobs.
+fn encryption_secret(spec: &BackupSpec) -> Option<&str> {
+    spec.encryption.as_ref().map(|e| e.secret_name.as_str())
 }
 
 /// Where the init container puts the agent, and where the backup container runs it from.

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, ConfigMapVolumeSource, Container, Ke
 use super::credentials::{PASSWORD_KEY, USERNAME_KEY, secret_name};
 use super::job::{JobParts, JobPod, job};
 use super::placement::JobClass;
-use super::pod::{container_security_context, env, mount, scratch, secret_env};
+use super::pod::{container_security_context, env, mount, scratch, secret_volume};
 use super::{Names, POSTGRES_PORT, image, job_pod_labels, owned_meta};
 use crate::api::Database;
 use crate::settings::Settings;
@@ -27,6 +27,23 @@ pub const ACTIVE_DEADLINE_SECONDS: i64 = 1800;
 /// The key of the SQL in the ConfigMap dbop makes from inline SQL.
 pub const SQL_KEY: &str = "init.sql";
 const SQL_DIR: &str = "/etc/dbop/init";
+/// Where the credentials Secret is mounted (whole: a user's Secret may lack `username`).
+const CREDENTIALS_DIR: &str = "/etc/dbop/pg-credentials";
+/// The pgpass file the script writes into the `/tmp` emptyDir.
+const PGPASS_FILE: &str = "/tmp/pgpass";
+
+/// Sets PGUSER from the credentials' `username` file (default `postgres`) and writes a pgpass
+/// file (mode 0600) from the `password` file, its `\` and `:` escaped as libpq reads them,
+/// named by PGPASSFILE: the password never enters the environment or a command line.
+fn credentials_script(dir: &str, pgpass: &str) -> String {
+    format!(
+        "if [ -s {dir}/{USERNAME_KEY} ]; then PGUSER=\"$(cat {dir}/{USERNAME_KEY})\"; else PGUSER=postgres; fi\n\
+         export PGUSER\n\
+         umask 077\n\
+         {{ printf '*:*:*:*:'; sed -e 's/\\\\/\\\\\\\\/g' -e 's/:/\\\\:/g' {dir}/{PASSWORD_KEY}; printf '\\n'; }} > {pgpass}\n\
+         export PGPASSFILE={pgpass}\n"
+    )
+}
 
 /// libpq connects as the Secret's user (default `postgres`) to the database of the same name:
 /// the application database. `--single-transaction` when `single`; otherwise psql runs the
@@ -34,8 +51,9 @@ const SQL_DIR: &str = "/etc/dbop/init";
 fn script(single: bool) -> String {
     let transaction = if single { " --single-transaction" } else { "" };
     format!(
-        "set -eu\nexport PGUSER=\"${{PGUSER:-postgres}}\"\n\
-         exec psql --no-psqlrc --set=ON_ERROR_STOP=1{transaction} --file={SQL_DIR}/{SQL_KEY}"
+        "set -eu\n{}\
+         exec psql --no-psqlrc --no-password --set=ON_ERROR_STOP=1{transaction} --file={SQL_DIR}/{SQL_KEY}",
+        credentials_script(CREDENTIALS_DIR, PGPASS_FILE)
     )
 }
 
@@ -88,13 +106,19 @@ pub fn init_job(db: &Database, settings: &Settings) -> Option<Job> {
         env("PGHOST", &names.endpoint(&namespace)),
         env("PGPORT", &POSTGRES_PORT.to_string()),
         env("PGCONNECT_TIMEOUT", "10"),
-        // Optional: a user's Secret may carry only a password (the script defaults the user).
-        secret_env("PGUSER", &secret, USERNAME_KEY, true),
-        secret_env("PGPASSWORD", &secret, PASSWORD_KEY, false),
     ];
     env.extend(super::tls::client_env(db));
-    let mut mounts = vec![mount("tmp", "/tmp", false), mount("sql", SQL_DIR, true)];
-    let mut volumes = vec![scratch("tmp"), sql];
+    // The credentials as files (the script reads them), never as environment variables.
+    let mut mounts = vec![
+        mount("tmp", "/tmp", false),
+        mount("sql", SQL_DIR, true),
+        mount("pg-credentials", CREDENTIALS_DIR, true),
+    ];
+    let mut volumes = vec![
+        scratch("tmp"),
+        sql,
+        secret_volume("pg-credentials", &secret, None),
+    ];
     if let Some((volume, ca)) = super::tls::client_ca(db) {
         volumes.push(volume);
         mounts.push(ca);
@@ -181,8 +205,80 @@ mod tests {
         assert_eq!(host.value.as_deref(), Some("orders-rw.shop.svc"));
         // The application database is libpq's default: the user's name.
         assert!(env.iter().all(|e| e.name != "PGDATABASE"));
-        let pw = env.iter().find(|e| e.name == "PGPASSWORD").unwrap();
-        assert!(pw.value.is_none() && pw.value_from.is_some());
+        // The credentials are files of a Secret volume (0440), never environment variables.
+        for e in env {
+            assert!(e.value_from.is_none(), "{} from a reference", e.name);
+            assert!(
+                !e.name.starts_with("PGPASS") && e.name != "PGUSER",
+                "{}",
+                e.name
+            );
+        }
+        let pod = pod(&job);
+        let creds = pod
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "pg-credentials")
+            .unwrap()
+            .secret
+            .unwrap();
+        assert_eq!(creds.secret_name.as_deref(), Some("orders-credentials"));
+        assert_eq!(creds.default_mode, Some(0o440));
+        let mounts = c.volume_mounts.as_ref().unwrap();
+        let m = mounts.iter().find(|m| m.name == "pg-credentials").unwrap();
+        assert_eq!(
+            (m.mount_path.as_str(), m.read_only),
+            (CREDENTIALS_DIR, Some(true))
+        );
+    }
+
+    /// The script's pgpass, run by a real shell and sed: escaped as libpq reads it, mode 0600,
+    /// the user from the file or `postgres`.
+    #[test]
+    fn the_script_writes_an_escaped_private_pgpass_file() {
+        use std::os::unix::fs::PermissionsExt;
+        for (user, password, want) in [
+            (Some("app"), "plain", "*:*:*:*:plain\n"),
+            (None, "a:b\\c", "*:*:*:*:a\\:b\\\\c\n"),
+            (Some("x"), "\\:\\:*", "*:*:*:*:\\\\\\:\\\\\\:*\n"),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let creds = dir.path().join("creds");
+            std::fs::create_dir(&creds).unwrap();
+            std::fs::write(creds.join(PASSWORD_KEY), password).unwrap();
+            if let Some(u) = user {
+                std::fs::write(creds.join(USERNAME_KEY), u).unwrap();
+            }
+            let pgpass = dir.path().join("pgpass");
+            let script = format!(
+                "set -eu\n{}echo \"$PGUSER $PGPASSFILE\"",
+                credentials_script(&creds.display().to_string(), &pgpass.display().to_string())
+            );
+            let out = std::process::Command::new("/bin/sh")
+                .args(["-c", &script])
+                .env_clear()
+                .env("PATH", "/usr/bin:/bin")
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout).trim(),
+                format!("{} {}", user.unwrap_or("postgres"), pgpass.display())
+            );
+            assert_eq!(
+                std::fs::read_to_string(&pgpass).unwrap(),
+                want,
+                "{password}"
+            );
+            let mode = std::fs::metadata(&pgpass).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600);
+            assert!(!script.contains(password) || password == "plain");
+        }
     }
 
     #[test]
@@ -204,8 +300,9 @@ mod tests {
             ),
             "{single}"
         );
+        assert!(single.contains("export PGPASSFILE=/tmp/pgpass"), "{single}");
         assert!(
-            single.contains("export PGUSER=\"${PGUSER:-postgres}\""),
+            single.contains("psql --no-psqlrc --no-password"),
             "{single}"
         );
         let each =
@@ -230,16 +327,13 @@ mod tests {
             sql_source(&job),
             ("schema".to_string(), "init.sql".to_string())
         );
-        let env = pod(&job).containers[0].env.clone().unwrap();
-        let pw = env.iter().find(|e| e.name == "PGPASSWORD").unwrap();
-        let key = pw
-            .value_from
-            .as_ref()
+        let creds = pod(&job)
+            .volumes
             .unwrap()
-            .secret_key_ref
-            .as_ref()
+            .into_iter()
+            .find(|v| v.name == "pg-credentials")
             .unwrap();
-        assert_eq!(key.name, "admin");
+        assert_eq!(creds.secret.unwrap().secret_name.as_deref(), Some("admin"));
     }
 
     #[test]

@@ -108,6 +108,8 @@ pub struct AgentRun<'a> {
     pub s3: &'a S3Spec,
     /// The Database's CA certificate, when the agent verifies the server (`tls::client_ca`).
     pub database_ca: Option<(Volume, VolumeMount)>,
+    /// The Secrets the agent reads as files (`agent::agent_secrets`).
+    pub secrets: Vec<(Volume, VolumeMount)>,
 }
 
 /// The pod of an agent Job: the agent copied in by an init container, run from the database
@@ -130,7 +132,7 @@ pub fn agent_pod(settings: &Settings, run: AgentRun<'_>) -> JobPod {
     let mut volumes = vec![scratch(DBOP_BIN_VOLUME), scratch("tmp")];
     volumes.extend(run.s3.ca.as_ref().map(ca_volume));
     let mut container = container;
-    if let Some((volume, mount)) = run.database_ca {
+    for (volume, mount) in run.database_ca.into_iter().chain(run.secrets) {
         volumes.push(volume);
         container
             .volume_mounts
@@ -164,6 +166,7 @@ mod tests {
             env: vec![],
             s3: &s3,
             database_ca: None,
+            secrets: vec![],
         };
         let pod = agent_pod(&settings, run);
         assert_eq!(pod.service_account_name.as_deref(), Some("backup-irsa"));

@@ -1,13 +1,13 @@
 //! Shared pieces of every pod dbop creates (the database's, the init Job's, the backup Job's):
 //! the user and groups they run as (`run_as`, from `spec.podSecurity` and the image), security
-//! contexts, scratch volumes, environment from Secrets, default resources and the
+//! contexts, scratch volumes, Secrets as files, default resources and the
 //! init container that copies one of dbop's static binaries into the pod.
 //!
 //! Pure: plain functions of their arguments.
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, LocalObjectReference,
-    PodSecurityContext, ResourceRequirements, SeccompProfile, SecretKeySelector, SecurityContext,
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, KeyToPath, LocalObjectReference,
+    PodSecurityContext, ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext,
     Volume, VolumeMount,
 };
 
@@ -28,19 +28,27 @@ pub const DBOP_BIN_DIR: &str = "/dbop";
 /// The name of the emptyDir holding dbop's binaries.
 pub const DBOP_BIN_VOLUME: &str = "dbop-bin";
 
-/// An environment variable read from a key of a Secret.
-pub fn secret_env(name: &str, secret: &str, key: &str, optional: bool) -> EnvVar {
-    EnvVar {
+/// A Secret as a volume of files readable by the pod's group only (`fsGroup`), never as
+/// environment variables: whole, or only `items` (key → file name).
+pub fn secret_volume(name: &str, secret: &str, items: Option<Vec<(String, String)>>) -> Volume {
+    Volume {
         name: name.into(),
-        value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector {
-                name: secret.into(),
-                key: key.into(),
-                optional: optional.then_some(true),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.into()),
+            items: items.map(|items| {
+                items
+                    .into_iter()
+                    .map(|(key, path)| KeyToPath {
+                        key,
+                        path,
+                        ..KeyToPath::default()
+                    })
+                    .collect()
             }),
-            ..EnvVarSource::default()
+            default_mode: Some(0o440),
+            ..SecretVolumeSource::default()
         }),
-        ..EnvVar::default()
+        ..Volume::default()
     }
 }
 

@@ -11,7 +11,7 @@
 
 use k8s_openapi::api::batch::v1::Job;
 
-use super::agent::{CA_FILE, TERMINATION_LOG, agent_env};
+use super::agent::{CA_FILE, TERMINATION_LOG, agent_env, agent_secrets, encryption_env};
 use super::job::{AgentRun, JobParts, agent_pod, job};
 use super::placement::JobClass;
 use super::{Names, image, job_pod_labels, owned_meta};
@@ -38,6 +38,9 @@ pub struct RestoreSource {
     /// The database name inside that prefix (the source's application database); `None`:
     /// the agent takes the target's own name.
     pub source_database: Option<String>,
+    /// The Secret holding the keys an encrypted backup may need (mounted whole; the agent
+    /// picks the key the manifest names).
+    pub encryption_secret: Option<String>,
 }
 
 /// The key prefix of a Database's backups in a bucket: `<prefix>/<namespace>/<database>`.
@@ -47,13 +50,17 @@ pub fn storage_prefix(s3: &S3Spec, namespace: &str, database: &str) -> String {
 
 /// The restore Job of a Database, owned by it (deleting the Database stops the restore).
 pub fn restore_job(db: &Database, source: &RestoreSource, settings: &Settings) -> Job {
+    let keys = source.encryption_secret.as_deref();
+    let mut env = agent_env(db, &source.s3, "dbop-restore");
+    env.extend(encryption_env(keys));
     let run = AgentRun {
         container: RESTORE_CONTAINER,
         image: image(db, settings),
         args: agent_args(source),
-        env: agent_env(db, &source.s3, "dbop-restore"),
+        env,
         s3: &source.s3,
         database_ca: super::tls::client_ca(db),
+        secrets: agent_secrets(db, &source.s3, keys),
     };
     let parts = JobParts {
         metadata: owned_meta(db, Names::of(db).restore_job(), "restore"),
@@ -114,6 +121,7 @@ mod tests {
             s3,
             backup: "latest".into(),
             source_database: Some("postgres".into()),
+            encryption_secret: None,
         }
     }
 
@@ -166,25 +174,74 @@ mod tests {
     }
 
     #[test]
-    fn secrets_reach_the_job_only_through_secret_references() {
+    fn secrets_reach_the_job_only_as_files() {
         let db = testing::minimal();
         let s3 = s3(serde_json::json!({
             "credentials": {"secretName": "s3", "accessKeyIdKey": "id", "secretAccessKeyKey": "key"},
             "ca": {"secretKeyRef": {"name": "ca", "key": "root.pem"}}
         }));
-        let job = restore_job(&db, &source(s3), &Settings::default());
+        let mut source = source(s3);
+        source.encryption_secret = Some("backup-keys".into());
+        let job = restore_job(&db, &source, &Settings::default());
         let c = container(&job);
         let env = c.env.clone().unwrap();
-        for (name, secret, key) in [
-            ("AWS_ACCESS_KEY_ID", "s3", "id"),
-            ("AWS_SECRET_ACCESS_KEY", "s3", "key"),
-            ("PGPASSWORD", "orders-credentials", "password"),
+        assert!(env.iter().all(|e| e.value_from.is_none()), "{env:?}");
+        let value = |n: &str| {
+            env.iter()
+                .find(|e| e.name == n)
+                .and_then(|e| e.value.clone())
+        };
+        for (name, want) in [
+            (
+                "DBOP_BACKUP_S3_ACCESS_KEY_ID_FILE",
+                "/etc/dbop/s3-credentials/access-key-id",
+            ),
+            (
+                "DBOP_BACKUP_S3_SECRET_ACCESS_KEY_FILE",
+                "/etc/dbop/s3-credentials/secret-access-key",
+            ),
+            (
+                "DBOP_BACKUP_PASSWORD_FILE",
+                "/etc/dbop/pg-credentials/password",
+            ),
+            ("DBOP_BACKUP_USER_FILE", "/etc/dbop/pg-credentials/username"),
+            (
+                "DBOP_BACKUP_ENCRYPTION_KEY_DIR",
+                "/etc/dbop/encryption-keys",
+            ),
         ] {
-            let e = env.iter().find(|e| e.name == name).unwrap();
-            assert!(e.value.is_none(), "{name} must not be a literal");
-            let r = e.value_from.clone().unwrap().secret_key_ref.unwrap();
-            assert_eq!((r.name.as_str(), r.key.as_str()), (secret, key), "{name}");
+            assert_eq!(value(name).as_deref(), Some(want), "{name}");
         }
+        let pod = job.spec.clone().unwrap().template.spec.unwrap();
+        let secret_of = |volume: &str| {
+            pod.volumes
+                .iter()
+                .flatten()
+                .find(|v| v.name == volume)
+                .and_then(|v| v.secret.clone())
+                .unwrap()
+        };
+        let items: Vec<(String, String)> = secret_of("s3-credentials")
+            .items
+            .unwrap()
+            .into_iter()
+            .map(|i| (i.key, i.path))
+            .collect();
+        assert_eq!(
+            items,
+            [
+                ("id".to_string(), "access-key-id".to_string()),
+                ("key".into(), "secret-access-key".into())
+            ]
+        );
+        assert_eq!(
+            secret_of("encryption-keys").secret_name.as_deref(),
+            Some("backup-keys")
+        );
+        assert_eq!(
+            secret_of("pg-credentials").secret_name.as_deref(),
+            Some("orders-credentials")
+        );
         assert!(env.iter().all(|e| e.name != "PGDATABASE"));
         assert!(c.args.unwrap().contains(&format!("--ca-file={CA_FILE}")));
         let pod = job.spec.unwrap().template.spec.unwrap();
