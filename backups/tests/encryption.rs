@@ -117,6 +117,13 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
         .any(|w| w == needle.as_bytes())
 }
 
+/// The server has the databases it had, and the target `refused` no table.
+fn nothing_restored(pg: &Pg, before: &str) {
+    assert_eq!(databases(pg), before, "nothing created");
+    let tables = "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'";
+    assert_eq!(pg.psql("refused", tables), "0", "nothing restored");
+}
+
 fn databases(pg: &Pg) -> String {
     pg.psql(
         "postgres",
@@ -221,14 +228,7 @@ fn an_encrypted_backup_is_unreadable_and_restores_only_with_its_key() {
         for key in [&k1, &k2] {
             assert!(!run.stdout.contains(key.as_str()) && !run.stderr.contains(key.as_str()));
         }
-        assert_eq!(databases(&pg3), before, "nothing created");
-        assert_eq!(
-            pg3.psql(
-                "refused",
-                "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
-            ),
-            "0"
-        );
+        nothing_restored(&pg3, &before);
     }
     // The same refusal for verify.
     let refused = agent(
@@ -273,7 +273,7 @@ fn an_encrypted_backup_is_unreadable_and_restores_only_with_its_key() {
         message.contains("does not decrypt with key \"k1\""),
         "{message}"
     );
-    assert_eq!(databases(&pg3), before, "nothing created");
+    nothing_restored(&pg3, &before);
     s3.put(&manifest_key, original);
     s3.put(&dump_key, original_dump);
 
@@ -289,14 +289,7 @@ fn an_encrypted_backup_is_unreadable_and_restores_only_with_its_key() {
         Some(keys.path()),
     );
     assert_eq!(tampered.failed().failure_kind.as_deref(), Some("integrity"));
-    assert_eq!(databases(&pg3), before, "nothing created");
-    assert_eq!(
-        pg3.psql(
-            "refused",
-            "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
-        ),
-        "0"
-    );
+    nothing_restored(&pg3, &before);
 }
 
 #[test]

@@ -21,17 +21,7 @@ pub fn problem(encryption: &BackupEncryption, secret: Option<&Secret>) -> Option
              --from-literal={key_name}=$(openssl rand -base64 32)`"
         ));
     };
-    let has = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(key_name))
-        .is_some_and(|v| !v.0.is_empty())
-        || secret
-            .string_data
-            .as_ref()
-            .and_then(|d| d.get(key_name))
-            .is_some_and(|v| !v.is_empty());
-    (!has).then(|| {
+    (!super::s3_secret::has_key(secret, key_name)).then(|| {
         format!(
             "Secret {secret_name} has no non-empty key {key_name} \
              (spec.backup.encryption.keyName): add it (the base64 of 32 random bytes, \

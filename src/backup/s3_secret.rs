@@ -69,6 +69,20 @@ impl fmt::Display for S3SecretProblem {
     }
 }
 
+/// Whether `secret` has a non-empty `key` (in `data` or `stringData`); values are not read.
+pub fn has_key(secret: &Secret, key: &str) -> bool {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .is_some_and(|v| !v.0.is_empty())
+        || secret
+            .string_data
+            .as_ref()
+            .and_then(|d| d.get(key))
+            .is_some_and(|v| !v.is_empty())
+}
+
 /// What is wrong with the S3 credentials Secret, if anything (nothing when the spec names
 /// none: the Jobs take the standard credential chain).
 pub fn s3_secret_problem(
@@ -83,18 +97,7 @@ pub fn s3_secret_problem(
             secret_access_key_key: reference.secret_access_key_key().into(),
         });
     };
-    let has = |key: &str| {
-        secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(key))
-            .is_some_and(|v| !v.0.is_empty())
-            || secret
-                .string_data
-                .as_ref()
-                .and_then(|d| d.get(key))
-                .is_some_and(|v| !v.is_empty())
-    };
+    let has = |key: &str| has_key(secret, key);
     let missing: Vec<String> = [
         reference.access_key_id_key(),
         reference.secret_access_key_key(),

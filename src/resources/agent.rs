@@ -65,8 +65,9 @@ pub fn dump_env(db: &Database, s3: &S3Spec, reason: BackupReason) -> Vec<EnvVar>
 }
 
 /// The agent's environment: the Database's `-rw` Service (TLS, verified once the pods serve
-/// it: `tls::client_env`), its credentials and the S3 ones as Secret references (or none: the
-/// SDK's credential chain). `app_name` tells the sessions apart in `pg_stat_activity`.
+/// it: `tls::client_env`), and the paths of its credentials' and the S3 key's files (or no S3
+/// key: the SDK's credential chain), never a value. `app_name` tells the sessions apart in
+/// `pg_stat_activity`.
 pub fn agent_env(db: &Database, s3: &S3Spec, app_name: &str) -> Vec<EnvVar> {
     let mut vars = vec![
         env(

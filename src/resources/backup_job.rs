@@ -4,8 +4,9 @@
 //! `pg_dump` and `pg_restore` match the server), copied in by an init container from the
 //! operator's image, on the `job` skeleton.
 //!
-//! The S3 and database credentials reach the container only as environment variables read from
-//! their Secrets (never on the command line, never in the operator); the agent writes its JSON
+//! The S3 and database credentials (and the encryption keys) reach the container only as files
+//! of read-only Secret volumes (`agent::agent_secrets`: never in the environment, on the command
+//! line or in the operator); the agent writes its JSON
 //! result to the termination message, which the `DatabaseBackup` controller reads back.
 //!
 //! Pure: a function of the Database, its parsed `spec.backup` limits (`AgentLimits`, from

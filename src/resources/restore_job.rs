@@ -3,9 +3,9 @@
 //! init container from dbop's image, against the `-rw` Service. The agent recreates the
 //! backup's roles, then restores the dump into the application database in one transaction.
 //!
-//! Like the backup Job, the database and S3 credentials reach the container only as
-//! environment variables read from their Secrets (never on the command line, never in the
-//! operator), and the agent's JSON result goes to the termination message.
+//! Like the backup Job, the database and S3 credentials and the encryption keys reach the
+//! container only as files of read-only Secret volumes (never in the environment, on the command
+//! line or in the operator), and the agent's JSON result goes to the termination message.
 //!
 //! Pure: a function of the Database, the resolved source and the operator's settings.
 
