@@ -400,6 +400,35 @@ mod tests {
     }
 
     #[test]
+    fn an_unusable_encryption_secret_holds_runs_and_says_what_to_fix() {
+        let mut db = with_backup(serde_json::json!({
+            "encryption": {"secretName": "backup-keys", "keyName": "k2"}
+        }));
+        scheduled(
+            &mut db,
+            None,
+            Some(Utc.with_ymd_and_hms(2025, 5, 1, 2, 0, 0).unwrap()),
+        );
+        let enc = db.spec.backup.as_ref().unwrap().encryption.clone().unwrap();
+        let f = BackupHistory {
+            s3_problem: crate::backup::encryption::problem(&enc, None)
+                .map(S3SecretProblem::EncryptionKey),
+            ..fact()
+        };
+        let plan = plan_backups(&db, &f, Phase::Ready);
+        assert!(plan.create.is_none(), "no Job waits for a missing volume");
+        let condition = plan.condition.unwrap();
+        assert!(!condition.status);
+        assert_eq!(condition.reason, "EncryptionKeySecretInvalid");
+        assert!(
+            condition.message.contains("Secret backup-keys")
+                && condition.message.contains("openssl rand -base64 32"),
+            "{}",
+            condition.message
+        );
+    }
+
+    #[test]
     fn no_run_during_an_upgrade_and_none_before_the_first_start() {
         let mut db = with_backup(serde_json::json!({}));
         scheduled(
