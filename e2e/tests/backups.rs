@@ -1,7 +1,8 @@
 //! Scheduled backups on a real control plane: a per-minute schedule makes `DatabaseBackup`s on
 //! time, the backup Job's pod (completed by kwok with a termination message the test supplies)
-//! fills the status, a failing Job turns `BackupHealthy` False, and an operator stopped across
-//! three due times runs exactly one catch-up.
+//! fills the status, a failing Job turns `BackupHealthy` False, a missing encryption keys'
+//! Secret holds the runs (`EncryptionKeySecretInvalid`) until it exists, and an operator
+//! stopped across three due times runs exactly one catch-up.
 
 use std::time::Duration;
 
@@ -192,6 +193,64 @@ async fn a_failing_backup_job_turns_backup_healthy_false() {
         condition(&db, "Ready").map(|c| c.0).as_deref(),
         Some("True"),
         "a failed backup does not make the database unready"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_encryption_secret_holds_backups_until_it_exists() {
+    let bed = testbed().await;
+    let ns = bed.namespace("backup-keys").await;
+    s3_secret(&bed, &ns).await;
+    let _operator = bed.operator_in_process(&ns).await;
+    let mut spec = with_backups(true);
+    spec["backup"]["encryption"] = json!({"secretName": "backup-keys", "keyName": "k1"});
+    bed.apply_database(&ns, database_manifest("orders", spec))
+        .await;
+    bed.wait_for_phase(&ns, "orders", Phase::Ready, WAIT).await;
+    let dbs = bed.databases(&ns);
+    let db = wait_until(
+        "BackupHealthy False for the key Secret",
+        NEXT_MINUTE,
+        || async {
+            let db = dbs.get("orders").await.ok()?;
+            (condition(&db, "BackupHealthy")?.1 == "EncryptionKeySecretInvalid").then_some(db)
+        },
+    )
+    .await;
+    let message = db
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "BackupHealthy")
+        .unwrap()
+        .message;
+    assert!(
+        message.contains("Secret backup-keys") && message.contains("k1"),
+        "{message}"
+    );
+    assert!(backups(&bed, &ns).await.is_empty(), "no backup started");
+    // The Secret appears: the next due time makes a backup, whose Job mounts the keys.
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": "backup-keys"},
+        "stringData": {"k1": "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="}
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(bed.client.clone(), &ns)
+        .create(&Default::default(), &secret)
+        .await
+        .expect("create the keys' Secret");
+    let b = wait_until("a backup once the Secret exists", NEXT_MINUTE, || async {
+        backups(&bed, &ns).await.into_iter().next()
+    })
+    .await;
+    let pod = running_backup_pod(&bed, &ns, b.metadata.name.as_deref().unwrap()).await;
+    let volumes = pod.spec.unwrap().volumes.unwrap_or_default();
+    assert!(
+        volumes.iter().any(
+            |v| v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) == Some("backup-keys")
+        ),
+        "{volumes:?}"
     );
 }
 
