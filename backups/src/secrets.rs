@@ -181,6 +181,35 @@ mod tests {
     }
 
     #[test]
+    fn a_static_key_is_read_from_its_files_trimmed() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, value: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, value).unwrap();
+            p
+        };
+        let (id, secret, token) = (
+            file("id", "AKIA1\n"),
+            file("secret", " s3cr3t "),
+            file("token", "tok"),
+        );
+        let k = static_key(Some(&id), Some(&secret), Some(&token))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (
+                k.access_key_id.as_str(),
+                k.secret_access_key.as_str(),
+                k.session_token.as_deref()
+            ),
+            ("AKIA1", "s3cr3t", Some("tok"))
+        );
+        assert!(static_key(None, Some(&secret), None).unwrap().is_none());
+        let e = static_key(Some(&id), Some(&dir.path().join("nope")), None).unwrap_err();
+        assert!(e.to_string().contains("--s3-secret-access-key-file"), "{e}");
+    }
+
+    #[test]
     fn errors_name_the_file_never_its_content() {
         let scratch = tempfile::tempdir().unwrap();
         let p = scratch.path().join("missing");
