@@ -12,7 +12,7 @@ use dbop::context::caches::{self, Caches};
 use dbop::database::reconcile_database;
 use dbop::database::{decide, facts, status};
 use dbop::resources::{
-    credentials, primary_lease, replication, server_config, services, statefulset, tls,
+    accounts, credentials, primary_lease, replication, server_config, services, statefulset, tls,
 };
 use dbop::settings::Settings;
 use http::{Request, Response, StatusCode};
@@ -201,10 +201,22 @@ fn ready_world(db: &Database) -> HashMap<String, Value> {
         not_after: Utc::now() + chrono::Duration::days(80),
         names: tls::dns_names(db),
     };
+    let mut application = accounts::application_secret(db, "app-pw");
+    application.metadata.resource_version = Some("3".into());
+    let inputs = accounts::inputs(db, &[Some("3".into())]);
+    let accounts_secret = accounts::accounts_secret(db, "app-pw", &Default::default(), &inputs);
     HashMap::from([
         (
             format!("{ns}/secrets/orders-credentials"),
             serde_json::to_value(credentials).unwrap(),
+        ),
+        (
+            format!("{ns}/secrets/orders-app"),
+            serde_json::to_value(application).unwrap(),
+        ),
+        (
+            format!("{ns}/secrets/orders-accounts"),
+            serde_json::to_value(accounts_secret).unwrap(),
         ),
         (
             format!("{ns}/secrets/orders-ca"),

@@ -62,6 +62,14 @@ pub const POD_SECURITY_TRANSITION_RULE: &str = "(has(self.spec.podSecurity) ? \
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
     {
+        "rule": "!has(self.roles) || !has(self.application) || self.roles.all(r, r.name != self.application.owner)",
+        "message": "spec.roles cannot declare the application's owner (spec.application.owner): dbop keeps that role itself"
+    },
+    {
+        "rule": "has(self.application) == has(oldSelf.application) && (!has(self.application) || self.application == oldSelf.application)",
+        "message": "application cannot change after creation: its database holds the application's data (make another database with spec.roles and init SQL instead)"
+    },
+    {
         "rule": "has(self.credentials) == has(oldSelf.credentials) && (!has(self.credentials) || self.credentials == oldSelf.credentials)",
         "message": "credentials cannot change after creation: the superuser's name is set when the data directory is initialised (rotate the password by editing the Secret's password key)"
     }
@@ -143,6 +151,19 @@ pub struct DatabaseSpec {
     /// it by default, init SQL runs in it, backups dump it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials: Option<CredentialsSpec>,
+
+    /// The application's database and its owner (default `app` and `app`): a login role that
+    /// is not a superuser, whose credentials dbop puts in the Secret `<name>-app` (username,
+    /// password, host, port, dbname, uri, jdbc-uri, pgpass, ca.crt). Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub application: Option<super::accounts::ApplicationSpec>,
+
+    /// Roles dbop keeps on the primary besides the application's: created, altered to the
+    /// spec, dropped only with `ensure: Absent` (docs/security.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub roles: Vec<super::accounts::ManagedRoleSpec>,
 
     /// SQL run once, by an init Job, after the first successful start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -375,9 +396,14 @@ pub struct DatabaseStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
 
-    /// The Secret that holds the superuser credentials.
+    /// The Secret that holds the superuser credentials (dbop's and break-glass use).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_secret: Option<String>,
+
+    /// The Secret applications connect with: the application role's credentials, the
+    /// application database, and ready-made `uri`, `jdbc-uri` and `pgpass`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub application_secret: Option<String>,
 
     /// The schedule's progress and the latest backup outcomes.
     #[serde(default, skip_serializing_if = "Option::is_none")]

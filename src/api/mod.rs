@@ -3,6 +3,7 @@
 //! Owns the Rust types the CRDs are generated from and the schema rules the API server enforces
 //! (enums, ranges, patterns, CEL). Pure data: no client, no clock, no I/O.
 
+pub mod accounts;
 pub mod backup;
 pub mod backup_policy;
 pub mod conditions;
@@ -14,6 +15,7 @@ pub mod security;
 pub mod shared;
 pub mod tls;
 
+pub use accounts::{ApplicationSpec, ManagedRoleSpec, RoleEnsure};
 pub use backup::{
     BackupPhase, BackupReason, DatabaseBackup, DatabaseBackupSpec, DatabaseBackupStatus,
 };

@@ -55,6 +55,9 @@ pub async fn apply(
         secret,
         adopt_secret,
         replication_secret,
+        application_secret,
+        accounts_secret,
+        accounts_event,
         instance_access,
         primary_lease,
         role_events,
@@ -82,6 +85,18 @@ pub async fn apply(
     if let Some(secret) = replication_secret {
         create_once(&Api::<Secret>::namespaced(ctx.client.clone(), &ns), &secret).await?;
         info!(secret = ?secret.metadata.name, "made the replication role's Secret");
+    }
+    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &ns);
+    if let Some(secret) = application_secret {
+        create_once(&secrets, &secret).await?;
+        info!(secret = ?secret.metadata.name, "made the application's Secret");
+    }
+    if let Some(secret) = accounts_secret {
+        apply_if_drifted(&secrets, &secret, None).await?;
+        info!(secret = ?secret.metadata.name, "wrote the accounts the instances keep");
+    }
+    if let Some(event) = accounts_event {
+        publish(ctx, db, &event).await;
     }
     write_primary_lease(ctx, &ns, instance_access, primary_lease).await?;
     for event in &role_events {

@@ -51,6 +51,13 @@ pub struct Observed {
     pub disruption_budget: Option<PodDisruptionBudget>,
     /// The replication Secret (metadata only, from the cache).
     pub replication_secret: Option<Secret>,
+    /// The application's Secret `<name>-app` and the accounts Secret (metadata only, from the
+    /// cache).
+    pub application_secret: Option<Secret>,
+    pub accounts_secret: Option<Secret>,
+    /// The Secret of each declared role's password (`resources::accounts::password_sources`
+    /// order; `None` where there is none), read in full from the API server.
+    pub role_password_secrets: Vec<Option<Secret>>,
     /// The primary Lease (from the cache).
     pub primary_lease: Option<Lease>,
     /// The data claims of ordinals 0..instances that exist.

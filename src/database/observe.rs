@@ -123,6 +123,9 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         services: services(ctx, &ns, &names),
         instance_pods: instance_pods(ctx, &ns, &name),
         replication_secret: secret_metadata(ctx, &ns, &names.replication_secret()),
+        application_secret: secret_metadata(ctx, &ns, &names.application_secret()),
+        accounts_secret: secret_metadata(ctx, &ns, &names.accounts_secret()),
+        role_password_secrets: role_password_secrets(&secrets, db).await?,
         primary_lease: get(&caches.leases, &ns, &names.primary_lease()),
         disruption_budget: get(&caches.disruption_budgets, &ns, &names.statefulset()),
         database_pods: database_pods(client, db, statefulset.as_ref()).await?,
@@ -225,6 +228,39 @@ fn secret_metadata(ctx: &Context, ns: &str, name: &str) -> Option<Secret> {
         metadata: meta.metadata,
         ..Secret::default()
     })
+}
+
+/// The Secrets the declared roles' passwords come from (the user's: dbop does not watch them).
+async fn role_password_secrets(
+    secrets: &Api<Secret>,
+    db: &Database,
+) -> Result<Vec<Option<Secret>>, Error> {
+    let mut found = Vec::new();
+    for source in crate::resources::accounts::password_sources(db) {
+        found.push(match source {
+            Some(key) => secrets.get_opt(&key.name).await?,
+            None => None,
+        });
+    }
+    Ok(found)
+}
+
+/// The application's password, for a pass that rebuilds the accounts Secret: the one just
+/// made, or the one in `<name>-app` (read in full only then: the cache holds metadata).
+pub async fn application_password(
+    ctx: &Context,
+    db: &Database,
+    made: Option<&str>,
+) -> Result<Option<String>, Error> {
+    if let Some(password) = made {
+        return Ok(Some(password.to_string()));
+    }
+    let name = Names::of(db).application_secret();
+    let secret = Api::<Secret>::namespaced(ctx.client.clone(), &db.namespace_or_default())
+        .get_opt(&name)
+        .await?;
+    Ok(super::accounts::password(secret.as_ref(), "password")
+        .and_then(|p| String::from_utf8(p).ok()))
 }
 
 /// The credentials Secret: a generated one from the cache, metadata only (its owner is all

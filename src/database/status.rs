@@ -79,6 +79,7 @@ pub fn next_status(db: &Database, decision: &Decision, now: DateTime<Utc>) -> Da
         target_version: Some(db.spec.version.clone()),
         endpoint: Some(Names::of(db).endpoint(&db.namespace_or_default())),
         credentials_secret: Some(secret_name(db)),
+        application_secret: Some(Names::of(db).application_secret()),
         backup: match &decision.backup {
             Some(plan) => plan.status.clone(),
             None => previous.backup,
