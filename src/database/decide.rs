@@ -7,6 +7,7 @@
 //! where the rollout stands (`Rollout`), the init SQL (`init::decide_init`), the phase (`Stage`,
 //! worded by `stage_outcome`), storage, and the backups (`plan_backups`).
 
+use super::accounts::{self, AccountsPlan};
 use std::time::Duration;
 
 use crate::api::Phase;
@@ -86,6 +87,8 @@ pub struct Decision {
     pub upgrade: Option<UpgradeStatus>,
     /// The primary, the replication Secret, each instance's status (`roles`).
     pub roles: RolesPlan,
+    /// The application's Secret and the accounts Secret to write (`accounts`).
+    pub accounts: AccountsPlan,
 }
 
 impl Decision {
@@ -176,7 +179,11 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
         ]
         .into_iter()
         .chain(backup.condition.clone())
-        .chain([restart::condition(&restart_pending), tls_ready])
+        .chain([
+            restart::condition(&restart_pending),
+            tls_ready,
+            accounts::condition(db, &facts.accounts),
+        ])
         .collect(),
         steps,
         current_version: rollout.new_version(&upgrade),
@@ -188,6 +195,7 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
         restart_pending,
         upgrade: upgrade.status,
         roles,
+        accounts: accounts::plan(&facts.accounts),
     }
 }
 
@@ -239,6 +247,8 @@ fn blocked(db: &Database, blocker: &Blocker, current_version: Option<String>) ->
                 .unwrap_or_default(),
             ..RolesPlan::default()
         },
+        // A blocked Database makes nothing (its Ready condition says why).
+        accounts: AccountsPlan::default(),
     }
 }
 
@@ -705,6 +715,7 @@ mod tests {
             stuck_pods: vec![],
             tls: Default::default(),
             roles: Default::default(),
+            accounts: Default::default(),
         }
     }
 

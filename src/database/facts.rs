@@ -12,6 +12,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
+use super::accounts::AccountsFact;
 use super::restart::RestartFact;
 use super::restore::{self, BootstrapFact, RestoreObjects};
 use super::roles::{PodFact, RolesFact};
@@ -189,6 +190,8 @@ pub struct Facts {
     pub tls: TlsFact,
     /// The instances' pods and the replication Secret (`roles`).
     pub roles: RolesFact,
+    /// The application's and the accounts Secrets, the role passwords (`accounts`).
+    pub accounts: AccountsFact,
 }
 
 /// A database pod the scheduler found no node for (`PodScheduled` False, `Unschedulable`).
@@ -238,6 +241,13 @@ impl Facts {
                 snap.statefulset.as_ref(),
                 TlsSpec::own_certificate(db.spec.tls.as_ref())
                     .map(|name| OwnCertificateFact::of(name, snap.own_certificate.as_ref())),
+            ),
+            accounts: AccountsFact::of(
+                db,
+                snap.application_secret.as_ref(),
+                snap.accounts_secret.as_ref(),
+                &snap.role_password_secrets,
+                snap.statefulset.as_ref(),
             ),
         }
     }

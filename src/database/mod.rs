@@ -74,12 +74,7 @@ pub async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> 
         .roles
         .create_replication_secret
         .then(apply::new_password);
-    // A blocked Database makes nothing (its Ready condition says why).
-    let accounts = if decision.steps.apply_services {
-        accounts::plan(db, &observed)
-    } else {
-        accounts::AccountsPlan::default()
-    };
+    let accounts = &decision.accounts;
     let made = accounts.create_application_secret.then(apply::new_password);
     let application_password = match (&accounts.rebuild, made) {
         (Some(_), made) => observe::application_password(ctx, db, made.as_deref())
@@ -101,7 +96,7 @@ pub async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> 
         build::Fresh {
             password: password.as_deref(),
             replication_password: replication_password.as_deref(),
-            accounts: &accounts,
+            accounts,
             application_password: application_password.as_deref(),
             issued,
         },

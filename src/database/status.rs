@@ -142,6 +142,7 @@ mod tests {
             stuck_pods: vec![],
             tls: Default::default(),
             roles: Default::default(),
+            accounts: Default::default(),
         };
         let decision =
             crate::database::decide::decide(&db, &facts, &crate::settings::Settings::default());

@@ -24,7 +24,8 @@ use dbop_contract::accounts::{
 /// roles, the Secrets' versions): a pass compares it with the metadata cache and rebuilds the
 /// Secret only when it differs.
 pub const INPUTS_ANNOTATION: &str = "dbop.dev/accounts-inputs";
-const VOLUME: &str = "accounts";
+/// The accounts Secret's volume in the database pod.
+pub const VOLUME: &str = "accounts";
 
 impl Names {
     /// The Secret applications connect with.

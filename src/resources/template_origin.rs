@@ -31,12 +31,15 @@ pub const INPUTS_ANNOTATION: &str = "dbop.dev/template-inputs";
 pub const RESTARTED_AT_ANNOTATION: &str = "dbop.dev/restartedAt";
 
 /// Spec fields that build no part of the pod template: a change to one of them is not a reason
-/// to rebuild it (the claim templates are kept verbatim, and storage grows by expanding claims).
-const NOT_IN_THE_TEMPLATE: [&str; 6] = [
+/// to rebuild it (the claim templates are kept verbatim, and storage grows by expanding claims;
+/// the roles reach the pods through the accounts Secret).
+const NOT_IN_THE_TEMPLATE: [&str; 8] = [
+    "application",
     "backup",
     "bootstrap",
     "deletionPolicy",
     "init",
+    "roles",
     "storage",
     "upgrade",
 ];
@@ -264,6 +267,8 @@ mod tests {
         let mut changed = db.clone();
         changed.spec.storage.size = "20Gi".into();
         changed.spec.deletion_policy = crate::api::DeletionPolicy::Delete;
+        changed.spec.roles =
+            serde_json::from_value(serde_json::json!([{"name": "reporting"}])).unwrap();
         let desired = upgrade(&db, &changed, "dbop:1", "dbop:2");
         assert_eq!(copy_image(&desired).as_deref(), Some("dbop:1"));
     }
