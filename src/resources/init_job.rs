@@ -28,8 +28,8 @@ pub const ACTIVE_DEADLINE_SECONDS: i64 = 1800;
 pub const SQL_KEY: &str = "init.sql";
 const SQL_DIR: &str = "/etc/dbop/init";
 
-/// libpq connects as the Secret's user (default `postgres`) to the database of the same name:
-/// the application database. `--single-transaction` when `single`; otherwise psql runs the
+/// libpq connects as the superuser (the Secret's user, default `postgres`) to the application
+/// database (`PGDATABASE`). `--single-transaction` when `single`; otherwise psql runs the
 /// statements one by one in autocommit, and still stops at the first error.
 fn script(single: bool) -> String {
     let transaction = if single { " --single-transaction" } else { "" };
@@ -88,6 +88,8 @@ pub fn init_job(db: &Database, settings: &Settings) -> Option<Job> {
         env("PGHOST", &names.endpoint(&namespace)),
         env("PGPORT", &POSTGRES_PORT.to_string()),
         env("PGCONNECT_TIMEOUT", "10"),
+        // The application database: the primary makes it before it says it is ready.
+        env("PGDATABASE", &super::accounts::application(db).database),
         // Optional: a user's Secret may carry only a password (the script defaults the user).
         secret_env("PGUSER", &secret, USERNAME_KEY, true),
         secret_env("PGPASSWORD", &secret, PASSWORD_KEY, false),
@@ -179,8 +181,9 @@ mod tests {
         let env = c.env.as_ref().unwrap();
         let host = env.iter().find(|e| e.name == "PGHOST").unwrap();
         assert_eq!(host.value.as_deref(), Some("orders-rw.shop.svc"));
-        // The application database is libpq's default: the user's name.
-        assert!(env.iter().all(|e| e.name != "PGDATABASE"));
+        // The SQL runs in the application database (spec.application, default `app`).
+        let database = env.iter().find(|e| e.name == "PGDATABASE").unwrap();
+        assert_eq!(database.value.as_deref(), Some("app"));
         let pw = env.iter().find(|e| e.name == "PGPASSWORD").unwrap();
         assert!(pw.value.is_none() && pw.value_from.is_some());
     }
