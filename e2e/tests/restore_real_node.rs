@@ -97,9 +97,7 @@ async fn a_database_restored_from_another_databases_backup_holds_the_same_data()
         .await;
     bed.psql_client(&ns, "client", "ledger", "ledger-credentials")
         .await;
-    let source = bed
-        .fingerprint_all(&ns, "client", "app", READY_WAIT)
-        .await;
+    let source = bed.fingerprint_all(&ns, "client", "app", READY_WAIT).await;
     assert!(
         source.contains("books.accounts owner=ledger_owner")
             && source.contains("rows=3000")
