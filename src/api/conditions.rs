@@ -27,10 +27,13 @@ pub enum ConditionType {
     RestartPending,
     /// Every database pod serves TLS with a valid certificate from the Database's CA.
     TlsReady,
+    /// The NetworkPolicy of `spec.networkPolicy` is in place as the spec says (absent without
+    /// one).
+    NetworkPolicyReady,
 }
 
 impl ConditionType {
-    pub const ALL: [ConditionType; 8] = [
+    pub const ALL: [ConditionType; 9] = [
         ConditionType::Ready,
         ConditionType::StorageReady,
         ConditionType::Initialized,
@@ -39,6 +42,7 @@ impl ConditionType {
         ConditionType::BackupVerified,
         ConditionType::RestartPending,
         ConditionType::TlsReady,
+        ConditionType::NetworkPolicyReady,
     ];
 
     pub fn label(self) -> &'static str {
@@ -51,6 +55,7 @@ impl ConditionType {
             ConditionType::BackupVerified => "BackupVerified",
             ConditionType::RestartPending => "RestartPending",
             ConditionType::TlsReady => "TLSReady",
+            ConditionType::NetworkPolicyReady => "NetworkPolicyReady",
         }
     }
 }

@@ -32,11 +32,12 @@ pub const RESTARTED_AT_ANNOTATION: &str = "dbop.dev/restartedAt";
 
 /// Spec fields that build no part of the pod template: a change to one of them is not a reason
 /// to rebuild it (the claim templates are kept verbatim, and storage grows by expanding claims).
-const NOT_IN_THE_TEMPLATE: [&str; 6] = [
+const NOT_IN_THE_TEMPLATE: [&str; 7] = [
     "backup",
     "bootstrap",
     "deletionPolicy",
     "init",
+    "networkPolicy",
     "storage",
     "upgrade",
 ];
@@ -264,6 +265,8 @@ mod tests {
         let mut changed = db.clone();
         changed.spec.storage.size = "20Gi".into();
         changed.spec.deletion_policy = crate::api::DeletionPolicy::Delete;
+        // A NetworkPolicy is an object of its own: turning it on restarts no database.
+        changed.spec.network_policy = Some(Default::default());
         let desired = upgrade(&db, &changed, "dbop:1", "dbop:2");
         assert_eq!(copy_image(&desired).as_deref(), Some("dbop:1"));
     }
