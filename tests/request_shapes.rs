@@ -629,6 +629,26 @@ async fn a_hand_edited_network_policy_is_applied_again() {
     assert_eq!(apply.body["spec"]["policyTypes"], json!(["Ingress"]));
 }
 
+/// A new Database with `spec.networkPolicy`: the policy is applied before the StatefulSet, so
+/// its pods start behind it.
+#[tokio::test]
+async fn a_new_databases_pods_start_behind_its_network_policy() {
+    let sent = reconcile_against(&database_with_network_policy(), HashMap::new()).await;
+    let at = |path: &str| {
+        sent.iter()
+            .position(|s| s.method == "PATCH" && s.path == path)
+            .unwrap_or_else(|| panic!("no apply of {path}"))
+    };
+    let policy = at(NETWORK_POLICY);
+    assert!(policy < at("/apis/apps/v1/namespaces/shop/statefulsets/orders"));
+    assert_eq!(sent[policy].content_type, "application/apply-patch+yaml");
+    assert_eq!(
+        sent[policy].body["apiVersion"], "networking.k8s.io/v1",
+        "{}",
+        sent[policy].body
+    );
+}
+
 /// `spec.networkPolicy` taken away: the policy is deleted and its condition dropped. The pods
 /// do not restart: the StatefulSet only records the new spec (its inputs annotation), as for
 /// any spec change, with the same pod template.

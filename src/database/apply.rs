@@ -218,18 +218,8 @@ async fn write_network_policy(
                 "the API server refused NetworkPolicy {name}: {}; fix spec.networkPolicy (the policy in place, if any, is kept)",
                 status.message
             );
-            let event = EventSpec {
-                warning: true,
-                reason: "NetworkPolicyRefused".into(),
-                note: message.clone(),
-            };
-            publish(ctx, db, &event).await;
-            Ok(Some(ConditionStatus::new(
-                ConditionType::NetworkPolicyReady,
-                false,
-                "NetworkPolicyRefused",
-                message,
-            )))
+            let refused = (ConditionType::NetworkPolicyReady, "NetworkPolicyRefused");
+            Ok(Some(refusal(ctx, db, refused, message).await))
         }
         Err(e) => Err(e),
     }
@@ -400,23 +390,30 @@ async fn expand_claims(
                     "PersistentVolumeClaim {name} cannot grow to {size}: {}; use a StorageClass with allowVolumeExpansion: true. The volume keeps its current size",
                     status.message
                 );
-                let event = EventSpec {
-                    warning: true,
-                    reason: "ExpansionRefused".into(),
-                    note: message.clone(),
-                };
-                publish(ctx, db, &event).await;
-                refused = Some(ConditionStatus::new(
-                    ConditionType::StorageReady,
-                    false,
-                    "ExpansionRefused",
-                    message,
-                ));
+                let condition = (ConditionType::StorageReady, "ExpansionRefused");
+                refused = Some(refusal(ctx, db, condition, message).await);
             }
             Err(e) => return Err(e.into()),
         }
     }
     Ok(refused)
+}
+
+/// A write the API server refused, which only a change of the spec (or of the cluster) can
+/// fix: a Warning Event of `reason`, and the condition False with that reason, to read.
+async fn refusal(
+    ctx: &Context,
+    db: &Database,
+    (type_, reason): (ConditionType, &str),
+    message: String,
+) -> ConditionStatus {
+    let event = EventSpec {
+        warning: true,
+        reason: reason.into(),
+        note: message.clone(),
+    };
+    publish(ctx, db, &event).await;
+    ConditionStatus::new(type_, false, reason, message)
 }
 
 /// Writes the status if it changed and publishes the transition's Events.
