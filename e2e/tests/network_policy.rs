@@ -8,7 +8,7 @@
 //! Event, the policy in place kept; disabled → deleted and the condition gone.
 
 use dbop::api::Phase;
-use dbop_e2e::{TestBed, WAIT, condition, database_manifest, testbed, wait_until};
+use dbop_e2e::{WAIT, condition, database_manifest, testbed, wait_until};
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Api;
@@ -63,22 +63,6 @@ async fn policy_with(policies: &Api<NetworkPolicy>, what: &str, want: &[Value]) 
         (peers_on(&policy, 5432) == want).then_some(policy)
     })
     .await
-}
-
-async fn apply_raw(bed: &TestBed, ns: &str, manifest: Value) -> Result<(), String> {
-    let mut manifest = manifest;
-    manifest["apiVersion"] = "dbop.dev/v1alpha1".into();
-    manifest["kind"] = "Database".into();
-    let name = manifest["metadata"]["name"].as_str().unwrap().to_string();
-    bed.databases(ns)
-        .patch(
-            &name,
-            &PatchParams::apply("e2e-tests").force(),
-            &Patch::Apply(&manifest),
-        )
-        .await
-        .map(|_| ())
-        .map_err(|e| e.to_string())
 }
 
 #[tokio::test]
@@ -165,13 +149,10 @@ async fn a_network_policy_is_made_kept_in_shape_and_deleted() {
         ),
     ];
     for (allow_from, message) in refused {
-        let error = apply_raw(
-            &bed,
-            &ns,
-            database_manifest("orders", spec(allow_from.clone())),
-        )
-        .await
-        .expect_err(&format!("{allow_from} admitted"));
+        let error = bed
+            .try_apply_database(&ns, database_manifest("orders", spec(allow_from.clone())))
+            .await
+            .expect_err(&format!("{allow_from} admitted"));
         assert!(error.contains(message), "{allow_from}: {error}");
     }
 
