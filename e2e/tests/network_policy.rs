@@ -5,7 +5,8 @@
 //! PostgreSQL's port and `metricsFrom` on the metrics port; a spec change → updated; a hand
 //! edit or a deletion → put back; what the schema can judge refused at apply time; a peer only
 //! the API server's NetworkPolicy validation refuses → `NetworkPolicyReady` False and a Warning
-//! Event, the policy in place kept; disabled → deleted and the condition gone.
+//! Event, the policy in place kept; disabled → deleted and the condition gone; the Database
+//! deleted → the policy collected with it.
 
 use dbop::api::Phase;
 use dbop_e2e::{WAIT, condition, database_manifest, testbed, wait_until};
@@ -215,6 +216,27 @@ async fn a_network_policy_is_made_kept_in_shape_and_deleted() {
     wait_until("NetworkPolicyReady gone", WAIT, || async {
         let db = bed.databases(&ns).get("orders").await.ok()?;
         condition(&db, "NetworkPolicyReady").is_none().then_some(())
+    })
+    .await;
+
+    // On again, then the Database deleted: the policy goes with it (its owner reference).
+    bed.apply_database(&ns, database_manifest("orders", spec(json!([api_peer()]))))
+        .await;
+    wait_until("the policy made again", WAIT, || async {
+        policies.get_opt("orders").await.ok()?.map(|_| ())
+    })
+    .await;
+    bed.databases(&ns)
+        .delete("orders", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_until("the policy collected with its Database", WAIT, || async {
+        policies
+            .get_opt("orders")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
     })
     .await;
 }
