@@ -58,6 +58,18 @@ fn own_peers() -> [Value; 2] {
     ]
 }
 
+async fn policy_gone(policies: &Api<NetworkPolicy>, what: &str) {
+    wait_until(what, WAIT, || async {
+        policies
+            .get_opt("orders")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+}
+
 async fn policy_with(policies: &Api<NetworkPolicy>, what: &str, want: &[Value]) -> NetworkPolicy {
     wait_until(what, WAIT, || async {
         let policy = policies.get_opt("orders").await.ok()??;
@@ -204,15 +216,7 @@ async fn a_network_policy_is_made_kept_in_shape_and_deleted() {
     off["networkPolicy"]["enabled"] = json!(false);
     bed.apply_database(&ns, database_manifest("orders", off))
         .await;
-    wait_until("the policy deleted", WAIT, || async {
-        policies
-            .get_opt("orders")
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    policy_gone(&policies, "the policy deleted").await;
     wait_until("NetworkPolicyReady gone", WAIT, || async {
         let db = bed.databases(&ns).get("orders").await.ok()?;
         condition(&db, "NetworkPolicyReady").is_none().then_some(())
@@ -230,15 +234,7 @@ async fn a_network_policy_is_made_kept_in_shape_and_deleted() {
         .delete("orders", &DeleteParams::default())
         .await
         .unwrap();
-    wait_until("the policy collected with its Database", WAIT, || async {
-        policies
-            .get_opt("orders")
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    policy_gone(&policies, "the policy collected with its Database").await;
 }
 
 /// Without `spec.networkPolicy` (every Database before it existed) there is no policy and no
