@@ -30,10 +30,13 @@ pub enum ConditionType {
     /// The pods mount the accounts (the application role and database, `spec.roles`) and
     /// every declared password can be read.
     AccountsReady,
+    /// The NetworkPolicy of `spec.networkPolicy` is in place as the spec says (absent without
+    /// one).
+    NetworkPolicyReady,
 }
 
 impl ConditionType {
-    pub const ALL: [ConditionType; 9] = [
+    pub const ALL: [ConditionType; 10] = [
         ConditionType::Ready,
         ConditionType::StorageReady,
         ConditionType::Initialized,
@@ -43,6 +46,7 @@ impl ConditionType {
         ConditionType::RestartPending,
         ConditionType::TlsReady,
         ConditionType::AccountsReady,
+        ConditionType::NetworkPolicyReady,
     ];
 
     pub fn label(self) -> &'static str {
@@ -56,6 +60,7 @@ impl ConditionType {
             ConditionType::RestartPending => "RestartPending",
             ConditionType::TlsReady => "TLSReady",
             ConditionType::AccountsReady => "AccountsReady",
+            ConditionType::NetworkPolicyReady => "NetworkPolicyReady",
         }
     }
 }

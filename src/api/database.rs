@@ -144,6 +144,13 @@ pub struct DatabaseSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<super::tls::TlsSpec>,
 
+    /// A NetworkPolicy over the database pods (none when absent): PostgreSQL admits only the
+    /// peers named here, the Database's own instances and dbop's Jobs; the metrics port only
+    /// `metricsFrom`. Egress is not restricted. Enforced only where the cluster's network plugin
+    /// enforces NetworkPolicy (docs/security.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_policy: Option<super::network_policy::NetworkPolicySpec>,
+
     /// Where the superuser credentials live. When absent, dbop generates a Secret named
     /// `<name>-credentials` with a random password. Immutable; the password in the Secret is
     /// not: the server follows it (edit the Secret's `password` key to rotate it). The

@@ -9,6 +9,7 @@ pub mod backup_policy;
 pub mod conditions;
 pub mod database;
 pub mod monitoring;
+pub mod network_policy;
 pub mod placement;
 pub mod postgresql;
 pub mod security;
@@ -30,6 +31,7 @@ pub use database::{
 };
 pub use database::{UpgradeSpec, UpgradeStage, UpgradeStageTime, UpgradeStatus};
 pub use monitoring::MonitoringSpec;
+pub use network_policy::{IpBlock, NetworkPeer, NetworkPolicySpec};
 pub use placement::{PlacementSpec, ProbeTiming, ProbesSpec};
 pub use postgresql::PostgresqlSpec;
 pub use security::{IdsAssignedBy, PodSecuritySpec};

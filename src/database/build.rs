@@ -1,6 +1,6 @@
 //! Build: every object one pass of a Database writes, from the decision (and, for what must
 //! keep what the server has, what was observed): the credentials and replication Secrets, the
-//! pods' role labels, the Services, the server configuration ConfigMap, the TLS Secrets, the
+//! pods' role labels, the NetworkPolicy, the Services, the server configuration ConfigMap, the TLS Secrets, the
 //! StatefulSet, the init, restore, preflight and verify Jobs, the `DatabaseBackup`s, and what
 //! is patched or deleted. `apply` then writes what differs, in the order of `Desired`'s fields.
 //!
@@ -13,6 +13,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 
@@ -32,6 +33,7 @@ use crate::resources::accounts::{accounts_secret, application_secret, password_s
 use crate::resources::credentials::{generated_secret, secret_name};
 use crate::resources::database_backup::{pre_upgrade_backup, scheduled_backup};
 use crate::resources::init_job::{init_job, init_sql_config_map};
+use crate::resources::network_policy::network_policy;
 use crate::resources::preflight_job::preflight_job;
 use crate::resources::primary_lease;
 use crate::resources::replication::topology;
@@ -71,6 +73,9 @@ pub struct Desired {
     pub promotion_answered: bool,
     /// Role labels to set on pods (before the Services that select by them).
     pub label_pods: Vec<(String, InstanceRole)>,
+    /// The NetworkPolicy of `spec.networkPolicy`: applied where it drifted (before the
+    /// Services and the StatefulSet: new pods start behind it), or deleted (`None`: not asked).
+    pub network_policy: Option<Option<NetworkPolicy>>,
     /// The Services: headless, `-rw`, `-ro`, `-r` (applied where they drifted).
     pub services: Vec<Service>,
     /// The PodDisruptionBudget: applied (with standbys), or deleted (`None`: one instance).
@@ -209,6 +214,7 @@ pub fn build(
         role_events: role_events(&decision.roles),
         promotion_answered: decision.roles.promotion.is_some(),
         label_pods: label_pods.clone(),
+        network_policy: apply_services.then(|| network_policy(db)),
         services: if *apply_services {
             services::all(db)
         } else {

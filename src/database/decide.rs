@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::api::Phase;
 use crate::api::UpgradeStatus;
 use crate::api::conditions::{self, ConditionStatus, ConditionType};
-use crate::api::{BootstrapStatus, Database, InstanceRole};
+use crate::api::{BootstrapStatus, Database, InstanceRole, NetworkPolicySpec};
 use crate::resources::statefulset::PodRun;
 use crate::resources::{Names, check_version, quantity};
 use crate::settings::Settings;
@@ -184,6 +184,7 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
             tls_ready,
             accounts::condition(db, &facts.accounts),
         ])
+        .chain(network_policy_condition(db))
         .collect(),
         steps,
         current_version: rollout.new_version(&upgrade),
@@ -197,6 +198,23 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
         roles,
         accounts: accounts::plan(&facts.accounts),
     }
+}
+
+/// `NetworkPolicyReady` True when the spec asks for a NetworkPolicy (it is applied with the
+/// Services; apply overrides it when the API server refuses the policy). None without one:
+/// the status then drops the condition.
+fn network_policy_condition(db: &Database) -> Option<ConditionStatus> {
+    NetworkPolicySpec::enabled(db.spec.network_policy.as_ref()).then(|| {
+        ConditionStatus::new(
+            ConditionType::NetworkPolicyReady,
+            true,
+            "Applied",
+            format!(
+                "NetworkPolicy {} admits only spec.networkPolicy's peers, the instances and dbop's Jobs",
+                db.name()
+            ),
+        )
+    })
 }
 
 /// The version check, then the credentials: the steps they need, or what blocks the Database.

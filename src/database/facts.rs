@@ -10,6 +10,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use super::accounts::AccountsFact;
@@ -50,6 +51,8 @@ pub struct Observed {
     pub instance_pods: Vec<Pod>,
     /// The database pods' PodDisruptionBudget (from the cache).
     pub disruption_budget: Option<PodDisruptionBudget>,
+    /// The database pods' NetworkPolicy (from the cache).
+    pub network_policy: Option<NetworkPolicy>,
     /// The replication Secret (metadata only, from the cache).
     pub replication_secret: Option<Secret>,
     /// The application's Secret `<name>-app` and the accounts Secret (metadata only, from the

@@ -128,6 +128,7 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         role_password_secrets: role_password_secrets(&secrets, db).await?,
         primary_lease: get(&caches.leases, &ns, &names.primary_lease()),
         disruption_budget: get(&caches.disruption_budgets, &ns, &names.statefulset()),
+        network_policy: get(&caches.network_policies, &ns, &names.statefulset()),
         database_pods: database_pods(client, db, statefulset.as_ref()).await?,
         statefulset,
         init_job: get(&caches.jobs, &ns, &names.init_job()),

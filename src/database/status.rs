@@ -6,7 +6,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::decide::Decision;
 use crate::api::conditions::{ConditionStatus, ConditionType, merge};
-use crate::api::{Database, DatabaseStatus};
+use crate::api::{Database, DatabaseStatus, NetworkPolicySpec};
 use crate::backup::verify::VerifyPlan;
 use crate::resources::Names;
 use crate::resources::credentials::secret_name;
@@ -44,6 +44,12 @@ pub fn status(
         status
             .conditions
             .retain(|c| c.type_ != ConditionType::BackupVerified.label());
+    }
+    // No NetworkPolicy asked for: no NetworkPolicyReady.
+    if !NetworkPolicySpec::enabled(db.spec.network_policy.as_ref()) {
+        status
+            .conditions
+            .retain(|c| c.type_ != ConditionType::NetworkPolicyReady.label());
     }
     status
 }

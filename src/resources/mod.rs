@@ -12,6 +12,7 @@ pub mod database_backup;
 pub mod init_job;
 pub mod job;
 pub mod monitoring;
+pub mod network_policy;
 pub mod placement;
 pub mod pod;
 pub mod preflight_job;
