@@ -36,7 +36,7 @@ pub use placement::{PlacementSpec, ProbeTiming, ProbesSpec};
 pub use postgresql::PostgresqlSpec;
 pub use security::{IdsAssignedBy, PodSecuritySpec};
 pub use shared::KeyRef;
-pub use tls::TlsSpec;
+pub use tls::{SuperuserAuthentication, TlsSpec};
 
 /// The API group of every dbop resource.
 pub const GROUP: &str = "dbop.dev";

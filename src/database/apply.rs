@@ -332,6 +332,7 @@ async fn write_tls(ctx: &Context, db: &Database, snap: &Observed, tls: TlsWrites
     let TlsWrites {
         ca,
         server,
+        superuser,
         credentials_ca,
     } = tls;
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &db.namespace_or_default());
@@ -342,6 +343,10 @@ async fn write_tls(ctx: &Context, db: &Database, snap: &Observed, tls: TlsWrites
     if let Some(server) = server {
         apply_if_drifted(&api, &server, snap.server_tls_secret.as_ref()).await?;
         info!(secret = ?server.metadata.name, "issued the server certificate");
+    }
+    if let Some(superuser) = superuser {
+        apply_if_drifted(&api, &superuser, None).await?;
+        info!(secret = ?superuser.metadata.name, "issued the superuser's client certificate");
     }
     if let Some((name, patch)) = credentials_ca {
         merge_patch(&api, &name, &patch).await?;

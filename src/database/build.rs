@@ -30,7 +30,7 @@ use crate::backup::job::verify_job;
 use crate::backup::verify::VerifyPlan;
 use crate::objects::EventSpec;
 use crate::resources::accounts::{accounts_secret, application_secret, password_sources};
-use crate::resources::credentials::{generated_secret, secret_name};
+use crate::resources::credentials::{generated_secret, secret_name, superuser_name};
 use crate::resources::database_backup::{pre_upgrade_backup, scheduled_backup};
 use crate::resources::init_job::{init_job, init_sql_config_map};
 use crate::resources::network_policy::network_policy;
@@ -108,6 +108,8 @@ pub struct Desired {
 pub struct TlsWrites {
     pub ca: Option<Secret>,
     pub server: Option<Secret>,
+    /// The superuser's client certificate Secret (applied: a renewal replaces it).
+    pub superuser: Option<Secret>,
     /// The credentials Secret's name and the merge patch that gives it `ca.crt`.
     pub credentials_ca: Option<(String, serde_json::Value)>,
 }
@@ -125,6 +127,9 @@ fn tls_writes(db: &Database, snap: &Observed, steps: &TlsSteps, issued: Issued) 
             .new_ca
             .map(|ca| tls::ca_secret(db, &ca.cert_pem, &ca.key_pem)),
         server: issued.server.map(|cert| tls::server_secret(db, &cert)),
+        superuser: issued
+            .superuser
+            .map(|cert| tls::superuser_secret(db, &cert)),
         credentials_ca: issued
             .ca_cert_pem
             .or(own_ca)
@@ -221,7 +226,13 @@ pub fn build(
             Vec::new()
         },
         disruption_budget: apply_statefulset.then(|| disruption_budget(db)),
-        server_config: apply_statefulset.then(|| server_config_map(db, &decision.roles.primary)),
+        server_config: apply_statefulset.then(|| {
+            server_config_map(
+                db,
+                &decision.roles.primary,
+                &superuser_name(db, snap.credentials_secret.as_ref()),
+            )
+        }),
         statefulset: apply_statefulset.then(|| statefulset(db, snap, decision, settings)),
         preflight_job: create_preflight_job
             .as_ref()

@@ -37,6 +37,8 @@ pub struct Observed {
     /// The CA and server certificate Secrets (metadata only, from the cache).
     pub ca_secret: Option<Secret>,
     pub server_tls_secret: Option<Secret>,
+    /// The superuser's client certificate Secret (metadata only, from the cache).
+    pub superuser_tls_secret: Option<Secret>,
     /// The user's own server certificate Secret (`spec.tls.serverCertificate`), read in full
     /// from the API server (dbop does not watch the user's Secrets).
     pub own_certificate: Option<Secret>,
@@ -238,6 +240,12 @@ impl Facts {
             tls: TlsFact::of(
                 snap.ca_secret.as_ref(),
                 snap.server_tls_secret.as_ref(),
+                TlsSpec::superuser_by_certificate(db.spec.tls.as_ref()).then(|| {
+                    (
+                        credentials::superuser_name(db, snap.credentials_secret.as_ref()),
+                        snap.superuser_tls_secret.as_ref(),
+                    )
+                }),
                 snap.credentials_secret
                     .as_ref()
                     .filter(|_| credentials::is_generated(db)),

@@ -110,6 +110,7 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         credentials_secret: credentials_secret(ctx, db, &ns).await?,
         ca_secret: secret_metadata(ctx, &ns, &names.ca_secret()),
         server_tls_secret: secret_metadata(ctx, &ns, &names.server_tls_secret()),
+        superuser_tls_secret: secret_metadata(ctx, &ns, &names.superuser_tls_secret()),
         own_certificate: match TlsSpec::own_certificate(db.spec.tls.as_ref()) {
             Some(name) => secrets.get_opt(name).await?,
             None => None,
