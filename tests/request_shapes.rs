@@ -12,7 +12,8 @@ use dbop::context::caches::{self, Caches};
 use dbop::database::reconcile_database;
 use dbop::database::{decide, facts, status};
 use dbop::resources::{
-    credentials, primary_lease, replication, server_config, services, statefulset, tls,
+    accounts, credentials, network_policy, primary_lease, replication, server_config, services,
+    statefulset, tls,
 };
 use dbop::settings::Settings;
 use http::{Request, Response, StatusCode};
@@ -103,6 +104,7 @@ fn cached(objects: &HashMap<String, Value>) -> Caches {
             "Pod" if labelled => apply(&mut writers.pods, value),
             "DatabaseBackup" => apply(&mut writers.backups, value),
             "Lease" if labelled => apply(&mut writers.leases, value),
+            "NetworkPolicy" if labelled => apply(&mut writers.network_policies, value),
             _ => {}
         }
     }
@@ -201,10 +203,22 @@ fn ready_world(db: &Database) -> HashMap<String, Value> {
         not_after: Utc::now() + chrono::Duration::days(80),
         names: tls::dns_names(db),
     };
+    let mut application = accounts::application_secret(db, "app-pw");
+    application.metadata.resource_version = Some("3".into());
+    let inputs = accounts::inputs(db, &[Some("3".into())]);
+    let accounts_secret = accounts::accounts_secret(db, "app-pw", &Default::default(), &inputs);
     HashMap::from([
         (
             format!("{ns}/secrets/orders-credentials"),
             serde_json::to_value(credentials).unwrap(),
+        ),
+        (
+            format!("{ns}/secrets/orders-app"),
+            serde_json::to_value(application).unwrap(),
+        ),
+        (
+            format!("{ns}/secrets/orders-accounts"),
+            serde_json::to_value(accounts_secret).unwrap(),
         ),
         (
             format!("{ns}/secrets/orders-ca"),
@@ -238,13 +252,40 @@ fn ready_world(db: &Database) -> HashMap<String, Value> {
         ),
         (
             format!("{ns}/configmaps/orders-config"),
-            serde_json::to_value(server_config::server_config_map(db, "orders-0")).unwrap(),
+            serde_json::to_value(server_config::server_config_map(db, "orders-0", "postgres"))
+                .unwrap(),
         ),
         (
             "/apis/coordination.k8s.io/v1/namespaces/shop/leases/orders-primary".into(),
             primary_lease_of(db),
         ),
     ])
+}
+
+/// A Database with `spec.networkPolicy` (one client peer, Prometheus' namespace for metrics).
+fn database_with_network_policy() -> Database {
+    let mut db = database();
+    db.spec.network_policy = Some(
+        serde_json::from_value(json!({
+            "allowFrom": [{"podSelector": {"matchLabels": {"app": "orders-api"}}}],
+            "metricsFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+        }))
+        .unwrap(),
+    );
+    db
+}
+
+const NETWORK_POLICY: &str = "/apis/networking.k8s.io/v1/namespaces/shop/networkpolicies/orders";
+
+/// The ready world with the NetworkPolicy as the operator applied it (the API server adds
+/// defaults of its own, which the drift check ignores).
+fn ready_world_with_network_policy(db: &Database) -> HashMap<String, Value> {
+    let mut world = ready_world(db);
+    let mut policy = serde_json::to_value(network_policy::network_policy(db).unwrap()).unwrap();
+    policy["metadata"]["resourceVersion"] = json!("8");
+    policy["metadata"]["generation"] = json!(1);
+    world.insert(NETWORK_POLICY.into(), policy);
+    world
 }
 
 /// The primary Lease as the operator made it, designating `orders-0`.
@@ -549,6 +590,113 @@ async fn a_reconcile_of_a_ready_database_sends_no_request() {
         requests,
         Vec::<String>::new(),
         "the requests of one reconcile of a Ready Database"
+    );
+}
+
+/// The same guard with `spec.networkPolicy`: the policy comes from the watch cache, and one in
+/// shape is not written again.
+#[tokio::test]
+async fn a_ready_database_with_its_network_policy_sends_no_request() {
+    let db = database_with_network_policy();
+    let world = ready_world_with_network_policy(&db);
+    let db = with_settled_status(db, &world);
+    let conditions = &db.status.as_ref().unwrap().conditions;
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c.type_ == "NetworkPolicyReady" && c.status == "True"),
+        "{conditions:?}"
+    );
+    let sent = reconcile_against(&db, world).await;
+    let requests: Vec<String> = sent
+        .iter()
+        .map(|s| format!("{} {}{}", s.method, s.path, query_of(s)))
+        .collect();
+    assert_eq!(requests, Vec::<String>::new());
+}
+
+/// A NetworkPolicy edited by hand (a peer added) is applied again, by server-side apply with
+/// dbop's field manager, and nothing else is written.
+#[tokio::test]
+async fn a_hand_edited_network_policy_is_applied_again() {
+    let db = database_with_network_policy();
+    let mut world = ready_world_with_network_policy(&db);
+    let db = with_settled_status(db, &world);
+    let policy = world.get_mut(NETWORK_POLICY).unwrap();
+    policy["spec"]["ingress"][0]["from"][2] = json!({"podSelector": {}});
+    let sent = reconcile_against(&db, world).await;
+    let writes: Vec<&Sent> = sent.iter().filter(|s| s.is_write()).collect();
+    let paths: Vec<String> = writes
+        .iter()
+        .map(|s| format!("{} {}", s.method, s.path))
+        .collect();
+    assert_eq!(paths, [format!("PATCH {NETWORK_POLICY}")]);
+    let apply = writes[0];
+    assert_eq!(apply.content_type, "application/apply-patch+yaml");
+    assert!(apply.query.contains("fieldManager=dbop") && apply.query.contains("force=true"));
+    assert_eq!(apply.body["kind"], "NetworkPolicy");
+    assert_eq!(
+        apply.body["spec"]["ingress"][0]["from"][2],
+        json!({"podSelector": {"matchLabels": {"app": "orders-api"}}})
+    );
+    assert_eq!(apply.body["spec"]["policyTypes"], json!(["Ingress"]));
+}
+
+/// A new Database with `spec.networkPolicy`: the policy is applied before the StatefulSet, so
+/// its pods start behind it.
+#[tokio::test]
+async fn a_new_databases_pods_start_behind_its_network_policy() {
+    let sent = reconcile_against(&database_with_network_policy(), HashMap::new()).await;
+    let at = |path: &str| {
+        sent.iter()
+            .position(|s| s.method == "PATCH" && s.path == path)
+            .unwrap_or_else(|| panic!("no apply of {path}"))
+    };
+    let policy = at(NETWORK_POLICY);
+    assert!(policy < at("/apis/apps/v1/namespaces/shop/statefulsets/orders"));
+    assert_eq!(sent[policy].content_type, "application/apply-patch+yaml");
+    assert_eq!(
+        sent[policy].body["apiVersion"], "networking.k8s.io/v1",
+        "{}",
+        sent[policy].body
+    );
+}
+
+/// `spec.networkPolicy` taken away: the policy is deleted and its condition dropped. The pods
+/// do not restart: the StatefulSet only records the new spec (its inputs annotation), as for
+/// any spec change, with the same pod template.
+#[tokio::test]
+async fn a_network_policy_no_longer_asked_for_is_deleted() {
+    const STATEFULSET: &str = "/apis/apps/v1/namespaces/shop/statefulsets/orders";
+    let with_policy = database_with_network_policy();
+    let world = ready_world_with_network_policy(&with_policy);
+    let template = world[STATEFULSET]["spec"]["template"].clone();
+    let mut db = with_settled_status(with_policy, &world);
+    db.spec.network_policy = None;
+    let sent = reconcile_against(&db, world).await;
+    let writes: Vec<String> = sent
+        .iter()
+        .filter(|s| s.is_write())
+        .map(|s| format!("{} {}", s.method, s.path))
+        .collect();
+    assert_eq!(
+        writes,
+        [
+            format!("DELETE {NETWORK_POLICY}"),
+            format!("PATCH {STATEFULSET}"),
+            "PATCH /apis/dbop.dev/v1alpha1/namespaces/shop/databases/orders/status".to_string()
+        ]
+    );
+    let statefulset = sent.iter().find(|s| s.path == STATEFULSET).unwrap();
+    assert_eq!(
+        statefulset.body["spec"]["template"], template,
+        "no pod restarts"
+    );
+    let status = sent.iter().find(|s| s.path.ends_with("/status")).unwrap();
+    let conditions = status.body["status"]["conditions"].as_array().unwrap();
+    assert!(
+        !conditions.iter().any(|c| c["type"] == "NetworkPolicyReady"),
+        "{conditions:?}"
     );
 }
 

@@ -535,6 +535,7 @@ fn facts() -> BoxedStrategy<Facts> {
                 stuck_pods: vec![],
                 tls: Default::default(),
                 roles: Default::default(),
+                accounts: Default::default(),
             },
         )
         .boxed()

@@ -121,6 +121,10 @@ pub struct Common {
     /// `run` only: the mounted replication credentials (`topology::REPLICATION_DIR`).
     #[arg(long, value_name = "DIR", default_value = crate::topology::REPLICATION_DIR)]
     pub replication_dir: PathBuf,
+    /// `run` only: the mounted accounts Secret (`accounts::ACCOUNTS_DIR`): the application
+    /// role and database and the declared roles a primary keeps; a missing one is no error.
+    #[arg(long, value_name = "DIR", default_value = crate::accounts::ACCOUNTS_DIR)]
+    pub accounts_dir: PathBuf,
     /// `run` only: the Database's primary Lease (`lease::lease_name`) in the pod's namespace.
     /// With it the topology is read from the Lease, and this instance accepts writes only
     /// while it holds it (`lease`); the pod's service account may read and update that Lease.

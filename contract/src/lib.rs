@@ -4,10 +4,12 @@
 //! backup Job's termination message (`result`), and the instance manager's command line and
 //! default superuser (`instance`), and the Database's topology its instances follow
 //! (`topology`: which instance is the primary, where each is reached), and the primary Lease
-//! that fences it (`lease`). Pure: no I/O, no clock, no kube, no AWS.
+//! that fences it (`lease`), and the roles and application database a primary keeps
+//! (`accounts`). Pure: no I/O, no clock, no kube, no AWS.
 //!
 //! Behind the `test-support` feature: the PostgreSQL/s3s-fs harness both sides' tests use.
 
+pub mod accounts;
 pub mod instance;
 pub mod layout;
 pub mod lease;

@@ -268,11 +268,23 @@ impl TestBed {
 
     /// Applies a Database manifest (JSON) in the namespace.
     pub async fn apply_database(&self, namespace: &str, manifest: Value) -> Database {
+        let name = manifest["metadata"]["name"].clone();
+        self.try_apply_database(namespace, manifest)
+            .await
+            .unwrap_or_else(|e| panic!("Database {name} refused: {e}"))
+    }
+
+    /// Applies a Database manifest (JSON) in the namespace: the Database, or the API server's
+    /// refusal as text.
+    pub async fn try_apply_database(
+        &self,
+        namespace: &str,
+        mut manifest: Value,
+    ) -> Result<Database, String> {
         let name = manifest["metadata"]["name"]
             .as_str()
             .expect("metadata.name")
             .to_string();
-        let mut manifest = manifest;
         manifest["apiVersion"] = "dbop.dev/v1alpha1".into();
         manifest["kind"] = "Database".into();
         self.databases(namespace)
@@ -282,7 +294,7 @@ impl TestBed {
                 &Patch::Apply(&manifest),
             )
             .await
-            .unwrap_or_else(|e| panic!("Database {name} refused: {e}"))
+            .map_err(|e| e.to_string())
     }
 
     /// Waits until the Database reaches the phase, and returns it.

@@ -5,19 +5,8 @@ use dbop_e2e::{database_manifest, testbed};
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
-async fn apply(bed: &dbop_e2e::TestBed, ns: &str, mut manifest: Value) -> Result<(), String> {
-    manifest["apiVersion"] = "dbop.dev/v1alpha1".into();
-    manifest["kind"] = "Database".into();
-    let name = manifest["metadata"]["name"].as_str().unwrap().to_string();
-    bed.databases(ns)
-        .patch(
-            &name,
-            &PatchParams::apply("e2e-tests").force(),
-            &Patch::Apply(&manifest),
-        )
-        .await
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+async fn apply(bed: &dbop_e2e::TestBed, ns: &str, manifest: Value) -> Result<(), String> {
+    bed.try_apply_database(ns, manifest).await.map(|_| ())
 }
 
 #[tokio::test]

@@ -60,7 +60,7 @@ async fn random_kills_on_the_real_node_lose_no_data() {
             .await;
         bed.psql_client(ns, "client", "ledger", "ledger-credentials")
             .await;
-        *before_ref.lock().unwrap() = bed.fingerprint(ns, "client", "postgres").await;
+        *before_ref.lock().unwrap() = bed.fingerprint(ns, "client", "app").await;
         let api: Api<DatabaseBackup> = Api::namespaced(bed.client.clone(), ns);
         let b: DatabaseBackup = serde_json::from_value(json!({
             "metadata": {"name": "under-kills"}, "spec": {"database": "ledger"}
@@ -92,7 +92,7 @@ async fn random_kills_on_the_real_node_lose_no_data() {
     );
     bed.wait_for_phase(&ns, "ledger", Phase::Ready, READY_WAIT)
         .await;
-    let after = bed.fingerprint(&ns, "client", "postgres").await;
+    let after = bed.fingerprint(&ns, "client", "app").await;
     assert_eq!(after, before, "the data after the kills");
     let backup = Api::<DatabaseBackup>::namespaced(bed.client.clone(), &ns)
         .get("under-kills")

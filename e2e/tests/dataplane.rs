@@ -150,7 +150,7 @@ async fn a_database_runs_for_real_keeps_its_data_and_takes_a_new_password() {
         .psql_until_ok(
             &ns,
             "client",
-            "postgres",
+            "app",
             "select (select count(*) from customers) || ' ' || (select count(*) from orders) || ' ' || \
              (select email from customers where id = (select max(id) from customers))",
             NET_WAIT,
@@ -185,7 +185,7 @@ async fn a_database_runs_for_real_keeps_its_data_and_takes_a_new_password() {
     assert_eq!(out.trim(), format!("postgres|{rows}"));
 
     // (c) the pod deleted: a new one on the same volume, the same data.
-    let before = bed.fingerprint(&ns, "client", "postgres").await;
+    let before = bed.fingerprint(&ns, "client", "app").await;
     let pods: Api<Pod> = Api::namespaced(bed.client.clone(), &ns);
     pods.delete("shop-0", &DeleteParams::default())
         .await
@@ -197,7 +197,7 @@ async fn a_database_runs_for_real_keeps_its_data_and_takes_a_new_password() {
     })
     .await;
     assert_eq!(
-        bed.fingerprint(&ns, "client", "postgres").await,
+        bed.fingerprint(&ns, "client", "app").await,
         before,
         "the data after the pod came back"
     );
@@ -242,7 +242,7 @@ async fn a_database_runs_for_real_keeps_its_data_and_takes_a_new_password() {
         .psql_until_ok(
             &ns,
             "client2",
-            "postgres",
+            "app",
             "select count(*) from customers",
             PASSWORD_WAIT,
         )
@@ -252,7 +252,7 @@ async fn a_database_runs_for_real_keeps_its_data_and_takes_a_new_password() {
         "e2e dataplane: the new password was accepted {:.1}s after the client started",
         started.elapsed().as_secs_f64()
     );
-    let (ok, _, err) = bed.psql(&ns, "client", "postgres", "select 1");
+    let (ok, _, err) = bed.psql(&ns, "client", "app", "select 1");
     assert!(!ok, "the old password still works");
     assert!(err.contains("password authentication failed"), "{err}");
 }
@@ -286,7 +286,7 @@ async fn a_scheduled_backup_restores_to_identical_content() {
     wait_ready(&bed, &ns, "ledger").await;
     bed.psql_client(&ns, "client", "ledger", "ledger-credentials")
         .await;
-    let source = bed.fingerprint(&ns, "client", "postgres").await;
+    let source = bed.fingerprint(&ns, "client", "app").await;
     assert!(
         source.contains("accounts:5000:") && source.contains("transfers:20000:"),
         "{source}"
@@ -405,7 +405,7 @@ async fn a_failed_inline_init_sql_fixed_in_the_spec_runs_fixed_on_the_retry() {
     bed.psql_client(&ns, "client", "fix", "fix-credentials")
         .await;
     let rows = bed
-        .psql_until_ok(&ns, "client", "postgres", "select id from fixed", NET_WAIT)
+        .psql_until_ok(&ns, "client", "app", "select id from fixed", NET_WAIT)
         .await;
     assert_eq!(rows, "7", "the fixed init SQL ran");
 }

@@ -71,9 +71,23 @@ async fn a_ready_database_costs_no_writes() {
     let bed = testbed().await;
     let ns = bed.namespace("idle").await;
     let _operator = bed.operator_in_process(&ns).await;
+    // With every kind of owned object dbop applies, the optional NetworkPolicy included (the
+    // API server's own defaults must not look like drift).
+    let network_policy = json!({
+        "allowFrom": [
+            {"podSelector": {"matchLabels": {"app": "api"}}},
+            {"namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "In", "values": ["bi"]}]},
+             "podSelector": {}},
+            {"ipBlock": {"cidr": "10.20.0.0/16", "except": ["10.20.1.0/24"]}}
+        ],
+        "metricsFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    });
     bed.apply_database(
         &ns,
-        database_manifest("quiet", json!({"init": {"sql": "select 1"}})),
+        database_manifest(
+            "quiet",
+            json!({"init": {"sql": "select 1"}, "networkPolicy": network_policy}),
+        ),
     )
     .await;
     bed.wait_for_phase(&ns, "quiet", Phase::Ready, WAIT).await;

@@ -97,9 +97,7 @@ async fn a_database_restored_from_another_databases_backup_holds_the_same_data()
         .await;
     bed.psql_client(&ns, "client", "ledger", "ledger-credentials")
         .await;
-    let source = bed
-        .fingerprint_all(&ns, "client", "postgres", READY_WAIT)
-        .await;
+    let source = bed.fingerprint_all(&ns, "client", "app", READY_WAIT).await;
     assert!(
         source.contains("books.accounts owner=ledger_owner")
             && source.contains("rows=3000")
@@ -131,7 +129,7 @@ async fn a_database_restored_from_another_databases_backup_holds_the_same_data()
     bed.psql_client(&ns, "client-copy", "copy", "copy-credentials")
         .await;
     let copied = bed
-        .fingerprint_all(&ns, "client-copy", "postgres", READY_WAIT)
+        .fingerprint_all(&ns, "client-copy", "app", READY_WAIT)
         .await;
     assert_eq!(
         copied, source,
@@ -144,7 +142,7 @@ async fn a_database_restored_from_another_databases_backup_holds_the_same_data()
         &[
             "sh",
             "-c",
-            "PGUSER=ledger_app PGPASSWORD=ledger-app-pw exec psql -X -d postgres -Atc 'SELECT count(*) FROM books.accounts'",
+            "PGUSER=ledger_app PGPASSWORD=ledger-app-pw exec psql -X -d app -Atc 'SELECT count(*) FROM books.accounts'",
         ],
     );
     assert!(ok && out.trim() == "3000", "ledger_app: {out} {err}");

@@ -106,12 +106,12 @@ async fn a_verified_backup_and_a_final_backup_that_restores_to_the_same_content(
     bed.psql_until_ok(
         &ns,
         "client",
-        "postgres",
+        "app",
         "INSERT INTO accounts (owner, balance) VALUES ('after the last backup', 1)",
         READY_WAIT,
     )
     .await;
-    let source = bed.fingerprint(&ns, "client", "postgres").await;
+    let source = bed.fingerprint(&ns, "client", "app").await;
     assert!(source.contains("accounts:3001:"), "{source}");
 
     dbs.delete("ledger", &DeleteParams::default())

@@ -87,10 +87,10 @@ async fn a_real_minor_upgrade_backs_up_first_rolls_back_on_failure_and_stops_a_t
         .await;
     let version_sql = "show server_version";
     let reported = bed
-        .psql_until_ok(&ns, "client", "postgres", version_sql, WAIT)
+        .psql_until_ok(&ns, "client", "app", version_sql, WAIT)
         .await;
     assert!(reported.starts_with("15.18"), "{reported}");
-    let data = bed.fingerprint(&ns, "client", "postgres").await;
+    let data = bed.fingerprint(&ns, "client", "app").await;
     let pods: Api<Pod> = Api::namespaced(bed.client.clone(), &ns);
     let first_pod = pod_uid(&pods.get("ledger-0").await.unwrap());
 
@@ -108,7 +108,7 @@ async fn a_real_minor_upgrade_backs_up_first_rolls_back_on_failure_and_stops_a_t
         first_pod,
         "the pod was touched"
     );
-    assert_eq!(bed.fingerprint(&ns, "client", "postgres").await, data);
+    assert_eq!(bed.fingerprint(&ns, "client", "app").await, data);
     // Back to the running version: allowed at admission, nothing else to do.
     patch_spec(&bed, &ns, json!({"version": "15.18"})).await;
 
@@ -123,13 +123,13 @@ async fn a_real_minor_upgrade_backs_up_first_rolls_back_on_failure_and_stops_a_t
         Some(("False".into(), "RolledBack".into()))
     );
     let reported = bed
-        .psql_until_ok(&ns, "client", "postgres", version_sql, WAIT)
+        .psql_until_ok(&ns, "client", "app", version_sql, WAIT)
         .await;
     assert!(
         reported.starts_with("15.18"),
         "after the rollback: {reported}"
     );
-    assert_eq!(bed.fingerprint(&ns, "client", "postgres").await, data);
+    assert_eq!(bed.fingerprint(&ns, "client", "app").await, data);
     bed.wait_for_phase(&ns, "ledger", Phase::Ready, WAIT).await;
     let healthy = condition(
         &bed.databases(&ns).get("ledger").await.unwrap(),
@@ -168,13 +168,13 @@ async fn a_real_minor_upgrade_backs_up_first_rolls_back_on_failure_and_stops_a_t
         "{u:#?}"
     );
     let reported = bed
-        .psql_until_ok(&ns, "client", "postgres", version_sql, WAIT)
+        .psql_until_ok(&ns, "client", "app", version_sql, WAIT)
         .await;
     assert!(
         reported.starts_with("15.20"),
         "after the upgrade: {reported}"
     );
-    assert_eq!(bed.fingerprint(&ns, "client", "postgres").await, data);
+    assert_eq!(bed.fingerprint(&ns, "client", "app").await, data);
     assert_eq!(
         condition(
             &bed.databases(&ns).get("ledger").await.unwrap(),

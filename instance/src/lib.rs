@@ -6,6 +6,7 @@
 //! `metrics`' `psql`, `collect`, `server`, `reload`'s `Reloader` and `tls`' `install` do the I/O (files, child processes, signals) and nothing
 //! else decides anything.
 
+pub mod accounts;
 pub mod binaries;
 pub mod config;
 pub mod datadir;

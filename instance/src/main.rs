@@ -56,6 +56,7 @@ impl IntoOptions for Common {
             tls_dir: self.tls_dir,
             instance_name: self.instance_name,
             replication_dir: self.replication_dir,
+            accounts_dir: self.accounts_dir,
             primary_lease: self.primary_lease,
             lease: None,
         }

@@ -19,6 +19,7 @@ use crate::reload::{self, Mounted, Reloader};
 use crate::role_watch::Keeper;
 use crate::shutdown::{self, Event, Mode, State, Timeouts};
 
+use dbop_contract::accounts::APPLICATION_PASSWORD_FILE;
 /// The superuser when the credentials have no `username` file (the operator's too).
 pub use dbop_contract::instance::DEFAULT_SUPERUSER;
 /// The file, in the socket directory, that says the server took the password and has the
@@ -52,6 +53,8 @@ pub struct Options {
     pub instance_name: Option<String>,
     /// The mounted replication credentials (`--replication-dir`).
     pub replication_dir: PathBuf,
+    /// The mounted accounts (`--accounts-dir`): the roles and database a primary keeps.
+    pub accounts_dir: PathBuf,
     /// The Database's primary Lease (`--primary-lease`); `None`: the topology file alone.
     pub primary_lease: Option<String>,
     /// The Lease followed (`run` starts it when `primary_lease` is set).
@@ -394,7 +397,23 @@ struct Syncer<'a> {
     standby_checked: Option<Instant>,
     /// When the standby was last seen streaming.
     streamed: Option<Instant>,
+    accounts: AccountsState,
 }
+
+/// What the primary did with the mounted accounts (`accounts`).
+#[derive(Default)]
+struct AccountsState {
+    /// The fingerprint of the files last applied in full.
+    applied: Option<Fingerprint>,
+    /// When an apply last ran (a failing one is retried every `ACCOUNTS_RETRY`).
+    tried: Option<Instant>,
+    /// The application role and database exist (or there is no document to make them from):
+    /// the primary may say it is ready.
+    ready: bool,
+}
+
+/// How often a failing accounts apply (a role that cannot be dropped, say) is tried again.
+const ACCOUNTS_RETRY: Duration = Duration::from_secs(10);
 
 impl<'a> Syncer<'a> {
     fn new(o: &'a Options, bin: &'a Path, user: &'a str) -> Self {
@@ -408,6 +427,7 @@ impl<'a> Syncer<'a> {
             standby_ready: false,
             standby_checked: None,
             streamed: None,
+            accounts: AccountsState::default(),
         }
     }
 
@@ -432,6 +452,81 @@ impl<'a> Syncer<'a> {
                 }
             }
             Sync::Problem(message) => self.problem(message),
+        }
+        if self.database_made {
+            self.accounts_tick();
+        }
+    }
+
+    /// Applies the mounted accounts when they changed (`accounts`); the primary is ready once
+    /// the application role and database exist.
+    fn accounts_tick(&mut self) {
+        let mounted = match crate::accounts::read(&self.o.accounts_dir) {
+            crate::accounts::Read::Missing => return self.accounts_ready(),
+            crate::accounts::Read::Invalid(why) => {
+                self.accounts_problem(why);
+                return self.accounts_ready();
+            }
+            crate::accounts::Read::Present(m) => m,
+        };
+        let state = &self.accounts;
+        if state.applied == Some(mounted.fingerprint)
+            || state.tried.is_some_and(|t| t.elapsed() < ACCOUNTS_RETRY)
+        {
+            return;
+        }
+        self.accounts.tried = Some(Instant::now());
+        let mut failures = Vec::new();
+        let application = mounted.passwords[APPLICATION_PASSWORD_FILE].as_str();
+        match self.scram(application) {
+            Ok(v) => match self.psql(&crate::accounts::application_sql(&mounted.accounts, &v)) {
+                Ok(()) => self.accounts_ready(),
+                Err(why) => failures.push(format!("the application role: {why}")),
+            },
+            Err(why) => failures.push(why),
+        }
+        for role in &mounted.accounts.roles {
+            let password = role
+                .password_file
+                .as_ref()
+                .map(|f| mounted.passwords[f].as_str());
+            let done = match password.map(|p| self.scram(p)).transpose() {
+                Ok(v) => self.psql(&crate::accounts::role_sql(role, v.as_deref())),
+                Err(why) => Err(why),
+            };
+            if let Err(why) = done {
+                failures.push(format!("role {:?}: {why}", role.name));
+            }
+        }
+        if failures.is_empty() {
+            log("the accounts are applied (the application role and database, the declared roles)");
+            self.accounts.applied = Some(mounted.fingerprint);
+        } else {
+            self.accounts_problem(failures.join("; "));
+        }
+    }
+
+    fn scram(&self, password: &str) -> Result<String, String> {
+        let salt = process::random_bytes(16).map_err(|e| format!("no random salt: {e}"))?;
+        Ok(password::scram_verifier(
+            password,
+            &salt,
+            password::SCRAM_ITERATIONS,
+        ))
+    }
+
+    fn accounts_problem(&mut self, message: String) {
+        let message = format!("the accounts are not applied: {message}");
+        if self.last_problem.as_ref() != Some(&message) {
+            log(&message);
+            self.last_problem = Some(message);
+        }
+    }
+
+    fn accounts_ready(&mut self) {
+        if !self.accounts.ready {
+            self.accounts.ready = true;
+            let _ = std::fs::write(self.o.socket_dir.join(READY_MARKER), b"");
         }
     }
 
@@ -505,7 +600,9 @@ impl<'a> Syncer<'a> {
                 self.applied = Some(password::fingerprint(password));
                 self.database_made = true;
                 self.last_problem = None;
-                let _ = std::fs::write(self.o.socket_dir.join(READY_MARKER), b"");
+                if self.accounts.ready {
+                    let _ = std::fs::write(self.o.socket_dir.join(READY_MARKER), b"");
+                }
             }
             Err(message) => self.problem(message),
         }

@@ -36,7 +36,7 @@ impl Instance {
             .prefix("dbop-instance-")
             .tempdir()
             .unwrap();
-        for sub in ["", "data", "run", "creds", "config"] {
+        for sub in ["", "data", "run", "creds", "config", "accounts"] {
             let p = dir.path().join(sub);
             std::fs::create_dir_all(&p).unwrap();
             chown(&p, ids);
@@ -92,6 +92,55 @@ impl Instance {
         }
     }
 
+    /// Writes the accounts Secret's files the way the kubelet updates a Secret volume.
+    fn set_accounts(&mut self, files: &[(&str, &str)]) {
+        self.generation += 1;
+        let dir = self.path("accounts");
+        let version = format!("..v{}", self.generation);
+        std::fs::create_dir(dir.join(&version)).unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.join(&version).join(name), text).unwrap();
+        }
+        symlink(&version, dir.join("..data_tmp")).unwrap();
+        std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+        for (name, _) in files {
+            if !dir.join(name).exists() {
+                symlink(format!("..data/{name}"), dir.join(name)).unwrap();
+            }
+        }
+    }
+
+    /// psql over the network as `user` with `password` into `dbname`.
+    fn psql_as(&self, user: &str, password: &str, dbname: &str, sql: &str) -> Output {
+        Command::new(self.bin.join("psql"))
+            .args(["--no-psqlrc", "--tuples-only", "--no-align", "-c", sql])
+            .arg(format!(
+                "host=127.0.0.1 port={} user={user} dbname={dbname} connect_timeout=10",
+                self.port
+            ))
+            .env("PGPASSWORD", password)
+            .output()
+            .unwrap()
+    }
+
+    /// Waits until `sql` as `user` answers `want`.
+    fn wait_answer(&self, user: &str, password: &str, dbname: &str, sql: &str, want: &str) {
+        let start = Instant::now();
+        loop {
+            let out = self.psql_as(user, password, dbname, sql);
+            let got = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            if out.status.success() && got == want {
+                return;
+            }
+            assert!(
+                start.elapsed() < DEADLINE,
+                "{user}: {sql} never gave {want:?} (last {got:?}: {})",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// One value, over the network as `app` (a superuser) with `password`.
     fn query(&self, password: &str, sql: &str) -> String {
         let out = Command::new(self.bin.join("psql"))
@@ -128,6 +177,10 @@ impl Instance {
                 self.path("termination-log").display()
             ))
             .arg(format!("--config-dir={}", self.path("config").display()))
+            .arg(format!(
+                "--accounts-dir={}",
+                self.path("accounts").display()
+            ))
             .arg("--poll-millis=100")
             .env_remove("PGPASSWORD")
             .current_dir(self.dir.path());
@@ -328,4 +381,128 @@ fn includes_the_mounted_parameters_and_reloads_them_in_place_when_they_change() 
     let (status, log) = terminate(child);
     assert!(status.success(), "exit {status}: {log}");
     assert!(log.contains("reloading the server (SIGHUP)"), "{log}");
+}
+
+fn accounts_document(reporting: &str) -> String {
+    format!(
+        r#"{{"application": {{"database": "shop", "owner": "shop_owner"}},
+            "roles": [
+              {{"name": "reporting", "ensure": "{reporting}", "login": true, "createdb": false,
+                "createrole": false, "inherit": true, "bypassrls": false, "connectionLimit": 3,
+                "inRoles": ["pg_read_all_data"], "passwordFile": "role-0.password"}},
+              {{"name": "no password", "login": true, "createdb": true, "createrole": false,
+                "inherit": false, "bypassrls": false, "connectionLimit": -1}}
+            ]}}"#
+    )
+}
+
+#[test]
+fn the_primary_keeps_the_application_role_its_database_and_the_declared_roles() {
+    let mut i = Instance::new();
+    i.set_accounts(&[
+        ("accounts.json", &accounts_document("Present")),
+        ("application.password", "shop-pw-1"),
+        ("role-0.password", "reporting-pw"),
+    ]);
+    let child = i.start();
+    // Ready only once the application role and its database exist.
+    let owner = |sql: &str| i.psql_as("shop_owner", "shop-pw-1", "shop", sql);
+    let out = owner("SELECT current_user || '/' || current_database()");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "shop_owner/shop"
+    );
+    // It owns its database and may build in it, and nothing more.
+    assert!(
+        owner("CREATE TABLE orders (id int); INSERT INTO orders VALUES (1)")
+            .status
+            .success()
+    );
+    let refused = owner("CREATE ROLE intruder");
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("permission denied"));
+    assert!(!owner("CREATE DATABASE other").status.success());
+    i.query(
+        "first-password",
+        "CREATE TABLE private (secret text); INSERT INTO private VALUES ('x')",
+    );
+    let other = i.psql_as("shop_owner", "shop-pw-1", "app", "SELECT * FROM private");
+    assert!(
+        !other.status.success(),
+        "the application read another database's table"
+    );
+    assert_eq!(
+        i.query("first-password", "SELECT rolsuper::text || rolcreaterole::text || rolcreatedb::text FROM pg_roles WHERE rolname = 'shop_owner'"),
+        "falsefalsefalse"
+    );
+    // The declared roles: attributes, memberships, a password only where one is given.
+    i.wait_answer(
+        "reporting",
+        "reporting-pw",
+        "shop",
+        "SELECT count(*) FROM orders",
+        "1",
+    );
+    assert_eq!(
+        i.query("first-password", "SELECT rolconnlimit || ' ' || rolcreatedb::text || ' ' || (rolpassword IS NULL)::text FROM pg_authid WHERE rolname IN ('reporting', 'no password') ORDER BY rolname"),
+        "-1 true true\n3 false false"
+    );
+    // A grant outside the spec is taken back; a changed password and an Absent role follow.
+    i.query("first-password", "GRANT pg_monitor TO reporting");
+    i.set_accounts(&[
+        ("accounts.json", &accounts_document("Absent")),
+        ("application.password", "shop-pw-2"),
+        ("role-0.password", "reporting-pw"),
+    ]);
+    i.wait_answer(
+        "shop_owner",
+        "shop-pw-2",
+        "shop",
+        "SELECT count(*) FROM orders",
+        "1",
+    );
+    assert!(
+        !i.psql_as("shop_owner", "shop-pw-1", "shop", "SELECT 1")
+            .status
+            .success()
+    );
+    i.wait_answer(
+        "app",
+        "first-password",
+        "app",
+        "SELECT count(*) FROM pg_roles WHERE rolname = 'reporting'",
+        "0",
+    );
+    let (status, log) = terminate(child);
+    assert!(status.success(), "exit {status}: {log}");
+    for secret in ["shop-pw-1", "shop-pw-2", "reporting-pw"] {
+        assert!(!log.contains(secret), "a password in the log: {log}");
+    }
+    assert!(log.contains("the accounts are applied"), "{log}");
+}
+
+#[test]
+fn a_declared_membership_is_revoked_when_the_spec_drops_it() {
+    let mut i = Instance::new();
+    let document = |in_roles: &str| {
+        format!(
+            r#"{{"application": {{"database": "shop", "owner": "shop_owner"}},
+                "roles": [{{"name": "auditor", "login": false, "createdb": false,
+                  "createrole": false, "inherit": true, "bypassrls": false,
+                  "connectionLimit": -1, "inRoles": [{in_roles}]}}]}}"#
+        )
+    };
+    i.set_accounts(&[
+        ("accounts.json", &document(r#""pg_monitor""#)),
+        ("application.password", "shop-pw"),
+    ]);
+    let child = i.start();
+    let members = "SELECT coalesce(string_agg(r.rolname, ','), '-') FROM pg_auth_members m JOIN pg_roles r ON r.oid = m.roleid WHERE m.member = 'auditor'::regrole";
+    i.wait_answer("app", "first-password", "app", members, "pg_monitor");
+    i.set_accounts(&[
+        ("accounts.json", &document("")),
+        ("application.password", "shop-pw"),
+    ]);
+    i.wait_answer("app", "first-password", "app", members, "-");
+    drop(child);
 }

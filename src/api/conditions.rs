@@ -27,10 +27,16 @@ pub enum ConditionType {
     RestartPending,
     /// Every database pod serves TLS with a valid certificate from the Database's CA.
     TlsReady,
+    /// The pods mount the accounts (the application role and database, `spec.roles`) and
+    /// every declared password can be read.
+    AccountsReady,
+    /// The NetworkPolicy of `spec.networkPolicy` is in place as the spec says (absent without
+    /// one).
+    NetworkPolicyReady,
 }
 
 impl ConditionType {
-    pub const ALL: [ConditionType; 8] = [
+    pub const ALL: [ConditionType; 10] = [
         ConditionType::Ready,
         ConditionType::StorageReady,
         ConditionType::Initialized,
@@ -39,6 +45,8 @@ impl ConditionType {
         ConditionType::BackupVerified,
         ConditionType::RestartPending,
         ConditionType::TlsReady,
+        ConditionType::AccountsReady,
+        ConditionType::NetworkPolicyReady,
     ];
 
     pub fn label(self) -> &'static str {
@@ -51,6 +59,8 @@ impl ConditionType {
             ConditionType::BackupVerified => "BackupVerified",
             ConditionType::RestartPending => "RestartPending",
             ConditionType::TlsReady => "TLSReady",
+            ConditionType::AccountsReady => "AccountsReady",
+            ConditionType::NetworkPolicyReady => "NetworkPolicyReady",
         }
     }
 }

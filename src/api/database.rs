@@ -64,6 +64,14 @@ pub const POD_SECURITY_TRANSITION_RULE: &str = "(has(self.spec.podSecurity) ? \
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
     {
+        "rule": "!has(self.roles) || !has(self.application) || self.roles.all(r, r.name != self.application.owner)",
+        "message": "spec.roles cannot declare the application's owner (spec.application.owner): dbop keeps that role itself"
+    },
+    {
+        "rule": "has(self.application) == has(oldSelf.application) && (!has(self.application) || self.application == oldSelf.application)",
+        "message": "application cannot change after creation: its database holds the application's data (make another database with spec.roles and init SQL instead)"
+    },
+    {
         "rule": "has(self.credentials) == has(oldSelf.credentials) && (!has(self.credentials) || self.credentials == oldSelf.credentials)",
         "message": "credentials cannot change after creation: the superuser's name is set when the data directory is initialised (rotate the password by editing the Secret's password key)"
     }
@@ -138,6 +146,13 @@ pub struct DatabaseSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<super::tls::TlsSpec>,
 
+    /// A NetworkPolicy over the database pods (none when absent): PostgreSQL admits only the
+    /// peers named here, the Database's own instances and dbop's Jobs; the metrics port only
+    /// `metricsFrom`. Egress is not restricted. Enforced only where the cluster's network plugin
+    /// enforces NetworkPolicy (docs/security.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_policy: Option<super::network_policy::NetworkPolicySpec>,
+
     /// Where the superuser credentials live. When absent, dbop generates a Secret named
     /// `<name>-credentials` with a random password. Immutable; the password in the Secret is
     /// not: the server follows it (edit the Secret's `password` key to rotate it). The
@@ -145,6 +160,19 @@ pub struct DatabaseSpec {
     /// it by default, init SQL runs in it, backups dump it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials: Option<CredentialsSpec>,
+
+    /// The application's database and its owner (default `app` and `app`): a login role that
+    /// is not a superuser, whose credentials dbop puts in the Secret `<name>-app` (username,
+    /// password, host, port, dbname, uri, jdbc-uri, pgpass, ca.crt). Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub application: Option<super::accounts::ApplicationSpec>,
+
+    /// Roles dbop keeps on the primary besides the application's: created, altered to the
+    /// spec, dropped only with `ensure: Absent` (docs/security.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub roles: Vec<super::accounts::ManagedRoleSpec>,
 
     /// SQL run once, by an init Job, after the first successful start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -377,9 +405,14 @@ pub struct DatabaseStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
 
-    /// The Secret that holds the superuser credentials.
+    /// The Secret that holds the superuser credentials (dbop's and break-glass use).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_secret: Option<String>,
+
+    /// The Secret applications connect with: the application role's credentials, the
+    /// application database, and ready-made `uri`, `jdbc-uri` and `pgpass`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub application_secret: Option<String>,
 
     /// The schedule's progress and the latest backup outcomes.
     #[serde(default, skip_serializing_if = "Option::is_none")]

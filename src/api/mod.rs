@@ -3,17 +3,20 @@
 //! Owns the Rust types the CRDs are generated from and the schema rules the API server enforces
 //! (enums, ranges, patterns, CEL). Pure data: no client, no clock, no I/O.
 
+pub mod accounts;
 pub mod backup;
 pub mod backup_policy;
 pub mod conditions;
 pub mod database;
 pub mod monitoring;
+pub mod network_policy;
 pub mod placement;
 pub mod postgresql;
 pub mod security;
 pub mod shared;
 pub mod tls;
 
+pub use accounts::{ApplicationSpec, ManagedRoleSpec, RoleEnsure};
 pub use backup::{
     BackupPhase, BackupReason, DatabaseBackup, DatabaseBackupSpec, DatabaseBackupStatus,
 };
@@ -28,11 +31,12 @@ pub use database::{
 };
 pub use database::{UpgradeSpec, UpgradeStage, UpgradeStageTime, UpgradeStatus};
 pub use monitoring::MonitoringSpec;
+pub use network_policy::{IpBlock, NetworkPeer, NetworkPolicySpec};
 pub use placement::{PlacementSpec, ProbeTiming, ProbesSpec};
 pub use postgresql::PostgresqlSpec;
 pub use security::{IdsAssignedBy, PodSecuritySpec};
 pub use shared::KeyRef;
-pub use tls::TlsSpec;
+pub use tls::{SuperuserAuthentication, TlsSpec};
 
 /// The API group of every dbop resource.
 pub const GROUP: &str = "dbop.dev";

@@ -10,6 +10,10 @@ use serde::{Deserialize, Serialize};
 /// Encryption of client connections (docs/security.md, "TLS").
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.serverCertificate) || !has(self.superuserAuthentication) || self.superuserAuthentication == 'Password'",
+    "message": "superuserAuthentication Certificate needs dbop's CA (it signs the client certificate of dbop's Jobs): remove serverCertificate or use Password"
+}]))]
 pub struct TlsSpec {
     /// Also admit network clients without TLS (SCRAM still required). Default false: a client
     /// with `sslmode=disable` is refused, one with libpq's default `prefer` uses TLS. A reload
@@ -24,6 +28,23 @@ pub struct TlsSpec {
     /// it restarts the pods one by one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_certificate: Option<ServerCertificateRef>,
+
+    /// How the superuser may log in from the network. `Password` (default): SCRAM over TLS,
+    /// like every role. `Certificate`: only with a client certificate from the Database's CA
+    /// (which only dbop's Jobs hold, Secret `<name>-superuser-tls`); its password works on the
+    /// pod's local socket only (`kubectl dbop psql`). A reload applies a change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superuser_authentication: Option<SuperuserAuthentication>,
+}
+
+/// How the superuser logs in from the network.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum SuperuserAuthentication {
+    /// SCRAM with its password, over TLS.
+    #[default]
+    Password,
+    /// A client certificate from the Database's CA only; no password login from the network.
+    Certificate,
 }
 
 /// A Secret in the Database's namespace with a server certificate.
@@ -42,6 +63,11 @@ impl TlsSpec {
             .server_certificate
             .as_ref()
             .map(|c| c.secret_name.as_str())
+    }
+
+    /// Whether the superuser logs in from the network with dbop's client certificate only.
+    pub fn superuser_by_certificate(spec: Option<&TlsSpec>) -> bool {
+        spec.and_then(|t| t.superuser_authentication) == Some(SuperuserAuthentication::Certificate)
     }
 
     /// Whether plaintext network connections are admitted (absent: no).

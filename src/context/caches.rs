@@ -18,6 +18,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     ConfigMap, PersistentVolumeClaim, Pod, PodSpec, PodStatus, Secret, Service,
 };
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
@@ -79,6 +80,8 @@ caches! {
     pods: Pod,
     // The database pods' PodDisruptionBudgets.
     disruption_budgets: PodDisruptionBudget,
+    // The database pods' NetworkPolicies (`spec.networkPolicy`).
+    network_policies: NetworkPolicy,
     // The primary Leases: read by every pass, never a trigger (a primary renews its Lease
     // every two seconds; a pass looks when the Lease would expire).
     leases: Lease,
@@ -175,6 +178,7 @@ impl Slim for PartialObjectMeta<Secret> {}
 impl Slim for PersistentVolumeClaim {}
 impl Slim for ConfigMap {}
 impl Slim for PodDisruptionBudget {}
+impl Slim for NetworkPolicy {}
 impl Slim for Lease {}
 
 /// A Job keeps its metadata and status only: readers ask whether it ran and when (`job_state`,

@@ -10,6 +10,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     ConfigMap, PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount,
 };
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::DeleteParams;
@@ -55,11 +56,15 @@ pub async fn apply(
         secret,
         adopt_secret,
         replication_secret,
+        application_secret,
+        accounts_secret,
+        accounts_event,
         instance_access,
         primary_lease,
         role_events,
         promotion_answered,
         label_pods,
+        network_policy,
         services,
         disruption_budget,
         server_config,
@@ -83,6 +88,18 @@ pub async fn apply(
         create_once(&Api::<Secret>::namespaced(ctx.client.clone(), &ns), &secret).await?;
         info!(secret = ?secret.metadata.name, "made the replication role's Secret");
     }
+    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &ns);
+    if let Some(secret) = application_secret {
+        create_once(&secrets, &secret).await?;
+        info!(secret = ?secret.metadata.name, "made the application's Secret");
+    }
+    if let Some(secret) = accounts_secret {
+        apply_if_drifted(&secrets, &secret, None).await?;
+        info!(secret = ?secret.metadata.name, "wrote the accounts the instances keep");
+    }
+    if let Some(event) = accounts_event {
+        publish(ctx, db, &event).await;
+    }
     write_primary_lease(ctx, &ns, instance_access, primary_lease).await?;
     for event in &role_events {
         publish(ctx, db, event).await;
@@ -95,6 +112,11 @@ pub async fn apply(
     label_instances(ctx, &ns, label_pods).await?;
     if let Some(budget) = disruption_budget {
         write_disruption_budget(ctx, db, snap, budget).await?;
+    }
+    let mut applied = Applied::default();
+    if let Some(policy) = network_policy {
+        let condition = write_network_policy(ctx, db, snap, policy).await?;
+        applied.overrides.extend(condition);
     }
     write_serving(ctx, db, snap, services, server_config, statefulset).await?;
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
@@ -111,7 +133,6 @@ pub async fn apply(
             info!(pod = %name, "deleted a database pod held back on an earlier revision");
         }
     }
-    let mut applied = Applied::default();
     if let Some(size) = claims_size {
         let refused = expand_claims(ctx, db, &snap.data_claims, &size).await?;
         applied.overrides.extend(refused);
@@ -181,6 +202,41 @@ async fn write_disruption_budget(
             Ok(())
         }
         None => Ok(()),
+    }
+}
+
+/// The NetworkPolicy where it drifted, or deleted once the spec no longer asks for it. When
+/// the API server refuses it (a peer the schema could not judge), `NetworkPolicyReady` False
+/// (over decide's True) and a Warning Event: the policy in place, if any, stays, and the pass
+/// goes on.
+async fn write_network_policy(
+    ctx: &Context,
+    db: &Database,
+    snap: &Observed,
+    policy: Option<NetworkPolicy>,
+) -> Result<Option<ConditionStatus>> {
+    let api: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), &db.namespace_or_default());
+    let Some(policy) = policy else {
+        if snap.network_policy.is_some() {
+            let name = db.name();
+            if delete_if_exists(&api, &name, &DeleteParams::default()).await? {
+                info!(policy = %name, "deleted the NetworkPolicy the spec no longer asks for");
+            }
+        }
+        return Ok(None);
+    };
+    let name = policy.metadata.name.clone().unwrap_or_default();
+    match apply_if_drifted(&api, &policy, snap.network_policy.as_ref()).await {
+        Ok(()) => Ok(None),
+        Err(crate::error::Error::Kube(kube::Error::Api(status))) if status.code == 422 => {
+            let message = format!(
+                "the API server refused NetworkPolicy {name}: {}; fix spec.networkPolicy (the policy in place, if any, is kept)",
+                status.message
+            );
+            let refused = (ConditionType::NetworkPolicyReady, "NetworkPolicyRefused");
+            Ok(Some(refusal(ctx, db, refused, message).await))
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -276,6 +332,7 @@ async fn write_tls(ctx: &Context, db: &Database, snap: &Observed, tls: TlsWrites
     let TlsWrites {
         ca,
         server,
+        superuser,
         credentials_ca,
     } = tls;
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &db.namespace_or_default());
@@ -286,6 +343,10 @@ async fn write_tls(ctx: &Context, db: &Database, snap: &Observed, tls: TlsWrites
     if let Some(server) = server {
         apply_if_drifted(&api, &server, snap.server_tls_secret.as_ref()).await?;
         info!(secret = ?server.metadata.name, "issued the server certificate");
+    }
+    if let Some(superuser) = superuser {
+        apply_if_drifted(&api, &superuser, None).await?;
+        info!(secret = ?superuser.metadata.name, "issued the superuser's client certificate");
     }
     if let Some((name, patch)) = credentials_ca {
         merge_patch(&api, &name, &patch).await?;
@@ -349,23 +410,30 @@ async fn expand_claims(
                     "PersistentVolumeClaim {name} cannot grow to {size}: {}; use a StorageClass with allowVolumeExpansion: true. The volume keeps its current size",
                     status.message
                 );
-                let event = EventSpec {
-                    warning: true,
-                    reason: "ExpansionRefused".into(),
-                    note: message.clone(),
-                };
-                publish(ctx, db, &event).await;
-                refused = Some(ConditionStatus::new(
-                    ConditionType::StorageReady,
-                    false,
-                    "ExpansionRefused",
-                    message,
-                ));
+                let condition = (ConditionType::StorageReady, "ExpansionRefused");
+                refused = Some(refusal(ctx, db, condition, message).await);
             }
             Err(e) => return Err(e.into()),
         }
     }
     Ok(refused)
+}
+
+/// A write the API server refused, which only a change of the spec (or of the cluster) can
+/// fix: a Warning Event of `reason`, and the condition False with that reason, to read.
+async fn refusal(
+    ctx: &Context,
+    db: &Database,
+    (type_, reason): (ConditionType, &str),
+    message: String,
+) -> ConditionStatus {
+    let event = EventSpec {
+        warning: true,
+        reason: reason.into(),
+        note: message.clone(),
+    };
+    publish(ctx, db, &event).await;
+    ConditionStatus::new(type_, false, reason, message)
 }
 
 /// Writes the status if it changed and publishes the transition's Events.

@@ -1,19 +1,23 @@
 //! Build: every object one pass of a Database writes, from the decision (and, for what must
 //! keep what the server has, what was observed): the credentials and replication Secrets, the
-//! pods' role labels, the Services, the server configuration ConfigMap, the TLS Secrets, the
+//! pods' role labels, the NetworkPolicy, the Services, the server configuration ConfigMap, the TLS Secrets, the
 //! StatefulSet, the init, restore, preflight and verify Jobs, the `DatabaseBackup`s, and what
 //! is patched or deleted. `apply` then writes what differs, in the order of `Desired`'s fields.
 //!
 //! Pure: no client, no clock, no randomness (a new password and new certificates come in). Every object is built by
 //! its builder in `resources` (or `backup::job`); this only chooses which, from the steps.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 
+use super::accounts::{AccountsPlan, missing_event, password};
 use super::certificates::Issued;
 use super::decide::{Decision, Steps};
 use super::facts::Observed;
@@ -25,9 +29,11 @@ use crate::api::{Database, DatabaseBackup, InstanceRole};
 use crate::backup::job::verify_job;
 use crate::backup::verify::VerifyPlan;
 use crate::objects::EventSpec;
-use crate::resources::credentials::{generated_secret, secret_name};
+use crate::resources::accounts::{accounts_secret, application_secret, password_sources};
+use crate::resources::credentials::{generated_secret, secret_name, superuser_name};
 use crate::resources::database_backup::{pre_upgrade_backup, scheduled_backup};
 use crate::resources::init_job::{init_job, init_sql_config_map};
+use crate::resources::network_policy::network_policy;
 use crate::resources::preflight_job::preflight_job;
 use crate::resources::primary_lease;
 use crate::resources::replication::topology;
@@ -51,6 +57,11 @@ pub struct Desired {
     pub adopt_secret: Option<String>,
     /// The replication Secret to create (the Database has standbys).
     pub replication_secret: Option<Secret>,
+    /// The application's Secret to create, the accounts Secret to write, and the Event of a
+    /// role password that could not be read.
+    pub application_secret: Option<Secret>,
+    pub accounts_secret: Option<Secret>,
+    pub accounts_event: Option<EventSpec>,
     /// The instances' ServiceAccount, Role and RoleBinding, made with the primary Lease.
     pub instance_access: Option<(ServiceAccount, Role, RoleBinding)>,
     /// The primary Lease to create, or to replace with a new designation (compare-and-swap):
@@ -62,6 +73,9 @@ pub struct Desired {
     pub promotion_answered: bool,
     /// Role labels to set on pods (before the Services that select by them).
     pub label_pods: Vec<(String, InstanceRole)>,
+    /// The NetworkPolicy of `spec.networkPolicy`: applied where it drifted (before the
+    /// Services and the StatefulSet: new pods start behind it), or deleted (`None`: not asked).
+    pub network_policy: Option<Option<NetworkPolicy>>,
     /// The Services: headless, `-rw`, `-ro`, `-r` (applied where they drifted).
     pub services: Vec<Service>,
     /// The PodDisruptionBudget: applied (with standbys), or deleted (`None`: one instance).
@@ -94,6 +108,8 @@ pub struct Desired {
 pub struct TlsWrites {
     pub ca: Option<Secret>,
     pub server: Option<Secret>,
+    /// The superuser's client certificate Secret (applied: a renewal replaces it).
+    pub superuser: Option<Secret>,
     /// The credentials Secret's name and the merge patch that gives it `ca.crt`.
     pub credentials_ca: Option<(String, serde_json::Value)>,
 }
@@ -111,6 +127,9 @@ fn tls_writes(db: &Database, snap: &Observed, steps: &TlsSteps, issued: Issued) 
             .new_ca
             .map(|ca| tls::ca_secret(db, &ca.cert_pem, &ca.key_pem)),
         server: issued.server.map(|cert| tls::server_secret(db, &cert)),
+        superuser: issued
+            .superuser
+            .map(|cert| tls::superuser_secret(db, &cert)),
         credentials_ca: issued
             .ca_cert_pem
             .or(own_ca)
@@ -126,6 +145,10 @@ pub struct Fresh<'a> {
     pub password: Option<&'a str>,
     /// The replication role's password, when the decision creates its Secret.
     pub replication_password: Option<&'a str>,
+    /// The accounts: what the pass decided, the application's password when it makes its
+    /// Secret or rebuilds the accounts Secret, and the declared roles' Secrets as observed.
+    pub accounts: &'a AccountsPlan,
+    pub application_password: Option<&'a str>,
     pub issued: Issued,
 }
 
@@ -141,6 +164,8 @@ pub fn build(
     let Fresh {
         password,
         replication_password,
+        accounts,
+        application_password,
         issued,
     } = fresh;
     let Steps {
@@ -167,6 +192,13 @@ pub fn build(
         replication_secret: replication_password
             .filter(|_| decision.roles.create_replication_secret)
             .map(|password| replication_secret(db, password)),
+        application_secret: application_password
+            .filter(|_| accounts.create_application_secret)
+            .map(|password| application_secret(db, password)),
+        accounts_secret: accounts.rebuild.as_ref().zip(application_password).map(
+            |(inputs, password)| accounts_secret(db, password, &role_passwords(db, snap), inputs),
+        ),
+        accounts_event: missing_event(accounts),
         instance_access: (*apply_statefulset && snap.primary_lease.is_none()).then(|| {
             (
                 primary_lease::service_account(db),
@@ -187,13 +219,20 @@ pub fn build(
         role_events: role_events(&decision.roles),
         promotion_answered: decision.roles.promotion.is_some(),
         label_pods: label_pods.clone(),
+        network_policy: apply_services.then(|| network_policy(db)),
         services: if *apply_services {
             services::all(db)
         } else {
             Vec::new()
         },
         disruption_budget: apply_statefulset.then(|| disruption_budget(db)),
-        server_config: apply_statefulset.then(|| server_config_map(db, &decision.roles.primary)),
+        server_config: apply_statefulset.then(|| {
+            server_config_map(
+                db,
+                &decision.roles.primary,
+                &superuser_name(db, snap.credentials_secret.as_ref()),
+            )
+        }),
         statefulset: apply_statefulset.then(|| statefulset(db, snap, decision, settings)),
         preflight_job: create_preflight_job
             .as_ref()
@@ -277,6 +316,18 @@ fn role_events(roles: &RolesPlan) -> Vec<EventSpec> {
 /// The Event of a generated Secret made again for a Database that ran: the instance manager
 /// sets the server's password from the mounted Secret when the kubelet updates the volume, and
 /// clients holding the old password fail until they read it again.
+/// The declared roles' passwords that could be read, by their index in `spec.roles`.
+fn role_passwords(db: &Database, snap: &Observed) -> BTreeMap<usize, Vec<u8>> {
+    password_sources(db)
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, source)| {
+            let secret = snap.role_password_secrets.get(i).and_then(Option::as_ref);
+            password(secret, &source?.key).map(|p| (i, p))
+        })
+        .collect()
+}
+
 fn regenerated(db: &Database) -> Option<EventSpec> {
     let ran = db
         .status

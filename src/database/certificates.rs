@@ -31,6 +31,8 @@ pub struct Ca {
 pub struct Issued {
     pub new_ca: Option<Ca>,
     pub server: Option<ServerCertificate>,
+    /// The superuser's client certificate (`spec.tls.superuserAuthentication`).
+    pub superuser: Option<ServerCertificate>,
     pub ca_cert_pem: Option<String>,
 }
 
@@ -96,6 +98,40 @@ pub fn new_server(db: &Database, ca: &Ca, now: DateTime<Utc>) -> Result<ServerCe
     })
 }
 
+/// The superuser's client certificate (common name `user`, for PostgreSQL's `cert` method),
+/// signed by `ca`.
+pub fn new_superuser(
+    db: &Database,
+    ca: &Ca,
+    user: &str,
+    now: DateTime<Utc>,
+) -> Result<ServerCertificate> {
+    let ca_key = KeyPair::from_pem(&ca.key_pem).map_err(|e| failed("the CA's key", e))?;
+    let issuer = Issuer::new(ca_params(db, now)?, ca_key);
+    let mut params = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, user);
+    params.distinguished_name = dn;
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    params.use_authority_key_identifier_extension = true;
+    params.serial_number = Some(SerialNumber::from_slice(&rand::random::<[u8; 16]>()));
+    let not_after = now + SERVER_VALIDITY;
+    params.not_before = time(now - Duration::hours(1))?;
+    params.not_after = time(not_after)?;
+    let key = KeyPair::generate().map_err(|e| failed("client key", e))?;
+    let cert = params
+        .signed_by(&key, &issuer)
+        .map_err(|e| failed("client certificate", e))?;
+    Ok(ServerCertificate {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+        ca_cert_pem: ca.cert_pem.clone(),
+        not_after: DateTime::from_timestamp(not_after.timestamp(), 0).unwrap_or(not_after),
+        names: vec![user.to_string()],
+    })
+}
+
 /// Does the pass's TLS steps' making: a CA when there is none, a server certificate when one
 /// is due, and the CA's certificate when the credentials Secret lacks it. `existing` is the
 /// Database's CA, read when the steps need it and there is one.
@@ -105,7 +141,7 @@ pub fn issue(
     existing: Option<Ca>,
     now: DateTime<Utc>,
 ) -> Result<Issued> {
-    if steps.issue.is_none() && !steps.credentials_ca {
+    if steps.issue.is_none() && !steps.credentials_ca && steps.issue_superuser.is_none() {
         return Ok(Issued::default());
     }
     let (ca, new_ca) = match (existing, steps.create_ca) {
@@ -121,9 +157,14 @@ pub fn issue(
         Some(_) => Some(new_server(db, &ca, now)?),
         None => None,
     };
+    let superuser = match &steps.issue_superuser {
+        Some(user) => Some(new_superuser(db, &ca, user, now)?),
+        None => None,
+    };
     Ok(Issued {
         new_ca,
         server,
+        superuser,
         ca_cert_pem: Some(ca.cert_pem),
     })
 }
@@ -153,6 +194,30 @@ mod tests {
             "a fresh key and serial each time"
         );
         assert_ne!(again.key_pem, server.key_pem);
+    }
+
+    #[test]
+    fn the_superuser_certificate_names_the_superuser_and_is_issued_with_the_ca() {
+        let db = testing::minimal();
+        let now = Utc::now();
+        let steps = TlsSteps {
+            create_ca: true,
+            issue_superuser: Some("admin".into()),
+            ..TlsSteps::default()
+        };
+        let issued = issue(&db, &steps, None, now).unwrap();
+        let ca = issued.new_ca.unwrap();
+        let client = issued.superuser.unwrap();
+        assert_eq!(client.names, ["admin"]);
+        assert_eq!(client.ca_cert_pem, ca.cert_pem);
+        assert!(issued.server.is_none());
+        // Only the superuser's is due: it is signed with the existing CA.
+        let steps = TlsSteps {
+            issue_superuser: Some("admin".into()),
+            ..TlsSteps::default()
+        };
+        let again = issue(&db, &steps, Some(ca.clone()), now).unwrap();
+        assert!(again.new_ca.is_none() && again.superuser.is_some());
     }
 
     #[test]

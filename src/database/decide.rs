@@ -7,12 +7,13 @@
 //! where the rollout stands (`Rollout`), the init SQL (`init::decide_init`), the phase (`Stage`,
 //! worded by `stage_outcome`), storage, and the backups (`plan_backups`).
 
+use super::accounts::{self, AccountsPlan};
 use std::time::Duration;
 
 use crate::api::Phase;
 use crate::api::UpgradeStatus;
 use crate::api::conditions::{self, ConditionStatus, ConditionType};
-use crate::api::{BootstrapStatus, Database, InstanceRole};
+use crate::api::{BootstrapStatus, Database, InstanceRole, NetworkPolicySpec};
 use crate::resources::statefulset::PodRun;
 use crate::resources::{Names, check_version, quantity};
 use crate::settings::Settings;
@@ -86,6 +87,8 @@ pub struct Decision {
     pub upgrade: Option<UpgradeStatus>,
     /// The primary, the replication Secret, each instance's status (`roles`).
     pub roles: RolesPlan,
+    /// The application's Secret and the accounts Secret to write (`accounts`).
+    pub accounts: AccountsPlan,
 }
 
 impl Decision {
@@ -176,7 +179,12 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
         ]
         .into_iter()
         .chain(backup.condition.clone())
-        .chain([restart::condition(&restart_pending), tls_ready])
+        .chain([
+            restart::condition(&restart_pending),
+            tls_ready,
+            accounts::condition(db, &facts.accounts),
+        ])
+        .chain(network_policy_condition(db))
         .collect(),
         steps,
         current_version: rollout.new_version(&upgrade),
@@ -188,7 +196,25 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
         restart_pending,
         upgrade: upgrade.status,
         roles,
+        accounts: accounts::plan(&facts.accounts),
     }
+}
+
+/// `NetworkPolicyReady` True when the spec asks for a NetworkPolicy (it is applied with the
+/// Services; apply overrides it when the API server refuses the policy). None without one:
+/// the status then drops the condition.
+fn network_policy_condition(db: &Database) -> Option<ConditionStatus> {
+    NetworkPolicySpec::enabled(db.spec.network_policy.as_ref()).then(|| {
+        ConditionStatus::new(
+            ConditionType::NetworkPolicyReady,
+            true,
+            "Applied",
+            format!(
+                "NetworkPolicy {} admits only spec.networkPolicy's peers, the instances and dbop's Jobs",
+                db.name()
+            ),
+        )
+    })
 }
 
 /// The version check, then the credentials: the steps they need, or what blocks the Database.
@@ -239,6 +265,8 @@ fn blocked(db: &Database, blocker: &Blocker, current_version: Option<String>) ->
                 .unwrap_or_default(),
             ..RolesPlan::default()
         },
+        // A blocked Database makes nothing (its Ready condition says why).
+        accounts: AccountsPlan::default(),
     }
 }
 
@@ -705,6 +733,7 @@ mod tests {
             stuck_pods: vec![],
             tls: Default::default(),
             roles: Default::default(),
+            accounts: Default::default(),
         }
     }
 

@@ -10,8 +10,10 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
+use super::accounts::AccountsFact;
 use super::restart::RestartFact;
 use super::restore::{self, BootstrapFact, RestoreObjects};
 use super::roles::{PodFact, RolesFact};
@@ -35,6 +37,8 @@ pub struct Observed {
     /// The CA and server certificate Secrets (metadata only, from the cache).
     pub ca_secret: Option<Secret>,
     pub server_tls_secret: Option<Secret>,
+    /// The superuser's client certificate Secret (metadata only, from the cache).
+    pub superuser_tls_secret: Option<Secret>,
     /// The user's own server certificate Secret (`spec.tls.serverCertificate`), read in full
     /// from the API server (dbop does not watch the user's Secrets).
     pub own_certificate: Option<Secret>,
@@ -49,8 +53,17 @@ pub struct Observed {
     pub instance_pods: Vec<Pod>,
     /// The database pods' PodDisruptionBudget (from the cache).
     pub disruption_budget: Option<PodDisruptionBudget>,
+    /// The database pods' NetworkPolicy (from the cache).
+    pub network_policy: Option<NetworkPolicy>,
     /// The replication Secret (metadata only, from the cache).
     pub replication_secret: Option<Secret>,
+    /// The application's Secret `<name>-app` and the accounts Secret (metadata only, from the
+    /// cache).
+    pub application_secret: Option<Secret>,
+    pub accounts_secret: Option<Secret>,
+    /// The Secret of each declared role's password (`resources::accounts::password_sources`
+    /// order; `None` where there is none), read in full from the API server.
+    pub role_password_secrets: Vec<Option<Secret>>,
     /// The primary Lease (from the cache).
     pub primary_lease: Option<Lease>,
     /// The data claims of ordinals 0..instances that exist.
@@ -184,6 +197,8 @@ pub struct Facts {
     pub tls: TlsFact,
     /// The instances' pods and the replication Secret (`roles`).
     pub roles: RolesFact,
+    /// The application's and the accounts Secrets, the role passwords (`accounts`).
+    pub accounts: AccountsFact,
 }
 
 /// A database pod the scheduler found no node for (`PodScheduled` False, `Unschedulable`).
@@ -227,12 +242,25 @@ impl Facts {
             tls: TlsFact::of(
                 snap.ca_secret.as_ref(),
                 snap.server_tls_secret.as_ref(),
+                TlsSpec::superuser_by_certificate(db.spec.tls.as_ref()).then(|| {
+                    (
+                        credentials::superuser_name(db, snap.credentials_secret.as_ref()),
+                        snap.superuser_tls_secret.as_ref(),
+                    )
+                }),
                 snap.credentials_secret
                     .as_ref()
                     .filter(|_| credentials::is_generated(db)),
                 snap.statefulset.as_ref(),
                 TlsSpec::own_certificate(db.spec.tls.as_ref())
                     .map(|name| OwnCertificateFact::of(name, snap.own_certificate.as_ref())),
+            ),
+            accounts: AccountsFact::of(
+                db,
+                snap.application_secret.as_ref(),
+                snap.accounts_secret.as_ref(),
+                &snap.role_password_secrets,
+                snap.statefulset.as_ref(),
             ),
         }
     }

@@ -14,6 +14,8 @@
 //! - `deletion` decides the deletion policy (pure); `cleanup` is the finalizer's I/O for it,
 //!   and makes it wait while an upgrade's pods change version;
 //! - `init` decides the init SQL (`Initialized`), a part of `decide`;
+//! - `accounts` decides the application's Secret and the accounts Secret the instances mount
+//!   (the application role, its database, the declared roles);
 //! - `roles` decides the instances' roles: the primary, the pods' role labels, the replication
 //!   Secret, each instance's status line;
 //! - `restart` decides whether the pods must restart for `spec.postgresql` (`RestartPending`);
@@ -25,6 +27,7 @@
 //! version upgrade (its stages, the image and partition the pods run). Must not import
 //! `runtime` (it runs this, not the other way round) nor `database_backup`.
 
+pub mod accounts;
 pub mod apply;
 pub mod blocker;
 pub mod build;
@@ -71,6 +74,14 @@ pub async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> 
         .roles
         .create_replication_secret
         .then(apply::new_password);
+    let accounts = &decision.accounts;
+    let made = accounts.create_application_secret.then(apply::new_password);
+    let application_password = match (&accounts.rebuild, made) {
+        (Some(_), made) => observe::application_password(ctx, db, made.as_deref())
+            .await
+            .during(Step::Observe)?,
+        (None, made) => made,
+    };
     let ca = Box::pin(observe::signing_ca(ctx, db, &decision.steps.tls))
         .await
         .during(Step::Observe)?;
@@ -85,6 +96,8 @@ pub async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> 
         build::Fresh {
             password: password.as_deref(),
             replication_password: replication_password.as_deref(),
+            accounts,
+            application_password: application_password.as_deref(),
             issued,
         },
     );

@@ -117,6 +117,7 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         credentials_secret: credentials_secret(ctx, db, &ns).await?,
         ca_secret: secret_metadata(ctx, &ns, &names.ca_secret()),
         server_tls_secret: secret_metadata(ctx, &ns, &names.server_tls_secret()),
+        superuser_tls_secret: secret_metadata(ctx, &ns, &names.superuser_tls_secret()),
         own_certificate: match TlsSpec::own_certificate(db.spec.tls.as_ref()) {
             Some(name) => secrets.get_opt(name).await?,
             None => None,
@@ -130,8 +131,12 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         services: services(ctx, &ns, &names),
         instance_pods: instance_pods(ctx, &ns, &name),
         replication_secret: secret_metadata(ctx, &ns, &names.replication_secret()),
+        application_secret: secret_metadata(ctx, &ns, &names.application_secret()),
+        accounts_secret: secret_metadata(ctx, &ns, &names.accounts_secret()),
+        role_password_secrets: role_password_secrets(&secrets, db).await?,
         primary_lease: get(&caches.leases, &ns, &names.primary_lease()),
         disruption_budget: get(&caches.disruption_budgets, &ns, &names.statefulset()),
+        network_policy: get(&caches.network_policies, &ns, &names.statefulset()),
         database_pods: database_pods(client, db, statefulset.as_ref()).await?,
         statefulset,
         init_job: get(&caches.jobs, &ns, &names.init_job()),
@@ -232,6 +237,39 @@ fn secret_metadata(ctx: &Context, ns: &str, name: &str) -> Option<Secret> {
         metadata: meta.metadata,
         ..Secret::default()
     })
+}
+
+/// The Secrets the declared roles' passwords come from (the user's: dbop does not watch them).
+async fn role_password_secrets(
+    secrets: &Api<Secret>,
+    db: &Database,
+) -> Result<Vec<Option<Secret>>, Error> {
+    let mut found = Vec::new();
+    for source in crate::resources::accounts::password_sources(db) {
+        found.push(match source {
+            Some(key) => secrets.get_opt(&key.name).await?,
+            None => None,
+        });
+    }
+    Ok(found)
+}
+
+/// The application's password, for a pass that rebuilds the accounts Secret: the one just
+/// made, or the one in `<name>-app` (read in full only then: the cache holds metadata).
+pub async fn application_password(
+    ctx: &Context,
+    db: &Database,
+    made: Option<&str>,
+) -> Result<Option<String>, Error> {
+    if let Some(password) = made {
+        return Ok(Some(password.to_string()));
+    }
+    let name = Names::of(db).application_secret();
+    let secret = Api::<Secret>::namespaced(ctx.client.clone(), &db.namespace_or_default())
+        .get_opt(&name)
+        .await?;
+    Ok(super::accounts::password(secret.as_ref(), "password")
+        .and_then(|p| String::from_utf8(p).ok()))
 }
 
 /// The credentials Secret: a generated one from the cache, metadata only (its owner is all

@@ -6,7 +6,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::decide::Decision;
 use crate::api::conditions::{ConditionStatus, ConditionType, merge};
-use crate::api::{Database, DatabaseStatus};
+use crate::api::{Database, DatabaseStatus, NetworkPolicySpec};
 use crate::backup::verify::VerifyPlan;
 use crate::resources::Names;
 use crate::resources::credentials::secret_name;
@@ -45,6 +45,12 @@ pub fn status(
             .conditions
             .retain(|c| c.type_ != ConditionType::BackupVerified.label());
     }
+    // No NetworkPolicy asked for: no NetworkPolicyReady.
+    if !NetworkPolicySpec::enabled(db.spec.network_policy.as_ref()) {
+        status
+            .conditions
+            .retain(|c| c.type_ != ConditionType::NetworkPolicyReady.label());
+    }
     status
 }
 
@@ -79,6 +85,7 @@ pub fn next_status(db: &Database, decision: &Decision, now: DateTime<Utc>) -> Da
         target_version: Some(db.spec.version.clone()),
         endpoint: Some(Names::of(db).endpoint(&db.namespace_or_default())),
         credentials_secret: Some(secret_name(db)),
+        application_secret: Some(Names::of(db).application_secret()),
         backup: match &decision.backup {
             Some(plan) => plan.status.clone(),
             None => previous.backup,
@@ -141,6 +148,7 @@ mod tests {
             stuck_pods: vec![],
             tls: Default::default(),
             roles: Default::default(),
+            accounts: Default::default(),
         };
         let decision =
             crate::database::decide::decide(&db, &facts, &crate::settings::Settings::default());

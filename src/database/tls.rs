@@ -43,6 +43,9 @@ pub struct TlsFact {
     pub template_serves_tls: Option<bool>,
     /// The user's own certificate Secret (`spec.tls.serverCertificate`), as read.
     pub own: Option<OwnCertificateFact>,
+    /// With `superuserAuthentication: Certificate`: the superuser's name, and its client
+    /// certificate's Secret as its annotations describe it (its names: the superuser).
+    pub superuser: Option<(String, Option<ServerFact>)>,
 }
 
 /// The user's certificate Secret: what is wrong with it, and its CA's id.
@@ -89,6 +92,19 @@ pub struct ServerFact {
     pub names: Option<String>,
 }
 
+impl ServerFact {
+    /// A certificate Secret's annotations.
+    pub fn of(secret: &Secret) -> ServerFact {
+        ServerFact {
+            ca: annotation(secret, CA_ID_ANNOTATION),
+            not_after: annotation(secret, NOT_AFTER_ANNOTATION)
+                .and_then(|t| DateTime::parse_from_rfc3339(&t).ok())
+                .map(|t| t.with_timezone(&Utc)),
+            names: annotation(secret, NAMES_ANNOTATION),
+        }
+    }
+}
+
 fn annotation(secret: &Secret, key: &str) -> Option<String> {
     secret.metadata.annotations.as_ref()?.get(key).cloned()
 }
@@ -99,6 +115,7 @@ impl TlsFact {
     pub fn of(
         ca: Option<&Secret>,
         server: Option<&Secret>,
+        superuser: Option<(String, Option<&Secret>)>,
         generated_credentials: Option<&Secret>,
         sts: Option<&StatefulSet>,
         own: Option<OwnCertificateFact>,
@@ -106,13 +123,8 @@ impl TlsFact {
         TlsFact {
             own,
             ca: ca.and_then(|s| annotation(s, CA_ID_ANNOTATION)),
-            server: server.map(|s| ServerFact {
-                ca: annotation(s, CA_ID_ANNOTATION),
-                not_after: annotation(s, NOT_AFTER_ANNOTATION)
-                    .and_then(|t| DateTime::parse_from_rfc3339(&t).ok())
-                    .map(|t| t.with_timezone(&Utc)),
-                names: annotation(s, NAMES_ANNOTATION),
-            }),
+            server: server.map(ServerFact::of),
+            superuser: superuser.map(|(name, secret)| (name, secret.map(ServerFact::of))),
             credentials_ca: generated_credentials.map(|s| annotation(s, CA_ID_ANNOTATION)),
             template_serves_tls: sts.map(|s| {
                 s.spec
@@ -148,6 +160,8 @@ pub struct TlsSteps {
     pub issue: Option<Issue>,
     /// Put the CA's certificate into the generated credentials Secret.
     pub credentials_ca: bool,
+    /// Issue the superuser's client certificate for this name.
+    pub issue_superuser: Option<String>,
 }
 
 /// The steps `fact` calls for at `now`. With the user's own certificate, dbop makes nothing:
@@ -165,16 +179,22 @@ pub fn steps(db: &Database, fact: &TlsFact, now: DateTime<Utc>) -> TlsSteps {
     }
     let create_ca = fact.ca.is_none();
     let names = dns_names(db).join(",");
-    let issue = match &fact.server {
+    let due = |cert: Option<&ServerFact>, names: &str| match cert {
         _ if create_ca => Some(Issue::CaChanged),
         None => Some(Issue::Missing),
         Some(s) if s.ca != fact.ca => Some(Issue::CaChanged),
-        Some(s) if s.names.as_deref() != Some(names.as_str()) => Some(Issue::NamesChanged),
+        Some(s) if s.names.as_deref() != Some(names) => Some(Issue::NamesChanged),
         Some(s) if s.not_after.is_none_or(|t| t - now < SERVER_VALIDITY / 3) => {
             Some(Issue::Expiring)
         }
         Some(_) => None,
     };
+    let issue = due(fact.server.as_ref(), &names);
+    let issue_superuser = fact
+        .superuser
+        .as_ref()
+        .filter(|(user, cert)| due(cert.as_ref(), user).is_some())
+        .map(|(user, _)| user.clone());
     let credentials_ca = match &fact.credentials_ca {
         Some(carried) => create_ca || carried != &fact.ca,
         None => false,
@@ -183,6 +203,7 @@ pub fn steps(db: &Database, fact: &TlsFact, now: DateTime<Utc>) -> TlsSteps {
         create_ca,
         issue,
         credentials_ca,
+        issue_superuser,
     }
 }
 
@@ -302,6 +323,7 @@ mod tests {
             credentials_ca: Some(Some("ca1".into())),
             template_serves_tls: Some(true),
             own: None,
+            superuser: None,
         }
     }
 
@@ -445,5 +467,43 @@ mod tests {
         let c = condition(&db, &fact, &TlsSteps::default(), true);
         assert_eq!((c.status, c.reason.as_str()), (false, "RestartPending"));
         assert!(c.message.contains("dbop.dev/restartedAt"));
+    }
+
+    #[test]
+    fn the_superuser_certificate_is_issued_when_asked_and_renewed_like_the_server_s() {
+        let db = testing::minimal();
+        let now = Utc::now();
+        let mut fact = serving(&db, now);
+        assert_eq!(steps(&db, &fact, now).issue_superuser, None);
+        fact.superuser = Some(("postgres".into(), None));
+        assert_eq!(
+            steps(&db, &fact, now).issue_superuser.as_deref(),
+            Some("postgres")
+        );
+        let current = ServerFact {
+            ca: Some("ca1".into()),
+            not_after: Some(now + SERVER_VALIDITY),
+            names: Some("postgres".into()),
+        };
+        fact.superuser = Some(("postgres".into(), Some(current.clone())));
+        assert_eq!(steps(&db, &fact, now).issue_superuser, None);
+        let cases = [
+            ServerFact {
+                ca: Some("old".into()),
+                ..current.clone()
+            },
+            ServerFact {
+                names: Some("admin".into()),
+                ..current.clone()
+            },
+            ServerFact {
+                not_after: Some(now + SERVER_VALIDITY / 4),
+                ..current.clone()
+            },
+        ];
+        for cert in cases {
+            fact.superuser = Some(("postgres".into(), Some(cert.clone())));
+            assert!(steps(&db, &fact, now).issue_superuser.is_some(), "{cert:?}");
+        }
     }
 }

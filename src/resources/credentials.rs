@@ -50,6 +50,18 @@ fn bytes(s: &str) -> ByteString {
     ByteString(s.as_bytes().to_vec())
 }
 
+/// The superuser's name: the user's Secret's `username` (when it has one), else `postgres`.
+pub fn superuser_name(db: &Database, secret: Option<&Secret>) -> String {
+    if is_generated(db) {
+        return DEFAULT_SUPERUSER.to_string();
+    }
+    secret
+        .and_then(|s| s.data.as_ref()?.get(USERNAME_KEY))
+        .map(|v| String::from_utf8_lossy(&v.0).trim().to_string())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| DEFAULT_SUPERUSER.to_string())
+}
+
 /// What is wrong with a user-provided credentials Secret, if anything.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SecretProblem {

@@ -45,8 +45,8 @@ fn credentials_script(dir: &str, pgpass: &str) -> String {
     )
 }
 
-/// libpq connects as the Secret's user (default `postgres`) to the database of the same name:
-/// the application database. `--single-transaction` when `single`; otherwise psql runs the
+/// libpq connects as the superuser (the Secret's user, default `postgres`) to the application
+/// database (`PGDATABASE`). `--single-transaction` when `single`; otherwise psql runs the
 /// statements one by one in autocommit, and still stops at the first error.
 fn script(single: bool) -> String {
     let transaction = if single { " --single-transaction" } else { "" };
@@ -106,6 +106,8 @@ pub fn init_job(db: &Database, settings: &Settings) -> Option<Job> {
         env("PGHOST", &names.endpoint(&namespace)),
         env("PGPORT", &POSTGRES_PORT.to_string()),
         env("PGCONNECT_TIMEOUT", "10"),
+        // The application database: the primary makes it before it says it is ready.
+        env("PGDATABASE", &super::accounts::application(db).database),
     ];
     env.extend(super::tls::client_env(db));
     // The credentials as files (the script reads them), never as environment variables.
@@ -203,8 +205,9 @@ mod tests {
         let env = c.env.as_ref().unwrap();
         let host = env.iter().find(|e| e.name == "PGHOST").unwrap();
         assert_eq!(host.value.as_deref(), Some("orders-rw.shop.svc"));
-        // The application database is libpq's default: the user's name.
-        assert!(env.iter().all(|e| e.name != "PGDATABASE"));
+        // The SQL runs in the application database (spec.application, default `app`).
+        let database = env.iter().find(|e| e.name == "PGDATABASE").unwrap();
+        assert_eq!(database.value.as_deref(), Some("app"));
         // The credentials are files of a Secret volume (0440), never environment variables.
         for e in env {
             assert!(e.value_from.is_none(), "{} from a reference", e.name);

@@ -4,6 +4,7 @@
 //! Pure: a builder is a plain function of the Database, the operator's settings and observed
 //! facts. No client, no clock, no randomness (the caller passes a generated password in).
 
+pub mod accounts;
 pub mod agent;
 pub mod backup_job;
 pub mod credentials;
@@ -11,6 +12,7 @@ pub mod database_backup;
 pub mod init_job;
 pub mod job;
 pub mod monitoring;
+pub mod network_policy;
 pub mod placement;
 pub mod pod;
 pub mod preflight_job;

@@ -197,8 +197,9 @@ pub fn config_map_name(db: &Database) -> String {
 }
 
 /// The ConfigMap the database pods mount (always built: an empty spec has empty files), with
-/// the topology that names `primary` (`replication::topology`).
-pub fn server_config_map(db: &Database, primary: &str) -> ConfigMap {
+/// the topology that names `primary` (`replication::topology`); `superuser` is the name the
+/// rules of `spec.tls.superuserAuthentication` are for.
+pub fn server_config_map(db: &Database, primary: &str, superuser: &str) -> ConfigMap {
     let hba = db
         .spec
         .postgresql
@@ -211,7 +212,9 @@ pub fn server_config_map(db: &Database, primary: &str) -> ConfigMap {
             (PARAMETERS_FILE.into(), render_parameters(&parameters(db))),
             (
                 HBA_FILE.into(),
-                render_hba(&hba) + &super::tls::plaintext_rules(db).unwrap_or_default(),
+                super::tls::superuser_rules(db, superuser).unwrap_or_default()
+                    + &render_hba(&hba)
+                    + &super::tls::plaintext_rules(db).unwrap_or_default(),
             ),
             super::replication::topology_entry(db, primary),
         ])),
@@ -371,7 +374,7 @@ mod tests {
             "parameters": {"search_path": "\"$user\", public", "application_name": "it's"},
             "pgHba": ["host all all 10.0.0.0/8 reject"]
         }}));
-        let cm = server_config_map(&d, "orders-0");
+        let cm = server_config_map(&d, "orders-0", "postgres");
         assert_eq!(cm.metadata.name.as_deref(), Some("orders-config"));
         assert!(cm.metadata.owner_references.is_some());
         let data = cm.data.unwrap();

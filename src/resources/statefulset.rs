@@ -139,6 +139,7 @@ pub fn statefulset_running(
                 super::tls::add_to_pod_template(&mut template, db);
                 super::replication::add_to_pod_template(&mut template, db);
                 super::primary_lease::add_to_pod_template(&mut template, db);
+                super::accounts::add_to_pod_template(&mut template, db);
                 template
             },
             volume_claim_templates: Some(

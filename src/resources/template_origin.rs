@@ -31,12 +31,16 @@ pub const INPUTS_ANNOTATION: &str = "dbop.dev/template-inputs";
 pub const RESTARTED_AT_ANNOTATION: &str = "dbop.dev/restartedAt";
 
 /// Spec fields that build no part of the pod template: a change to one of them is not a reason
-/// to rebuild it (the claim templates are kept verbatim, and storage grows by expanding claims).
-const NOT_IN_THE_TEMPLATE: [&str; 6] = [
+/// to rebuild it (the claim templates are kept verbatim, and storage grows by expanding claims;
+/// the roles reach the pods through the accounts Secret; a NetworkPolicy is an object of its own).
+const NOT_IN_THE_TEMPLATE: [&str; 9] = [
+    "application",
     "backup",
     "bootstrap",
     "deletionPolicy",
     "init",
+    "networkPolicy",
+    "roles",
     "storage",
     "upgrade",
 ];
@@ -264,6 +268,10 @@ mod tests {
         let mut changed = db.clone();
         changed.spec.storage.size = "20Gi".into();
         changed.spec.deletion_policy = crate::api::DeletionPolicy::Delete;
+        changed.spec.roles =
+            serde_json::from_value(serde_json::json!([{"name": "reporting"}])).unwrap();
+        // A NetworkPolicy is an object of its own: turning it on restarts no database.
+        changed.spec.network_policy = Some(Default::default());
         let desired = upgrade(&db, &changed, "dbop:1", "dbop:2");
         assert_eq!(copy_image(&desired).as_deref(), Some("dbop:1"));
     }

@@ -58,6 +58,10 @@ impl Names {
     pub fn server_tls_secret(&self) -> String {
         format!("{}-server-tls", self.database())
     }
+    /// The superuser's client certificate Secret (`spec.tls.superuserAuthentication`).
+    pub fn superuser_tls_secret(&self) -> String {
+        format!("{}-superuser-tls", self.database())
+    }
 }
 
 /// The DNS names the server's certificate is for: the client Services' (`-rw`, `-ro`, `-r`),
@@ -146,6 +150,16 @@ pub fn server_secret(db: &Database, cert: &ServerCertificate) -> Secret {
     }
 }
 
+/// The superuser's client certificate Secret (its `names`: the superuser), in the server
+/// certificate's layout and annotations: dbop's Jobs mount it to log in as the superuser.
+pub fn superuser_secret(db: &Database, cert: &ServerCertificate) -> Secret {
+    let mut secret = server_secret(db, cert);
+    let annotations = secret.metadata.annotations.take();
+    secret.metadata = owned_meta(db, Names::of(db).superuser_tls_secret(), "tls");
+    secret.metadata.annotations = annotations;
+    secret
+}
+
 /// The merge patch that puts the CA's certificate into the generated credentials Secret.
 pub fn credentials_ca_patch(ca_cert_pem: &str) -> serde_json::Value {
     serde_json::json!({
@@ -222,6 +236,22 @@ pub fn plaintext_rules(db: &Database) -> Option<String> {
     })
 }
 
+/// The `pg_hba.conf` rules of `superuserAuthentication: Certificate`, before the Database's
+/// own: the superuser from the network only over TLS with a certificate of the Database's CA
+/// whose common name is its name (PostgreSQL's `cert` method), never with a password.
+pub fn superuser_rules(db: &Database, superuser: &str) -> Option<String> {
+    TlsSpec::superuser_by_certificate(db.spec.tls.as_ref()).then(|| {
+        let user = format!("\"{}\"", superuser.replace('"', "\"\""));
+        format!(
+            "# spec.tls.superuserAuthentication: Certificate (dbop's Jobs only)\n\
+             hostssl all {user} 0.0.0.0/0 cert\n\
+             hostssl all {user} ::/0 cert\n\
+             host all {user} 0.0.0.0/0 reject\n\
+             host all {user} ::/0 reject\n"
+        )
+    })
+}
+
 /// Whether the Database's status says every pod serves TLS (`TLSReady`): then dbop's Jobs
 /// verify the server's certificate and name; before (a Database whose pods have not restarted
 /// on TLS yet), they use TLS when it is offered, as libpq does by default.
@@ -232,32 +262,57 @@ pub fn verified(db: &Database) -> bool {
         .is_some_and(|c| c.status == "True")
 }
 
-/// The libpq environment of a Job that connects to the Database.
+/// The libpq environment of a Job that connects to the Database. With
+/// `superuserAuthentication: Certificate` the Job presents the superuser's client certificate
+/// (`client_ca` mounts it), over TLS even before the server is known to serve it verified.
 pub fn client_env(db: &Database) -> Vec<EnvVar> {
-    if !verified(db) {
-        return vec![env("PGSSLMODE", "prefer")];
+    let file = |name: &str| format!("{JOB_CA_DIR}/{name}");
+    let mut vars = match (verified(db), by_certificate(db)) {
+        (false, false) => return vec![env("PGSSLMODE", "prefer")],
+        (false, true) => vec![env("PGSSLMODE", "require")],
+        (true, _) => vec![
+            env("PGSSLMODE", "verify-full"),
+            env("PGSSLROOTCERT", &file(TLS_CA_FILE)),
+        ],
+    };
+    if by_certificate(db) {
+        vars.push(env("PGSSLCERT", &file(TLS_CERT_FILE)));
+        vars.push(env("PGSSLKEY", &file(TLS_KEY_FILE)));
     }
-    vec![
-        env("PGSSLMODE", "verify-full"),
-        env("PGSSLROOTCERT", &format!("{JOB_CA_DIR}/{TLS_CA_FILE}")),
-    ]
+    vars
 }
 
-/// The CA's certificate (only, never a key) as a Job's volume and mount, when the Job verifies
-/// the server.
+fn by_certificate(db: &Database) -> bool {
+    TlsSpec::superuser_by_certificate(db.spec.tls.as_ref())
+}
+
+/// What a Job that connects mounts: the CA's certificate (never its key) when it verifies the
+/// server; with `superuserAuthentication: Certificate`, the superuser's client certificate
+/// Secret instead (its `ca.crt`, `tls.crt` and `tls.key`; mode 0440: libpq takes a key owned
+/// by root that the group may read).
 pub fn client_ca(db: &Database) -> Option<(Volume, VolumeMount)> {
-    if !verified(db) {
+    let (secret, keys, mode) = if by_certificate(db) {
+        let keys = vec![TLS_CA_FILE, TLS_CERT_FILE, TLS_KEY_FILE];
+        (Names::of(db).superuser_tls_secret(), keys, Some(0o440))
+    } else if verified(db) {
+        (trusted_secret(db), vec![TLS_CA_FILE], None)
+    } else {
         return None;
-    }
+    };
+    let items = keys
+        .into_iter()
+        .map(|key| KeyToPath {
+            key: key.into(),
+            path: key.into(),
+            ..KeyToPath::default()
+        })
+        .collect();
     let volume = Volume {
         name: JOB_CA_VOLUME.into(),
         secret: Some(SecretVolumeSource {
-            secret_name: Some(trusted_secret(db)),
-            items: Some(vec![KeyToPath {
-                key: TLS_CA_FILE.into(),
-                path: TLS_CA_FILE.into(),
-                ..KeyToPath::default()
-            }]),
+            secret_name: Some(secret),
+            items: Some(items),
+            default_mode: mode,
             ..SecretVolumeSource::default()
         }),
         ..Volume::default()
@@ -355,6 +410,7 @@ mod tests {
         db.spec.tls = Some(TlsSpec {
             allow_plaintext: Some(true),
             server_certificate: None,
+            superuser_authentication: None,
         });
         let rules = plaintext_rules(&db).unwrap();
         assert!(
@@ -396,6 +452,7 @@ mod tests {
             server_certificate: Some(crate::api::tls::ServerCertificateRef {
                 secret_name: "orders-cert-manager".into(),
             }),
+            superuser_authentication: None,
         });
         let volume = server_volume(&db);
         assert_eq!(
@@ -403,5 +460,56 @@ mod tests {
             Some("orders-cert-manager")
         );
         assert_eq!(trusted_secret(&db), "orders-cert-manager");
+    }
+
+    #[test]
+    fn superuser_by_certificate_refuses_its_password_from_the_network_and_jobs_carry_the_certificate()
+     {
+        let mut db = testing::minimal();
+        assert_eq!(superuser_rules(&db, "postgres"), None);
+        let (volume, _) = client_ca(&db).map_or((None, None), |(v, m)| (Some(v), Some(m)));
+        assert!(volume.is_none(), "an unverified Job mounts nothing");
+        db.spec.tls = Some(TlsSpec {
+            superuser_authentication: Some(crate::api::SuperuserAuthentication::Certificate),
+            ..TlsSpec::default()
+        });
+        let rules = superuser_rules(&db, "admin").unwrap();
+        let lines: Vec<&str> = rules.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            lines,
+            [
+                "hostssl all \"admin\" 0.0.0.0/0 cert",
+                "hostssl all \"admin\" ::/0 cert",
+                "host all \"admin\" 0.0.0.0/0 reject",
+                "host all \"admin\" ::/0 reject",
+            ]
+        );
+        // Before TLSReady: TLS required and the certificate presented.
+        let vars = client_env(&db);
+        let value = |name: &str| {
+            vars.iter()
+                .find(|e| e.name == name)
+                .and_then(|e| e.value.clone())
+        };
+        assert_eq!(value("PGSSLMODE").as_deref(), Some("require"));
+        assert_eq!(
+            value("PGSSLKEY").as_deref(),
+            Some("/etc/dbop/database-ca/tls.key")
+        );
+        let (volume, mount) = client_ca(&db).unwrap();
+        let secret = volume.secret.unwrap();
+        assert_eq!(secret.secret_name.as_deref(), Some("orders-superuser-tls"));
+        assert_eq!(secret.default_mode, Some(0o440));
+        assert_eq!(secret.items.unwrap().len(), 3);
+        assert_eq!(mount.mount_path, JOB_CA_DIR);
+        let cert = superuser_secret(&db, &cert());
+        assert_eq!(cert.metadata.name.as_deref(), Some("orders-superuser-tls"));
+        assert!(
+            cert.metadata
+                .annotations
+                .unwrap()
+                .contains_key(NOT_AFTER_ANNOTATION)
+        );
+        assert!(cert.metadata.owner_references.is_some());
     }
 }

@@ -85,7 +85,8 @@ pub fn start(
     let managed = all.clone().labels(MANAGED_SELECTOR);
     let mut watches = Watches(Vec::new());
     let marker = || writers.synced_marker();
-    let (m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11) = (
+    let (m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11, m12) = (
+        marker(),
         marker(),
         marker(),
         marker(),
@@ -109,6 +110,7 @@ pub fn start(
         config_maps,
         pods,
         disruption_budgets,
+        network_policies,
         leases,
         ..
     } = writers;
@@ -132,6 +134,8 @@ pub fn start(
     let [pods] = watches.spawn(watch(c, &database_pods), pods, m9, meta);
     let budgets = watch(c, &managed);
     let [disruption_budgets] = watches.spawn(budgets, disruption_budgets, m10, meta);
+    let policies = watch(c, &managed);
+    let [network_policies] = watches.spawn(policies, network_policies, m12, meta);
     // Cached only: the primary Leases are renewed every two seconds.
     let [] = watches.spawn(watch(c, &managed), leases, m11, meta);
     let ([jobs, backup_jobs], [backups, backups_self]) = (jobs, backups);
@@ -143,6 +147,7 @@ pub fn start(
         claims,
         pods,
         disruption_budgets,
+        network_policies,
         jobs,
         backups,
     };

@@ -134,6 +134,11 @@ the operator as this chart's ServiceAccount and fails on any Forbidden in the au
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# The NetworkPolicy of a Database with spec.networkPolicy: server-side apply (patch; create),
+# watched (dbop's label) for the cache, deleted when the spec no longer asks for it.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # ConfigMaps: read those referenced by spec.init.configMapRef and s3.ca; apply the one holding
 # inline init SQL (mounted into the init Job as a file) and the server configuration
 # `<name>-config` (mounted into the database pods), both watched (dbop's label) for the cache.
