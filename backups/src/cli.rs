@@ -205,6 +205,15 @@ pub struct RestoreArgs {
     /// Do not recreate the backup's roles and memberships before the data.
     #[arg(long, env = "DBOP_BACKUP_NO_GLOBALS")]
     pub no_globals: bool,
+    /// Restore only this database of the backup (e.g. the application's, `app`) into the
+    /// target. Default: every database: the backup's own into the target, each other one under
+    /// its own name (created, or the server's empty one).
+    #[arg(
+        long = "database",
+        value_name = "NAME",
+        env = "DBOP_BACKUP_RESTORE_DATABASE"
+    )]
+    pub database: Option<String>,
     #[command(flatten)]
     pub keys: KeyArgs,
     #[command(flatten)]

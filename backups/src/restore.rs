@@ -43,6 +43,9 @@ pub struct RestoreOptions {
     /// Recreate the backup's roles and memberships before the data (not for `verify`, whose
     /// scratch database shares the source's server and roles).
     pub restore_globals: bool,
+    /// Restore only this one of the backup's databases, into the target (`--database`); `None`:
+    /// every database, the backup's own into the target and each other one under its name.
+    pub only_database: Option<String>,
     /// Where the encryption keys are (`--encryption-key-dir`): an encrypted backup is read
     /// with the key its manifest names.
     pub keys: Option<KeyRing>,
@@ -210,7 +213,10 @@ async fn restore_inner(
     check_major(&m, major, &version)?;
     result.engine_version = Some(version);
     let dumps = m.dumps();
-    let steps = plan_restore(tools, &dumps, &target).await?;
+    let steps = match &opts.only_database {
+        Some(name) => vec![only_step(&dumps, name, &target, &id)?],
+        None => plan_restore(tools, &dumps, &target).await?,
+    };
     let folder = layout.backup_prefix(&source, &id);
     check_objects(store, &folder, &dumps).await?;
     let roles = match (&m.globals, opts.restore_globals) {
@@ -223,7 +229,9 @@ async fn restore_inner(
     };
     for step in &steps {
         let dump = &dumps[step.index];
-        prepare_database(tools, opts, &target, step, dump, created).await?;
+        if opts.only_database.is_none() {
+            prepare_database(tools, opts, &target, step, dump, created).await?;
+        }
         let object = format!("{folder}{}", dump.dump_file);
         let sealing = key
             .clone()
@@ -262,6 +270,23 @@ pub(crate) fn note_backup(
     result.size_bytes = Some(m.size_bytes);
     result.raw_bytes = Some(m.raw_bytes);
     result.databases = u32::try_from(m.dumps().len()).ok();
+}
+
+/// The one step of `--database NAME`: that database's dump into the target, as it is (its
+/// definition's owner and settings are the source's, not the target's).
+fn only_step(dumps: &[DatabaseDump], name: &str, target: &str, id: &str) -> Result<Step> {
+    let index = dumps.iter().position(|d| d.name == name).ok_or_else(|| {
+        let names: Vec<&str> = dumps.iter().map(|d| d.name.as_str()).collect();
+        Error::Usage(format!(
+            "backup {id} has no database {name:?} (it has {}); nothing was restored",
+            names.join(", ")
+        ))
+    })?;
+    Ok(Step {
+        index,
+        target: target.to_string(),
+        create: false,
+    })
 }
 
 /// Where each of the backup's databases goes: a backup of one database (every backup of an

@@ -162,6 +162,7 @@ async fn restore_command(a: &RestoreArgs, interrupt: &Interrupt) -> RunOutput {
             no_owner: a.no_owner,
             no_acl: a.no_acl,
             restore_globals: !a.no_globals,
+            only_database: a.database.clone(),
             keys: key_ring(&a.keys),
         };
         restore::restore(&store, &layout, &tools, &opts, interrupt, &mut result)

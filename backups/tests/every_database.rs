@@ -258,3 +258,38 @@ fn an_old_single_database_backup_still_restores_and_verifies() {
     let message = verified.ok().message.clone().unwrap();
     assert!(message.contains("1 databases"), "{message}");
 }
+
+/// `restore --database NAME` restores that one database of the backup into the target, beside
+/// the source on the same server (as a user restoring by hand does), and names what a backup
+/// holds when asked for a database it lacks, restoring nothing.
+#[test]
+fn one_database_of_a_backup_restores_into_another_name_on_the_same_server() {
+    let s3 = S3Server::start(S3Kind::S3sFs);
+    let (source, _) = source_with_three_databases(&s3);
+    source.create_db("copy");
+    let restore = |database: &str| {
+        agent(
+            &[
+                "restore",
+                "latest",
+                "--prefix",
+                "p",
+                "--source-database",
+                "app",
+                "--database",
+                database,
+            ],
+            &env_of(&source, "copy", &s3),
+        )
+    };
+    restore(OWNED).ok();
+    assert_eq!(source.psql("copy", "SELECT count(*) FROM o"), "77");
+    assert_eq!(source.table_count("copy"), 1, "only that database's tables");
+    let missing = restore("nope");
+    let result = missing.failed();
+    let message = result.message.clone().unwrap_or_default();
+    assert!(
+        message.contains("no database \"nope\"") && message.contains(OWNED),
+        "{message}"
+    );
+}

@@ -21,7 +21,7 @@ impl TestBed {
         s3_endpoint: &str,
     ) {
         let script = "createdb restored && exec /dbop/dbop-backup restore --bucket backups \
-                      --prefix \"$0\" --source-database app --path-style=true \"$1\"";
+                      --prefix \"$0\" --source-database postgres --database app --path-style=true \"$1\"";
         let from_secret = |name: &str, secret: &str, key: &str| json!({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}});
         let credentials = format!("{host}-credentials");
         let env = json!([

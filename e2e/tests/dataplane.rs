@@ -177,6 +177,8 @@ async fn a_database_runs_for_real_keeps_its_data_and_takes_a_new_password() {
         &[
             "psql",
             "-X",
+            "-d",
+            "app",
             "-Atc",
             "select current_user, count(*) from orders",
         ],
