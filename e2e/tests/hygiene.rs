@@ -95,6 +95,10 @@ fn backup_spec() -> serde_json::Value {
             },
             "encryption": {"secretName": "backup-keys", "keyName": "k1"}
         },
+        // A declared role with a password of the user's, and the superuser off the network
+        // (dbop's Jobs carry its client certificate).
+        "roles": [{"name": "reporting", "passwordSecret": {"name": "reporting-pw", "key": "password"}}],
+        "tls": {"superuserAuthentication": "Certificate"},
         // The backup pod stays Running until the test gives it an outcome.
         "podMetadata": {"labels": {"testbed.dbop.dev/hold": "true"}}
     })
@@ -247,6 +251,17 @@ fn secret_env_vars(objects: &[(String, String)]) -> (usize, Vec<String>) {
     (templates, found)
 }
 
+/// A key of a Secret as text, once it exists.
+async fn secret_text(bed: &TestBed, ns: &str, name: &str, key: &str) -> String {
+    let secrets: Api<Secret> = Api::namespaced(bed.client.clone(), ns);
+    wait_until(&format!("Secret {name}"), WAIT, || async {
+        let secret = secrets.get_opt(name).await.ok()??;
+        let ByteString(bytes) = secret.data?.get(key)?.clone();
+        String::from_utf8(bytes).ok()
+    })
+    .await
+}
+
 /// A line of the PEM private key under `key` of dbop's Secret `name` (the first of its base64
 /// body: 64 characters no other text has), once dbop has made it.
 async fn key_line(bed: &TestBed, ns: &str, name: &str, key: &str) -> String {
@@ -269,6 +284,16 @@ async fn no_password_or_s3_secret_key_outside_their_secrets() {
     backup_jobs::s3_secret_with_key(&bed, &ns, &secret_key).await;
     let key = encryption_key();
     encryption_secret(&bed, &ns, &key).await;
+    let role_password = encryption_key();
+    let role_secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "reporting-pw"},
+        "stringData": {"password": role_password}
+    }))
+    .expect("a Secret");
+    Api::<Secret>::namespaced(bed.client.clone(), &ns)
+        .create(&Default::default(), &role_secret)
+        .await
+        .expect("the role's password Secret");
     let log = bed.dir.join("logs").join(format!("dbop-{ns}-debug.log"));
     std::fs::create_dir_all(log.parent().unwrap()).expect("log directory");
     let operator = Operator::start(&bed, &ns, &log);
@@ -276,6 +301,8 @@ async fn no_password_or_s3_secret_key_outside_their_secrets() {
         .await;
     bed.wait_for_phase(&ns, "orders", Phase::Ready, WAIT).await;
     let password = generated_password(&bed, &ns).await;
+    let application_password = secret_text(&bed, &ns, "orders-app", "password").await;
+    let superuser_key = key_line(&bed, &ns, "orders-superuser-tls", "tls.key").await;
     let server_key = key_line(&bed, &ns, "orders-server-tls", "tls.key").await;
     let ca_key = key_line(&bed, &ns, "orders-ca", "ca.key").await;
     let backup = run_one_backup(&bed, &ns).await;
@@ -334,6 +361,9 @@ async fn no_password_or_s3_secret_key_outside_their_secrets() {
         ("the encryption key", &key),
         ("the server certificate's private key", &server_key),
         ("the CA's private key", &ca_key),
+        ("the application's password", &application_password),
+        ("the declared role's password", &role_password),
+        ("the superuser's client key", &superuser_key),
     ] {
         let found = leaks(&searched, secret);
         assert!(found.is_empty(), "{what} appears in {found:?}");
@@ -346,4 +376,21 @@ async fn no_password_or_s3_secret_key_outside_their_secrets() {
     );
     assert_eq!(leaks(&in_secrets, &secret_key), vec!["Secret/s3-creds"]);
     assert_eq!(leaks(&in_secrets, &key), vec!["Secret/backup-keys"]);
+    assert_eq!(
+        leaks(&in_secrets, &application_password),
+        vec!["Secret/orders-accounts", "Secret/orders-app"]
+    );
+    assert_eq!(
+        leaks(&in_secrets, &role_password),
+        vec!["Secret/orders-accounts", "Secret/reporting-pw"]
+    );
+    assert_eq!(
+        leaks(&in_secrets, &superuser_key),
+        vec!["Secret/orders-superuser-tls"]
+    );
+    // The backup Job presents the superuser's client certificate.
+    assert!(
+        job.contains("orders-superuser-tls"),
+        "the client certificate is mounted"
+    );
 }

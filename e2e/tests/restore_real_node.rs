@@ -2,7 +2,10 @@
 //! tables and grants is backed up by a scheduled backup Job to an S3 server in a pod; a second
 //! Database created with `spec.bootstrap.fromBackup` (that `DatabaseBackup`) comes up
 //! `RestoredFromBackup` with the same fingerprint over every table (rows, owners, grants), and
-//! the application's login role logs in with its own password.
+//! the application's login role logs in with its own password. The backups are encrypted on the
+//! client (`spec.backup.encryption`): the copy restores with the source's key Secret, and a
+//! Database given a Secret whose key of that name holds other bytes is refused before anything
+//! is restored (`EncryptionKeyRefused`).
 
 use std::time::Duration;
 
@@ -83,13 +86,16 @@ async fn a_database_restored_from_another_databases_backup_holds_the_same_data()
     let ns = bed.real_node_namespace("restore").await;
     let _operator = bed.operator_for_real_node(&ns);
     let endpoint = bed.s3_server(&ns, "backups", None).await;
+    keys_secret(&bed, &ns, "backup-keys").await;
+    keys_secret(&bed, &ns, "other-keys").await;
     let s3 = json!({"endpoint": endpoint, "bucket": "backups", "forcePathStyle": true,
                     "credentials": {"secretName": "s3-creds"}});
     bed.apply_database(
         &ns,
         database(
             "ledger",
-            json!({"init": {"sql": INIT_SQL}, "backup": {"schedule": "* * * * *", "s3": s3}}),
+            json!({"init": {"sql": INIT_SQL}, "backup": {"schedule": "* * * * *", "s3": s3,
+                   "encryption": {"secretName": "backup-keys", "keyName": "k1"}}}),
         ),
     )
     .await;
@@ -146,4 +152,36 @@ async fn a_database_restored_from_another_databases_backup_holds_the_same_data()
         ],
     );
     assert!(ok && out.trim() == "3000", "ledger_app: {out} {err}");
+
+    // The same backup with another key under the same name: refused, nothing restored.
+    bed.apply_database(
+        &ns,
+        database(
+            "wrong",
+            json!({"bootstrap": {"fromBackup": {"databaseBackup": name,
+                   "encryption": {"secretName": "other-keys"}}}}),
+        ),
+    )
+    .await;
+    let refused = wait_until_or_none(READY_WAIT, || async {
+        let db = bed.databases(&ns).get("wrong").await.ok()?;
+        let (status, reason) = condition(&db, "Initialized")?;
+        (status == "False" && reason == "EncryptionKeyRefused").then_some(db)
+    })
+    .await;
+    assert!(refused.is_some(), "the wrong key was not refused");
+}
+
+/// A Secret of backup keys with a fresh `k1` (base64 of 32 random bytes).
+async fn keys_secret(bed: &TestBed, ns: &str, name: &str) {
+    let key: [u8; 32] = rand::random();
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "data": {"k1": k8s_openapi::ByteString(key.to_vec())},
+    }))
+    .expect("a Secret");
+    Api::namespaced(bed.client.clone(), ns)
+        .create(&Default::default(), &secret)
+        .await
+        .expect("the keys' Secret");
 }
