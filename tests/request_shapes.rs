@@ -123,6 +123,13 @@ fn apply<K: serde::de::DeserializeOwned + kube::Resource<DynamicType = ()> + Clo
 /// GETs come from the table (404 when absent, an empty list for collections); writes echo
 /// their body back, as the API server does.
 fn answer(request: &Sent, objects: &HashMap<String, Value>) -> (StatusCode, Value) {
+    if objects.contains_key(NO_CERT_MANAGER) && request.path.starts_with(CERT_MANAGER_API) {
+        // The API server without cert-manager's CRD: 404 to every request of its resources.
+        return (
+            StatusCode::NOT_FOUND,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "the server could not find the requested resource"}),
+        );
+    }
     if request.method == "GET" {
         if let Some(object) = objects.get(&request.path) {
             return (StatusCode::OK, object.clone());
@@ -140,6 +147,12 @@ fn answer(request: &Sent, objects: &HashMap<String, Value>) -> (StatusCode, Valu
         return (
             StatusCode::NOT_FOUND,
             json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"}),
+        );
+    }
+    if request.method == "DELETE" {
+        return (
+            StatusCode::OK,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "metadata": {}}),
         );
     }
     let mut body = request.body.clone();
@@ -299,6 +312,12 @@ fn primary_lease_of(db: &Database) -> Value {
     value
 }
 
+fn read<K: serde::de::DeserializeOwned>(world: &HashMap<String, Value>, path: &str) -> Option<K> {
+    world
+        .get(path)
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+}
+
 /// The status the operator itself would have written for this world.
 fn with_settled_status(mut db: Database, world: &HashMap<String, Value>) -> Database {
     let snapshot = facts::Observed {
@@ -306,14 +325,10 @@ fn with_settled_status(mut db: Database, world: &HashMap<String, Value>) -> Data
             world["/api/v1/namespaces/shop/secrets/orders-credentials"].clone(),
         )
         .ok(),
-        ca_secret: serde_json::from_value(
-            world["/api/v1/namespaces/shop/secrets/orders-ca"].clone(),
-        )
-        .ok(),
-        server_tls_secret: serde_json::from_value(
-            world["/api/v1/namespaces/shop/secrets/orders-server-tls"].clone(),
-        )
-        .ok(),
+        ca_secret: read(world, "/api/v1/namespaces/shop/secrets/orders-ca"),
+        server_tls_secret: read(world, "/api/v1/namespaces/shop/secrets/orders-server-tls"),
+        own_certificate: read(world, CERT_MANAGER_SECRET),
+        certificate: read(world, CERTIFICATE),
         statefulset: serde_json::from_value(
             world["/apis/apps/v1/namespaces/shop/statefulsets/orders"].clone(),
         )
@@ -956,4 +971,240 @@ async fn a_deleted_service_is_reapplied_with_no_delay_after_its_watch_event() {
         "the clock moved between the watch event and the repair: a fixed delay is in the way"
     );
     operator.abort();
+}
+
+const CERT_MANAGER_API: &str = "/apis/cert-manager.io/";
+/// In a world: the API server has no cert-manager CRD.
+const NO_CERT_MANAGER: &str = "!no-cert-manager";
+const CERTIFICATE: &str = "/apis/cert-manager.io/v1/namespaces/shop/certificates/orders-server";
+const CERT_MANAGER_SECRET: &str = "/api/v1/namespaces/shop/secrets/orders-cert-manager-tls";
+
+/// A Database whose server certificate comes from the cert-manager Issuer `corp-ca`.
+fn database_with_issuer() -> Database {
+    let mut db = database();
+    db.spec.tls = Some(serde_json::from_value(json!({"issuerRef": {"name": "corp-ca"}})).unwrap());
+    db
+}
+
+/// The ready world of a Database with `spec.tls.issuerRef`: no CA or certificate of dbop's,
+/// the Certificate as dbop applied it (with what cert-manager adds), and the Secret
+/// cert-manager wrote (not dbop's: no label, so not in the watch cache).
+fn ready_world_with_issuer(db: &Database) -> HashMap<String, Value> {
+    let mut world = ready_world(db);
+    world.remove("/api/v1/namespaces/shop/secrets/orders-ca");
+    world.remove("/api/v1/namespaces/shop/secrets/orders-server-tls");
+    let mut certificate =
+        serde_json::to_value(dbop::resources::cert_manager::certificate(db).unwrap()).unwrap();
+    certificate["metadata"]["resourceVersion"] = json!("9");
+    certificate["status"] = json!({"conditions": [{"type": "Ready", "status": "True"}]});
+    world.insert(CERTIFICATE.into(), certificate);
+    let pem = |s: &str| {
+        use std::fmt::Write;
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let bytes = s.as_bytes();
+        let mut out = String::new();
+        for chunk in bytes.chunks(3) {
+            let b = [
+                chunk[0],
+                *chunk.get(1).unwrap_or(&0),
+                *chunk.get(2).unwrap_or(&0),
+            ];
+            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+            for i in 0..4 {
+                if i <= chunk.len() {
+                    let _ = out.write_char(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+                } else {
+                    out.push('=');
+                }
+            }
+        }
+        out
+    };
+    world.insert(
+        CERT_MANAGER_SECRET.into(),
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+               "metadata": {"name": "orders-cert-manager-tls", "namespace": "shop",
+                            "annotations": {"cert-manager.io/certificate-name": "orders-server"}},
+               "data": {"tls.crt": pem("CERT"), "tls.key": pem("KEY"), "ca.crt": pem("CA")}}),
+    );
+    world
+}
+
+fn writes_of(sent: &[Sent]) -> Vec<String> {
+    sent.iter()
+        .filter(|s| s.is_write())
+        .map(|s| format!("{} {}", s.method, s.path))
+        .collect()
+}
+
+/// A new Database with `spec.tls.issuerRef`: dbop applies the cert-manager Certificate (its
+/// names, the issuer, dbop's key and lifetime), makes no CA or certificate of its own, and
+/// its pods mount the Secret cert-manager fills.
+#[tokio::test]
+async fn with_an_issuer_the_certificate_is_applied_and_no_ca_is_made() {
+    let db = database_with_issuer();
+    let sent = reconcile_against(&db, HashMap::new()).await;
+    let writes = writes_of(&sent);
+    let secrets: Vec<&Value> = sent
+        .iter()
+        .filter(|s| s.is_write() && s.path.starts_with("/api/v1/namespaces/shop/secrets"))
+        .map(|s| &s.body["metadata"]["name"])
+        .collect();
+    assert_eq!(
+        secrets,
+        ["orders-credentials", "orders-app", "orders-accounts"],
+        "no Secret of dbop's TLS (no CA, no server certificate)"
+    );
+    let apply = sent
+        .iter()
+        .find(|s| s.method == "PATCH" && s.path == CERTIFICATE)
+        .unwrap_or_else(|| panic!("no apply of the Certificate: {writes:?}"));
+    assert_eq!(apply.content_type, "application/apply-patch+yaml");
+    assert!(apply.query.contains("fieldManager=dbop"), "{}", apply.query);
+    assert_eq!(apply.body["apiVersion"], "cert-manager.io/v1");
+    assert_eq!(apply.body["kind"], "Certificate");
+    assert_eq!(
+        apply.body["metadata"]["ownerReferences"][0]["name"], "orders",
+        "{}",
+        apply.body
+    );
+    let spec = &apply.body["spec"];
+    assert_eq!(spec["secretName"], "orders-cert-manager-tls");
+    assert_eq!(spec["dnsNames"], json!(tls::dns_names(&db)));
+    assert_eq!(
+        spec["issuerRef"],
+        json!({"name": "corp-ca", "kind": "Issuer", "group": "cert-manager.io"})
+    );
+    assert_eq!(
+        spec["privateKey"],
+        json!({"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"})
+    );
+    let statefulset = sent
+        .iter()
+        .find(|s| {
+            s.method == "PATCH" && s.path == "/apis/apps/v1/namespaces/shop/statefulsets/orders"
+        })
+        .expect("the StatefulSet applied");
+    let certificate = sent
+        .iter()
+        .position(|s| s.path == CERTIFICATE && s.is_write())
+        .unwrap();
+    let sts_at = sent
+        .iter()
+        .position(|s| std::ptr::eq(s, statefulset))
+        .unwrap();
+    assert!(
+        certificate < sts_at,
+        "the Certificate before the pods that wait for it"
+    );
+    let volumes = statefulset.body["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap();
+    let tls_volume = volumes.iter().find(|v| v["name"] == "tls").unwrap();
+    assert_eq!(
+        tls_volume["secret"]["secretName"],
+        "orders-cert-manager-tls"
+    );
+}
+
+/// A settled Database with `spec.tls.issuerRef` writes nothing: it reads the Certificate and
+/// cert-manager's Secret (neither is dbop's, neither watched), one GET each.
+#[tokio::test]
+async fn a_ready_database_with_an_issuer_only_reads_its_certificate_and_secret() {
+    let db = database_with_issuer();
+    let world = ready_world_with_issuer(&db);
+    let db = with_settled_status(db, &world);
+    let conditions = &db.status.as_ref().unwrap().conditions;
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c.type_ == "TLSReady" && c.status == "True"),
+        "{conditions:?}"
+    );
+    let sent = reconcile_against(&db, world).await;
+    let requests: Vec<String> = sent
+        .iter()
+        .map(|s| format!("{} {}{}", s.method, s.path, query_of(s)))
+        .collect();
+    assert_eq!(
+        requests,
+        [
+            format!("GET {CERT_MANAGER_SECRET}"),
+            format!("GET {CERTIFICATE}")
+        ]
+    );
+}
+
+/// The Certificate's names edited by hand are put back, by one server-side apply.
+#[tokio::test]
+async fn a_hand_edited_certificate_is_applied_again() {
+    let db = database_with_issuer();
+    let mut world = ready_world_with_issuer(&db);
+    let db = with_settled_status(db, &world);
+    world.get_mut(CERTIFICATE).unwrap()["spec"]["dnsNames"] = json!(["evil.example.com"]);
+    let sent = reconcile_against(&db, world).await;
+    assert_eq!(writes_of(&sent), [format!("PATCH {CERTIFICATE}")]);
+    let apply = sent.iter().find(|s| s.is_write()).unwrap();
+    assert_eq!(apply.body["spec"]["dnsNames"], json!(tls::dns_names(&db)));
+}
+
+/// Without cert-manager (404 to its resource), the pass goes on: `TLSReady` False with
+/// `CertManagerNotInstalled` and a Warning Event saying to install it; nothing of dbop's CA.
+#[tokio::test]
+async fn without_cert_manager_tls_ready_says_to_install_it_and_the_pass_goes_on() {
+    let db = database_with_issuer();
+    let world = HashMap::from([(NO_CERT_MANAGER.to_string(), Value::Null)]);
+    let sent = reconcile_against(&db, world).await;
+    let writes = writes_of(&sent);
+    assert!(
+        writes.contains(&"PATCH /apis/apps/v1/namespaces/shop/statefulsets/orders".to_string()),
+        "the rest of the pass is done: {writes:?}"
+    );
+    assert!(
+        !writes.iter().any(|w| w.ends_with("/secrets/orders-ca")),
+        "{writes:?}"
+    );
+    let status = sent
+        .iter()
+        .find(|s| s.path.ends_with("/status"))
+        .expect("status written");
+    let conditions = status.body["status"]["conditions"].as_array().unwrap();
+    let tls_ready = conditions
+        .iter()
+        .find(|c| c["type"] == "TLSReady")
+        .unwrap_or_else(|| panic!("{conditions:?}"));
+    assert_eq!(tls_ready["status"], "False");
+    assert_eq!(tls_ready["reason"], "CertManagerNotInstalled");
+    assert!(
+        tls_ready["message"]
+            .as_str()
+            .unwrap()
+            .contains("install cert-manager"),
+        "{tls_ready}"
+    );
+    let event = sent
+        .iter()
+        .find(|s| s.path.contains("/events") && s.body["reason"] == "CertManagerNotInstalled")
+        .unwrap_or_else(|| panic!("no Event: {writes:?}"));
+    assert_eq!(event.body["type"], "Warning");
+}
+
+/// `spec.tls.issuerRef` taken away: the Certificate and cert-manager's Secret are deleted (in
+/// the pass whose StatefulSet still mounts that Secret; the next mounts dbop's own).
+#[tokio::test]
+async fn an_issuer_no_longer_named_has_its_certificate_deleted() {
+    let with_issuer = database_with_issuer();
+    let world = ready_world_with_issuer(&with_issuer);
+    let mut db = with_settled_status(with_issuer, &world);
+    db.spec.tls = None;
+    let sent = reconcile_against(&db, world).await;
+    let writes = writes_of(&sent);
+    assert!(
+        writes.contains(&format!("DELETE {CERTIFICATE}")),
+        "{writes:?}"
+    );
+    assert!(
+        writes.contains(&format!("DELETE {CERT_MANAGER_SECRET}")),
+        "{writes:?}"
+    );
 }

@@ -170,6 +170,32 @@ async fn invalid_databases_are_refused_with_a_message() {
             ),
             "spec.postgresql.pgHba[0]",
         ),
+        (
+            "issuerRef with serverCertificate",
+            database_manifest(
+                "t1",
+                json!({"tls": {"issuerRef": {"name": "corp-ca"},
+                               "serverCertificate": {"secretName": "mine"}}}),
+            ),
+            "issuerRef and serverCertificate both name where the server certificate comes from",
+        ),
+        (
+            "issuerRef with superuserAuthentication Certificate",
+            database_manifest(
+                "t2",
+                json!({"tls": {"issuerRef": {"name": "corp-ca"},
+                               "superuserAuthentication": "Certificate"}}),
+            ),
+            "remove issuerRef or use Password",
+        ),
+        (
+            "issuerRef of an unknown kind",
+            database_manifest(
+                "t3",
+                json!({"tls": {"issuerRef": {"name": "corp-ca", "kind": "Vault"}}}),
+            ),
+            "spec.tls.issuerRef.kind",
+        ),
     ];
     for (case, manifest, expected) in table {
         match apply(&bed, &ns, manifest).await {
@@ -185,6 +211,10 @@ async fn invalid_databases_are_refused_with_a_message() {
     apply(&bed, &ns, database_manifest("settings", settings))
         .await
         .expect("valid PostgreSQL settings accepted");
+    let issuer = json!({"tls": {"issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"}}});
+    apply(&bed, &ns, database_manifest("issuer", issuer))
+        .await
+        .expect("an issuerRef alone accepted");
 }
 
 #[tokio::test]

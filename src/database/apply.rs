@@ -34,9 +34,10 @@ use crate::kube_io::{
     patch_status,
 };
 use crate::objects::EventSpec;
-use crate::resources::owner_reference;
+use crate::resources::cert_manager::Certificate;
 use crate::resources::primary_lease::PROMOTE_ANNOTATION;
 use crate::resources::replication::ROLE_LABEL;
+use crate::resources::{Names, owner_reference};
 use crate::upgrade::events::upgrade_events;
 
 /// Length of generated passwords: 32 alphanumerics, about 190 bits.
@@ -82,7 +83,9 @@ pub async fn apply(
         tls,
     } = desired;
     write_credentials(ctx, db, secret, adopt_secret).await?;
-    write_tls(ctx, db, snap, tls).await?;
+    let mut applied = Applied::default();
+    let certificate = write_tls(ctx, db, snap, tls).await?;
+    applied.overrides.extend(certificate);
     let ns = db.namespace_or_default();
     if let Some(secret) = replication_secret {
         create_once(&Api::<Secret>::namespaced(ctx.client.clone(), &ns), &secret).await?;
@@ -113,7 +116,6 @@ pub async fn apply(
     if let Some(budget) = disruption_budget {
         write_disruption_budget(ctx, db, snap, budget).await?;
     }
-    let mut applied = Applied::default();
     if let Some(policy) = network_policy {
         let condition = write_network_policy(ctx, db, snap, policy).await?;
         applied.overrides.extend(condition);
@@ -327,15 +329,25 @@ async fn write_credentials(
 }
 
 /// The CA Secret (created once: a CA is never replaced behind a user's back), the server
-/// certificate (applied: a renewal replaces it), the CA into the generated credentials Secret.
-async fn write_tls(ctx: &Context, db: &Database, snap: &Observed, tls: TlsWrites) -> Result<()> {
+/// certificate (applied: a renewal replaces it), the CA into the generated credentials Secret,
+/// and the cert-manager Certificate of `spec.tls.issuerRef` (its condition when cert-manager is
+/// not installed).
+async fn write_tls(
+    ctx: &Context,
+    db: &Database,
+    snap: &Observed,
+    tls: TlsWrites,
+) -> Result<Option<ConditionStatus>> {
     let TlsWrites {
         ca,
         server,
         superuser,
         credentials_ca,
+        certificate,
+        drop_certificate,
     } = tls;
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &db.namespace_or_default());
+    let refused = write_certificate(ctx, db, snap, certificate, drop_certificate).await?;
     if let Some(ca) = ca {
         create_once(&api, &ca).await?;
         info!(secret = ?ca.metadata.name, "made the Database's CA");
@@ -352,7 +364,50 @@ async fn write_tls(ctx: &Context, db: &Database, snap: &Observed, tls: TlsWrites
         merge_patch(&api, &name, &patch).await?;
         info!(secret = %name, "put the CA's certificate in the credentials Secret");
     }
-    Ok(())
+    Ok(refused)
+}
+
+/// The cert-manager Certificate where it drifted, or deleted with its Secret once the spec no
+/// longer names an issuer. A 404 to its apply is cert-manager's resource missing (an apply
+/// creates a missing object): `TLSReady` False with `CertManagerNotInstalled` and a Warning
+/// Event, the rest of the pass goes on, and a later pass tries again.
+async fn write_certificate(
+    ctx: &Context,
+    db: &Database,
+    snap: &Observed,
+    certificate: Option<Certificate>,
+    drop: bool,
+) -> Result<Option<ConditionStatus>> {
+    let ns = db.namespace_or_default();
+    let api: Api<Certificate> = Api::namespaced(ctx.client.clone(), &ns);
+    let names = Names::of(db);
+    if drop {
+        // A 404 (the Certificate, or cert-manager itself, gone) is success.
+        let gone = delete_if_exists(&api, &names.certificate(), &DeleteParams::default()).await?;
+        let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+        delete_if_exists(
+            &secrets,
+            &names.cert_manager_secret(),
+            &DeleteParams::default(),
+        )
+        .await?;
+        info!(certificate = %names.certificate(), deleted = gone, "deleted the Certificate spec.tls.issuerRef no longer asks for");
+    }
+    let Some(certificate) = certificate else {
+        return Ok(None);
+    };
+    match apply_if_drifted(&api, &certificate, snap.certificate.as_ref()).await {
+        Ok(()) => Ok(None),
+        Err(crate::error::Error::Kube(kube::Error::Api(status))) if status.code == 404 => {
+            let message = format!(
+                "cert-manager is not installed (the API server has no certificates.cert-manager.io): install cert-manager, or remove spec.tls.issuerRef; dbop applies Certificate {} once it is there",
+                names.certificate()
+            );
+            let missing = (ConditionType::TlsReady, "CertManagerNotInstalled");
+            Ok(Some(refusal(ctx, db, missing, message).await))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// The scheduled `DatabaseBackup` that is due, the ones the history policy drops, and the

@@ -30,6 +30,7 @@ use crate::backup::job::verify_job;
 use crate::backup::verify::VerifyPlan;
 use crate::objects::EventSpec;
 use crate::resources::accounts::{accounts_secret, application_secret, password_sources};
+use crate::resources::cert_manager::{self, Certificate};
 use crate::resources::credentials::{generated_secret, secret_name, superuser_name};
 use crate::resources::database_backup::{pre_upgrade_backup, scheduled_backup};
 use crate::resources::init_job::{init_job, init_sql_config_map};
@@ -43,7 +44,7 @@ use crate::resources::server_config::server_config_map;
 use crate::resources::services;
 use crate::resources::statefulset::statefulset_running;
 use crate::resources::template_origin;
-use crate::resources::tls;
+use crate::resources::{Names, tls};
 use crate::settings::Settings;
 
 /// What one pass writes, built. `apply` destructures it without `..`: a new object does not
@@ -112,6 +113,10 @@ pub struct TlsWrites {
     pub superuser: Option<Secret>,
     /// The credentials Secret's name and the merge patch that gives it `ca.crt`.
     pub credentials_ca: Option<(String, serde_json::Value)>,
+    /// The cert-manager Certificate of `spec.tls.issuerRef` (applied where it drifted).
+    pub certificate: Option<Certificate>,
+    /// `spec.tls.issuerRef` was taken away: delete the Certificate and its Secret.
+    pub drop_certificate: bool,
 }
 
 /// The Secrets of what `certificates::issue` made; the CA for the credentials Secret from
@@ -122,7 +127,16 @@ fn tls_writes(db: &Database, snap: &Observed, steps: &TlsSteps, issued: Issued) 
         .as_ref()
         .and_then(|s| s.data.as_ref()?.get(dbop_contract::instance::TLS_CA_FILE))
         .map(|pem| String::from_utf8_lossy(&pem.0).into_owned());
+    let certificate = cert_manager::certificate(db);
+    // The pods still mount cert-manager's Secret while the spec names no issuer: the spec
+    // changed (the StatefulSet, applied in the same pass, mounts another Secret from now on,
+    // so a settled pass sends nothing).
+    let drop_certificate = certificate.is_none()
+        && tls::mounted_by(snap.statefulset.as_ref())
+            .is_some_and(|name| name == Names::of(db).cert_manager_secret());
     TlsWrites {
+        certificate,
+        drop_certificate,
         ca: issued
             .new_ca
             .map(|ca| tls::ca_secret(db, &ca.cert_pem, &ca.key_pem)),

@@ -24,6 +24,7 @@ use crate::backup::plan::BackupHistory;
 use crate::backup::s3_secret::{S3SecretProblem, s3_secret_problem};
 use crate::backup::schedule::BackupRecord;
 use crate::objects::{JobState, job_state, owned_by, to_chrono};
+use crate::resources::cert_manager::Certificate;
 use crate::resources::credentials::{self, SecretProblem};
 use crate::resources::owner_reference;
 use crate::resources::primary_lease::LeaseFact;
@@ -42,6 +43,9 @@ pub struct Observed {
     /// The user's own server certificate Secret (`spec.tls.serverCertificate`), read in full
     /// from the API server (dbop does not watch the user's Secrets).
     pub own_certificate: Option<Secret>,
+    /// The cert-manager Certificate of `spec.tls.issuerRef`, read only then (None: it does
+    /// not exist, or cert-manager is not installed).
+    pub certificate: Option<Certificate>,
     pub init_config_map: Option<ConfigMap>,
     /// The server configuration `<name>-config` (from the cache).
     pub server_config: Option<ConfigMap>,
@@ -252,8 +256,9 @@ impl Facts {
                     .as_ref()
                     .filter(|_| credentials::is_generated(db)),
                 snap.statefulset.as_ref(),
-                TlsSpec::own_certificate(db.spec.tls.as_ref())
-                    .map(|name| OwnCertificateFact::of(name, snap.own_certificate.as_ref())),
+                crate::resources::tls::external_certificate(db).map(|(name, origin)| {
+                    OwnCertificateFact::of(&name, &origin, snap.own_certificate.as_ref())
+                }),
             ),
             accounts: AccountsFact::of(
                 db,

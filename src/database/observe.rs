@@ -22,8 +22,9 @@ use crate::context::caches::{get, list};
 use crate::error::Error;
 use crate::kube_io::job_pods;
 use crate::objects::{JobState, job_state};
+use crate::resources::cert_manager::Certificate;
 use crate::resources::credentials::{self};
-use crate::resources::tls::CA_KEY;
+use crate::resources::tls::{CA_KEY, external_certificate};
 use crate::resources::{LABEL_INSTANCE, Names, selector_labels};
 use dbop_contract::instance::TLS_CA_FILE;
 
@@ -118,8 +119,16 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         ca_secret: secret_metadata(ctx, &ns, &names.ca_secret()),
         server_tls_secret: secret_metadata(ctx, &ns, &names.server_tls_secret()),
         superuser_tls_secret: secret_metadata(ctx, &ns, &names.superuser_tls_secret()),
-        own_certificate: match TlsSpec::own_certificate(db.spec.tls.as_ref()) {
-            Some(name) => secrets.get_opt(name).await?,
+        own_certificate: match external_certificate(db) {
+            Some((name, _)) => secrets.get_opt(&name).await?,
+            None => None,
+        },
+        certificate: match TlsSpec::issuer(db.spec.tls.as_ref()) {
+            Some(_) => {
+                Api::<Certificate>::namespaced(client.clone(), &ns)
+                    .get_opt(&names.certificate())
+                    .await?
+            }
             None => None,
         },
         init_config_map,
@@ -208,7 +217,7 @@ pub async fn signing_ca(
     steps: &TlsSteps,
 ) -> Result<Option<Ca>, Error> {
     // The user's own certificate: no CA of dbop's to read.
-    let own = TlsSpec::own_certificate(db.spec.tls.as_ref()).is_some();
+    let own = external_certificate(db).is_some();
     if own || steps.create_ca || (steps.issue.is_none() && !steps.credentials_ca) {
         return Ok(None);
     }

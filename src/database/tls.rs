@@ -57,8 +57,9 @@ pub struct OwnCertificateFact {
 }
 
 impl OwnCertificateFact {
-    /// From the Secret `name` as read (None: it does not exist).
-    pub fn of(name: &str, secret: Option<&Secret>) -> OwnCertificateFact {
+    /// From the Secret `name` as read (None: it does not exist); `origin` says what names it
+    /// (`resources::tls::external_certificate`).
+    pub fn of(name: &str, origin: &str, secret: Option<&Secret>) -> OwnCertificateFact {
         let data = secret.and_then(|s| s.data.as_ref());
         let value = |key: &str| {
             data.and_then(|d| d.get(key))
@@ -68,11 +69,11 @@ impl OwnCertificateFact {
         let missing: Vec<&str> = FILES.into_iter().filter(|k| value(k).is_none()).collect();
         let problem = match (secret, missing.as_slice()) {
             (None, _) => Some(format!(
-                "Secret {name} (spec.tls.serverCertificate) does not exist: the pods wait for it"
+                "Secret {name} ({origin}) does not exist: the pods wait for it"
             )),
             (Some(_), []) => None,
             (Some(_), keys) => Some(format!(
-                "Secret {name} (spec.tls.serverCertificate) has no {}: it needs tls.crt, tls.key and ca.crt (a cert-manager Certificate writes all three)",
+                "Secret {name} ({origin}) has no {}: it needs tls.crt, tls.key and ca.crt (a cert-manager Certificate of a CA or Vault issuer writes all three)",
                 keys.join(", ")
             )),
         };
@@ -406,7 +407,7 @@ mod tests {
             ),
             ..Secret::default()
         };
-        let missing = OwnCertificateFact::of("mine", None);
+        let missing = OwnCertificateFact::of("mine", "spec.tls.serverCertificate", None);
         assert!(
             missing
                 .problem
@@ -414,7 +415,11 @@ mod tests {
                 .unwrap()
                 .contains("does not exist")
         );
-        let partial = OwnCertificateFact::of("mine", Some(&secret(&["tls.crt", "ca.crt"])));
+        let partial = OwnCertificateFact::of(
+            "mine",
+            "spec.tls.serverCertificate",
+            Some(&secret(&["tls.crt", "ca.crt"])),
+        );
         assert!(
             partial
                 .problem
@@ -423,7 +428,8 @@ mod tests {
                 .contains("has no tls.key"),
             "{partial:?}"
         );
-        let own = OwnCertificateFact::of("mine", Some(&secret(&FILES)));
+        let own =
+            OwnCertificateFact::of("mine", "spec.tls.serverCertificate", Some(&secret(&FILES)));
         assert_eq!(own.problem, None);
         assert_eq!(own.ca, Some(ca_id("ca.crt pem")));
         let fact = TlsFact {
@@ -456,6 +462,63 @@ mod tests {
             ..fact
         };
         assert_eq!(steps(&db, &carried, now), TlsSteps::default());
+    }
+
+    #[test]
+    fn with_a_cert_manager_issuer_dbop_makes_no_ca_and_checks_cert_managers_secret() {
+        use k8s_openapi::ByteString;
+        let mut db = testing::minimal();
+        db.spec.tls = Some(
+            serde_json::from_value(serde_json::json!({"issuerRef": {"name": "corp-ca"}})).unwrap(),
+        );
+        let now = Utc::now();
+        let (name, origin) = crate::resources::tls::external_certificate(&db).unwrap();
+        let missing = OwnCertificateFact::of(&name, &origin, None);
+        let fact = TlsFact {
+            credentials_ca: Some(None),
+            template_serves_tls: Some(true),
+            own: Some(missing),
+            ..TlsFact::default()
+        };
+        let s = steps(&db, &fact, now);
+        assert_eq!(s, TlsSteps::default(), "no CA, no certificate of dbop's");
+        let c = condition(&db, &fact, &s, true);
+        assert_eq!(
+            (c.status, c.reason.as_str()),
+            (false, "CertificateSecretInvalid")
+        );
+        assert!(
+            c.message.contains("orders-cert-manager-tls")
+                && c.message.contains("Certificate orders-server"),
+            "{c:?}"
+        );
+        let filled = Secret {
+            data: Some(
+                FILES
+                    .iter()
+                    .map(|k| (k.to_string(), ByteString(format!("{k} pem").into_bytes())))
+                    .collect(),
+            ),
+            ..Secret::default()
+        };
+        let fact = TlsFact {
+            own: Some(OwnCertificateFact::of(&name, &origin, Some(&filled))),
+            ..fact
+        };
+        let s = steps(&db, &fact, now);
+        assert_eq!(
+            s,
+            TlsSteps {
+                credentials_ca: true,
+                ..TlsSteps::default()
+            },
+            "only cert-manager's CA into the credentials Secret"
+        );
+        let c = condition(&db, &fact, &s, true);
+        assert!(
+            c.status && c.message.contains("orders-cert-manager-tls"),
+            "{c:?}"
+        );
     }
 
     #[test]

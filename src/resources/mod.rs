@@ -7,6 +7,7 @@
 pub mod accounts;
 pub mod agent;
 pub mod backup_job;
+pub mod cert_manager;
 pub mod credentials;
 pub mod database_backup;
 pub mod init_job;

@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use dbop_contract::instance::{TLS_CA_FILE, TLS_CERT_FILE, TLS_DIR, TLS_KEY_FILE, tls_args};
 use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{
     EnvVar, KeyToPath, PodTemplateSpec, Secret, SecretVolumeSource, Volume, VolumeMount,
 };
@@ -168,17 +169,53 @@ pub fn credentials_ca_patch(ca_cert_pem: &str) -> serde_json::Value {
     })
 }
 
-/// The Secret the database pods mount their certificate from: the user's own
-/// (`spec.tls.serverCertificate`), or the one dbop issues.
-pub fn mounted_secret(db: &Database) -> String {
-    TlsSpec::own_certificate(db.spec.tls.as_ref())
-        .map_or_else(|| Names::of(db).server_tls_secret(), String::from)
+/// A server certificate dbop does not issue: the Secret it is in, and what names that Secret
+/// (for the messages of `TLSReady`). The user's own (`spec.tls.serverCertificate`), or the
+/// one cert-manager fills from the Certificate of `spec.tls.issuerRef`.
+pub fn external_certificate(db: &Database) -> Option<(String, String)> {
+    let spec = db.spec.tls.as_ref();
+    if let Some(name) = TlsSpec::own_certificate(spec) {
+        return Some((name.to_string(), "spec.tls.serverCertificate".into()));
+    }
+    TlsSpec::issuer(spec).map(|_| {
+        let names = Names::of(db);
+        (
+            names.cert_manager_secret(),
+            format!(
+                "written by cert-manager for Certificate {}, spec.tls.issuerRef",
+                names.certificate()
+            ),
+        )
+    })
 }
 
-/// The Secret whose `ca.crt` dbop's Jobs trust: the user's certificate Secret, or dbop's CA.
+/// The Secret the database pods mount their certificate from: the user's own
+/// (`spec.tls.serverCertificate`), cert-manager's (`spec.tls.issuerRef`), or the one dbop
+/// issues.
+pub fn mounted_secret(db: &Database) -> String {
+    external_certificate(db).map_or_else(|| Names::of(db).server_tls_secret(), |(name, _)| name)
+}
+
+/// The Secret whose `ca.crt` dbop's Jobs trust: the certificate's Secret when dbop does not
+/// issue it, or dbop's CA.
 fn trusted_secret(db: &Database) -> String {
-    TlsSpec::own_certificate(db.spec.tls.as_ref())
-        .map_or_else(|| Names::of(db).ca_secret(), String::from)
+    external_certificate(db).map_or_else(|| Names::of(db).ca_secret(), |(name, _)| name)
+}
+
+/// The Secret a StatefulSet's pod template mounts the server certificate from.
+pub fn mounted_by(sts: Option<&StatefulSet>) -> Option<String> {
+    sts?.spec
+        .template
+        .spec
+        .as_ref()?
+        .volumes
+        .as_ref()?
+        .iter()
+        .find(|v| v.name == SERVER_VOLUME)?
+        .secret
+        .as_ref()?
+        .secret_name
+        .clone()
 }
 
 /// The server certificate's volume in a database pod: readable by the pod's group only (the
@@ -411,6 +448,7 @@ mod tests {
             allow_plaintext: Some(true),
             server_certificate: None,
             superuser_authentication: None,
+            issuer_ref: None,
         });
         let rules = plaintext_rules(&db).unwrap();
         assert!(
@@ -453,6 +491,7 @@ mod tests {
                 secret_name: "orders-cert-manager".into(),
             }),
             superuser_authentication: None,
+            issuer_ref: None,
         });
         let volume = server_volume(&db);
         assert_eq!(
@@ -460,6 +499,46 @@ mod tests {
             Some("orders-cert-manager")
         );
         assert_eq!(trusted_secret(&db), "orders-cert-manager");
+    }
+
+    #[test]
+    fn a_cert_manager_issuers_certificate_is_mounted_and_trusted_instead_of_dbops_ca() {
+        let mut db = testing::minimal();
+        db.spec.tls = Some(
+            serde_json::from_value(serde_json::json!({"issuerRef": {"name": "corp-ca"}})).unwrap(),
+        );
+        let (secret, origin) = external_certificate(&db).unwrap();
+        assert_eq!(secret, "orders-cert-manager-tls");
+        assert!(origin.contains("Certificate orders-server"), "{origin}");
+        let volume = server_volume(&db);
+        assert_eq!(
+            volume.secret.unwrap().secret_name.as_deref(),
+            Some("orders-cert-manager-tls")
+        );
+        assert_eq!(trusted_secret(&db), "orders-cert-manager-tls");
+        let mut template = PodTemplateSpec {
+            spec: Some(k8s_openapi::api::core::v1::PodSpec {
+                containers: vec![k8s_openapi::api::core::v1::Container {
+                    name: "postgres".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        add_to_pod_template(&mut template, &db);
+        let sts = StatefulSet {
+            spec: k8s_openapi::api::apps::v1::StatefulSetSpec {
+                template,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(
+            mounted_by(Some(&sts)).as_deref(),
+            Some("orders-cert-manager-tls")
+        );
+        assert_eq!(mounted_by(None), None);
     }
 
     #[test]
