@@ -367,8 +367,9 @@ async fn write_tls(
     Ok(refused)
 }
 
-/// The cert-manager Certificate where it drifted, or deleted with its Secret once the spec no
-/// longer names an issuer. A 404 to its apply is cert-manager's resource missing (an apply
+/// The cert-manager Certificate where it drifted, or deleted once the spec no longer names an
+/// issuer (its Secret is cert-manager's: deleted with the Certificate where cert-manager runs
+/// with `--enable-certificate-owner-ref`; dbop may not delete Secrets). A 404 to its apply is cert-manager's resource missing (an apply
 /// creates a missing object): `TLSReady` False with `CertManagerNotInstalled` and a Warning
 /// Event, the rest of the pass goes on, and a later pass tries again.
 async fn write_certificate(
@@ -384,13 +385,6 @@ async fn write_certificate(
     if drop {
         // A 404 (the Certificate, or cert-manager itself, gone) is success.
         let gone = delete_if_exists(&api, &names.certificate(), &DeleteParams::default()).await?;
-        let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
-        delete_if_exists(
-            &secrets,
-            &names.cert_manager_secret(),
-            &DeleteParams::default(),
-        )
-        .await?;
         info!(certificate = %names.certificate(), deleted = gone, "deleted the Certificate spec.tls.issuerRef no longer asks for");
     }
     let Some(certificate) = certificate else {

@@ -115,7 +115,7 @@ pub struct TlsWrites {
     pub credentials_ca: Option<(String, serde_json::Value)>,
     /// The cert-manager Certificate of `spec.tls.issuerRef` (applied where it drifted).
     pub certificate: Option<Certificate>,
-    /// `spec.tls.issuerRef` was taken away: delete the Certificate and its Secret.
+    /// `spec.tls.issuerRef` was taken away: delete the Certificate.
     pub drop_certificate: bool,
 }
 

@@ -465,6 +465,11 @@ mod tests {
     }
 
     #[test]
+    fn cert_managers_certificate_lives_as_long_as_dbops() {
+        assert_eq!(crate::resources::cert_manager::VALIDITY, SERVER_VALIDITY);
+    }
+
+    #[test]
     fn with_a_cert_manager_issuer_dbop_makes_no_ca_and_checks_cert_managers_secret() {
         use k8s_openapi::ByteString;
         let mut db = testing::minimal();

@@ -14,7 +14,10 @@ use serde::{Deserialize, Serialize};
 
 use super::{Names, owned_meta};
 use crate::api::{Database, TlsSpec};
-use crate::database::tls::SERVER_VALIDITY;
+
+/// How long cert-manager's certificate is valid, renewed a third before: dbop's own
+/// (`database::tls::SERVER_VALIDITY`, which a test there holds this to).
+pub const VALIDITY: chrono::Duration = chrono::Duration::days(90);
 
 /// `cert-manager.io/v1` `Certificate`, the fields dbop sets.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq)]
@@ -101,8 +104,8 @@ pub fn certificate(db: &Database) -> Option<Certificate> {
             rotation_policy: Some("Always".into()),
         }),
         usages: vec!["server auth".into(), "digital signature".into()],
-        duration: Some(hours(SERVER_VALIDITY)),
-        renew_before: Some(hours(SERVER_VALIDITY / 3)),
+        duration: Some(hours(VALIDITY)),
+        renew_before: Some(hours(VALIDITY / 3)),
     };
     let mut certificate = Certificate::new(&names.certificate(), spec);
     certificate.metadata = owned_meta(db, names.certificate(), "tls");

@@ -139,6 +139,12 @@ the operator as this chart's ServiceAccount and fails on any Forbidden in the au
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# The cert-manager Certificate of a Database with spec.tls.issuerRef: read each pass (get; not
+# watched), server-side apply (patch; create), deleted when the spec no longer names an issuer.
+# Without cert-manager installed these rules grant nothing.
+- apiGroups: ["cert-manager.io"]
+  resources: ["certificates"]
+  verbs: ["get", "create", "patch", "delete"]
 # ConfigMaps: read those referenced by spec.init.configMapRef and s3.ca; apply the one holding
 # inline init SQL (mounted into the init Job as a file) and the server configuration
 # `<name>-config` (mounted into the database pods), both watched (dbop's label) for the cache.
