@@ -141,7 +141,8 @@ pub struct DatabaseSpec {
     pub monitoring: Option<super::monitoring::MonitoringSpec>,
 
     /// Client connections: TLS always, with a certificate from a CA dbop makes for the
-    /// Database (`<name>-ca`; its `ca.crt` is also in the generated credentials Secret); and
+    /// Database (`<name>-ca`; its `ca.crt` is also in the generated credentials Secret), from a
+    /// Secret of yours (`serverCertificate`) or from a cert-manager issuer (`issuerRef`); and
     /// whether clients without TLS are still admitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<super::tls::TlsSpec>,

@@ -1,6 +1,7 @@
 //! `spec.tls`: how network clients reach the server. Every Database serves TLS with a
-//! certificate for its Service names, from a CA dbop makes for it (`resources::tls`); what the
-//! spec chooses is whether a client without TLS is still let in.
+//! certificate for its Service names, from a CA dbop makes for it (`resources::tls`), a Secret
+//! of the user's, or a cert-manager issuer (`resources::cert_manager`); the spec also chooses
+//! whether a client without TLS is still let in.
 //!
 //! Pure data: no client, no I/O.
 
