@@ -1208,3 +1208,24 @@ async fn an_issuer_no_longer_named_has_its_certificate_deleted() {
         "cert-manager's Secret is cert-manager's: {writes:?}"
     );
 }
+
+/// A Secret of the user's own that happens to have cert-manager's name: the pods keep mounting
+/// it, so no Certificate is deleted (else every pass would send a DELETE).
+#[tokio::test]
+async fn a_users_secret_named_like_cert_managers_deletes_nothing() {
+    let world = ready_world_with_issuer(&database_with_issuer());
+    let mut db = database();
+    db.spec.tls = Some(
+        serde_json::from_value(
+            json!({"serverCertificate": {"secretName": "orders-cert-manager-tls"}}),
+        )
+        .unwrap(),
+    );
+    let db = with_settled_status(db, &world);
+    let sent = reconcile_against(&db, world).await;
+    let writes = writes_of(&sent);
+    assert!(
+        !writes.iter().any(|w| w.starts_with("DELETE")),
+        "{writes:?}"
+    );
+}

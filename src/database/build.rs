@@ -128,12 +128,13 @@ fn tls_writes(db: &Database, snap: &Observed, steps: &TlsSteps, issued: Issued) 
         .and_then(|s| s.data.as_ref()?.get(dbop_contract::instance::TLS_CA_FILE))
         .map(|pem| String::from_utf8_lossy(&pem.0).into_owned());
     let certificate = cert_manager::certificate(db);
-    // The pods still mount cert-manager's Secret while the spec names no issuer: the spec
-    // changed (the StatefulSet, applied in the same pass, mounts another Secret from now on,
-    // so a settled pass sends nothing).
+    // The pods still mount cert-manager's Secret while the spec names no issuer and mounts
+    // another: the spec changed (the StatefulSet, applied in the same pass, mounts the other
+    // Secret from now on, so a settled pass sends nothing).
+    let cert_managers = Names::of(db).cert_manager_secret();
     let drop_certificate = certificate.is_none()
-        && tls::mounted_by(snap.statefulset.as_ref())
-            .is_some_and(|name| name == Names::of(db).cert_manager_secret());
+        && tls::mounted_secret(db) != cert_managers
+        && tls::mounted_by(snap.statefulset.as_ref()).is_some_and(|name| name == cert_managers);
     TlsWrites {
         certificate,
         drop_certificate,
