@@ -175,9 +175,11 @@ async fn a_database_restored_from_another_databases_backup_holds_the_same_data()
 /// A Secret of backup keys with a fresh `k1` (base64 of 32 random bytes).
 async fn keys_secret(bed: &TestBed, ns: &str, name: &str) {
     let key: [u8; 32] = rand::random();
+    // The key file holds the base64 text (what `openssl rand -base64 32` prints).
+    let text = serde_json::to_value(k8s_openapi::ByteString(key.to_vec())).expect("base64");
     let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
         "metadata": {"name": name},
-        "data": {"k1": k8s_openapi::ByteString(key.to_vec())},
+        "stringData": {"k1": text},
     }))
     .expect("a Secret");
     Api::namespaced(bed.client.clone(), ns)

@@ -9,10 +9,10 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{PodTemplateSpec, Secret, SecretVolumeSource, Volume};
+use k8s_openapi::api::core::v1::{PodTemplateSpec, Secret};
 use sha2::{Digest, Sha256};
 
-use super::pod::mount;
+use super::pod::mount_optional_secret;
 use super::{Names, POSTGRES_PORT, owned_meta};
 use crate::api::{ApplicationSpec, Database, ManagedRoleSpec, RoleEnsure};
 use dbop_contract::accounts::{
@@ -191,26 +191,9 @@ pub fn accounts_secret(
 /// Mounts the accounts Secret in the database container (optional: a pod may start before the
 /// Secret exists, and then has the application role once it appears).
 pub fn add_to_pod_template(template: &mut PodTemplateSpec, db: &Database) {
-    let Some(pod) = template.spec.as_mut() else {
-        return;
-    };
-    if let Some(postgres) = pod.containers.iter_mut().find(|c| c.name == "postgres") {
-        postgres
-            .volume_mounts
-            .get_or_insert_with(Vec::new)
-            .push(mount(VOLUME, ACCOUNTS_DIR, true));
+    if let Some(pod) = template.spec.as_mut() {
+        mount_optional_secret(pod, VOLUME, ACCOUNTS_DIR, Names::of(db).accounts_secret());
     }
-    pod.volumes.get_or_insert_with(Vec::new).push(Volume {
-        name: VOLUME.into(),
-        secret: Some(SecretVolumeSource {
-            secret_name: Some(Names::of(db).accounts_secret()),
-            optional: Some(true),
-            // Readable by the pod's group (fsGroup) only.
-            default_mode: Some(0o440),
-            ..SecretVolumeSource::default()
-        }),
-        ..Volume::default()
-    });
 }
 
 #[cfg(test)]

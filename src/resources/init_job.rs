@@ -33,16 +33,31 @@ const CREDENTIALS_DIR: &str = "/etc/dbop/pg-credentials";
 const PGPASS_FILE: &str = "/tmp/pgpass";
 
 /// Sets PGUSER from the credentials' `username` file (default `postgres`) and writes a pgpass
-/// file (mode 0600) from the `password` file, its `\` and `:` escaped as libpq reads them,
-/// named by PGPASSFILE: the password never enters the environment or a command line.
+/// file (mode 0600) from the `password` file's first line, its `\` and `:` escaped as libpq
+/// reads them, named by PGPASSFILE: the password never enters the environment or a command
+/// line. Shell builtins only (`read`, `case`, `printf`): an operand image need not have `sed`
+/// or `cat` that run (a minimal image's `sed` may lack its libraries).
 fn credentials_script(dir: &str, pgpass: &str) -> String {
-    format!(
-        "if [ -s {dir}/{USERNAME_KEY} ]; then PGUSER=\"$(cat {dir}/{USERNAME_KEY})\"; else PGUSER=postgres; fi\n\
-         export PGUSER\n\
-         umask 077\n\
-         {{ printf '*:*:*:*:'; sed -e 's/\\\\/\\\\\\\\/g' -e 's/:/\\\\:/g' {dir}/{PASSWORD_KEY}; printf '\\n'; }} > {pgpass}\n\
-         export PGPASSFILE={pgpass}\n"
-    )
+    const SCRIPT: &str = r#"PGUSER=''
+if [ -s @USER_FILE@ ]; then IFS= read -r PGUSER < @USER_FILE@ || true; fi
+[ -n "$PGUSER" ] || PGUSER=postgres
+export PGUSER
+umask 077
+pw=''
+IFS= read -r pw < @PASSWORD_FILE@ || true
+escaped=''
+while [ -n "$pw" ]; do
+  rest=${pw#?}; c=${pw%"$rest"}; pw=$rest
+  case $c in \\|:) escaped="$escaped\\$c" ;; *) escaped="$escaped$c" ;; esac
+done
+printf '*:*:*:*:%s\n' "$escaped" > @PGPASS@
+unset pw escaped rest c
+export PGPASSFILE=@PGPASS@
+"#;
+    SCRIPT
+        .replace("@USER_FILE@", &format!("{dir}/{USERNAME_KEY}"))
+        .replace("@PASSWORD_FILE@", &format!("{dir}/{PASSWORD_KEY}"))
+        .replace("@PGPASS@", pgpass)
 }
 
 /// libpq connects as the superuser (the Secret's user, default `postgres`) to the application
@@ -236,8 +251,8 @@ mod tests {
         );
     }
 
-    /// The script's pgpass, run by a real shell and sed: escaped as libpq reads it, mode 0600,
-    /// the user from the file or `postgres`.
+    /// The script's pgpass, run by a real shell with no `PATH` (builtins only): escaped as
+    /// libpq reads it, mode 0600, the user from the file or `postgres`.
     #[test]
     fn the_script_writes_an_escaped_private_pgpass_file() {
         use std::os::unix::fs::PermissionsExt;
@@ -261,7 +276,7 @@ mod tests {
             let out = std::process::Command::new("/bin/sh")
                 .args(["-c", &script])
                 .env_clear()
-                .env("PATH", "/usr/bin:/bin")
+                .env("PATH", "/nonexistent")
                 .output()
                 .unwrap();
             assert!(

@@ -7,8 +7,8 @@
 
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, EmptyDirVolumeSource, EnvVar, KeyToPath, LocalObjectReference,
-    PodSecurityContext, ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext,
-    Volume, VolumeMount,
+    PodSecurityContext, PodSpec, ResourceRequirements, SeccompProfile, SecretVolumeSource,
+    SecurityContext, Volume, VolumeMount,
 };
 
 use crate::api::{Database, IdsAssignedBy, PodSecuritySpec};
@@ -208,6 +208,28 @@ pub fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
         read_only: read_only.then_some(true),
         ..VolumeMount::default()
     }
+}
+
+/// Mounts Secret `secret` read-only at `dir` in the database container (`postgres`) of `pod`,
+/// as volume `volume`: optional (a pod may start before the Secret exists, and sees it once
+/// it does) and readable by the pod's group (fsGroup) only.
+pub fn mount_optional_secret(pod: &mut PodSpec, volume: &str, dir: &str, secret: String) {
+    if let Some(postgres) = pod.containers.iter_mut().find(|c| c.name == "postgres") {
+        postgres
+            .volume_mounts
+            .get_or_insert_with(Vec::new)
+            .push(mount(volume, dir, true));
+    }
+    pod.volumes.get_or_insert_with(Vec::new).push(Volume {
+        name: volume.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret),
+            optional: Some(true),
+            default_mode: Some(0o440),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    });
 }
 
 /// The init container that copies `binary` (`dbop-backup`, `dbop-instance`) from dbop's image

@@ -11,13 +11,13 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
     Affinity, PodAffinityTerm, PodAntiAffinity, PodSpec, PodTemplateSpec, Secret,
-    SecretVolumeSource, Volume, WeightedPodAffinityTerm,
+    WeightedPodAffinityTerm,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::pod::mount;
+use super::pod::mount_optional_secret;
 use super::{Names, POSTGRES_PORT, owned_meta, selector_labels};
 use crate::api::{Database, InstanceRole};
 use dbop_contract::topology::{
@@ -136,30 +136,9 @@ pub fn add_to_pod_template(template: &mut PodTemplateSpec, db: &Database) {
     let Some(pod) = template.spec.as_mut() else {
         return;
     };
-    if let Some(postgres) = pod.containers.iter_mut().find(|c| c.name == "postgres") {
-        postgres
-            .volume_mounts
-            .get_or_insert_with(Vec::new)
-            .push(mount(REPLICATION_VOLUME, REPLICATION_DIR, true));
-    }
-    pod.volumes
-        .get_or_insert_with(Vec::new)
-        .push(replication_volume(db));
+    let secret = Names::of(db).replication_secret();
+    mount_optional_secret(pod, REPLICATION_VOLUME, REPLICATION_DIR, secret);
     spread(pod, db);
-}
-
-fn replication_volume(db: &Database) -> Volume {
-    Volume {
-        name: REPLICATION_VOLUME.into(),
-        secret: Some(SecretVolumeSource {
-            secret_name: Some(Names::of(db).replication_secret()),
-            optional: Some(true),
-            // Readable by the pod's group (fsGroup) only.
-            default_mode: Some(0o440),
-            ..SecretVolumeSource::default()
-        }),
-        ..Volume::default()
-    }
 }
 
 /// Prefers a node without another instance of this Database, when the spec sets no affinity.
