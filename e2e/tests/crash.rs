@@ -84,8 +84,8 @@ async fn kill_9_during_provisioning_converges_without_duplicates() {
             count_jobs,
             count_claims
         ),
-        (3, 1, 4, 1, 1),
-        "secrets (credentials, CA, server certificate), statefulsets, services (-hl, -rw, -ro, -r), jobs, claims"
+        (5, 1, 4, 1, 1),
+        "secrets (credentials, CA, server certificate, application, accounts), statefulsets, services (-hl, -rw, -ro, -r), jobs, claims"
     );
     let now = secrets.get("sturdy-credentials").await.unwrap();
     assert_eq!(

@@ -231,8 +231,8 @@ async fn assert_one_of_each(bed: &TestBed, ns: &str, name: &str) {
     );
     assert_eq!(
         counts,
-        (3, 1, 4, 1, 1),
-        "{name}: secrets (credentials, CA, server certificate), statefulsets, services (-hl, -rw, -ro, -r), jobs, claims"
+        (5, 1, 4, 1, 1),
+        "{name}: secrets (credentials, CA, server certificate, application, accounts), statefulsets, services (-hl, -rw, -ro, -r), jobs, claims"
     );
     let job = Api::<Job>::namespaced(bed.client.clone(), ns)
         .get(&format!("{name}-init"))
