@@ -307,12 +307,12 @@ fn keys_rotate_and_unencrypted_backups_keep_restoring() {
         .backup_id
         .clone()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1100));
+    next_second_after(chrono::Utc::now());
     fill(&pg, "app", 100);
     let (k1, k2) = (random_key(), random_key());
     let a = dump(&env, key_dir(&[("k1", &k1)]).path(), "k1");
     let hash_a = pg.content_hash("app");
-    std::thread::sleep(std::time::Duration::from_millis(1100));
+    next_second_after(chrono::Utc::now());
     fill(&pg, "app", 100);
     let both = key_dir(&[("k1", &k1), ("k2", &k2)]);
     let b = dump(&env, both.path(), "k2");

@@ -500,3 +500,18 @@ pub fn all_command_lines() -> Vec<String> {
         })
         .unwrap_or_default()
 }
+
+/// Waits (at most 2 s) until the clock is in a later second than `after`: backup ids have
+/// second resolution, so the next backup then gets a new id.
+pub fn next_second_after(after: chrono::DateTime<chrono::Utc>) {
+    use chrono::Timelike;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let second = |t: chrono::DateTime<chrono::Utc>| t.with_nanosecond(0);
+    while second(chrono::Utc::now()) <= second(after) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the clock did not move on"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
