@@ -155,8 +155,13 @@ pub fn workspace_root() -> PathBuf {
 impl TestBed {
     /// Applies the checked-in CRDs (server-side apply, idempotent) and waits until established.
     pub async fn install_crds(&self) {
-        let text = std::fs::read_to_string(workspace_root().join("crds/dbop.dev.yaml"))
-            .expect("crds/dbop.dev.yaml");
+        self.install_crd_file("crds/dbop.dev.yaml").await;
+    }
+
+    /// Applies every CRD of the YAML file at `path` (from the workspace root; server-side
+    /// apply, idempotent) and waits until each is established.
+    pub async fn install_crd_file(&self, path: &str) {
+        let text = std::fs::read_to_string(workspace_root().join(path)).expect(path);
         let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
         for doc in text
             .split("\n---\n")

@@ -7,37 +7,17 @@
 //! CRD is cluster-wide and the test bed is shared.)
 
 use dbop::api::Database;
-use dbop_e2e::{WAIT, database_manifest, testbed, wait_until, workspace_root};
+use dbop_e2e::{WAIT, database_manifest, testbed, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::{Value, json};
 
 /// Installs the stand-in CRD (server-side apply: idempotent) and waits until it is served.
 async fn install_certificate_crd(bed: &dbop_e2e::TestBed) {
-    let text = std::fs::read_to_string(workspace_root().join("e2e/testbed/cert-manager-crd.yaml"))
-        .expect("e2e/testbed/cert-manager-crd.yaml");
-    let crd: CustomResourceDefinition = serde_norway::from_str(&text).expect("CRD YAML");
-    let api: Api<CustomResourceDefinition> = Api::all(bed.client.clone());
-    let name = "certificates.cert-manager.io";
-    api.patch(
-        name,
-        &PatchParams::apply("dbop-e2e").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .expect("the Certificate CRD");
-    wait_until("the Certificate CRD established", WAIT, || async {
-        let crd = api.get(name).await.ok()?;
-        crd.status?
-            .conditions?
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True")
-            .then_some(())
-    })
-    .await;
+    bed.install_crd_file("e2e/testbed/cert-manager-crd.yaml")
+        .await;
 }
 
 fn certificates(bed: &dbop_e2e::TestBed, ns: &str) -> Api<DynamicObject> {
