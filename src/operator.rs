@@ -1,12 +1,15 @@
 //! The operator process: start the endpoints, take the leader lease when election is on, and
 //! only then run the controllers; stop when the lease is lost (a standby takes over) or on
-//! SIGTERM/SIGINT (releasing the lease so the standby takes over at once).
+//! SIGTERM/SIGINT (releasing the lease so the standby takes over at once). One signal stops it
+//! in every state: work in flight gets `SHUTDOWN_GRACE` to finish, then the process stops
+//! anyway (an API server that does not answer would otherwise hold it).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use kube::Client;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use crate::kube_io::rate_limit::ApiLimits;
 use crate::ops::leader::{self, LeaseSettings};
@@ -45,8 +48,46 @@ pub async fn client(limits: ApiLimits) -> Result<Client, kube::Error> {
     crate::kube_io::client::build(config, crate::USER_AGENT, limits)
 }
 
+/// After SIGTERM/SIGINT, how long reconciles in flight may take to finish (and the leader to
+/// release its Lease) before the process stops without them. Within Kubernetes' default
+/// termination grace of 30 s.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
 /// Runs until SIGTERM/SIGINT or, with election, until the Lease is lost.
 pub async fn run(client: Client, settings: Settings, process: ProcessSettings) -> Stopped {
+    // Listening first: a signal at any later moment is ours, never the default action's.
+    let signal = shutdown_signal();
+    let work = run_until_stopped(client, settings, process);
+    stop_on_signal_within_grace(work, signal, SHUTDOWN_GRACE).await
+}
+
+/// `work`'s outcome, or `Stopped::Signal` once `signal` has fired and `work` has not finished
+/// `grace` later (the controllers begin their own graceful stop on the same signal).
+pub async fn stop_on_signal_within_grace(
+    work: impl Future<Output = Stopped>,
+    signal: impl Future<Output = ()>,
+    grace: Duration,
+) -> Stopped {
+    let mut work = std::pin::pin!(work);
+    tokio::select! {
+        stopped = &mut work => return stopped,
+        () = signal => {}
+    }
+    info!(grace = ?grace, "stopping: work in flight may finish within the grace");
+    match tokio::time::timeout(grace, work).await {
+        Ok(stopped) => stopped,
+        Err(_) => {
+            warn!(grace = ?grace, "work in flight did not finish within the grace: stopping without it");
+            Stopped::Signal
+        }
+    }
+}
+
+async fn run_until_stopped(
+    client: Client,
+    settings: Settings,
+    process: ProcessSettings,
+) -> Stopped {
     let metrics = Arc::new(Metrics::new());
     let ready = Arc::new(Readiness::default());
     if let Err(error) = server::serve(process.metrics_addr, metrics.clone(), ready.clone()).await {
@@ -101,17 +142,29 @@ async fn lead(
     }
 }
 
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
+/// SIGTERM or SIGINT. The handlers are installed when this is called, not when it is first
+/// polled: a signal in between is still seen.
+#[cfg(unix)]
+fn shutdown_signal() -> impl Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    async move {
+        match (term, int) {
+            (Ok(mut term), Ok(mut int)) => tokio::select! {
                 _ = term.recv() => {},
-                _ = tokio::signal::ctrl_c() => {},
+                _ = int.recv() => {},
+            },
+            _ => {
+                let _ = tokio::signal::ctrl_c().await;
             }
-            return;
         }
     }
-    let _ = tokio::signal::ctrl_c().await;
+}
+
+#[cfg(not(unix))]
+fn shutdown_signal() -> impl Future<Output = ()> {
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
