@@ -18,11 +18,12 @@ use kube::{Api, Resource};
 use rand::Rng;
 use rand::distr::Alphanumeric;
 use serde_json::json;
-use tracing::info;
+use tracing::{debug, info};
 
 use super::build::{Desired, TlsWrites};
 use super::events::transition_events;
 use super::facts::Observed;
+use super::roles::SECRETS_SEEN_ANNOTATION;
 use super::status::Applied;
 use crate::api::conditions::{ConditionStatus, ConditionType, find};
 use crate::api::{Database, DatabaseBackup, DatabaseStatus, InstanceRole};
@@ -65,6 +66,7 @@ pub async fn apply(
         role_events,
         promotion_answered,
         label_pods,
+        refresh_pods,
         network_policy,
         services,
         disruption_budget,
@@ -113,6 +115,7 @@ pub async fn apply(
         merge_patch_if_exists(&api, &db.name(), &patch).await?;
     }
     label_instances(ctx, &ns, label_pods).await?;
+    refresh_secret_volumes(ctx, &ns, refresh_pods).await?;
     if let Some(budget) = disruption_budget {
         write_disruption_budget(ctx, db, snap, budget).await?;
     }
@@ -267,6 +270,23 @@ async fn write_primary_lease(
     } else {
         kube_io::replace(&api, &name, &lease).await?;
         info!(lease = %name, "designated the primary in the primary Lease");
+    }
+    Ok(())
+}
+
+/// Tells each pod the versions of the Secrets it mounts: the pod's update makes the kubelet
+/// re-sync its Secret volumes at once.
+async fn refresh_secret_volumes(
+    ctx: &Context,
+    ns: &str,
+    pods: Vec<(String, String)>,
+) -> Result<()> {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    for (name, versions) in pods {
+        let patch = json!({"metadata": {"annotations": {SECRETS_SEEN_ANNOTATION: versions}}});
+        if merge_patch_if_exists(&api, &name, &patch).await? {
+            debug!(pod = %name, "told the pod its Secrets' versions (its volumes re-sync)");
+        }
     }
     Ok(())
 }

@@ -74,6 +74,8 @@ pub struct Desired {
     pub promotion_answered: bool,
     /// Role labels to set on pods (before the Services that select by them).
     pub label_pods: Vec<(String, InstanceRole)>,
+    /// The versions of their mounted Secrets to tell pods (`roles::SECRETS_SEEN_ANNOTATION`).
+    pub refresh_pods: Vec<(String, String)>,
     /// The NetworkPolicy of `spec.networkPolicy`: applied where it drifted (before the
     /// Services and the StatefulSet: new pods start behind it), or deleted (`None`: not asked).
     pub network_policy: Option<Option<NetworkPolicy>>,
@@ -196,6 +198,7 @@ pub fn build(
         delete_pods,
         tls,
         label_pods,
+        refresh_pods,
     } = &decision.steps;
     let upgrade = decision.upgrade.as_ref();
     let backup = decision.backup.as_ref();
@@ -234,6 +237,7 @@ pub fn build(
         role_events: role_events(&decision.roles),
         promotion_answered: decision.roles.promotion.is_some(),
         label_pods: label_pods.clone(),
+        refresh_pods: refresh_pods.clone(),
         network_policy: apply_services.then(|| network_policy(db)),
         services: if *apply_services {
             services::all(db)

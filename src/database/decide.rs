@@ -58,6 +58,8 @@ pub struct Steps {
     pub tls: TlsSteps,
     /// Set these pods' role labels (before the Services, which select by them).
     pub label_pods: Vec<(String, InstanceRole)>,
+    /// Tell these pods the versions of the Secrets they mount (pod, versions).
+    pub refresh_pods: Vec<(String, String)>,
 }
 
 /// The outcome of `decide`.
@@ -122,6 +124,7 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
     steps.apply_statefulset = true;
     let roles = roles::plan(db, &facts.roles);
     steps.label_pods = roles.label_pods.clone();
+    steps.refresh_pods = roles.refresh_pods.clone();
     steps.expand_volumes = volume_to_expand(db, facts);
 
     let upgrade = plan_upgrade(&UpgradeInput {
@@ -820,6 +823,7 @@ mod tests {
             ready,
             node: None,
             service_account: None,
+            secrets_seen: None,
         };
         let with = |ready: [bool; 3]| Facts {
             statefulset: Some(StatefulSetFact {

@@ -242,6 +242,12 @@ impl Facts {
                 replication_secret: snap.replication_secret.is_some(),
                 lease: snap.primary_lease.as_ref().map(LeaseFact::of),
                 now_ms: snap.observed_at.timestamp_millis(),
+                mounted_secrets: crate::database::roles::mounted_secrets(&[
+                    snap.credentials_secret.as_ref(),
+                    snap.accounts_secret.as_ref(),
+                    snap.replication_secret.as_ref(),
+                    snap.server_tls_secret.as_ref(),
+                ]),
             },
             tls: TlsFact::of(
                 snap.ca_secret.as_ref(),

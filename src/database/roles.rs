@@ -28,7 +28,15 @@ pub struct PodFact {
     pub node: Option<String>,
     /// The pod's service account (the instances' one: its manager follows the primary Lease).
     pub service_account: Option<String>,
+    /// The versions of the mounted Secrets it was last told about (`SECRETS_SEEN_ANNOTATION`).
+    pub secrets_seen: Option<String>,
 }
+
+/// On a database pod: the versions of the Secrets it mounts, as dbop last saw them. Changing it
+/// updates the pod, and the kubelet re-syncs a pod's Secret volumes when the pod changes: a new
+/// password or certificate reaches the instance manager in seconds, not at the kubelet's next
+/// periodic sync (a minute or more).
+pub const SECRETS_SEEN_ANNOTATION: &str = "dbop.dev/secrets-seen";
 
 impl PodFact {
     /// What a cached database pod says.
@@ -53,6 +61,12 @@ impl PodFact {
                 .spec
                 .as_ref()
                 .and_then(|s| s.service_account_name.clone()),
+            secrets_seen: pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(SECRETS_SEEN_ANNOTATION))
+                .cloned(),
         }
     }
 }
@@ -68,6 +82,23 @@ pub struct RolesFact {
     pub lease: Option<LeaseFact>,
     /// The pass's `now`, Unix milliseconds.
     pub now_ms: i64,
+    /// The versions of the Secrets the database pods mount (`mounted_secrets`; empty: none yet).
+    pub mounted_secrets: String,
+}
+
+/// The versions of the Secrets database pods mount, `name=resourceVersion` joined by `,`:
+/// changes whenever one of them is written.
+pub fn mounted_secrets(secrets: &[Option<&k8s_openapi::api::core::v1::Secret>]) -> String {
+    secrets
+        .iter()
+        .flatten()
+        .filter_map(|s| {
+            let name = s.metadata.name.as_deref()?;
+            let version = s.metadata.resource_version.as_deref()?;
+            Some(format!("{name}={version}"))
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// A failover: the primary lost, the standby that takes its place, and why.
@@ -92,6 +123,8 @@ pub struct RolesPlan {
     pub primary: String,
     /// Pods whose role label must be set, with the role.
     pub label_pods: Vec<(String, InstanceRole)>,
+    /// Pods to tell about changed Secrets (`SECRETS_SEEN_ANNOTATION`), with the new versions.
+    pub refresh_pods: Vec<(String, String)>,
     /// Make the replication Secret (the Database has standbys and none exists).
     pub create_replication_secret: bool,
     /// Every instance of the spec, in ordinal order.
@@ -265,6 +298,13 @@ pub fn plan(db: &Database, fact: &RolesFact) -> RolesPlan {
         .filter(|(p, role)| p.role_label.as_deref() != Some(role.label()))
         .map(|(p, role)| (p.name.clone(), role))
         .collect();
+    let refresh_pods = fact
+        .pods
+        .iter()
+        .filter(|_| !fact.mounted_secrets.is_empty())
+        .filter(|p| p.secrets_seen.as_deref() != Some(fact.mounted_secrets.as_str()))
+        .map(|p| (p.name.clone(), fact.mounted_secrets.clone()))
+        .collect();
     let names = Names::of(db);
     let instances = (0..db.spec.instances.max(1))
         .map(|ordinal| {
@@ -281,6 +321,7 @@ pub fn plan(db: &Database, fact: &RolesFact) -> RolesPlan {
     RolesPlan {
         create_replication_secret: needs_replication_secret(db) && !fact.replication_secret,
         label_pods,
+        refresh_pods,
         instances,
         look_again: look_again(db, fact, &primary),
         failover,
@@ -311,6 +352,7 @@ mod tests {
             ready,
             node: Some("node-a".into()),
             service_account: Some("orders-instance".into()),
+            secrets_seen: None,
         }
     }
 
@@ -444,7 +486,55 @@ mod tests {
             replication_secret: true,
             lease: Some(lease),
             now_ms,
+            mounted_secrets: String::new(),
         }
+    }
+
+    #[test]
+    fn pods_are_told_when_a_mounted_secret_changes_and_only_then() {
+        let db = three();
+        let secret = |name: &str, version: &str| {
+            let mut s = k8s_openapi::api::core::v1::Secret::default();
+            s.metadata.name = Some(name.into());
+            s.metadata.resource_version = Some(version.into());
+            s
+        };
+        let (credentials, accounts) = (
+            secret("orders-credentials", "7"),
+            secret("orders-accounts", "9"),
+        );
+        let versions = mounted_secrets(&[Some(&credentials), None, Some(&accounts)]);
+        assert_eq!(versions, "orders-credentials=7,orders-accounts=9");
+        let mut fact = RolesFact {
+            pods: (0..3)
+                .map(|n| pod(&format!("orders-{n}"), None, true))
+                .collect(),
+            mounted_secrets: versions.clone(),
+            ..RolesFact::default()
+        };
+        fact.pods[1].secrets_seen = Some(versions.clone());
+        fact.pods[2].secrets_seen = Some("orders-credentials=6,orders-accounts=9".into());
+        let told: Vec<_> = plan(&db, &fact).refresh_pods;
+        assert_eq!(
+            told,
+            vec![
+                ("orders-0".to_string(), versions.clone()),
+                ("orders-2".to_string(), versions.clone())
+            ],
+            "the pod that never heard and the one that heard of an older password"
+        );
+        for pod in &mut fact.pods {
+            pod.secrets_seen = Some(versions.clone());
+        }
+        assert!(
+            plan(&db, &fact).refresh_pods.is_empty(),
+            "nothing changed: no write"
+        );
+        fact.mounted_secrets = mounted_secrets(&[None]);
+        assert!(
+            plan(&db, &fact).refresh_pods.is_empty(),
+            "no Secret observed yet: nothing to tell"
+        );
     }
 
     #[test]
