@@ -318,6 +318,8 @@ fn the_release_image_indexes_both_platforms_with_their_own_binaries() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    // Kept when the test fails, to look at; removed when it passes.
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// check-image.sh fails, naming the difference, for a Dockerfile that disagrees with the index
@@ -377,4 +379,6 @@ fn check_image_refuses_a_dockerfile_that_disagrees_with_the_index() {
             "expected a failure saying {says:?}, got ok={ok}: {stderr}"
         );
     }
+    // Kept when the test fails, to look at; removed when it passes.
+    let _ = std::fs::remove_dir_all(&dir);
 }
