@@ -1,4 +1,4 @@
-//! `kubectl-dbop`, the kubectl plugin (`kubectl dbop status|backup|psql|promote NAME`): flags, the
+//! `kubectl-dbop`, the kubectl plugin (`kubectl dbop status|list|backup|psql|promote …`): flags, the
 //! client and the exit code; the work is in `dbop::plugin`.
 
 use std::io::IsTerminal;
@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use dbop::plugin::output::{self, Format};
 use dbop::plugin::{psql, read, render};
 
 #[derive(Parser)]
@@ -16,17 +17,44 @@ use dbop::plugin::{psql, read, render};
     about = "Inspect and operate dbop Databases"
 )]
 struct Cli {
-    /// The namespace (default: the current context's, as kubectl; KUBECONFIG is honoured).
-    #[arg(short = 'n', long, global = true)]
-    namespace: Option<String>,
+    #[command(flatten)]
+    target: Target,
     #[command(subcommand)]
     command: Command,
+}
+
+/// kubectl's global flags: which kubeconfig, context and namespace.
+#[derive(clap::Args)]
+struct Target {
+    /// The kubeconfig file (default: KUBECONFIG, else ~/.kube/config, as kubectl).
+    #[arg(long, global = true, value_name = "FILE")]
+    kubeconfig: Option<std::path::PathBuf>,
+    /// The kubeconfig context (default: its current context).
+    #[arg(long, global = true, value_name = "NAME")]
+    context: Option<String>,
+    /// The namespace (default: the context's, else `default`).
+    #[arg(short = 'n', long, global = true)]
+    namespace: Option<String>,
 }
 
 #[derive(Subcommand)]
 enum Command {
     /// Phase, version, endpoint, conditions, backups and recent Events of a Database.
-    Status { name: String },
+    Status {
+        name: String,
+        /// Print the Database and its DatabaseBackups as a List instead of the screen.
+        #[arg(short = 'o', long, value_enum)]
+        output: Option<Format>,
+    },
+    /// The Databases: phase, version, ready/instances, primary, age.
+    List {
+        /// In every namespace.
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
+        /// Print the Databases as a List instead of the table.
+        #[arg(short = 'o', long, value_enum)]
+        output: Option<Format>,
+    },
     /// Create an on-demand DatabaseBackup (reason Manual), optionally waiting for it.
     Backup {
         name: String,
@@ -57,12 +85,16 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let (client, namespace) = match connect(cli.namespace).await {
+    let (client, namespace) = match connect(cli.target).await {
         Ok(found) => found,
         Err(message) => return fail(&message),
     };
     let result = match cli.command {
-        Command::Status { name } => status(&client, &namespace, &name).await,
+        Command::Status { name, output } => status(&client, &namespace, &name, output).await,
+        Command::List {
+            all_namespaces,
+            output,
+        } => list(&client, (!all_namespaces).then_some(&*namespace), output).await,
         Command::Backup {
             name,
             wait,
@@ -79,26 +111,92 @@ fn fail(message: &str) -> ExitCode {
     ExitCode::FAILURE
 }
 
-/// A client from the kubeconfig (as kubectl finds it) and the namespace to use.
-async fn connect(namespace: Option<String>) -> Result<(kube::Client, String), String> {
-    let mut config = kube::Config::infer()
-        .await
-        .map_err(|e| format!("cannot load a kubeconfig (set KUBECONFIG): {e}"))?;
+/// A client from the kubeconfig (as kubectl finds it: `--kubeconfig`, else KUBECONFIG, else
+/// ~/.kube/config; `--context`, else the current one) and the namespace to use (`-n`, else the
+/// context's).
+async fn connect(target: Target) -> Result<(kube::Client, String), String> {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let options = KubeConfigOptions {
+        context: target.context.clone(),
+        ..KubeConfigOptions::default()
+    };
+    let cannot = |e: &dyn std::fmt::Display| format!("cannot load the kubeconfig: {e}");
+    let mut config = match (&target.kubeconfig, &target.context) {
+        (Some(path), _) => {
+            let file = Kubeconfig::read_from(path)
+                .map_err(|e| format!("cannot read the kubeconfig {}: {e}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &options)
+                .await
+                .map_err(|e| cannot(&e))?
+        }
+        (None, Some(_)) => kube::Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| cannot(&e))?,
+        // No flag: in-cluster config too, as kube's client finds it.
+        (None, None) => kube::Config::infer()
+            .await
+            .map_err(|e| format!("cannot load a kubeconfig (set KUBECONFIG): {e}"))?,
+    };
     config.headers.push((
         http::header::USER_AGENT,
         http::HeaderValue::from_static(concat!("kubectl-dbop/", env!("CARGO_PKG_VERSION"))),
     ));
-    let namespace = namespace.unwrap_or_else(|| config.default_namespace.clone());
+    let namespace = target
+        .namespace
+        .unwrap_or_else(|| config.default_namespace.clone());
     let client =
         kube::Client::try_from(config).map_err(|e| format!("cannot make a client: {e}"))?;
     Ok((client, namespace))
 }
 
-async fn status(client: &kube::Client, ns: &str, name: &str) -> Result<ExitCode, String> {
+async fn status(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    format: Option<Format>,
+) -> Result<ExitCode, String> {
+    if let Some(format) = format {
+        let db = read::database(client, ns, name)
+            .await
+            .map_err(|e| e.to_string())?;
+        let backups = read::backups_of(client, ns, name)
+            .await
+            .map_err(|e| e.to_string())?;
+        print!(
+            "{}",
+            output::print(&output::status_document(&db, &backups), format)
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let view = read::status_view(client, ns, name)
         .await
         .map_err(|e| e.to_string())?;
     print!("{}", render::status_screen(&view, chrono::Utc::now()));
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn list(
+    client: &kube::Client,
+    ns: Option<&str>,
+    format: Option<Format>,
+) -> Result<ExitCode, String> {
+    let dbs = read::databases(client, ns)
+        .await
+        .map_err(|e| e.to_string())?;
+    match format {
+        Some(format) => {
+            let items = dbs.iter().map(output::object).collect();
+            print!("{}", output::print(&output::list(items), format));
+        }
+        None if dbs.is_empty() => match ns {
+            Some(ns) => eprintln!("No Databases found in {ns} namespace."),
+            None => eprintln!("No Databases found."),
+        },
+        None => print!(
+            "{}",
+            output::list_table(&dbs, ns.is_none(), chrono::Utc::now())
+        ),
+    }
     Ok(ExitCode::SUCCESS)
 }
 

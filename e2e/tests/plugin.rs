@@ -27,10 +27,15 @@ fn plugin_binary() -> PathBuf {
 
 /// Starts `kubectl-dbop ARGS` against the test bed; await it for its output.
 fn plugin(bed: &TestBed, args: &[&str]) -> tokio::process::Child {
+    plugin_with_kubeconfig(&bed.kubeconfig, args)
+}
+
+/// Starts `kubectl-dbop ARGS` with KUBECONFIG set to `kubeconfig`.
+fn plugin_with_kubeconfig(kubeconfig: &std::path::Path, args: &[&str]) -> tokio::process::Child {
     let binary = plugin_binary();
     tokio::process::Command::new(&binary)
         .args(args)
-        .env("KUBECONFIG", &bed.kubeconfig)
+        .env("KUBECONFIG", kubeconfig)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -337,4 +342,215 @@ async fn promote_asks_for_a_switchover_and_the_operator_answers_and_clears_the_r
         finished(plugin(&bed, &["promote", "ghost", "ghost-1", "-n", &ns])).await;
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr.contains("ghost not found"), "{stderr}");
+}
+
+/// The words of each line of a table.
+fn rows(table: &str) -> Vec<Vec<&str>> {
+    table
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect()
+}
+
+/// A kubeconfig (in the test's namespace directory) whose current context points at no
+/// server, with a second context `elsewhere` for the test bed whose namespace is `ns`.
+fn kubeconfig_with_contexts(bed: &TestBed, ns: &str) -> PathBuf {
+    use kube::config::{Context, Kubeconfig};
+    let mut file = Kubeconfig::read_from(&bed.kubeconfig).expect("the test bed's kubeconfig");
+    let bed_context = file.contexts[0].context.clone().expect("a context");
+    let mut nowhere = file.clusters[0].clone();
+    nowhere.name = "nowhere".into();
+    if let Some(cluster) = nowhere.cluster.as_mut() {
+        cluster.server = Some("https://127.0.0.1:1".into());
+    }
+    file.clusters.push(nowhere);
+    let named = |name: &str, context: Context| {
+        let mut named = file.contexts[0].clone();
+        named.name = name.into();
+        named.context = Some(context);
+        named
+    };
+    file.contexts = vec![
+        named(
+            "broken",
+            Context {
+                cluster: "nowhere".into(),
+                ..bed_context.clone()
+            },
+        ),
+        named(
+            "elsewhere",
+            Context {
+                namespace: Some(ns.into()),
+                ..bed_context
+            },
+        ),
+    ];
+    file.current_context = Some("broken".into());
+    let path = std::env::temp_dir().join(format!("{ns}-kubeconfig"));
+    std::fs::write(&path, serde_json::to_string(&file).unwrap()).unwrap();
+    path
+}
+
+/// `--kubeconfig` and `--context` as kubectl's: the context's namespace is the default, `-n`
+/// overrides it, KUBECONFIG is still read when `--kubeconfig` is not given, and without
+/// `--context` the file's current context is used.
+#[tokio::test]
+async fn kubeconfig_context_and_namespace_flags_choose_as_kubectl() {
+    let bed = testbed().await;
+    let ns = bed.namespace("plugin-flags").await;
+    bed.apply_database(&ns, database_manifest("orders", json!({})))
+        .await;
+    let file = kubeconfig_with_contexts(&bed, &ns);
+    let file_arg = file.to_str().unwrap();
+    let missing = std::path::Path::new("/nonexistent/kubeconfig");
+
+    // --kubeconfig wins over KUBECONFIG; --context picks the context and its namespace.
+    let (out, stdout, _) = finished(plugin_with_kubeconfig(
+        missing,
+        &["list", "--kubeconfig", file_arg, "--context", "elsewhere"],
+    ))
+    .await;
+    assert!(out.status.success());
+    assert_eq!(rows(&stdout)[1][0], "orders", "{stdout}");
+    let (out, stdout, _) = finished(plugin_with_kubeconfig(
+        missing,
+        &[
+            "status",
+            "orders",
+            "--kubeconfig",
+            file_arg,
+            "--context=elsewhere",
+            "-o",
+            "json",
+        ],
+    ))
+    .await;
+    assert!(out.status.success());
+    let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(doc["items"][0]["metadata"]["namespace"], ns.as_str());
+
+    // -n overrides the context's namespace.
+    let (out, stdout, stderr) = finished(plugin_with_kubeconfig(
+        missing,
+        &[
+            "list",
+            "--kubeconfig",
+            file_arg,
+            "--context",
+            "elsewhere",
+            "-n",
+            "default",
+        ],
+    ))
+    .await;
+    assert!(out.status.success());
+    assert!(stdout.is_empty(), "{stdout}");
+    assert_eq!(stderr.trim(), "No Databases found in default namespace.");
+
+    // KUBECONFIG is read when no --kubeconfig is given, with --context too.
+    let (out, stdout, _) = finished(plugin_with_kubeconfig(
+        &file,
+        &["list", "--context", "elsewhere"],
+    ))
+    .await;
+    assert!(out.status.success());
+    assert_eq!(rows(&stdout)[1][0], "orders", "{stdout}");
+
+    // Without --context the current context (here: no server) is the one used.
+    let (out, _, stderr) = finished(plugin_with_kubeconfig(
+        missing,
+        &["list", "--kubeconfig", file_arg, "-n", &ns],
+    ))
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr.contains("cannot list Databases"), "{stderr}");
+    let _ = std::fs::remove_file(&file);
+}
+
+#[tokio::test]
+async fn list_and_status_output_show_databases_as_table_json_and_yaml() {
+    let bed = testbed().await;
+    let ns = bed.namespace("plugin-list").await;
+    let _operator = bed.operator_in_process(&ns).await;
+    bed.apply_database(&ns, database_manifest("orders", json!({})))
+        .await;
+    bed.apply_database(&ns, database_manifest("billing", json!({"instances": 2})))
+        .await;
+    bed.wait_for_phase(&ns, "orders", Phase::Ready, WAIT).await;
+    bed.wait_for_phase(&ns, "billing", Phase::Ready, WAIT).await;
+
+    let (out, stdout, _) = finished(plugin(&bed, &["list", "-n", &ns])).await;
+    assert!(out.status.success());
+    let table = rows(&stdout);
+    assert_eq!(
+        table[0],
+        [
+            "NAME", "PHASE", "VERSION", "CURRENT", "READY", "PRIMARY", "AGE"
+        ]
+    );
+    assert_eq!(
+        &table[1][..6],
+        ["billing", "Ready", "16.4", "16.4", "2/2", "billing-0"]
+    );
+    assert_eq!(
+        &table[2][..6],
+        ["orders", "Ready", "16.4", "16.4", "1/1", "orders-0"]
+    );
+    assert_eq!(table.len(), 3, "{stdout}");
+
+    let (out, stdout, _) = finished(plugin(&bed, &["list", "--all-namespaces"])).await;
+    assert!(out.status.success());
+    assert_eq!(rows(&stdout)[0][0], "NAMESPACE");
+    let ours: Vec<&str> = rows(&stdout)
+        .into_iter()
+        .filter(|r| r[0] == ns)
+        .map(|r| r[1])
+        .collect();
+    assert_eq!(ours, ["billing", "orders"], "{stdout}");
+
+    let (out, stdout, _) = finished(plugin(&bed, &["list", "-n", &ns, "-o", "json"])).await;
+    assert!(out.status.success());
+    let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(doc["kind"], "List");
+    let mut names: Vec<&str> = doc["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["billing", "orders"]);
+
+    let backup = json!({"apiVersion": "dbop.dev/v1alpha1", "kind": "DatabaseBackup",
+        "metadata": {"name": "orders-by-hand"},
+        "spec": {"database": "orders", "reason": "Manual"}});
+    Api::<DatabaseBackup>::namespaced(bed.client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(backup).unwrap(),
+        )
+        .await
+        .unwrap();
+    let (out, stdout, _) =
+        finished(plugin(&bed, &["status", "orders", "-n", &ns, "-o", "yaml"])).await;
+    assert!(out.status.success());
+    let doc: serde_json::Value = serde_norway::from_str(&stdout).unwrap();
+    let items: Vec<(&str, &str)> = doc["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["kind"].as_str().unwrap(),
+                i["metadata"]["name"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        items,
+        [("Database", "orders"), ("DatabaseBackup", "orders-by-hand")]
+    );
+    assert_eq!(doc["items"][0]["status"]["phase"], "Ready");
+    assert!(doc["items"][0]["metadata"].get("managedFields").is_none());
 }

@@ -5,6 +5,7 @@
 //! wires them together.
 
 pub mod health;
+pub mod output;
 pub mod psql;
 pub mod read;
 pub mod render;

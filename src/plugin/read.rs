@@ -70,17 +70,41 @@ pub async fn database(client: &Client, ns: &str, name: &str) -> Result<Database,
         })
 }
 
-/// The Database with its DatabaseBackups and the Events about it.
-pub async fn status_view(client: &Client, ns: &str, name: &str) -> Result<StatusView, PluginError> {
-    let database = database(client, ns, name).await?;
-    let backups = Api::<DatabaseBackup>::namespaced(client.clone(), ns)
+/// The Databases of the namespace, or of every namespace.
+pub async fn databases(client: &Client, ns: Option<&str>) -> Result<Vec<Database>, PluginError> {
+    let api = match ns {
+        Some(ns) => Api::<Database>::namespaced(client.clone(), ns),
+        None => Api::<Database>::all(client.clone()),
+    };
+    api.list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .map_err(|e| match e {
+            kube::Error::Api(s) if s.code == 404 => PluginError::NoCrd,
+            e => api_error("cannot list Databases")(e),
+        })
+}
+
+/// The DatabaseBackups of the Database.
+pub async fn backups_of(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> Result<Vec<DatabaseBackup>, PluginError> {
+    Ok(Api::<DatabaseBackup>::namespaced(client.clone(), ns)
         .list(&ListParams::default())
         .await
         .map_err(api_error("cannot list DatabaseBackups"))?
         .items
         .into_iter()
         .filter(|b| b.spec.database == name)
-        .collect();
+        .collect())
+}
+
+/// The Database with its DatabaseBackups and the Events about it.
+pub async fn status_view(client: &Client, ns: &str, name: &str) -> Result<StatusView, PluginError> {
+    let database = database(client, ns, name).await?;
+    let backups = backups_of(client, ns, name).await?;
     let selector = format!("involvedObject.kind=Database,involvedObject.name={name}");
     let events = Api::<Event>::namespaced(client.clone(), ns)
         .list(&ListParams::default().fields(&selector))
