@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use dbop::plugin::output::{self, Format};
-use dbop::plugin::{psql, read, render};
+use dbop::plugin::{kubectl, logs, psql, read, render};
 
 #[derive(Parser)]
 #[command(
@@ -65,6 +65,22 @@ enum Command {
         #[arg(long, default_value = "10m", value_parser = parse_timeout)]
         timeout: Duration,
     },
+    /// The log of an instance's server container (the primary's by default), or of the
+    /// operator (`--operator`), through `kubectl logs`.
+    Logs {
+        name: Option<String>,
+        /// The instance (e.g. orders-1); default: the pod labelled dbop.dev/role=primary.
+        instance: Option<String>,
+        /// The operator's log instead (its leader's when it runs several replicas).
+        #[arg(long, conflicts_with_all = ["name", "instance"])]
+        operator: bool,
+        /// Keep streaming new lines.
+        #[arg(short = 'f', long)]
+        follow: bool,
+        /// Only the last N lines.
+        #[arg(long, value_name = "N")]
+        tail: Option<u32>,
+    },
     /// Make INSTANCE (a ready standby, e.g. orders-2) the primary: a switchover. The old primary
     /// stops after sending its standbys all of its WAL; no commit is lost. The operator answers
     /// with an Event (Switchover or PromoteRefused); `status` shows the new primary.
@@ -85,6 +101,14 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    let global = kubectl::Global {
+        kubeconfig: cli
+            .target
+            .kubeconfig
+            .as_ref()
+            .map(|p| p.display().to_string()),
+        context: cli.target.context.clone(),
+    };
     let (client, namespace) = match connect(cli.target).await {
         Ok(found) => found,
         Err(message) => return fail(&message),
@@ -100,7 +124,21 @@ async fn main() -> ExitCode {
             wait,
             timeout,
         } => backup(&client, &namespace, &name, wait.then_some(timeout)).await,
-        Command::Psql { name, args } => psql(&client, &namespace, &name, &args).await,
+        Command::Psql { name, args } => psql(&client, &global, &namespace, &name, &args).await,
+        Command::Logs {
+            name,
+            instance,
+            operator,
+            follow,
+            tail,
+        } => {
+            let pick = match (operator, name) {
+                (true, _) => LogsOf::Operator,
+                (false, Some(name)) => LogsOf::Instance(name, instance),
+                (false, None) => return fail("logs needs a Database NAME, or --operator"),
+            };
+            logs(&client, &global, &namespace, pick, follow, tail).await
+        }
         Command::Promote { name, instance } => promote(&client, &namespace, &name, &instance).await,
     };
     result.unwrap_or_else(|message| fail(&message))
@@ -249,6 +287,7 @@ async fn promote(
 
 async fn psql(
     client: &kube::Client,
+    global: &kubectl::Global,
     ns: &str,
     name: &str,
     extra: &[String],
@@ -262,9 +301,56 @@ async fn psql(
     let user = psql::superuser(&secret);
     let pod = psql::primary_pod(&db);
     let args = psql::exec_args(ns, &pod, &user, std::io::stdin().is_terminal(), extra);
+    run_kubectl(global, args)
+}
+
+/// Whose log `logs` shows.
+enum LogsOf {
+    Instance(String, Option<String>),
+    Operator,
+}
+
+async fn logs(
+    client: &kube::Client,
+    global: &kubectl::Global,
+    ns: &str,
+    of: LogsOf,
+    follow: bool,
+    tail: Option<u32>,
+) -> Result<ExitCode, String> {
+    let (ns, pod, container) = match of {
+        LogsOf::Instance(name, instance) => {
+            let db = read::database(client, ns, &name)
+                .await
+                .map_err(|e| e.to_string())?;
+            let pods = read::instance_pods(client, &db)
+                .await
+                .map_err(|e| e.to_string())?;
+            let pod = logs::instance_pod(&db, &pods, instance.as_deref())?;
+            (ns.to_string(), pod, logs::INSTANCE_CONTAINER)
+        }
+        LogsOf::Operator => {
+            let (pods, leases) = read::operator_pods(client)
+                .await
+                .map_err(|e| e.to_string())?;
+            let (ns, pod) = logs::operator_pod(&pods, &leases).ok_or_else(|| {
+                format!(
+                    "no operator pod found (pods labelled {} in any namespace)",
+                    logs::OPERATOR_SELECTOR
+                )
+            })?;
+            (ns, pod, logs::OPERATOR_CONTAINER)
+        }
+    };
+    run_kubectl(global, logs::logs_args(&ns, &pod, container, follow, tail))
+}
+
+/// Runs kubectl (`KUBECTL`, else `kubectl` on PATH) with the global flags and `args`; its exit
+/// code is the plugin's.
+fn run_kubectl(global: &kubectl::Global, args: Vec<String>) -> Result<ExitCode, String> {
     let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into());
     let status = std::process::Command::new(&kubectl)
-        .args(&args)
+        .args(global.command(args))
         .status()
         .map_err(|e| format!("cannot run {kubectl}: {e}"))?;
     Ok(match status.code() {

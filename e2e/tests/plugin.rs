@@ -554,3 +554,91 @@ async fn list_and_status_output_show_databases_as_table_json_and_yaml() {
     assert_eq!(doc["items"][0]["status"]["phase"], "Ready");
     assert!(doc["items"][0]["metadata"].get("managedFields").is_none());
 }
+
+/// Runs `kubectl-dbop ARGS` with `KUBECTL=echo`: its output is the kubectl command line it
+/// would run.
+async fn kubectl_line(bed: &TestBed, args: &[&str]) -> (Output, String) {
+    let out = tokio::process::Command::new(plugin_binary())
+        .args(args)
+        .env("KUBECONFIG", &bed.kubeconfig)
+        .env("KUBECTL", "echo")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("kubectl-dbop");
+    let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    println!(
+        "e2e: kubectl-dbop {args:?}: {line}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out, line)
+}
+
+/// A bare pod with these labels (kwok runs it), no operator involved.
+async fn labelled_pod(bed: &TestBed, ns: &str, name: &str, labels: serde_json::Value) {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]}
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(bed.client.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("pod");
+}
+
+/// `logs` picks the pod labelled `dbop.dev/role=primary` (not the first, not the status's),
+/// an instance when named, refuses one that is not an instance; `--operator` the pod of the
+/// chart's labels holding the leader Lease; `--kubeconfig` is passed on to kubectl.
+#[tokio::test]
+async fn logs_shows_the_labelled_primary_an_instance_or_the_operator_s_leader() {
+    let bed = testbed().await;
+    let ns = bed.namespace("plugin-logs").await;
+    bed.apply_database(&ns, database_manifest("orders", json!({"instances": 3})))
+        .await;
+    let instance = |role: &str| {
+        json!({"app.kubernetes.io/name": "postgresql", "app.kubernetes.io/instance": "orders",
+            "app.kubernetes.io/managed-by": "dbop", "dbop.dev/role": role})
+    };
+    labelled_pod(&bed, &ns, "orders-0", instance("standby")).await;
+    labelled_pod(&bed, &ns, "orders-1", instance("primary")).await;
+
+    let (out, line) =
+        kubectl_line(&bed, &["logs", "orders", "-n", &ns, "--tail", "20", "-f"]).await;
+    assert!(out.status.success());
+    assert_eq!(
+        line,
+        format!("logs -n {ns} orders-1 -c postgres -f --tail=20")
+    );
+    let (_, line) = kubectl_line(&bed, &["logs", "orders", "orders-2", "-n", &ns]).await;
+    assert_eq!(line, format!("logs -n {ns} orders-2 -c postgres"));
+    let (out, _) = kubectl_line(&bed, &["logs", "orders", "orders-7", "-n", &ns]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let kubeconfig = bed.kubeconfig.to_str().unwrap();
+    let (_, line) = kubectl_line(
+        &bed,
+        &["logs", "orders", "-n", &ns, "--kubeconfig", kubeconfig],
+    )
+    .await;
+    assert_eq!(
+        line,
+        format!("--kubeconfig={kubeconfig} logs -n {ns} orders-1 -c postgres")
+    );
+
+    let operator =
+        json!({"app.kubernetes.io/name": "dbop", "app.kubernetes.io/component": "operator"});
+    labelled_pod(&bed, &ns, "dbop-aaaa", operator.clone()).await;
+    labelled_pod(&bed, &ns, "dbop-bbbb", operator).await;
+    let lease: k8s_openapi::api::coordination::v1::Lease = serde_json::from_value(json!({
+        "metadata": {"name": "dbop-leader"},
+        "spec": {"holderIdentity": "dbop-bbbb"}
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(bed.client.clone(), &ns)
+        .create(&PostParams::default(), &lease)
+        .await
+        .unwrap();
+    let (out, line) = kubectl_line(&bed, &["logs", "--operator", "--tail", "5"]).await;
+    assert!(out.status.success());
+    assert_eq!(line, format!("logs -n {ns} dbop-bbbb -c dbop --tail=5"));
+}

@@ -5,6 +5,8 @@
 //! wires them together.
 
 pub mod health;
+pub mod kubectl;
+pub mod logs;
 pub mod output;
 pub mod psql;
 pub mod read;

@@ -4,12 +4,14 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{Event, Secret};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Event, Pod, Secret};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Api, Client};
 
 use super::health::{PodHealth, figures};
+use super::logs;
 use super::render::{EventLine, StatusView, from_meta_time};
 use crate::api::{BackupReason, Database, DatabaseBackup, DatabaseBackupSpec, MonitoringSpec};
 use crate::resources::credentials::secret_name;
@@ -193,6 +195,49 @@ fn event_line(e: &Event) -> EventLine {
         message: e.message.clone().unwrap_or_default(),
         count,
     }
+}
+
+/// The Database's instance pods.
+pub async fn instance_pods(client: &Client, db: &Database) -> Result<Vec<Pod>, PluginError> {
+    let ns = db.namespace_or_default();
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default().labels(&logs::instance_selector(db)))
+        .await
+        .map(|l| l.items)
+        .map_err(api_error(format!(
+            "cannot list the pods of Database {ns}/{}",
+            db.name()
+        )))
+}
+
+/// The operator's pods (the chart's labels, in any namespace) and the Leases of their
+/// namespaces (the leader holds one).
+pub async fn operator_pods(client: &Client) -> Result<(Vec<Pod>, Vec<Lease>), PluginError> {
+    let pods = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default().labels(logs::OPERATOR_SELECTOR))
+        .await
+        .map_err(api_error(format!(
+            "cannot list the operator's pods ({})",
+            logs::OPERATOR_SELECTOR
+        )))?
+        .items;
+    let mut namespaces: Vec<String> = pods
+        .iter()
+        .filter_map(|p| p.metadata.namespace.clone())
+        .collect();
+    namespaces.sort();
+    namespaces.dedup();
+    let mut leases = vec![];
+    for ns in namespaces {
+        // Without the right to list Leases the first running pod is shown.
+        if let Ok(list) = Api::<Lease>::namespaced(client.clone(), &ns)
+            .list(&ListParams::default())
+            .await
+        {
+            leases.extend(list.items);
+        }
+    }
+    Ok((pods, leases))
 }
 
 /// The credentials Secret of the Database (the user's or the generated one).
