@@ -81,6 +81,9 @@ enum Command {
         #[arg(long, value_name = "N")]
         tail: Option<u32>,
     },
+    /// A rolling restart of the Database's pods (one at a time, highest ordinal first): sets
+    /// the annotation dbop.dev/restartedAt, which the operator carries into the pod template.
+    Restart { name: String },
     /// Make INSTANCE (a ready standby, e.g. orders-2) the primary: a switchover. The old primary
     /// stops after sending its standbys all of its WAL; no commit is lost. The operator answers
     /// with an Event (Switchover or PromoteRefused); `status` shows the new primary.
@@ -124,6 +127,7 @@ async fn main() -> ExitCode {
             wait,
             timeout,
         } => backup(&client, &namespace, &name, wait.then_some(timeout)).await,
+        Command::Restart { name } => restart(&client, &namespace, &name).await,
         Command::Psql { name, args } => psql(&client, &global, &namespace, &name, &args).await,
         Command::Logs {
             name,
@@ -281,6 +285,21 @@ async fn promote(
         .map_err(|e| e.to_string())?;
     println!(
         "database.dbop.dev/{name}: promotion of {instance} requested; `kubectl dbop status {name}` shows the primary, `kubectl get events --field-selector involvedObject.name={name}` the answer"
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn restart(client: &kube::Client, ns: &str, name: &str) -> Result<ExitCode, String> {
+    read::database(client, ns, name)
+        .await
+        .map_err(|e| e.to_string())?;
+    let now = chrono::Utc::now();
+    read::request_restart(client, ns, name, now)
+        .await
+        .map_err(|e| e.to_string())?;
+    println!(
+        "database.dbop.dev/{name}: restart requested (dbop.dev/restartedAt={}); the pods restart one at a time, highest ordinal first: `kubectl get pods -l app.kubernetes.io/instance={name} -w`",
+        now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -642,3 +642,62 @@ async fn logs_shows_the_labelled_primary_an_instance_or_the_operator_s_leader() 
     assert!(out.status.success());
     assert_eq!(line, format!("logs -n {ns} dbop-bbbb -c dbop --tail=5"));
 }
+
+/// `restart` sets `dbop.dev/restartedAt`; the operator carries it into the StatefulSet's pod
+/// template and its recorded inputs, so the StatefulSet has a new revision to roll out.
+#[tokio::test]
+async fn restart_rolls_the_pod_template_through_the_operator() {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    let bed = testbed().await;
+    let ns = bed.namespace("plugin-restart").await;
+    let _operator = bed.operator_in_process(&ns).await;
+    bed.apply_database(&ns, database_manifest("orders", json!({"instances": 2})))
+        .await;
+    bed.wait_for_phase(&ns, "orders", Phase::Ready, WAIT).await;
+    let statefulsets: Api<StatefulSet> = Api::namespaced(bed.client.clone(), &ns);
+    let before = statefulsets.get("orders").await.unwrap();
+    let template_annotation = |s: &StatefulSet| {
+        s.spec
+            .template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.annotations.as_ref())
+            .and_then(|a| a.get("dbop.dev/restartedAt").cloned())
+    };
+    assert_eq!(template_annotation(&before), None);
+
+    let (out, stdout, _) = finished(plugin(&bed, &["restart", "orders", "-n", &ns])).await;
+    assert!(out.status.success());
+    assert!(stdout.contains("restart requested"), "{stdout}");
+    let requested = bed
+        .databases(&ns)
+        .get("orders")
+        .await
+        .unwrap()
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .get("dbop.dev/restartedAt")
+        .cloned()
+        .expect("the Database carries the request");
+    let after = wait_until("the pod template restarted", WAIT, || async {
+        let sts = statefulsets.get("orders").await.ok()?;
+        (template_annotation(&sts).as_deref() == Some(requested.as_str())).then_some(sts)
+    })
+    .await;
+    let inputs = after.metadata.annotations.unwrap_or_default()["dbop.dev/template-inputs"].clone();
+    assert!(
+        inputs.contains(&format!("\"restartedAt\":\"{requested}\"")),
+        "{inputs}"
+    );
+    let revision = |s: &StatefulSet| s.status.as_ref().and_then(|s| s.update_revision.clone());
+    wait_until("a new StatefulSet revision", WAIT, || async {
+        let sts = statefulsets.get("orders").await.ok()?;
+        (revision(&sts).is_some() && revision(&sts) != revision(&before)).then_some(())
+    })
+    .await;
+
+    let (out, _, stderr) = finished(plugin(&bed, &["restart", "ghost", "-n", &ns])).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr.contains("ghost not found"), "{stderr}");
+}

@@ -16,6 +16,7 @@ use super::render::{EventLine, StatusView, from_meta_time};
 use crate::api::{BackupReason, Database, DatabaseBackup, DatabaseBackupSpec, MonitoringSpec};
 use crate::resources::credentials::secret_name;
 use crate::resources::primary_lease::PROMOTE_ANNOTATION;
+use crate::resources::template_origin::RESTARTED_AT_ANNOTATION;
 use dbop_contract::instance::METRICS_PORT;
 
 /// What went wrong, in a sentence for the terminal.
@@ -298,6 +299,34 @@ pub async fn request_promotion(
         )))
 }
 
+/// The patch that asks for a rolling restart at `now`: a new value of `dbop.dev/restartedAt`,
+/// which the operator copies into the pod template (and its recorded inputs), so the
+/// StatefulSet rolls the pods one at a time.
+pub fn restart_patch(now: DateTime<Utc>) -> serde_json::Value {
+    let at = now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    serde_json::json!({"metadata": {"annotations": {RESTARTED_AT_ANNOTATION: at}}})
+}
+
+/// Asks the operator for a rolling restart of the (existing) Database's pods.
+pub async fn request_restart(
+    client: &Client,
+    ns: &str,
+    database: &str,
+    now: DateTime<Utc>,
+) -> Result<(), PluginError> {
+    Api::<Database>::namespaced(client.clone(), ns)
+        .patch(
+            database,
+            &PatchParams::default(),
+            &Patch::Merge(&restart_patch(now)),
+        )
+        .await
+        .map(drop)
+        .map_err(api_error(format!(
+            "cannot ask for a restart of Database {ns}/{database}"
+        )))
+}
+
 /// Follows the DatabaseBackup (a watch) until it succeeded or failed, or the timeout passed.
 pub async fn wait_finished(
     client: &Client,
@@ -336,6 +365,26 @@ mod tests {
             manual_backup_name("orders", at),
             "orders-manual-20261130090507"
         );
+    }
+
+    /// The restart request is the annotation the operator copies into the pod template, with a
+    /// new value each second.
+    #[test]
+    fn a_restart_request_is_a_new_restarted_at_annotation() {
+        let at = "2026-11-30T09:05:07.123Z".parse().unwrap();
+        assert_eq!(
+            restart_patch(at),
+            serde_json::json!({"metadata": {"annotations": {"dbop.dev/restartedAt": "2026-11-30T09:05:07Z"}}})
+        );
+        let db: Database = serde_json::from_value(serde_json::json!({
+            "apiVersion": "dbop.dev/v1alpha1", "kind": "Database",
+            "metadata": {"name": "orders", "namespace": "shop",
+                "annotations": restart_patch(at)["metadata"]["annotations"].clone()},
+            "spec": {"version": "16.4", "storage": {"size": "1Gi"}}
+        }))
+        .unwrap();
+        let annotations = crate::resources::pod_annotations(&db).unwrap();
+        assert_eq!(annotations["dbop.dev/restartedAt"], "2026-11-30T09:05:07Z");
     }
 
     /// A Ready Event first written at 09:00 and repeated (a series) until 10:05, after a
