@@ -84,6 +84,9 @@ enum Command {
     /// A rolling restart of the Database's pods (one at a time, highest ordinal first): sets
     /// the annotation dbop.dev/restartedAt, which the operator carries into the pod template.
     Restart { name: String },
+    /// Make every instance reread its configuration: `SELECT pg_reload_conf()` through psql
+    /// in each pod (as `psql` does, no password).
+    Reload { name: String },
     /// Make INSTANCE (a ready standby, e.g. orders-2) the primary: a switchover. The old primary
     /// stops after sending its standbys all of its WAL; no commit is lost. The operator answers
     /// with an Event (Switchover or PromoteRefused); `status` shows the new primary.
@@ -128,6 +131,7 @@ async fn main() -> ExitCode {
             timeout,
         } => backup(&client, &namespace, &name, wait.then_some(timeout)).await,
         Command::Restart { name } => restart(&client, &namespace, &name).await,
+        Command::Reload { name } => reload(&client, &global, &namespace, &name).await,
         Command::Psql { name, args } => psql(&client, &global, &namespace, &name, &args).await,
         Command::Logs {
             name,
@@ -321,6 +325,44 @@ async fn psql(
     let pod = psql::primary_pod(&db);
     let args = psql::exec_args(ns, &pod, &user, std::io::stdin().is_terminal(), extra);
     run_kubectl(global, args)
+}
+
+async fn reload(
+    client: &kube::Client,
+    global: &kubectl::Global,
+    ns: &str,
+    name: &str,
+) -> Result<ExitCode, String> {
+    let db = read::database(client, ns, name)
+        .await
+        .map_err(|e| e.to_string())?;
+    let secret = read::credentials(client, &db)
+        .await
+        .map_err(|e| e.to_string())?;
+    let user = psql::superuser(&secret);
+    let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into());
+    let mut failed = 0;
+    for pod in psql::instance_pods(&db) {
+        let out = std::process::Command::new(&kubectl)
+            .args(global.command(psql::reload_args(ns, &pod, &user)))
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run {kubectl}: {e}"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if out.status.success() && psql::reloaded(&stdout) {
+            println!("{pod}: configuration reloaded");
+        } else {
+            failed += 1;
+            let said = String::from_utf8_lossy(&out.stderr);
+            let said = said.trim();
+            let said = if said.is_empty() { stdout.trim() } else { said };
+            eprintln!("{pod}: reload failed: {said}");
+        }
+    }
+    match failed {
+        0 => Ok(ExitCode::SUCCESS),
+        n => Err(format!("{n} instance(s) of {ns}/{name} did not reload")),
+    }
 }
 
 /// Whose log `logs` shows.

@@ -248,21 +248,7 @@ async fn backup_of_a_missing_database_creates_nothing() {
 async fn psql_execs_as_the_secret_s_user_with_no_password_on_the_command_line() {
     let bed = testbed().await;
     let ns = bed.namespace("plugin-psql").await;
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some("app-creds".into()),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([
-            ("username".into(), ByteString(b"shopapp".to_vec())),
-            ("password".into(), ByteString(b"pw-never-on-argv".to_vec())),
-        ])),
-        ..Default::default()
-    };
-    Api::<Secret>::namespaced(bed.client.clone(), &ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("credentials Secret");
+    app_credentials(&bed, &ns, "pw-never-on-argv").await;
     bed.apply_database(
         &ns,
         database_manifest(
@@ -700,4 +686,83 @@ async fn restart_rolls_the_pod_template_through_the_operator() {
     let (out, _, stderr) = finished(plugin(&bed, &["restart", "ghost", "-n", &ns])).await;
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr.contains("ghost not found"), "{stderr}");
+}
+
+/// A Secret `app-creds` with a username and a password, for `spec.credentials`.
+async fn app_credentials(bed: &TestBed, ns: &str, password: &str) {
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("app-creds".into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([
+            ("username".into(), ByteString(b"shopapp".to_vec())),
+            ("password".into(), ByteString(password.as_bytes().to_vec())),
+        ])),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(bed.client.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("credentials Secret");
+}
+
+/// `reload` execs `SELECT pg_reload_conf()` in every instance (here through a stand-in kubectl
+/// that logs its arguments, answers `t`, and fails for orders-1): each pod's outcome is
+/// printed, and one failure is exit 1.
+#[tokio::test]
+async fn reload_runs_pg_reload_conf_in_every_instance_and_reports_each() {
+    let bed = testbed().await;
+    let ns = bed.namespace("plugin-reload").await;
+    app_credentials(&bed, &ns, "pw-never-on-argv").await;
+    bed.apply_database(
+        &ns,
+        database_manifest(
+            "orders",
+            json!({"instances": 3, "credentials": {"secretName": "app-creds"}}),
+        ),
+    )
+    .await;
+    let dir = std::env::temp_dir().join(format!("{ns}-kubectl"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("kubectl");
+    let log = dir.join("calls");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\necho \"$@\" >> \"$FAKE_KUBECTL_LOG\"\ncase \"$*\" in *' orders-1 '*) echo 'error: container postgres is not running' >&2; exit 1;; esac\necho t\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let out = tokio::process::Command::new(plugin_binary())
+        .args(["reload", "orders", "-n", &ns])
+        .env("KUBECONFIG", &bed.kubeconfig)
+        .env("KUBECTL", &script)
+        .env("FAKE_KUBECTL_LOG", &log)
+        .output()
+        .await
+        .expect("kubectl-dbop reload");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("e2e: reload: {stdout}{stderr}");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        [
+            "orders-0: configuration reloaded",
+            "orders-2: configuration reloaded"
+        ]
+    );
+    assert!(
+        stderr.contains("orders-1: reload failed: error: container postgres is not running"),
+        "{stderr}"
+    );
+    let calls = std::fs::read_to_string(&log).unwrap();
+    let expected: Vec<String> = (0..3)
+        .map(|i| format!("exec -i -n {ns} orders-{i} -c postgres -- psql -h /var/run/postgresql -U shopapp -d shopapp -X -A -t -c SELECT pg_reload_conf()"))
+        .collect();
+    assert_eq!(calls.lines().collect::<Vec<_>>(), expected);
+    assert!(!format!("{calls}{stdout}{stderr}").contains("pw-never-on-argv"));
+    let _ = std::fs::remove_dir_all(&dir);
 }
