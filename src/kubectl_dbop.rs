@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use dbop::plugin::output::{self, Format};
-use dbop::plugin::{kubectl, logs, psql, read, render};
+use dbop::plugin::{kubectl, logs, psql, read, render, restore};
 
 #[derive(Parser)]
 #[command(
@@ -87,6 +87,32 @@ enum Command {
     /// Make every instance reread its configuration: `SELECT pg_reload_conf()` through psql
     /// in each pod (as `psql` does, no password).
     Reload { name: String },
+    /// Create a new Database NEW_NAME that restores a DatabaseBackup (spec.bootstrap.fromBackup),
+    /// with its source Database's version and storage unless overridden. Never overwrites.
+    Restore {
+        name: String,
+        /// The DatabaseBackup to restore (of Database NAME).
+        #[arg(long, value_name = "BACKUP")]
+        from_backup: String,
+        /// The new Database's name.
+        #[arg(long, value_name = "NEW_NAME")]
+        to: String,
+        /// The new Database's version (default: the source's).
+        #[arg(long)]
+        version: Option<String>,
+        /// The new Database's volume size (default: the source's).
+        #[arg(long, value_name = "QUANTITY")]
+        storage_size: Option<String>,
+        /// The new Database's StorageClass (default: the source's).
+        #[arg(long, value_name = "CLASS")]
+        storage_class: Option<String>,
+        /// Print the Database as YAML and create nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Do not ask for confirmation (it is asked only when stdin is a terminal).
+        #[arg(short = 'y', long)]
+        yes: bool,
+    },
     /// Make INSTANCE (a ready standby, e.g. orders-2) the primary: a switchover. The old primary
     /// stops after sending its standbys all of its WAL; no commit is lost. The operator answers
     /// with an Event (Switchover or PromoteRefused); `status` shows the new primary.
@@ -132,6 +158,31 @@ async fn main() -> ExitCode {
         } => backup(&client, &namespace, &name, wait.then_some(timeout)).await,
         Command::Restart { name } => restart(&client, &namespace, &name).await,
         Command::Reload { name } => reload(&client, &global, &namespace, &name).await,
+        Command::Restore {
+            name,
+            from_backup,
+            to,
+            version,
+            storage_size,
+            storage_class,
+            dry_run,
+            yes,
+        } => {
+            let overrides = restore::Overrides {
+                version,
+                storage_size,
+                storage_class,
+            };
+            let request = RestoreRequest {
+                source: &name,
+                backup: &from_backup,
+                to: &to,
+                overrides: &overrides,
+                dry_run,
+                yes,
+            };
+            restore(&client, &namespace, request).await
+        }
         Command::Psql { name, args } => psql(&client, &global, &namespace, &name, &args).await,
         Command::Logs {
             name,
@@ -363,6 +414,63 @@ async fn reload(
         0 => Ok(ExitCode::SUCCESS),
         n => Err(format!("{n} instance(s) of {ns}/{name} did not reload")),
     }
+}
+
+/// What `restore` was asked.
+struct RestoreRequest<'a> {
+    source: &'a str,
+    backup: &'a str,
+    to: &'a str,
+    overrides: &'a restore::Overrides,
+    dry_run: bool,
+    yes: bool,
+}
+
+async fn restore(
+    client: &kube::Client,
+    ns: &str,
+    request: RestoreRequest<'_>,
+) -> Result<ExitCode, String> {
+    let text = |e: read::PluginError| e.to_string();
+    let source = read::database(client, ns, request.source)
+        .await
+        .map_err(text)?;
+    let backup = read::backup(client, ns, request.backup)
+        .await
+        .map_err(text)?;
+    let db = restore::manifest(&source, &backup, request.to, request.overrides)?;
+    if read::database_exists(client, ns, request.to)
+        .await
+        .map_err(text)?
+    {
+        return Err(format!(
+            "Database {ns}/{} already exists: restore creates a new Database and never overwrites one",
+            request.to
+        ));
+    }
+    if request.dry_run {
+        print!("{}", output::print(&output::object(&db), Format::Yaml));
+        return Ok(ExitCode::SUCCESS);
+    }
+    print!("Will create {}", restore::summary(&db, &backup));
+    if !request.yes && std::io::stdin().is_terminal() {
+        print!("Create it? [y/N] ");
+        std::io::Write::flush(&mut std::io::stdout()).ok();
+        let mut answer = String::new();
+        std::io::stdin()
+            .read_line(&mut answer)
+            .map_err(|e| format!("cannot read the answer: {e}"))?;
+        if !restore::confirmed(&answer) {
+            println!("Nothing created.");
+            return Ok(ExitCode::FAILURE);
+        }
+    }
+    read::create_database(client, &db).await.map_err(text)?;
+    println!(
+        "database.dbop.dev/{} created; `kubectl dbop status {}` follows the restore",
+        request.to, request.to
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Whose log `logs` shows.

@@ -766,3 +766,118 @@ async fn reload_runs_pg_reload_conf_in_every_instance_and_reports_each() {
     assert!(!format!("{calls}{stdout}{stderr}").contains("pw-never-on-argv"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `restore` makes a new Database restoring the DatabaseBackup with the source's version and
+/// storage (`--storage-size` overrides one); `--dry-run` prints it and creates nothing; an
+/// existing Database of the new name is refused and left as it was.
+#[tokio::test]
+async fn restore_creates_a_new_database_from_a_backup_and_never_overwrites() {
+    let bed = testbed().await;
+    let ns = bed.namespace("plugin-restore").await;
+    bed.apply_database(
+        &ns,
+        database_manifest(
+            "orders",
+            json!({"version": "16.4", "storage": {"size": "3Gi", "storageClassName": "fast"}}),
+        ),
+    )
+    .await;
+    let backup = json!({"apiVersion": "dbop.dev/v1alpha1", "kind": "DatabaseBackup",
+        "metadata": {"name": "orders-by-hand"},
+        "spec": {"database": "orders", "reason": "Manual"}});
+    Api::<DatabaseBackup>::namespaced(bed.client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(backup).unwrap(),
+        )
+        .await
+        .unwrap();
+    let args = |to: &'static str, extra: &[&'static str]| {
+        let mut args: Vec<String> = [
+            "restore",
+            "orders",
+            "--from-backup",
+            "orders-by-hand",
+            "--to",
+            to,
+            "-n",
+        ]
+        .map(String::from)
+        .to_vec();
+        args.push(ns.clone());
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    };
+    let run = |args: Vec<String>| {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        finished(plugin(&bed, &refs))
+    };
+    let databases = bed.databases(&ns);
+
+    let (out, stdout, _) = run(args("orders-copy", &["--dry-run"])).await;
+    assert!(out.status.success());
+    let doc: serde_json::Value = serde_norway::from_str(&stdout).unwrap();
+    assert_eq!(doc["kind"], "Database");
+    assert_eq!(doc["metadata"]["name"], "orders-copy");
+    assert_eq!(doc["spec"]["version"], "16.4");
+    assert_eq!(
+        doc["spec"]["storage"],
+        json!({"size": "3Gi", "storageClassName": "fast"})
+    );
+    assert_eq!(
+        doc["spec"]["bootstrap"],
+        json!({"fromBackup": {"databaseBackup": "orders-by-hand"}})
+    );
+    assert!(databases.get_opt("orders-copy").await.unwrap().is_none());
+
+    // stdin is not a terminal: no question.
+    let (out, stdout, _) = run(args("orders-copy", &["--storage-size", "5Gi"])).await;
+    assert!(out.status.success());
+    assert!(
+        stdout.contains(&format!(
+            "Will create Database {ns}/orders-copy: version 16.4, 5Gi of fast"
+        )),
+        "{stdout}"
+    );
+    let created = databases.get("orders-copy").await.unwrap();
+    assert_eq!(created.spec.storage.size, "5Gi");
+    let from = created
+        .spec
+        .bootstrap
+        .as_ref()
+        .unwrap()
+        .from_backup
+        .database_backup
+        .clone();
+    assert_eq!(from.as_deref(), Some("orders-by-hand"));
+
+    let version = created.metadata.resource_version.clone();
+    let (out, _, stderr) = run(args("orders-copy", &["--yes", "--storage-size", "9Gi"])).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr.contains("already exists"), "{stderr}");
+    let after = databases.get("orders-copy").await.unwrap();
+    assert_eq!(after.metadata.resource_version, version);
+
+    let (out, _, stderr) = run(args("orders", &["--yes"])).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr.contains("new Database"), "{stderr}");
+    let (out, _, stderr) = finished(plugin(
+        &bed,
+        &[
+            "restore",
+            "orders",
+            "--from-backup",
+            "ghost",
+            "--to",
+            "x",
+            "-n",
+            &ns,
+        ],
+    ))
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr.contains("DatabaseBackup") && stderr.contains("ghost not found"),
+        "{stderr}"
+    );
+}

@@ -11,4 +11,5 @@ pub mod output;
 pub mod psql;
 pub mod read;
 pub mod render;
+pub mod restore;
 pub mod text;

@@ -25,6 +25,10 @@ pub enum PluginError {
     #[error("Database {namespace}/{name} not found")]
     NotFound { namespace: String, name: String },
     #[error(
+        "DatabaseBackup {namespace}/{name} not found (kubectl get databasebackups -n {namespace})"
+    )]
+    BackupNotFound { namespace: String, name: String },
+    #[error(
         "the API server does not serve Databases: are the dbop CRDs installed? (kubectl apply -f crds/)"
     )]
     NoCrd,
@@ -71,6 +75,39 @@ pub async fn database(client: &Client, ns: &str, name: &str) -> Result<Database,
             namespace: ns.into(),
             name: name.into(),
         })
+}
+
+/// The DatabaseBackup of that name.
+pub async fn backup(client: &Client, ns: &str, name: &str) -> Result<DatabaseBackup, PluginError> {
+    Api::<DatabaseBackup>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .map_err(api_error(format!("cannot read DatabaseBackup {ns}/{name}")))?
+        .ok_or_else(|| PluginError::BackupNotFound {
+            namespace: ns.into(),
+            name: name.into(),
+        })
+}
+
+/// Whether a Database of that name exists.
+pub async fn database_exists(client: &Client, ns: &str, name: &str) -> Result<bool, PluginError> {
+    match database(client, ns, name).await {
+        Ok(_) => Ok(true),
+        Err(PluginError::NotFound { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Creates the Database; an existing one of that name is an error, never overwritten.
+pub async fn create_database(client: &Client, db: &Database) -> Result<Database, PluginError> {
+    let ns = db.namespace_or_default();
+    Api::<Database>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), db)
+        .await
+        .map_err(api_error(format!(
+            "cannot create Database {ns}/{}",
+            db.name()
+        )))
 }
 
 /// The Databases of the namespace, or of every namespace.
