@@ -12,7 +12,6 @@ use dbop::plugin::{kubectl, logs, psql, read, render, restore};
 #[derive(Parser)]
 #[command(
     name = "kubectl-dbop",
-    bin_name = "kubectl dbop",
     version,
     about = "Inspect and operate dbop Databases"
 )]
@@ -113,6 +112,9 @@ enum Command {
         #[arg(short = 'y', long)]
         yes: bool,
     },
+    /// Print a completion script for `kubectl-dbop` (bash, zsh, fish, elvish, powershell);
+    /// needs no cluster. `source <(kubectl-dbop completion bash)`.
+    Completion { shell: clap_complete::Shell },
     /// Make INSTANCE (a ready standby, e.g. orders-2) the primary: a switchover. The old primary
     /// stops after sending its standbys all of its WAL; no commit is lost. The operator answers
     /// with an Event (Switchover or PromoteRefused); `status` shows the new primary.
@@ -132,7 +134,11 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse();
+    if let Command::Completion { shell } = cli.command {
+        print!("{}", completion(shell));
+        return ExitCode::SUCCESS;
+    }
     let global = kubectl::Global {
         kubeconfig: cli
             .target
@@ -183,6 +189,7 @@ async fn main() -> ExitCode {
             };
             restore(&client, &namespace, request).await
         }
+        Command::Completion { .. } => unreachable!("answered before connecting"),
         Command::Psql { name, args } => psql(&client, &global, &namespace, &name, &args).await,
         Command::Logs {
             name,
@@ -201,6 +208,29 @@ async fn main() -> ExitCode {
         Command::Promote { name, instance } => promote(&client, &namespace, &name, &instance).await,
     };
     result.unwrap_or_else(|message| fail(&message))
+}
+
+/// The flags, with usage lines that say `kubectl dbop` (only there: a bin name with a space
+/// breaks clap's bash completion script).
+fn parse() -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().bin_name("kubectl dbop").get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+/// The completion script of the shell, for the binary `kubectl-dbop`.
+fn completion(shell: clap_complete::Shell) -> String {
+    use clap::CommandFactory;
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "kubectl-dbop", &mut out);
+    let script = String::from_utf8_lossy(&out).into_owned();
+    // clap_complete's bash script spells a hyphenated bin name's subcommand states two ways
+    // (`kubectl__dbop__subcmd__list` when walking the words, `kubectl__subcmd__dbop__…` in the
+    // arms), so no subcommand's flags complete (clap-rs/clap#6421); the arms take the first.
+    match shell {
+        clap_complete::Shell::Bash => script.replace("kubectl__subcmd__dbop", "kubectl__dbop"),
+        _ => script,
+    }
 }
 
 fn fail(message: &str) -> ExitCode {
@@ -527,4 +557,85 @@ fn run_kubectl(global: &kubectl::Global, args: Vec<String>) -> Result<ExitCode, 
         Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         None => ExitCode::FAILURE,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flags_are_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn completion_scripts_know_the_commands_and_their_flags() {
+        for shell in [
+            clap_complete::Shell::Bash,
+            clap_complete::Shell::Zsh,
+            clap_complete::Shell::Fish,
+        ] {
+            let script = completion(shell);
+            // (fish names long flags without their dashes)
+            for word in [
+                "restore",
+                "from-backup",
+                "all-namespaces",
+                "kubeconfig",
+                "context",
+            ] {
+                assert!(script.contains(word), "{shell}: no {word}");
+            }
+        }
+    }
+
+    /// The krew manifest installs this binary on each platform, from placeholders a release
+    /// fills in.
+    #[test]
+    fn the_krew_manifest_installs_kubectl_dbop() {
+        let text = include_str!("../plugins/krew/dbop.yaml");
+        let manifest: serde_json::Value = serde_norway::from_str(text).unwrap();
+        assert_eq!(manifest["kind"], "Plugin");
+        assert_eq!(manifest["metadata"]["name"], "dbop");
+        let platforms = manifest["spec"]["platforms"].as_array().unwrap();
+        assert!(!platforms.is_empty());
+        for p in platforms {
+            assert_eq!(p["bin"], "kubectl-dbop");
+            assert!(p["uri"].as_str().unwrap().contains("vVERSION"), "{p}");
+            assert!(p["sha256"].as_str().unwrap().starts_with("SHA256_"), "{p}");
+            assert!(
+                p["files"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|f| f["from"] == "kubectl-dbop"),
+                "{p}"
+            );
+        }
+    }
+
+    /// bash completes a subcommand's flags (what clap-rs/clap#6421 breaks).
+    #[test]
+    fn bash_completes_a_subcommand_s_flags() {
+        let script = completion(clap_complete::Shell::Bash);
+        let complete = |words: &str| {
+            let words: Vec<&str> = words.split(' ').collect();
+            let program = format!(
+                "{script}\nCOMP_WORDS=({all}); COMP_CWORD={last}; _kubectl__dbop kubectl-dbop {cur} {prev}; echo \"${{COMPREPLY[@]}}\"",
+                all = words.join(" "),
+                last = words.len() - 1,
+                cur = words[words.len() - 1],
+                prev = words[words.len() - 2],
+            );
+            let out = std::process::Command::new("bash")
+                .args(["-c", &program])
+                .output()
+                .expect("bash");
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        assert_eq!(complete("kubectl-dbop res"), "restart restore");
+        assert_eq!(complete("kubectl-dbop restore --fr"), "--from-backup");
+        assert_eq!(complete("kubectl-dbop list --all"), "--all-namespaces");
+    }
 }

@@ -881,3 +881,16 @@ async fn restore_creates_a_new_database_from_a_backup_and_never_overwrites() {
         "{stderr}"
     );
 }
+
+/// `completion` needs no cluster: it answers before reading a kubeconfig.
+#[tokio::test]
+async fn completion_needs_no_kubeconfig() {
+    let out = tokio::process::Command::new(plugin_binary())
+        .args(["completion", "zsh"])
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .output()
+        .await
+        .expect("kubectl-dbop completion");
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("#compdef kubectl-dbop"));
+}
