@@ -112,6 +112,16 @@ enum Command {
         #[arg(short = 'y', long)]
         yes: bool,
     },
+    /// Collect a support bundle of the Database: its YAML and its DatabaseBackups', the
+    /// StatefulSet, pods, claims, Services, Jobs, ConfigMaps, Events and the pods' logs; Secrets
+    /// by name and keys only (never their values).
+    Report {
+        name: String,
+        /// A directory, or a file ending in .tar.gz/.tgz (default:
+        /// dbop-report-NS-NAME-TIME.tar.gz); never an existing path.
+        #[arg(short = 'o', long, value_name = "DIR|FILE.tar.gz")]
+        output: Option<std::path::PathBuf>,
+    },
     /// Print a completion script for `kubectl-dbop` (bash, zsh, fish, elvish, powershell);
     /// needs no cluster. `source <(kubectl-dbop completion bash)`.
     Completion { shell: clap_complete::Shell },
@@ -189,6 +199,7 @@ async fn main() -> ExitCode {
             };
             restore(&client, &namespace, request).await
         }
+        Command::Report { name, output } => report(&client, &namespace, &name, output).await,
         Command::Completion { .. } => unreachable!("answered before connecting"),
         Command::Psql { name, args } => psql(&client, &global, &namespace, &name, &args).await,
         Command::Logs {
@@ -499,6 +510,33 @@ async fn restore(
     println!(
         "database.dbop.dev/{} created; `kubectl dbop status {}` follows the restore",
         request.to, request.to
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn report(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    out: Option<std::path::PathBuf>,
+) -> Result<ExitCode, String> {
+    let db = read::database(client, ns, name)
+        .await
+        .map_err(|e| e.to_string())?;
+    let now = chrono::Utc::now();
+    let out = out.unwrap_or_else(|| dbop::plugin::report::default_output(ns, name, now).into());
+    let at = now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let bundle = read::report(client, &db, &at).await;
+    let top = format!("dbop-report-{ns}-{name}");
+    let written = bundle.write(&out, &top)?;
+    println!(
+        "wrote {} ({} files{})",
+        written.display(),
+        bundle.files.len(),
+        match bundle.problems.len() {
+            0 => String::new(),
+            n => format!("; {n} things not collected, listed in README.txt"),
+        }
     );
     Ok(ExitCode::SUCCESS)
 }

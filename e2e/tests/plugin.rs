@@ -894,3 +894,181 @@ async fn completion_needs_no_kubeconfig() {
     assert!(out.status.success(), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("#compdef kubectl-dbop"));
 }
+
+/// Every file under `dir`, by path relative to it.
+fn files_under(dir: &std::path::Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(at) = stack.pop() {
+        for entry in std::fs::read_dir(&at).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let rel = path
+                    .strip_prefix(dir)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                out.insert(
+                    rel,
+                    String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned(),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// `report` writes the Database, its backups, the objects dbop made, Events and logs (on kwok
+/// the logs cannot be read: README.txt says so) into a directory or a `.tar.gz`; every Secret
+/// of the namespace is listed by name and keys, and no value of any of them (nor its base64)
+/// is anywhere in the bundle.
+#[tokio::test]
+async fn report_collects_the_database_s_objects_and_never_a_secret_value() {
+    use std::io::Write as _;
+    let bed = testbed().await;
+    let ns = bed.namespace("plugin-report").await;
+    let _operator = bed.operator_in_process(&ns).await;
+    app_credentials(&bed, &ns, "pw-never-in-a-report").await;
+    bed.apply_database(
+        &ns,
+        database_manifest(
+            "orders",
+            json!({"credentials": {"secretName": "app-creds"}}),
+        ),
+    )
+    .await;
+    bed.wait_for_phase(&ns, "orders", Phase::Ready, WAIT).await;
+
+    let tmp = std::env::temp_dir().join(format!("{ns}-report"));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let dir = tmp.join("bundle");
+    let (out, stdout, _) = finished(plugin(
+        &bed,
+        &["report", "orders", "-n", &ns, "-o", dir.to_str().unwrap()],
+    ))
+    .await;
+    assert!(out.status.success());
+    assert!(stdout.contains("wrote"), "{stdout}");
+    let files = files_under(&dir);
+    for file in [
+        "README.txt",
+        "database.yaml",
+        "databasebackups.yaml",
+        "statefulsets.yaml",
+        "pods.yaml",
+        "persistentvolumeclaims.yaml",
+        "services.yaml",
+        "jobs.yaml",
+        "configmaps.yaml",
+        "events.yaml",
+        "secrets.yaml",
+    ] {
+        assert!(files.contains_key(file), "no {file} in {:?}", files.keys());
+    }
+    let db: serde_json::Value = serde_norway::from_str(&files["database.yaml"]).unwrap();
+    assert_eq!(db["metadata"]["name"], "orders");
+    assert!(files["pods.yaml"].contains("name: orders-0"));
+    assert!(files["statefulsets.yaml"].contains("kind: StatefulSet"));
+    assert!(files["services.yaml"].contains("name: orders-rw"));
+    assert!(
+        files["README.txt"].contains("log of orders-0/postgres"),
+        "{}",
+        files["README.txt"]
+    );
+    let listing: serde_json::Value = serde_norway::from_str(&files["secrets.yaml"]).unwrap();
+    let app = listing["secrets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "app-creds")
+        .unwrap_or_else(|| panic!("{listing}"));
+    assert_eq!(app["keys"], json!(["password", "username"]));
+
+    // No value of any Secret in the namespace (the generated ones too), raw or base64: only
+    // the ones that are public anyway (the Service's host, the port, names, certificates) may
+    // appear, in the Database's status or a ConfigMap.
+    let public = ["host", "port", "dbname", "username", "ca.crt", "tls.crt"];
+    let secrets = Api::<Secret>::namespaced(bed.client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert!(secrets.len() > 2, "{}", secrets.len());
+    let values: Vec<String> = secrets
+        .iter()
+        .flat_map(|s| s.data.clone().unwrap_or_default())
+        .filter(|(k, v)| !public.contains(&k.as_str()) && v.0.len() >= 8)
+        .map(|(_, v)| v)
+        .flat_map(|v| {
+            let json = serde_json::to_value(&v).unwrap(); // base64, as the API serves it
+            [
+                String::from_utf8_lossy(&v.0).into_owned(),
+                json.as_str().unwrap().to_string(),
+            ]
+        })
+        .collect();
+    assert!(values.iter().any(|v| v == "pw-never-in-a-report"));
+    let everything: String = files.values().cloned().collect();
+    for value in &values {
+        assert!(
+            !everything.contains(value.as_str()),
+            "a Secret value in the report"
+        );
+    }
+
+    let archive = tmp.join("bundle.tar.gz");
+    let (out, _, _) = finished(plugin(
+        &bed,
+        &[
+            "report",
+            "orders",
+            "-n",
+            &ns,
+            "-o",
+            archive.to_str().unwrap(),
+        ],
+    ))
+    .await;
+    assert!(out.status.success());
+    let extracted = tmp.join("extracted");
+    std::fs::create_dir_all(&extracted).unwrap();
+    let tar = std::process::Command::new("tar")
+        .arg("-xzf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&extracted)
+        .status()
+        .expect("tar");
+    assert!(tar.success());
+    let from_archive = files_under(&extracted.join(format!("dbop-report-{ns}-orders")));
+    assert_eq!(
+        from_archive.keys().collect::<Vec<_>>(),
+        files.keys().collect::<Vec<_>>()
+    );
+    let everything: String = from_archive.values().cloned().collect();
+    for value in &values {
+        assert!(
+            !everything.contains(value.as_str()),
+            "a Secret value in the archive"
+        );
+    }
+    // An existing path is not written over.
+    let (out, _, stderr) = finished(plugin(
+        &bed,
+        &[
+            "report",
+            "orders",
+            "-n",
+            &ns,
+            "-o",
+            archive.to_str().unwrap(),
+        ],
+    ))
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr.contains("exists"), "{stderr}");
+    let _ = std::io::stderr().flush();
+    let _ = std::fs::remove_dir_all(&tmp);
+}

@@ -11,5 +11,6 @@ pub mod output;
 pub mod psql;
 pub mod read;
 pub mod render;
+pub mod report;
 pub mod restore;
 pub mod text;

@@ -4,15 +4,18 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Event, Pod, Secret};
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, PersistentVolumeClaim, Pod, Secret, Service};
+use kube::api::{ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Api, Client};
 
 use super::health::{PodHealth, figures};
 use super::logs;
 use super::render::{EventLine, StatusView, from_meta_time};
+use super::report::{self, Bundle};
 use crate::api::{BackupReason, Database, DatabaseBackup, DatabaseBackupSpec, MonitoringSpec};
 use crate::resources::credentials::secret_name;
 use crate::resources::primary_lease::PROMOTE_ANNOTATION;
@@ -276,6 +279,118 @@ pub async fn operator_pods(client: &Client) -> Result<(Vec<Pod>, Vec<Lease>), Pl
         }
     }
     Ok((pods, leases))
+}
+
+/// How many lines of each container's log the report keeps.
+const REPORT_LOG_LINES: i64 = 2000;
+
+/// Lists the objects dbop made for the Database; a failure is noted in the bundle.
+async fn owned<K>(client: &Client, ns: &str, database: &str, bundle: &mut Bundle) -> Vec<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let selector = report::owned_selector(database);
+    match Api::<K>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&selector))
+        .await
+    {
+        Ok(list) => list.items,
+        Err(e) => {
+            bundle.problem(format!(
+                "{}: {}",
+                K::plural(&K::DynamicType::default()),
+                brief(&e)
+            ));
+            vec![]
+        }
+    }
+}
+
+/// The support bundle of the Database: it, its DatabaseBackups, the objects dbop made for it,
+/// the Events about them, every container's log, and its Secrets by name and keys only.
+pub async fn report(client: &Client, db: &Database, at: &str) -> Bundle {
+    let ns = db.namespace_or_default();
+    let name = db.name();
+    let mut bundle = Bundle::default();
+    bundle.objects("database.yaml", std::slice::from_ref(db));
+    match backups_of(client, &ns, &name).await {
+        Ok(backups) => bundle.objects("databasebackups.yaml", &backups),
+        Err(e) => bundle.problem(e.to_string()),
+    }
+    let statefulsets: Vec<StatefulSet> = owned(client, &ns, &name, &mut bundle).await;
+    bundle.objects("statefulsets.yaml", &statefulsets);
+    let pods: Vec<Pod> = owned(client, &ns, &name, &mut bundle).await;
+    bundle.objects("pods.yaml", &pods);
+    let claims: Vec<PersistentVolumeClaim> = owned(client, &ns, &name, &mut bundle).await;
+    bundle.objects("persistentvolumeclaims.yaml", &claims);
+    let services: Vec<Service> = owned(client, &ns, &name, &mut bundle).await;
+    bundle.objects("services.yaml", &services);
+    let jobs: Vec<Job> = owned(client, &ns, &name, &mut bundle).await;
+    bundle.objects("jobs.yaml", &jobs);
+    let configmaps: Vec<ConfigMap> = owned(client, &ns, &name, &mut bundle).await;
+    bundle.objects("configmaps.yaml", &configmaps);
+    let mut secrets: Vec<Secret> = owned(client, &ns, &name, &mut bundle).await;
+    // The user's credentials Secret carries none of dbop's labels.
+    if let Ok(Some(own)) = Api::<Secret>::namespaced(client.clone(), &ns)
+        .get_opt(&secret_name(db))
+        .await
+        && !secrets.iter().any(|s| s.metadata.name == own.metadata.name)
+    {
+        secrets.push(own);
+    }
+    bundle.secrets(&secrets);
+    match Api::<Event>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(list) => {
+            let events: Vec<Event> = list
+                .items
+                .into_iter()
+                .filter(|e| {
+                    e.involved_object
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| report::event_concerns(&name, n))
+                })
+                .collect();
+            bundle.objects("events.yaml", &events);
+        }
+        Err(e) => bundle.problem(format!("events: {}", brief(&e))),
+    }
+    let api = Api::<Pod>::namespaced(client.clone(), &ns);
+    for pod in &pods {
+        let pod_name = pod.metadata.name.clone().unwrap_or_default();
+        let spec = pod.spec.clone().unwrap_or_default();
+        let containers = spec
+            .init_containers
+            .unwrap_or_default()
+            .into_iter()
+            .chain(spec.containers)
+            .map(|c| c.name);
+        for container in containers {
+            let params = LogParams {
+                container: Some(container.clone()),
+                tail_lines: Some(REPORT_LOG_LINES),
+                ..LogParams::default()
+            };
+            match tokio::time::timeout(SCRAPE_TIMEOUT, api.logs(&pod_name, &params)).await {
+                Ok(Ok(text)) => bundle.log(&pod_name, &container, text),
+                Ok(Err(e)) => {
+                    bundle.problem(format!("log of {pod_name}/{container}: {}", brief(&e)))
+                }
+                Err(_) => bundle.problem(format!(
+                    "log of {pod_name}/{container}: no answer within {SCRAPE_TIMEOUT:?}"
+                )),
+            }
+        }
+    }
+    bundle.readme(&ns, &name, at);
+    bundle
 }
 
 /// The credentials Secret of the Database (the user's or the generated one).
