@@ -1,4 +1,4 @@
-//! `kubectl-dbop`, the kubectl plugin (`kubectl dbop status|list|backup|psql|promote …`): flags, the
+//! `kubectl-dbop`, the kubectl plugin (`kubectl dbop status|list|logs|backup|restore|restart|reload|…`): flags, the
 //! client and the exit code; the work is in `dbop::plugin`.
 
 use std::io::IsTerminal;
