@@ -407,16 +407,25 @@ async fn psql(
     name: &str,
     extra: &[String],
 ) -> Result<ExitCode, String> {
+    let (db, user) = superuser_of(client, ns, name).await?;
+    let pod = psql::primary_pod(&db);
+    let args = psql::exec_args(ns, &pod, &user, std::io::stdin().is_terminal(), extra);
+    run_kubectl(global, args)
+}
+
+/// The Database and its superuser's name (from the credentials Secret's `username`).
+async fn superuser_of(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> Result<(dbop::api::Database, String), String> {
     let db = read::database(client, ns, name)
         .await
         .map_err(|e| e.to_string())?;
     let secret = read::credentials(client, &db)
         .await
         .map_err(|e| e.to_string())?;
-    let user = psql::superuser(&secret);
-    let pod = psql::primary_pod(&db);
-    let args = psql::exec_args(ns, &pod, &user, std::io::stdin().is_terminal(), extra);
-    run_kubectl(global, args)
+    Ok((db, psql::superuser(&secret)))
 }
 
 async fn reload(
@@ -425,13 +434,7 @@ async fn reload(
     ns: &str,
     name: &str,
 ) -> Result<ExitCode, String> {
-    let db = read::database(client, ns, name)
-        .await
-        .map_err(|e| e.to_string())?;
-    let secret = read::credentials(client, &db)
-        .await
-        .map_err(|e| e.to_string())?;
-    let user = psql::superuser(&secret);
+    let (db, user) = superuser_of(client, ns, name).await?;
     let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into());
     let mut failed = 0;
     for pod in psql::instance_pods(&db) {

@@ -14,7 +14,6 @@ use dbop_e2e::backup_jobs::{
     fail_every_pod_until_failed, finish_pod, running_backup_pod, s3_secret,
 };
 use dbop_e2e::{TestBed, WAIT, database_manifest, operator_binary_path, testbed, wait_until};
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
@@ -247,30 +246,13 @@ async fn backup_of_a_missing_database_creates_nothing() {
 #[tokio::test]
 async fn psql_execs_as_the_secret_s_user_with_no_password_on_the_command_line() {
     let bed = testbed().await;
-    let ns = bed.namespace("plugin-psql").await;
-    app_credentials(&bed, &ns, "pw-never-on-argv").await;
-    bed.apply_database(
-        &ns,
-        database_manifest(
-            "orders",
-            json!({"credentials": {"secretName": "app-creds"}}),
-        ),
-    )
-    .await;
+    let ns = with_app_credentials(&bed, "plugin-psql", 1, "pw-never-on-argv").await;
 
-    let binary = plugin_binary();
-    let out = tokio::process::Command::new(&binary)
-        .args(["psql", "orders", "-n", &ns, "--", "-c", "select 1"])
-        .env("KUBECONFIG", &bed.kubeconfig)
-        .env("KUBECTL", "echo")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .expect("kubectl-dbop psql");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (out, stdout) =
+        kubectl_line(&bed, &["psql", "orders", "-n", &ns, "--", "-c", "select 1"]).await;
     assert!(out.status.success(), "{out:?}");
     assert_eq!(
-        stdout.trim(),
+        stdout,
         format!(
             "exec -i -n {ns} orders-0 -c postgres -- psql -h /var/run/postgresql -U shopapp -d shopapp -c select 1"
         )
@@ -328,6 +310,35 @@ async fn promote_asks_for_a_switchover_and_the_operator_answers_and_clears_the_r
         finished(plugin(&bed, &["promote", "ghost", "ghost-1", "-n", &ns])).await;
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr.contains("ghost not found"), "{stderr}");
+}
+
+/// Creates the object (JSON of a `K`) in the namespace.
+async fn create<K>(bed: &TestBed, ns: &str, object: serde_json::Value) -> K
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let object: K = serde_json::from_value(object).expect("a valid object");
+    Api::<K>::namespaced(bed.client.clone(), ns)
+        .create(&PostParams::default(), &object)
+        .await
+        .expect("created")
+}
+
+/// A Manual DatabaseBackup `name` of Database orders, made by hand (no operator needed).
+async fn backup_by_hand(bed: &TestBed, ns: &str, name: &str) {
+    let _: DatabaseBackup = create(
+        bed,
+        ns,
+        json!({"apiVersion": "dbop.dev/v1alpha1", "kind": "DatabaseBackup",
+            "metadata": {"name": name},
+            "spec": {"database": "orders", "reason": "Manual"}}),
+    )
+    .await;
 }
 
 /// The words of each line of a table.
@@ -508,16 +519,7 @@ async fn list_and_status_output_show_databases_as_table_json_and_yaml() {
     names.sort();
     assert_eq!(names, ["billing", "orders"]);
 
-    let backup = json!({"apiVersion": "dbop.dev/v1alpha1", "kind": "DatabaseBackup",
-        "metadata": {"name": "orders-by-hand"},
-        "spec": {"database": "orders", "reason": "Manual"}});
-    Api::<DatabaseBackup>::namespaced(bed.client.clone(), &ns)
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(backup).unwrap(),
-        )
-        .await
-        .unwrap();
+    backup_by_hand(&bed, &ns, "orders-by-hand").await;
     let (out, stdout, _) =
         finished(plugin(&bed, &["status", "orders", "-n", &ns, "-o", "yaml"])).await;
     assert!(out.status.success());
@@ -562,15 +564,15 @@ async fn kubectl_line(bed: &TestBed, args: &[&str]) -> (Output, String) {
 
 /// A bare pod with these labels (kwok runs it), no operator involved.
 async fn labelled_pod(bed: &TestBed, ns: &str, name: &str, labels: serde_json::Value) {
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]}
-    }))
-    .unwrap();
-    Api::<Pod>::namespaced(bed.client.clone(), ns)
-        .create(&PostParams::default(), &pod)
-        .await
-        .expect("pod");
+    let _: Pod = create(
+        bed,
+        ns,
+        json!({
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]}
+        }),
+    )
+    .await;
 }
 
 /// `logs` picks the pod labelled `dbop.dev/role=primary` (not the first, not the status's),
@@ -615,15 +617,12 @@ async fn logs_shows_the_labelled_primary_an_instance_or_the_operator_s_leader() 
         json!({"app.kubernetes.io/name": "dbop", "app.kubernetes.io/component": "operator"});
     labelled_pod(&bed, &ns, "dbop-aaaa", operator.clone()).await;
     labelled_pod(&bed, &ns, "dbop-bbbb", operator).await;
-    let lease: k8s_openapi::api::coordination::v1::Lease = serde_json::from_value(json!({
-        "metadata": {"name": "dbop-leader"},
-        "spec": {"holderIdentity": "dbop-bbbb"}
-    }))
-    .unwrap();
-    Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(bed.client.clone(), &ns)
-        .create(&PostParams::default(), &lease)
-        .await
-        .unwrap();
+    let _: k8s_openapi::api::coordination::v1::Lease = create(
+        &bed,
+        &ns,
+        json!({"metadata": {"name": "dbop-leader"}, "spec": {"holderIdentity": "dbop-bbbb"}}),
+    )
+    .await;
     let (out, line) = kubectl_line(&bed, &["logs", "--operator", "--tail", "5"]).await;
     assert!(out.status.success());
     assert_eq!(line, format!("logs -n {ns} dbop-bbbb -c dbop --tail=5"));
@@ -688,23 +687,26 @@ async fn restart_rolls_the_pod_template_through_the_operator() {
     assert!(stderr.contains("ghost not found"), "{stderr}");
 }
 
-/// A Secret `app-creds` with a username and a password, for `spec.credentials`.
-async fn app_credentials(bed: &TestBed, ns: &str, password: &str) {
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some("app-creds".into()),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([
-            ("username".into(), ByteString(b"shopapp".to_vec())),
-            ("password".into(), ByteString(password.as_bytes().to_vec())),
-        ])),
-        ..Default::default()
-    };
-    Api::<Secret>::namespaced(bed.client.clone(), ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("credentials Secret");
+/// A new namespace with Database orders of `instances` whose `spec.credentials` is a Secret
+/// `app-creds` (user `shopapp`, this password).
+async fn with_app_credentials(
+    bed: &TestBed,
+    prefix: &str,
+    instances: i32,
+    password: &str,
+) -> String {
+    let ns = bed.namespace(prefix).await;
+    let _: Secret = create(
+        bed,
+        &ns,
+        json!({"metadata": {"name": "app-creds"},
+            "stringData": {"username": "shopapp", "password": password}}),
+    )
+    .await;
+    let spec = json!({"instances": instances, "credentials": {"secretName": "app-creds"}});
+    bed.apply_database(&ns, database_manifest("orders", spec))
+        .await;
+    ns
 }
 
 /// `reload` execs `SELECT pg_reload_conf()` in every instance (here through a stand-in kubectl
@@ -713,16 +715,7 @@ async fn app_credentials(bed: &TestBed, ns: &str, password: &str) {
 #[tokio::test]
 async fn reload_runs_pg_reload_conf_in_every_instance_and_reports_each() {
     let bed = testbed().await;
-    let ns = bed.namespace("plugin-reload").await;
-    app_credentials(&bed, &ns, "pw-never-on-argv").await;
-    bed.apply_database(
-        &ns,
-        database_manifest(
-            "orders",
-            json!({"instances": 3, "credentials": {"secretName": "app-creds"}}),
-        ),
-    )
-    .await;
+    let ns = with_app_credentials(&bed, "plugin-reload", 3, "pw-never-on-argv").await;
     let dir = std::env::temp_dir().join(format!("{ns}-kubectl"));
     std::fs::create_dir_all(&dir).unwrap();
     let script = dir.join("kubectl");
@@ -782,16 +775,7 @@ async fn restore_creates_a_new_database_from_a_backup_and_never_overwrites() {
         ),
     )
     .await;
-    let backup = json!({"apiVersion": "dbop.dev/v1alpha1", "kind": "DatabaseBackup",
-        "metadata": {"name": "orders-by-hand"},
-        "spec": {"database": "orders", "reason": "Manual"}});
-    Api::<DatabaseBackup>::namespaced(bed.client.clone(), &ns)
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(backup).unwrap(),
-        )
-        .await
-        .unwrap();
+    backup_by_hand(&bed, &ns, "orders-by-hand").await;
     let args = |to: &'static str, extra: &[&'static str]| {
         let mut args: Vec<String> = [
             "restore",
@@ -926,29 +910,19 @@ fn files_under(dir: &std::path::Path) -> BTreeMap<String, String> {
 /// is anywhere in the bundle.
 #[tokio::test]
 async fn report_collects_the_database_s_objects_and_never_a_secret_value() {
-    use std::io::Write as _;
     let bed = testbed().await;
-    let ns = bed.namespace("plugin-report").await;
+    let ns = with_app_credentials(&bed, "plugin-report", 1, "pw-never-in-a-report").await;
     let _operator = bed.operator_in_process(&ns).await;
-    app_credentials(&bed, &ns, "pw-never-in-a-report").await;
-    bed.apply_database(
-        &ns,
-        database_manifest(
-            "orders",
-            json!({"credentials": {"secretName": "app-creds"}}),
-        ),
-    )
-    .await;
     bed.wait_for_phase(&ns, "orders", Phase::Ready, WAIT).await;
 
     let tmp = std::env::temp_dir().join(format!("{ns}-report"));
     std::fs::create_dir_all(&tmp).unwrap();
     let dir = tmp.join("bundle");
-    let (out, stdout, _) = finished(plugin(
-        &bed,
-        &["report", "orders", "-n", &ns, "-o", dir.to_str().unwrap()],
-    ))
-    .await;
+    let report_to = |out: &PathBuf| {
+        let out = out.to_str().unwrap().to_string();
+        finished(plugin(&bed, &["report", "orders", "-n", &ns, "-o", &out]))
+    };
+    let (out, stdout, _) = report_to(&dir).await;
     assert!(out.status.success());
     assert!(stdout.contains("wrote"), "{stdout}");
     let files = files_under(&dir);
@@ -1019,18 +993,7 @@ async fn report_collects_the_database_s_objects_and_never_a_secret_value() {
     }
 
     let archive = tmp.join("bundle.tar.gz");
-    let (out, _, _) = finished(plugin(
-        &bed,
-        &[
-            "report",
-            "orders",
-            "-n",
-            &ns,
-            "-o",
-            archive.to_str().unwrap(),
-        ],
-    ))
-    .await;
+    let (out, _, _) = report_to(&archive).await;
     assert!(out.status.success());
     let extracted = tmp.join("extracted");
     std::fs::create_dir_all(&extracted).unwrap();
@@ -1055,20 +1018,8 @@ async fn report_collects_the_database_s_objects_and_never_a_secret_value() {
         );
     }
     // An existing path is not written over.
-    let (out, _, stderr) = finished(plugin(
-        &bed,
-        &[
-            "report",
-            "orders",
-            "-n",
-            &ns,
-            "-o",
-            archive.to_str().unwrap(),
-        ],
-    ))
-    .await;
+    let (out, _, stderr) = report_to(&archive).await;
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr.contains("exists"), "{stderr}");
-    let _ = std::io::stderr().flush();
     let _ = std::fs::remove_dir_all(&tmp);
 }
