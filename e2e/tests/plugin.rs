@@ -761,8 +761,9 @@ async fn reload_runs_pg_reload_conf_in_every_instance_and_reports_each() {
 }
 
 /// `restore` makes a new Database restoring the DatabaseBackup with the source's version and
-/// storage (`--storage-size` overrides one); `--dry-run` prints it and creates nothing; an
-/// existing Database of the new name is refused and left as it was.
+/// storage (`--storage-size` overrides one); `--dry-run` prints it and creates nothing; without
+/// a terminal it does not ask, on one it asks and only a yes creates; an existing Database of
+/// the new name is refused and left as it was.
 #[tokio::test]
 async fn restore_creates_a_new_database_from_a_backup_and_never_overwrites() {
     let bed = testbed().await;
@@ -841,6 +842,41 @@ async fn restore_creates_a_new_database_from_a_backup_and_never_overwrites() {
     assert!(stderr.contains("already exists"), "{stderr}");
     let after = databases.get("orders-copy").await.unwrap();
     assert_eq!(after.metadata.resource_version, version);
+
+    // On a terminal (util-linux `script` gives it one) it asks; only a yes creates.
+    let on_a_terminal = |answer: &'static str, to: &'static str| {
+        let line = format!("{} {}", plugin_binary().display(), args(to, &[]).join(" "));
+        let mut child = tokio::process::Command::new("script")
+            .args(["-qec", &line, "/dev/null"])
+            .env("KUBECONFIG", &bed.kubeconfig)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("script (util-linux)");
+        let mut stdin = child.stdin.take().unwrap();
+        async move {
+            use tokio::io::AsyncWriteExt;
+            stdin.write_all(answer.as_bytes()).await.unwrap();
+            drop(stdin);
+            finished(child).await
+        }
+    };
+    let (out, stdout, _) = on_a_terminal("n\n", "orders-asked").await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout.contains("Create it? [y/N] Nothing created."),
+        "{stdout}"
+    );
+    assert!(databases.get_opt("orders-asked").await.unwrap().is_none());
+    let (out, stdout, _) = on_a_terminal("y\n", "orders-asked").await;
+    assert!(out.status.success());
+    assert!(
+        stdout.contains("database.dbop.dev/orders-asked created"),
+        "{stdout}"
+    );
+    assert!(databases.get_opt("orders-asked").await.unwrap().is_some());
 
     let (out, _, stderr) = run(args("orders", &["--yes"])).await;
     assert_eq!(out.status.code(), Some(1));
