@@ -1,8 +1,11 @@
 //! `kubectl dbop` against the test bed: the real `kubectl-dbop` binary, with the test bed's
-//! KUBECONFIG and `-n`, and the operator in-process. `status` of a Ready Database and of a
-//! missing one; `backup --wait` following an on-demand backup (its Job's pod completed by kwok
-//! with the result the test supplies) to Succeeded and to Failed; `promote` asking for a
-//! switchover that the operator answers (refused, with its reason) and clears.
+//! KUBECONFIG and `-n`, and the operator in-process where the test needs it. `status` of a Ready
+//! Database and of a missing one; `backup --wait` following an on-demand backup (its Job's pod
+//! completed by kwok with the result the test supplies) to Succeeded and to Failed; `promote`
+//! asking for a switchover that the operator answers (refused, with its reason) and clears;
+//! `--kubeconfig`/`--context`/`-n`; `list` and `-o`; `logs`, `psql` and `reload` through a
+//! stand-in kubectl (no container runs on kwok); `restart` through the operator to the
+//! StatefulSet; `restore`; `report` without any Secret value; `completion` without a cluster.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
