@@ -64,8 +64,7 @@ enum Command {
         #[arg(long, default_value = "10m", value_parser = parse_timeout)]
         timeout: Duration,
     },
-    /// The log of an instance's server container (the primary's by default), or of the
-    /// operator (`--operator`), through `kubectl logs`.
+    /// The primary's (or an instance's, or the operator's) log, through `kubectl logs`.
     Logs {
         name: Option<String>,
         /// The instance (e.g. orders-1); default: the pod labelled dbop.dev/role=primary.
@@ -80,14 +79,19 @@ enum Command {
         #[arg(long, value_name = "N")]
         tail: Option<u32>,
     },
-    /// A rolling restart of the Database's pods (one at a time, highest ordinal first): sets
-    /// the annotation dbop.dev/restartedAt, which the operator carries into the pod template.
+    /// A rolling restart of the Database's pods, highest ordinal first.
+    ///
+    /// Sets the annotation dbop.dev/restartedAt, which the operator carries into the pod
+    /// template; the StatefulSet then restarts the pods one at a time.
     Restart { name: String },
-    /// Make every instance reread its configuration: `SELECT pg_reload_conf()` through psql
-    /// in each pod (as `psql` does, no password).
+    /// Make every instance reread its configuration (`SELECT pg_reload_conf()`).
+    ///
+    /// Runs psql in each pod as `psql` does (local socket, no password).
     Reload { name: String },
-    /// Create a new Database NEW_NAME that restores a DatabaseBackup (spec.bootstrap.fromBackup),
-    /// with its source Database's version and storage unless overridden. Never overwrites.
+    /// Create a new Database that restores a DatabaseBackup.
+    ///
+    /// NEW_NAME gets spec.bootstrap.fromBackup, and the source Database's version and storage
+    /// unless overridden. An existing Database is never overwritten.
     Restore {
         name: String,
         /// The DatabaseBackup to restore (of Database NAME).
@@ -112,9 +116,25 @@ enum Command {
         #[arg(short = 'y', long)]
         yes: bool,
     },
-    /// Collect a support bundle of the Database: its YAML and its DatabaseBackups', the
-    /// StatefulSet, pods, claims, Services, Jobs, ConfigMaps, Events and the pods' logs; Secrets
-    /// by name and keys only (never their values).
+    /// Make INSTANCE (a ready standby, e.g. orders-2) the primary: a switchover.
+    ///
+    /// The old primary
+    /// stops after sending its standbys all of its WAL; no commit is lost. The operator answers
+    /// with an Event (Switchover or PromoteRefused); `status` shows the new primary.
+    Promote { name: String, instance: String },
+    /// Run psql in the Database's primary as its superuser.
+    ///
+    /// Peer authentication on the local socket; no password is used. Arguments after `--` go
+    /// to psql.
+    Psql {
+        name: String,
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// Collect a support bundle of the Database (no Secret values).
+    ///
+    /// Its YAML and its DatabaseBackups', the StatefulSet, pods, claims, Services, Jobs,
+    /// ConfigMaps, Events and the pods' logs; Secrets by name and keys only, never their values.
     Report {
         name: String,
         /// A directory, or a file ending in .tar.gz/.tgz (default:
@@ -122,20 +142,11 @@ enum Command {
         #[arg(short = 'o', long, value_name = "DIR|FILE.tar.gz")]
         output: Option<std::path::PathBuf>,
     },
-    /// Print a completion script for `kubectl-dbop` (bash, zsh, fish, elvish, powershell);
-    /// needs no cluster. `source <(kubectl-dbop completion bash)`.
+    /// Print a shell completion script for `kubectl-dbop`.
+    ///
+    /// bash, zsh, fish, elvish or powershell; needs no cluster:
+    /// `source <(kubectl-dbop completion bash)`.
     Completion { shell: clap_complete::Shell },
-    /// Make INSTANCE (a ready standby, e.g. orders-2) the primary: a switchover. The old primary
-    /// stops after sending its standbys all of its WAL; no commit is lost. The operator answers
-    /// with an Event (Switchover or PromoteRefused); `status` shows the new primary.
-    Promote { name: String, instance: String },
-    /// Run psql in the Database's pod as its superuser (peer authentication on the local
-    /// socket; no password is used). Arguments after `--` go to psql.
-    Psql {
-        name: String,
-        #[arg(last = true)]
-        args: Vec<String>,
-    },
 }
 
 fn parse_timeout(text: &str) -> Result<Duration, String> {
