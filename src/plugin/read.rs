@@ -343,6 +343,13 @@ pub async fn report(client: &Client, db: &Database, at: &str) -> Bundle {
         secrets.push(own);
     }
     bundle.secrets(&secrets);
+    let others: Vec<String> = match databases(client, Some(&ns)).await {
+        Ok(dbs) => dbs.iter().map(Database::name).collect(),
+        Err(e) => {
+            bundle.problem(e.to_string());
+            vec![]
+        }
+    };
     match Api::<Event>::namespaced(client.clone(), &ns)
         .list(&ListParams::default())
         .await
@@ -355,7 +362,7 @@ pub async fn report(client: &Client, db: &Database, at: &str) -> Bundle {
                     e.involved_object
                         .name
                         .as_deref()
-                        .is_some_and(|n| report::event_concerns(&name, n))
+                        .is_some_and(|n| report::event_concerns(&name, &others, n))
                 })
                 .collect();
             bundle.objects("events.yaml", &events);

@@ -22,11 +22,20 @@ pub fn owned_selector(database: &str) -> String {
 }
 
 /// Whether an Event about `involved` (an object's name) concerns the Database: the Database
-/// itself, or an object named after it (`orders-0`, `orders-restore`, `data-orders-1`).
-pub fn event_concerns(database: &str, involved: &str) -> bool {
-    involved == database
-        || involved.starts_with(&format!("{database}-"))
-        || involved.starts_with(&format!("data-{database}-"))
+/// itself, or an object named after it (`orders-0`, `orders-restore`, `data-orders-1`), unless
+/// that name is another Database's of the namespace or named after one (`orders-copy-0` is
+/// Database orders-copy's).
+pub fn event_concerns(database: &str, others: &[String], involved: &str) -> bool {
+    let after = |db: &str| {
+        involved == db
+            || involved.starts_with(&format!("{db}-"))
+            || involved.starts_with(&format!("data-{db}-"))
+    };
+    after(database)
+        && !others
+            .iter()
+            .filter(|o| o.as_str() != database && o.starts_with(&format!("{database}-")))
+            .any(|o| after(o))
 }
 
 /// A Secret as the bundle lists it: name, type and the names of its keys. Nothing of a value.
@@ -215,12 +224,22 @@ mod tests {
 
     #[test]
     fn events_of_the_database_and_of_objects_named_after_it() {
+        let others = ["orders".to_string(), "orders-copy".into(), "billing".into()];
         for name in ["orders", "orders-0", "orders-restore", "data-orders-1"] {
-            assert!(event_concerns("orders", name), "{name}");
+            assert!(event_concerns("orders", &others, name), "{name}");
         }
-        for name in ["orders2", "billing-0", "data-orders2-0", "ordersx-0"] {
-            assert!(!event_concerns("orders", name), "{name}");
+        for name in [
+            "orders2",
+            "billing-0",
+            "data-orders2-0",
+            "ordersx-0",
+            "orders-copy",
+            "orders-copy-0",
+            "data-orders-copy-0",
+        ] {
+            assert!(!event_concerns("orders", &others, name), "{name}");
         }
+        assert!(event_concerns("orders-copy", &others, "orders-copy-0"));
         assert_eq!(
             owned_selector("orders"),
             "app.kubernetes.io/instance=orders,app.kubernetes.io/managed-by=dbop"
