@@ -69,7 +69,8 @@ enum Command {
         name: Option<String>,
         /// The instance (e.g. orders-1); default: the pod labelled dbop.dev/role=primary.
         instance: Option<String>,
-        /// The operator's log instead (its leader's when it runs several replicas).
+        /// The operator's log instead (its leader's when it runs several replicas), found in
+        /// the namespace -n names, else in any.
         #[arg(long, conflicts_with_all = ["name", "instance"])]
         operator: bool,
         /// Keep streaming new lines.
@@ -168,6 +169,7 @@ async fn main() -> ExitCode {
             .map(|p| p.display().to_string()),
         context: cli.target.context.clone(),
     };
+    let explicit_namespace = cli.target.namespace.clone();
     let (client, namespace) = match connect(cli.target).await {
         Ok(found) => found,
         Err(message) => return fail(&message),
@@ -221,7 +223,9 @@ async fn main() -> ExitCode {
             tail,
         } => {
             let pick = match (operator, name) {
-                (true, _) => LogsOf::Operator,
+                (true, _) => LogsOf::Operator {
+                    operator_ns: explicit_namespace.clone(),
+                },
                 (false, Some(name)) => LogsOf::Instance(name, instance),
                 (false, None) => return fail("logs needs a Database NAME, or --operator"),
             };
@@ -558,7 +562,10 @@ async fn report(
 /// Whose log `logs` shows.
 enum LogsOf {
     Instance(String, Option<String>),
-    Operator,
+    /// In the namespace `-n` names, else in any.
+    Operator {
+        operator_ns: Option<String>,
+    },
 }
 
 async fn logs(
@@ -580,16 +587,11 @@ async fn logs(
             let pod = logs::instance_pod(&db, &pods, instance.as_deref())?;
             (ns.to_string(), pod, logs::INSTANCE_CONTAINER)
         }
-        LogsOf::Operator => {
-            let (pods, leases) = read::operator_pods(client)
+        LogsOf::Operator { operator_ns } => {
+            let (pods, leases) = read::operator_pods(client, operator_ns.as_deref())
                 .await
                 .map_err(|e| e.to_string())?;
-            let (ns, pod) = logs::operator_pod(&pods, &leases).ok_or_else(|| {
-                format!(
-                    "no operator pod found (pods labelled {} in any namespace)",
-                    logs::OPERATOR_SELECTOR
-                )
-            })?;
+            let (ns, pod) = logs::operator_pod(&pods, &leases)?;
             (ns, pod, logs::OPERATOR_CONTAINER)
         }
     };

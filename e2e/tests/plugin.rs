@@ -616,19 +616,25 @@ async fn logs_shows_the_labelled_primary_an_instance_or_the_operator_s_leader() 
         format!("--kubeconfig={kubeconfig} logs -n {ns} orders-1 -c postgres")
     );
 
-    let operator =
+    let operator_labels =
         json!({"app.kubernetes.io/name": "dbop", "app.kubernetes.io/component": "operator"});
-    labelled_pod(&bed, &ns, "dbop-aaaa", operator.clone()).await;
-    labelled_pod(&bed, &ns, "dbop-bbbb", operator).await;
+    labelled_pod(&bed, &ns, "dbop-aaaa", operator_labels.clone()).await;
+    labelled_pod(&bed, &ns, "dbop-bbbb", operator_labels.clone()).await;
     let _: k8s_openapi::api::coordination::v1::Lease = create(
         &bed,
         &ns,
         json!({"metadata": {"name": "dbop-leader"}, "spec": {"holderIdentity": "dbop-bbbb"}}),
     )
     .await;
-    let (out, line) = kubectl_line(&bed, &["logs", "--operator", "--tail", "5"]).await;
+    let (out, line) = kubectl_line(&bed, &["logs", "--operator", "--tail", "5", "-n", &ns]).await;
     assert!(out.status.success());
     assert_eq!(line, format!("logs -n {ns} dbop-bbbb -c dbop --tail=5"));
+    // Without -n every namespace is searched; another installation (here: one in a second
+    // namespace) is not guessed between.
+    let other = bed.namespace("plugin-logs-other").await;
+    labelled_pod(&bed, &other, "dbop-cccc", operator_labels.clone()).await;
+    let (out, _) = kubectl_line(&bed, &["logs", "--operator"]).await;
+    assert_eq!(out.status.code(), Some(1));
 }
 
 /// `restart` sets `dbop.dev/restartedAt`; the operator carries it into the StatefulSet's pod

@@ -58,8 +58,21 @@ pub fn instance_pod(db: &Database, pods: &[Pod], instance: Option<&str>) -> Resu
 
 /// The operator pod whose log to show, as (namespace, name): the leader (the holder of a
 /// Lease in its namespace: the chart's pods hold it under their own name), else the first
-/// running one by namespace and name, else the first.
-pub fn operator_pod(pods: &[Pod], leases: &[Lease]) -> Option<(String, String)> {
+/// running one by name, else the first. Operators in several namespaces (two installations)
+/// are not guessed between: the error names them, for `-n`.
+pub fn operator_pod(pods: &[Pod], leases: &[Lease]) -> Result<(String, String), String> {
+    let mut namespaces: Vec<&str> = pods
+        .iter()
+        .filter_map(|p| p.metadata.namespace.as_deref())
+        .collect();
+    namespaces.sort();
+    namespaces.dedup();
+    if namespaces.len() > 1 {
+        return Err(format!(
+            "operator pods in several namespaces ({}): name one with -n",
+            namespaces.join(", ")
+        ));
+    }
     let key = |p: &Pod| {
         (
             p.metadata.namespace.clone().unwrap_or_default(),
@@ -78,7 +91,11 @@ pub fn operator_pod(pods: &[Pod], leases: &[Lease]) -> Option<(String, String)> 
     let running = pods
         .iter()
         .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
-    leader.or(running).or(pods.first()).map(|p| key(p))
+    leader
+        .or(running)
+        .or(pods.first())
+        .map(|p| key(p))
+        .ok_or_else(|| format!("no operator pod found (pods labelled {OPERATOR_SELECTOR})"))
 }
 
 /// The arguments after `kubectl` (and its global flags): `logs` of the container, following
@@ -173,7 +190,7 @@ mod tests {
             }))
             .unwrap()
         };
-        let at = |name: &str| Some(("dbop-system".to_string(), name.to_string()));
+        let at = |name: &str| Ok(("dbop-system".to_string(), name.to_string()));
         assert_eq!(
             operator_pod(&pods, &[lease("dbop-system", "dbop-c")]),
             at("dbop-c")
@@ -184,7 +201,16 @@ mod tests {
             at("dbop-b")
         );
         assert_eq!(operator_pod(&pods[..1], &[]), at("dbop-a"));
-        assert_eq!(operator_pod(&[], &[]), None);
+        assert!(
+            operator_pod(&[], &[])
+                .unwrap_err()
+                .contains("no operator pod found")
+        );
+        let two = [pods[1].clone(), pod("team-b", "dbop-x", op, "Running")];
+        assert_eq!(
+            operator_pod(&two, &[]).unwrap_err(),
+            "operator pods in several namespaces (dbop-system, team-b): name one with -n"
+        );
     }
 
     #[test]

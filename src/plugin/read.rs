@@ -251,10 +251,17 @@ pub async fn instance_pods(client: &Client, db: &Database) -> Result<Vec<Pod>, P
         )))
 }
 
-/// The operator's pods (the chart's labels, in any namespace) and the Leases of their
+/// The operator's pods (the chart's labels, in the namespace or any) and the Leases of their
 /// namespaces (the leader holds one).
-pub async fn operator_pods(client: &Client) -> Result<(Vec<Pod>, Vec<Lease>), PluginError> {
-    let pods = Api::<Pod>::all(client.clone())
+pub async fn operator_pods(
+    client: &Client,
+    ns: Option<&str>,
+) -> Result<(Vec<Pod>, Vec<Lease>), PluginError> {
+    let api = match ns {
+        Some(ns) => Api::<Pod>::namespaced(client.clone(), ns),
+        None => Api::<Pod>::all(client.clone()),
+    };
+    let pods = api
         .list(&ListParams::default().labels(logs::OPERATOR_SELECTOR))
         .await
         .map_err(api_error(format!(
