@@ -56,6 +56,35 @@ pub fn exec_args(
     args
 }
 
+/// The SQL `reload` runs on each instance.
+pub const RELOAD_SQL: &str = "SELECT pg_reload_conf()";
+
+/// The arguments after `kubectl` that make the server of `pod` reread its configuration: psql
+/// as for [`exec_args`] without a terminal, unaligned and tuples-only (it prints `t`), ignoring
+/// any `~/.psqlrc`.
+pub fn reload_args(namespace: &str, pod: &str, user: &str) -> Vec<String> {
+    exec_args(
+        namespace,
+        pod,
+        user,
+        false,
+        &["-X", "-A", "-t", "-c", RELOAD_SQL].map(String::from),
+    )
+}
+
+/// Whether psql's output says the reload was signalled (`pg_reload_conf()` returned true).
+pub fn reloaded(stdout: &str) -> bool {
+    stdout.trim() == "t"
+}
+
+/// The instance pods of the Database, every one of the spec's.
+pub fn instance_pods(db: &Database) -> Vec<String> {
+    let names = Names::of(db);
+    (0..db.spec.instances.max(1))
+        .map(|i| names.pod(i))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -105,6 +134,21 @@ mod tests {
         let args = exec_args("ns", "db-0", &user, false, &[]);
         assert_eq!(&args[..2], ["exec", "-i"]);
         assert_eq!(args.last().map(String::as_str), Some("postgres"));
+    }
+
+    #[test]
+    fn reload_runs_pg_reload_conf_on_each_instance_without_a_password() {
+        let mut db = crate::resources::testing::minimal();
+        db.spec.instances = 3;
+        assert_eq!(instance_pods(&db), ["orders-0", "orders-1", "orders-2"]);
+        let args = reload_args("shop", "orders-1", "app");
+        assert_eq!(
+            args.join(" "),
+            "exec -i -n shop orders-1 -c postgres -- psql -h /var/run/postgresql -U app -d app -X -A -t -c SELECT pg_reload_conf()"
+        );
+        assert!(reloaded("t\n"));
+        assert!(!reloaded("f\n"));
+        assert!(!reloaded(""));
     }
 
     #[test]

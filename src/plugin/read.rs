@@ -4,16 +4,22 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{Event, Secret};
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, PersistentVolumeClaim, Pod, Secret, Service};
+use kube::api::{ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Api, Client};
 
 use super::health::{PodHealth, figures};
+use super::logs;
 use super::render::{EventLine, StatusView, from_meta_time};
+use super::report::{self, Bundle};
 use crate::api::{BackupReason, Database, DatabaseBackup, DatabaseBackupSpec, MonitoringSpec};
 use crate::resources::credentials::secret_name;
 use crate::resources::primary_lease::PROMOTE_ANNOTATION;
+use crate::resources::template_origin::RESTARTED_AT_ANNOTATION;
 use dbop_contract::instance::METRICS_PORT;
 
 /// What went wrong, in a sentence for the terminal.
@@ -21,6 +27,10 @@ use dbop_contract::instance::METRICS_PORT;
 pub enum PluginError {
     #[error("Database {namespace}/{name} not found")]
     NotFound { namespace: String, name: String },
+    #[error(
+        "DatabaseBackup {namespace}/{name} not found (kubectl get databasebackups -n {namespace})"
+    )]
+    BackupNotFound { namespace: String, name: String },
     #[error(
         "the API server does not serve Databases: are the dbop CRDs installed? (kubectl apply -f crds/)"
     )]
@@ -70,17 +80,74 @@ pub async fn database(client: &Client, ns: &str, name: &str) -> Result<Database,
         })
 }
 
-/// The Database with its DatabaseBackups and the Events about it.
-pub async fn status_view(client: &Client, ns: &str, name: &str) -> Result<StatusView, PluginError> {
-    let database = database(client, ns, name).await?;
-    let backups = Api::<DatabaseBackup>::namespaced(client.clone(), ns)
+/// The DatabaseBackup of that name.
+pub async fn backup(client: &Client, ns: &str, name: &str) -> Result<DatabaseBackup, PluginError> {
+    Api::<DatabaseBackup>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .map_err(api_error(format!("cannot read DatabaseBackup {ns}/{name}")))?
+        .ok_or_else(|| PluginError::BackupNotFound {
+            namespace: ns.into(),
+            name: name.into(),
+        })
+}
+
+/// Whether a Database of that name exists.
+pub async fn database_exists(client: &Client, ns: &str, name: &str) -> Result<bool, PluginError> {
+    match database(client, ns, name).await {
+        Ok(_) => Ok(true),
+        Err(PluginError::NotFound { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Creates the Database; an existing one of that name is an error, never overwritten.
+pub async fn create_database(client: &Client, db: &Database) -> Result<Database, PluginError> {
+    let ns = db.namespace_or_default();
+    Api::<Database>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), db)
+        .await
+        .map_err(api_error(format!(
+            "cannot create Database {ns}/{}",
+            db.name()
+        )))
+}
+
+/// The Databases of the namespace, or of every namespace.
+pub async fn databases(client: &Client, ns: Option<&str>) -> Result<Vec<Database>, PluginError> {
+    let api = match ns {
+        Some(ns) => Api::<Database>::namespaced(client.clone(), ns),
+        None => Api::<Database>::all(client.clone()),
+    };
+    api.list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .map_err(|e| match e {
+            kube::Error::Api(s) if s.code == 404 => PluginError::NoCrd,
+            e => api_error("cannot list Databases")(e),
+        })
+}
+
+/// The DatabaseBackups of the Database.
+pub async fn backups_of(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> Result<Vec<DatabaseBackup>, PluginError> {
+    Ok(Api::<DatabaseBackup>::namespaced(client.clone(), ns)
         .list(&ListParams::default())
         .await
         .map_err(api_error("cannot list DatabaseBackups"))?
         .items
         .into_iter()
         .filter(|b| b.spec.database == name)
-        .collect();
+        .collect())
+}
+
+/// The Database with its DatabaseBackups and the Events about it.
+pub async fn status_view(client: &Client, ns: &str, name: &str) -> Result<StatusView, PluginError> {
+    let database = database(client, ns, name).await?;
+    let backups = backups_of(client, ns, name).await?;
     let selector = format!("involvedObject.kind=Database,involvedObject.name={name}");
     let events = Api::<Event>::namespaced(client.clone(), ns)
         .list(&ListParams::default().fields(&selector))
@@ -171,6 +238,175 @@ fn event_line(e: &Event) -> EventLine {
     }
 }
 
+/// The Database's instance pods.
+pub async fn instance_pods(client: &Client, db: &Database) -> Result<Vec<Pod>, PluginError> {
+    let ns = db.namespace_or_default();
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default().labels(&logs::instance_selector(db)))
+        .await
+        .map(|l| l.items)
+        .map_err(api_error(format!(
+            "cannot list the pods of Database {ns}/{}",
+            db.name()
+        )))
+}
+
+/// The operator's pods (the chart's labels, in the namespace or any) and the Leases of their
+/// namespaces (the leader holds one).
+pub async fn operator_pods(
+    client: &Client,
+    ns: Option<&str>,
+) -> Result<(Vec<Pod>, Vec<Lease>), PluginError> {
+    let api = match ns {
+        Some(ns) => Api::<Pod>::namespaced(client.clone(), ns),
+        None => Api::<Pod>::all(client.clone()),
+    };
+    let pods = api
+        .list(&ListParams::default().labels(logs::OPERATOR_SELECTOR))
+        .await
+        .map_err(api_error(format!(
+            "cannot list the operator's pods ({})",
+            logs::OPERATOR_SELECTOR
+        )))?
+        .items;
+    let mut namespaces: Vec<String> = pods
+        .iter()
+        .filter_map(|p| p.metadata.namespace.clone())
+        .collect();
+    namespaces.sort();
+    namespaces.dedup();
+    let mut leases = vec![];
+    for ns in namespaces {
+        // Without the right to list Leases the first running pod is shown.
+        if let Ok(list) = Api::<Lease>::namespaced(client.clone(), &ns)
+            .list(&ListParams::default())
+            .await
+        {
+            leases.extend(list.items);
+        }
+    }
+    Ok((pods, leases))
+}
+
+/// How many lines of each container's log the report keeps.
+const REPORT_LOG_LINES: i64 = 2000;
+
+/// Lists the objects dbop made for the Database; a failure is noted in the bundle.
+async fn owned<K>(client: &Client, ns: &str, database: &str, bundle: &mut Bundle) -> Vec<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let selector = report::owned_selector(database);
+    match Api::<K>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&selector))
+        .await
+    {
+        Ok(list) => list.items,
+        Err(e) => {
+            bundle.problem(format!(
+                "{}: {}",
+                K::plural(&K::DynamicType::default()),
+                brief(&e)
+            ));
+            vec![]
+        }
+    }
+}
+
+/// The support bundle of the Database: it, its DatabaseBackups, the objects dbop made for it,
+/// the Events about them, every container's log, and its Secrets by name and keys only.
+pub async fn report(client: &Client, db: &Database, at: &str) -> Bundle {
+    let ns = db.namespace_or_default();
+    let name = db.name();
+    let mut bundle = Bundle::default();
+    bundle.objects("database.yaml", std::slice::from_ref(db));
+    match backups_of(client, &ns, &name).await {
+        Ok(backups) => bundle.objects("databasebackups.yaml", &backups),
+        Err(e) => bundle.problem(e.to_string()),
+    }
+    let statefulsets: Vec<StatefulSet> = owned(client, &ns, &name, &mut bundle).await;
+    bundle.objects("statefulsets.yaml", &statefulsets);
+    let pods: Vec<Pod> = owned(client, &ns, &name, &mut bundle).await;
+    bundle.objects("pods.yaml", &pods);
+    let claims: Vec<PersistentVolumeClaim> = owned(client, &ns, &name, &mut bundle).await;
+    bundle.objects("persistentvolumeclaims.yaml", &claims);
+    let services: Vec<Service> = owned(client, &ns, &name, &mut bundle).await;
+    bundle.objects("services.yaml", &services);
+    let jobs: Vec<Job> = owned(client, &ns, &name, &mut bundle).await;
+    bundle.objects("jobs.yaml", &jobs);
+    let configmaps: Vec<ConfigMap> = owned(client, &ns, &name, &mut bundle).await;
+    bundle.objects("configmaps.yaml", &configmaps);
+    let mut secrets: Vec<Secret> = owned(client, &ns, &name, &mut bundle).await;
+    // The user's credentials Secret carries none of dbop's labels.
+    if let Ok(Some(own)) = Api::<Secret>::namespaced(client.clone(), &ns)
+        .get_opt(&secret_name(db))
+        .await
+        && !secrets.iter().any(|s| s.metadata.name == own.metadata.name)
+    {
+        secrets.push(own);
+    }
+    bundle.secrets(&secrets);
+    let others: Vec<String> = match databases(client, Some(&ns)).await {
+        Ok(dbs) => dbs.iter().map(Database::name).collect(),
+        Err(e) => {
+            bundle.problem(e.to_string());
+            vec![]
+        }
+    };
+    match Api::<Event>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(list) => {
+            let events: Vec<Event> = list
+                .items
+                .into_iter()
+                .filter(|e| {
+                    e.involved_object
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| report::event_concerns(&name, &others, n))
+                })
+                .collect();
+            bundle.objects("events.yaml", &events);
+        }
+        Err(e) => bundle.problem(format!("events: {}", brief(&e))),
+    }
+    let api = Api::<Pod>::namespaced(client.clone(), &ns);
+    for pod in &pods {
+        let pod_name = pod.metadata.name.clone().unwrap_or_default();
+        let spec = pod.spec.clone().unwrap_or_default();
+        let containers = spec
+            .init_containers
+            .unwrap_or_default()
+            .into_iter()
+            .chain(spec.containers)
+            .map(|c| c.name);
+        for container in containers {
+            let params = LogParams {
+                container: Some(container.clone()),
+                tail_lines: Some(REPORT_LOG_LINES),
+                ..LogParams::default()
+            };
+            match tokio::time::timeout(SCRAPE_TIMEOUT, api.logs(&pod_name, &params)).await {
+                Ok(Ok(text)) => bundle.log(&pod_name, &container, text),
+                Ok(Err(e)) => {
+                    bundle.problem(format!("log of {pod_name}/{container}: {}", brief(&e)))
+                }
+                Err(_) => bundle.problem(format!(
+                    "log of {pod_name}/{container}: no answer within {SCRAPE_TIMEOUT:?}"
+                )),
+            }
+        }
+    }
+    bundle.readme(&ns, &name, at);
+    bundle
+}
+
 /// The credentials Secret of the Database (the user's or the generated one).
 pub async fn credentials(client: &Client, db: &Database) -> Result<Secret, PluginError> {
     let ns = db.namespace_or_default();
@@ -229,6 +465,34 @@ pub async fn request_promotion(
         )))
 }
 
+/// The patch that asks for a rolling restart at `now`: a new value of `dbop.dev/restartedAt`,
+/// which the operator copies into the pod template (and its recorded inputs), so the
+/// StatefulSet rolls the pods one at a time.
+pub fn restart_patch(now: DateTime<Utc>) -> serde_json::Value {
+    let at = now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    serde_json::json!({"metadata": {"annotations": {RESTARTED_AT_ANNOTATION: at}}})
+}
+
+/// Asks the operator for a rolling restart of the (existing) Database's pods.
+pub async fn request_restart(
+    client: &Client,
+    ns: &str,
+    database: &str,
+    now: DateTime<Utc>,
+) -> Result<(), PluginError> {
+    Api::<Database>::namespaced(client.clone(), ns)
+        .patch(
+            database,
+            &PatchParams::default(),
+            &Patch::Merge(&restart_patch(now)),
+        )
+        .await
+        .map(drop)
+        .map_err(api_error(format!(
+            "cannot ask for a restart of Database {ns}/{database}"
+        )))
+}
+
 /// Follows the DatabaseBackup (a watch) until it succeeded or failed, or the timeout passed.
 pub async fn wait_finished(
     client: &Client,
@@ -267,6 +531,26 @@ mod tests {
             manual_backup_name("orders", at),
             "orders-manual-20261130090507"
         );
+    }
+
+    /// The restart request is the annotation the operator copies into the pod template, with a
+    /// new value each second.
+    #[test]
+    fn a_restart_request_is_a_new_restarted_at_annotation() {
+        let at = "2026-11-30T09:05:07.123Z".parse().unwrap();
+        assert_eq!(
+            restart_patch(at),
+            serde_json::json!({"metadata": {"annotations": {"dbop.dev/restartedAt": "2026-11-30T09:05:07Z"}}})
+        );
+        let db: Database = serde_json::from_value(serde_json::json!({
+            "apiVersion": "dbop.dev/v1alpha1", "kind": "Database",
+            "metadata": {"name": "orders", "namespace": "shop",
+                "annotations": restart_patch(at)["metadata"]["annotations"].clone()},
+            "spec": {"version": "16.4", "storage": {"size": "1Gi"}}
+        }))
+        .unwrap();
+        let annotations = crate::resources::pod_annotations(&db).unwrap();
+        assert_eq!(annotations["dbop.dev/restartedAt"], "2026-11-30T09:05:07Z");
     }
 
     /// A Ready Event first written at 09:00 and repeated (a series) until 10:05, after a
