@@ -648,7 +648,7 @@ mod tests {
     /// fills in.
     #[test]
     fn the_krew_manifest_installs_kubectl_dbop() {
-        let text = include_str!("../plugins/krew/dbop.yaml");
+        let text = include_str!("../docs/krew/dbop.yaml");
         let manifest: serde_json::Value = serde_norway::from_str(text).unwrap();
         assert_eq!(manifest["kind"], "Plugin");
         assert_eq!(manifest["metadata"]["name"], "dbop");
