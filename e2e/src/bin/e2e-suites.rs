@@ -380,11 +380,56 @@ fn clean_up(outcome: &Outcome, suite_logs: &Path) {
             println!("--- end of {}", path.display());
         }
     }
+    if !outcome.ok && outcome.suite.group == Group::RealNode {
+        print_real_node_health(suite_logs.parent().unwrap_or(Path::new(".")));
+    }
     if !namespaces.is_empty() {
         println!(
             "e2e suite {suite}: its {} namespace(s) deleted",
             namespaces.len()
         );
+    }
+}
+
+/// The real node's processes and the last lines of their logs, printed after a real-node suite
+/// failed: a node that stopped starting pods or routing Services (a process gone, an error in a
+/// loop) fails every suite after it the same way, and the test bed is gone when CI shows it.
+fn print_real_node_health(testbed: &Path) {
+    const PROCESSES: [&str; 4] = ["kubelet", "containerd", "kube-proxy", "coredns"];
+    const TAIL: usize = 15;
+    if let Ok(out) = std::process::Command::new("df")
+        .arg("-h")
+        .arg(testbed)
+        .output()
+    {
+        print!(
+            "--- real node: disk\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    if let Ok(meminfo) = std::fs::read_to_string("/proc/meminfo") {
+        let available = meminfo.lines().find(|l| l.starts_with("MemAvailable"));
+        println!(
+            "--- real node: {}",
+            available.unwrap_or("MemAvailable unknown")
+        );
+    }
+    for name in PROCESSES {
+        let pid = std::fs::read_to_string(testbed.join("pids").join(format!("{name}.pid")));
+        let alive = match pid.as_deref().map(str::trim) {
+            Ok(pid) if Path::new("/proc").join(pid).exists() => format!("running (pid {pid})"),
+            Ok(pid) => format!("NOT RUNNING (pid {pid} gone)"),
+            Err(_) => "no pid file".to_string(),
+        };
+        println!("--- real node: {name} {alive}");
+        let Ok(text) = std::fs::read_to_string(testbed.join("logs").join(format!("{name}.log")))
+        else {
+            continue;
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        for line in &lines[lines.len().saturating_sub(TAIL)..] {
+            println!("    {line}");
+        }
     }
 }
 
