@@ -252,7 +252,11 @@ impl TestBed {
                 "127.0.0.1:0",
             ])
             .env("KUBECONFIG", &self.kubeconfig)
-            .env("RUST_LOG", "info")
+            // DBOP_E2E_OPERATOR_LOG (e.g. `dbop=debug`) for a closer look at one suite.
+            .env(
+                "RUST_LOG",
+                std::env::var("DBOP_E2E_OPERATOR_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log handle"))

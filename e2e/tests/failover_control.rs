@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use dbop::api::Phase;
 use dbop_contract::topology::Topology;
-use dbop_e2e::{TestBed, WAIT, database_manifest, testbed, wait_until};
+use dbop_e2e::{TestBed, WAIT, database_manifest, testbed, wait_until, wait_until_or_none};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -174,11 +174,18 @@ async fn a_lost_primary_is_replaced_once_even_across_an_operator_kill() {
         (designated(&leases).await.as_deref() == Some("orders-0")).then_some(())
     })
     .await;
-    let events = failed_over_events(&bed, &ns).await;
-    assert!(
+    // The Event follows the Lease's write: wait for it, not just look once.
+    let released = wait_until_or_none(WAIT, || async {
+        let events = failed_over_events(&bed, &ns).await;
         events
             .iter()
-            .any(|e| e.contains("orders-1 released the primary Lease")),
-        "{events:?}"
+            .any(|e| e.contains("orders-1 released the primary Lease"))
+            .then_some(())
+    })
+    .await;
+    assert!(
+        released.is_some(),
+        "no Event for the release: {:?}",
+        failed_over_events(&bed, &ns).await
     );
 }
