@@ -54,27 +54,33 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Merge<K> {
     pub fn apply(&mut self, watch: usize, event: Event<K>, mut changed: impl FnMut(&K)) -> bool {
         match event {
             Event::Init => self.seen[watch] = Some(HashSet::new()),
+            // The store first, then the trigger: a reconcile the trigger starts reads the store,
+            // and must find this object as it now is (a spec edit, a deleted child), not the one
+            // before (it would decide on the old spec and not look again until its requeue).
             Event::InitApply(object) | Event::Apply(object) => {
                 if let Some(seen) = &mut self.seen[watch] {
                     seen.insert(key(&object));
                 }
-                changed(&object);
                 let event = match self.swapped {
                     true => Event::Apply(object),
                     false => Event::InitApply(object),
                 };
                 self.writer.apply_watcher_event(&event);
+                if let Event::Apply(object) | Event::InitApply(object) = &event {
+                    changed(object);
+                }
             }
             Event::Delete(object) => {
                 if let Some(seen) = &mut self.seen[watch] {
                     seen.remove(&key(&object));
                 }
-                changed(&object);
                 // Before the swap the object may sit in the buffer: the swap's clean-up drops
                 // it, as it is no longer seen.
                 if self.swapped {
-                    self.writer.apply_watcher_event(&Event::Delete(object));
+                    self.writer
+                        .apply_watcher_event(&Event::Delete(object.clone()));
                 }
+                changed(&object);
             }
             Event::InitDone => return self.listed(watch, &mut changed),
         }
@@ -115,8 +121,9 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Merge<K> {
             .map(|o| K::clone(&o))
             .collect();
         for object in gone {
+            self.writer
+                .apply_watcher_event(&Event::Delete(object.clone()));
             changed(&object);
-            self.writer.apply_watcher_event(&Event::Delete(object));
         }
     }
 }
@@ -214,6 +221,29 @@ mod tests {
             ],
         );
         assert_eq!(names(&store), ["a/x", "a/z", "b/w", "b/x"]);
+    }
+
+    /// A trigger starts a reconcile that reads the store: when `changed` is called, the store
+    /// already holds the change (an edit is there, a deletion is gone).
+    #[test]
+    fn the_store_holds_a_change_before_its_trigger_fires() {
+        let (mut merge, store) = two_namespaces();
+        feed(&mut merge, 0, list("a", &["web"]));
+        feed(&mut merge, 1, list("b", &[]));
+        let mut edited = service("a", "web");
+        edited.metadata.labels = Some([("edited".to_string(), "yes".to_string())].into());
+        let mut seen_in_store = Vec::new();
+        let mut look = |s: &Service| {
+            let stored = store.get(&ObjectRef::from_obj(s));
+            seen_in_store.push(stored.map(|o| o.metadata.labels.is_some()));
+        };
+        merge.apply(0, Event::Apply(edited.clone()), &mut look);
+        merge.apply(0, Event::Delete(edited), &mut look);
+        assert_eq!(
+            seen_in_store,
+            vec![Some(true), None],
+            "the edit stored and the deletion applied before each trigger"
+        );
     }
 
     #[test]
