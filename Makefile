@@ -3,6 +3,12 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 CARGO ?= cargo
+# The registry path a release publishes to (DBOP_IMAGE_REPOSITORY, DBOP_CHART_REPOSITORY): set
+# once, in release.env. `make release IMAGE_REPOSITORY=… CHART_REPOSITORY=…` publishes elsewhere.
+include release.env
+IMAGE_REPOSITORY ?= $(DBOP_IMAGE_REPOSITORY)
+CHART_REPOSITORY ?= $(DBOP_CHART_REPOSITORY)
+PUSH ?= 0
 TESTBED_DIR ?= $(CURDIR)/.testbed
 export DBOP_TESTBED_DIR := $(TESTBED_DIR)
 
@@ -31,13 +37,17 @@ TIMED := $(CURDIR)/e2e/timed.sh
 TEST_BUDGET_SECONDS ?= 900
 STATIC_BINS := dbop dbop-backup dbop-instance
 
-.PHONY: plugin help build build-tests static test test-unit test-e2e lint fmt crds testbed-build testbed-up testbed-down images run bench bench-ha bench-backup fuzz
+.PHONY: release plugin help build build-tests static test test-unit test-e2e lint fmt crds testbed-build testbed-up testbed-down images run bench bench-ha bench-backup fuzz
 
 run: ## the operator on a control plane (the local one when none is configured) and the example Database reaching Ready
 	e2e/run.sh
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
+
+release: ## the release's multi-arch image (OCI archive, no Docker) and chart into target/release-artifacts (root); PUSH=1 publishes them to release.env's registry path (docs/install.md)
+	$(MAKE) --no-print-directory static
+	IMAGE_REPOSITORY=$(IMAGE_REPOSITORY) CHART_REPOSITORY=$(CHART_REPOSITORY) PUSH=$(PUSH) scripts/release.sh
 
 build: ## build the binaries (release)
 	$(CARGO) build --release --bins
