@@ -37,13 +37,17 @@ TIMED := $(CURDIR)/e2e/timed.sh
 TEST_BUDGET_SECONDS ?= 900
 STATIC_BINS := dbop dbop-backup dbop-instance
 
-.PHONY: release plugin help build build-tests static test test-unit test-e2e lint fmt crds testbed-build testbed-up testbed-down images run bench bench-ha bench-backup fuzz
+.PHONY: deps release plugin help build build-tests static test test-unit test-e2e lint fmt crds testbed-build testbed-up testbed-down images run bench bench-ha bench-backup fuzz
 
 run: ## the operator on a control plane (the local one when none is configured) and the example Database reaching Ready
+	@scripts/install-deps.sh --if-missing system rust testbed
 	e2e/run.sh
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
+
+deps: ## install everything `make run` and `make test` need (as root, Debian 12: packages, rustup targets, test bed and backup test tools; not Rust or Go themselves)
+	scripts/install-deps.sh
 
 release: ## the release's multi-arch image (OCI archive, no Docker) and chart into target/release-artifacts (root); PUSH=1 publishes them to release.env's registry path (docs/install.md)
 	$(MAKE) --no-print-directory static
@@ -126,6 +130,7 @@ test-e2e: ## end-to-end suites against the local control plane, side by side (br
 	  if [ -n "$$hoststate" ]; then e2e/testbed/check-clean.sh verify $$hoststate || status=$$?; rm -f $$hoststate; fi; exit $$status
 
 test: ## every test: lint, unit and agent tests, then end-to-end on the local control plane; ends with where the time went
+	@scripts/install-deps.sh --if-missing
 	@start=$$(date +%s); mkdir -p $(dir $(DBOP_TIMES)); : > $(DBOP_TIMES); status=0; \
 	  $(MAKE) --no-print-directory lint test-unit test-e2e || status=$$?; \
 	  e2e/times.sh $(DBOP_TIMES) "make test" $$(( $$(date +%s) - start )) $(TEST_BUDGET_SECONDS); \
