@@ -39,9 +39,9 @@ STATIC_BINS := dbop dbop-backup dbop-instance
 
 .PHONY: deps release plugin help build build-tests static test test-unit test-e2e lint fmt crds testbed-build testbed-up testbed-down images run bench bench-ha bench-backup fuzz
 
-run: ## the operator on a control plane (the local one when none is configured) and the example Database reaching Ready
+run: ## the operator on a control plane (the local one when none is configured) and the example Database reaching Ready; on a configured cluster it asks first (YES=1: without asking)
 	@scripts/install-deps.sh --if-missing system rust testbed
-	e2e/run.sh
+	DBOP_RUN_YES=$(if $(filter 1 yes,$(YES)),1,$${DBOP_RUN_YES:-}) e2e/run.sh
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
