@@ -9,7 +9,7 @@ include release.env
 IMAGE_REPOSITORY ?= $(DBOP_IMAGE_REPOSITORY)
 CHART_REPOSITORY ?= $(DBOP_CHART_REPOSITORY)
 PUSH ?= 0
-TESTBED_DIR ?= $(CURDIR)/.testbed
+TESTBED_DIR ?= $(or $(DBOP_TESTBED_DIR),$(CURDIR)/.testbed)
 export DBOP_TESTBED_DIR := $(TESTBED_DIR)
 
 # The static binaries are built for both targets in one cargo invocation (build scripts and proc
