@@ -82,6 +82,11 @@ install_group() {
   esac
 }
 
+if [[ $mode != install ]] && ! command -v dpkg-query >/dev/null; then
+  # (not Debian: nothing to check against; the scripts still name each tool they miss)
+  echo "install-deps.sh: not a Debian system (no dpkg-query): nothing checked or installed" >&2
+  exit 0
+fi
 if [[ $mode != install ]]; then
   absent=()
   for g in "${groups[@]}"; do
