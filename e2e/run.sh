@@ -262,20 +262,21 @@ k create --dry-run=client -o json -f "$example" | jq --arg ns "$namespace" "$pat
 created_database=1
 
 # The server's answer through the -rw Service, from a pod on the real node, as the application
-# role: every connection setting from the Database's <name>-app Secret, as environment from the
-# Secret (never on a command line). The pod runs to completion and its log is printed, so the
-# answer shows whether or not this script runs in a terminal.
+# role: every connection setting from the Database's <name>-app Secret, mounted as files (as dbop's
+# own pods get theirs) and read into psql's environment inside the container — never on a command
+# line or in the pod's spec. The pod runs to completion and its log is printed, so the answer
+# shows whether or not this script runs in a terminal.
 real_query() {
   local pod=psql-$name-$RANDOM phase='' deadline
   say "querying the server through the Service $name-rw from a pod, as the application role (Secret $name-app):"
   jq -n --arg pod "$pod" --arg s "$name-app" '{apiVersion: "v1", kind: "Pod",
     metadata: {name: $pod, labels: {"app.kubernetes.io/created-by": "dbop-make-run"}},
     spec: {restartPolicy: "Never", terminationGracePeriodSeconds: 1,
+      volumes: [{name: "app", secret: {secretName: $s, defaultMode: 292}}],
       containers: [{name: "psql", image: "dbop.local/postgres:15.20",
-        command: ["psql", "-Atc", "select current_user, version()"],
-        env: (([["PGHOST", "host"], ["PGPORT", "port"], ["PGDATABASE", "dbname"], ["PGUSER", "username"],
-                ["PGPASSWORD", "password"]] | map({name: .[0], valueFrom: {secretKeyRef: {name: $s, key: .[1]}}}))
-              + [{name: "PGSSLMODE", value: "require"}, {name: "PGCONNECT_TIMEOUT", value: "10"}])}]}}' |
+        volumeMounts: [{name: "app", mountPath: "/app", readOnly: true}],
+        env: [{name: "PGSSLMODE", value: "require"}, {name: "PGCONNECT_TIMEOUT", value: "10"}],
+        command: ["sh", "-c", "export PGHOST=\"$(cat /app/host)\" PGPORT=\"$(cat /app/port)\" PGDATABASE=\"$(cat /app/dbname)\" PGUSER=\"$(cat /app/username)\" PGPASSWORD=\"$(cat /app/password)\"; exec psql -Atc \"select current_user, version()\""]}]}}' |
     kn create -f - >/dev/null
   deadline=$((SECONDS + 120))
   while ((SECONDS < deadline)); do
