@@ -15,8 +15,9 @@
 #   (none: all four)
 #
 #   --check       install nothing: exit 1 naming what is missing (any user; quick: no apt, no network)
-#   --if-missing  check first; install only when something is missing, and only as root — when not
-#                 root, stop and print the exact command to run with sudo
+#   --if-missing  check first; install only the groups where something is missing, as root — when
+#                 not root, stop and print the exact command to run with sudo (rustup's components
+#                 and targets excepted: those are added as the user, whose toolchain they belong to)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
@@ -88,17 +89,30 @@ if [[ $mode != install ]] && ! command -v dpkg-query >/dev/null; then
   exit 0
 fi
 if [[ $mode != install ]]; then
-  absent=()
+  absent=() need_root=()
   for g in "${groups[@]}"; do
-    while read -r m; do [[ -z "$m" ]] || absent+=("$m"); done < <(missing "$g")
+    found=()
+    while read -r m; do [[ -z "$m" ]] || found+=("$m"); done < <(missing "$g")
+    ((${#found[@]})) || continue
+    absent+=("${found[@]}")
+    # rustup's components and targets are the user's own: added as this user, never with sudo
+    # (root's rustup, if any, is another toolchain).
+    if [[ $g == rust && $mode == if-missing && $(id -u) -ne 0 ]]; then
+      if command -v rustup >/dev/null; then install_rust; continue; fi
+      echo "no cargo: install Rust >= 1.89 with rustup (https://rustup.rs), as this user" >&2
+      exit 1
+    fi
+    need_root+=("$g")
   done
   ((${#absent[@]})) || exit 0
   echo "missing: ${absent[*]}" >&2
   [[ $mode == check ]] && exit 1
+  ((${#need_root[@]})) || exit 0
   if [[ $(id -u) -ne 0 ]]; then
-    echo "these are installed as root; run:  sudo $PWD/scripts/install-deps.sh ${groups[*]}" >&2
+    echo "these are installed as root; run:  sudo $PWD/scripts/install-deps.sh ${need_root[*]}" >&2
     exit 1
   fi
-  echo "installing them (scripts/install-deps.sh ${groups[*]})" >&2
+  echo "installing them (scripts/install-deps.sh ${need_root[*]})" >&2
+  groups=("${need_root[@]}")
 fi
 for g in "${groups[@]}"; do install_group "$g"; done
