@@ -74,7 +74,9 @@ stop_operator() {
 }
 cleanup() {
   local rc=${1:-$?}
-  trap - INT TERM EXIT
+  trap - EXIT
+  # Another Ctrl-C must not leave dbop running and the Database behind: the clean-up goes on.
+  trap 'say "cleaning up: a moment (what is under way is cut short, the rest still runs)"' INT TERM
   if ((started_testbed)); then
     stop_operator
     say "stopping the local control plane (everything this run made goes with it)"
