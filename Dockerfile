@@ -10,10 +10,10 @@
 # The paths are a contract (src/resources/pod.rs). See docs/operand-images.md.
 #
 # One image index for linux/amd64 and linux/arm64 (DBOP_ARCHES below):
-#   docker buildx build --platform linux/amd64,linux/arm64 -t registry.example/dbop:0.1.0 --push .
+#   docker buildx build --platform linux/amd64,linux/arm64 -t ghcr.io/dbop-dev/dbop:0.1.0 --push .  (release.env)
 # The build stage runs once, on the build host's platform ($BUILDPLATFORM: cross-compiling, never
 # emulating), and `make static` builds both architectures in one cargo run; each platform's final
-# stage copies its own binaries (/out/$TARGETARCH). `docker build -t dbop:0.1.0 .` builds the
+# stage copies its own binaries (/out/$TARGETARCH). `docker build -t ghcr.io/dbop-dev/dbop:0.1.0 .` builds the
 # host's platform only.
 # Without Docker: `make static && e2e/testbed/images.sh release` builds the same image as an OCI
 # tarball; e2e/testbed/check-image.sh (run by it, and by e2e/tests/helm.rs) fails when the two

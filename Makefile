@@ -3,7 +3,13 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 CARGO ?= cargo
-TESTBED_DIR ?= $(CURDIR)/.testbed
+# The registry path a release publishes to (DBOP_IMAGE_REPOSITORY, DBOP_CHART_REPOSITORY): set
+# once, in release.env. `make release IMAGE_REPOSITORY=… CHART_REPOSITORY=…` publishes elsewhere.
+include release.env
+IMAGE_REPOSITORY ?= $(DBOP_IMAGE_REPOSITORY)
+CHART_REPOSITORY ?= $(DBOP_CHART_REPOSITORY)
+PUSH ?= 0
+TESTBED_DIR ?= $(or $(DBOP_TESTBED_DIR),$(CURDIR)/.testbed)
 export DBOP_TESTBED_DIR := $(TESTBED_DIR)
 
 # The static binaries are built for both targets in one cargo invocation (build scripts and proc
@@ -31,13 +37,21 @@ TIMED := $(CURDIR)/e2e/timed.sh
 TEST_BUDGET_SECONDS ?= 900
 STATIC_BINS := dbop dbop-backup dbop-instance
 
-.PHONY: plugin help build build-tests static test test-unit test-e2e lint fmt crds testbed-build testbed-up testbed-down images run bench bench-ha bench-backup fuzz
+.PHONY: deps release plugin help build build-tests static test test-unit test-e2e lint fmt crds testbed-build testbed-up testbed-down images run bench bench-ha bench-backup fuzz
 
-run: ## the operator on a control plane (the local one when none is configured) and the example Database reaching Ready
-	e2e/run.sh
+run: ## the operator on a control plane (the local one when none is configured) and the example Database reaching Ready; on a configured cluster it asks first (YES=1: without asking)
+	@scripts/install-deps.sh --if-missing system rust testbed
+	DBOP_RUN_YES=$(if $(filter 1 yes,$(YES)),1,$${DBOP_RUN_YES:-}) e2e/run.sh
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
+
+deps: ## install everything `make run` and `make test` need (as root, Debian 12: packages, rustup targets, test bed and backup test tools; not Rust or Go themselves)
+	scripts/install-deps.sh
+
+release: ## the release's multi-arch image (OCI archive, no Docker) and chart into target/release-artifacts (root); PUSH=1 publishes them to release.env's registry path (docs/install.md)
+	$(MAKE) --no-print-directory static
+	IMAGE_REPOSITORY=$(IMAGE_REPOSITORY) CHART_REPOSITORY=$(CHART_REPOSITORY) PUSH=$(PUSH) scripts/release.sh
 
 build: ## build the binaries (release)
 	$(CARGO) build --release --bins
@@ -116,6 +130,7 @@ test-e2e: ## end-to-end suites against the local control plane, side by side (br
 	  if [ -n "$$hoststate" ]; then e2e/testbed/check-clean.sh verify $$hoststate || status=$$?; rm -f $$hoststate; fi; exit $$status
 
 test: ## every test: lint, unit and agent tests, then end-to-end on the local control plane; ends with where the time went
+	@scripts/install-deps.sh --if-missing
 	@start=$$(date +%s); mkdir -p $(dir $(DBOP_TIMES)); : > $(DBOP_TIMES); status=0; \
 	  $(MAKE) --no-print-directory lint test-unit test-e2e || status=$$?; \
 	  e2e/times.sh $(DBOP_TIMES) "make test" $$(( $$(date +%s) - start )) $(TEST_BUDGET_SECONDS); \

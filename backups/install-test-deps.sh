@@ -4,19 +4,29 @@
 #   - PostgreSQL server and client (Debian's packages; tests run initdb as the `postgres` user)
 #   - rclone, zstd, GNU time (the benchmark's baseline pipeline and measurements), openssl (TLS test)
 #   - s3s-fs 0.14.1 (cargo), moto_server (PyPI, in a venv under /opt/dbop-test)
+#
+# --check: installs nothing; exits 1 naming what is missing (any user).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
-
-if [[ $(id -u) -ne 0 ]]; then
-  echo "install-test-deps.sh: run as root" >&2
-  exit 1
-fi
+export PATH="$HOME/.cargo/bin:$PATH"
 
 packages=(postgresql postgresql-client rclone zstd time openssl ca-certificates python3 python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+absent=("${missing[@]}")
+command -v s3s-fs >/dev/null 2>&1 || absent+=(s3s-fs)
+command -v moto_server >/dev/null 2>&1 || absent+=(moto_server)
+if [[ "${1:-}" == --check ]]; then
+  ((${#absent[@]} == 0)) || { echo "install-test-deps.sh: missing ${absent[*]}" >&2; exit 1; }
+  exit 0
+fi
+if [[ $(id -u) -ne 0 ]]; then
+  ((${#absent[@]} == 0)) && exit 0
+  echo "install-test-deps.sh: missing ${absent[*]}; run as root" >&2
+  exit 1
+fi
 if ((${#missing[@]})); then
   echo "installing Debian packages: ${missing[*]}"
   apt-get update -qq
@@ -24,7 +34,6 @@ if ((${#missing[@]})); then
 fi
 # Debian starts a default cluster on 5432; the tests start their own servers on free ports.
 
-export PATH="$HOME/.cargo/bin:$PATH"
 if ! command -v s3s-fs >/dev/null 2>&1; then
   echo "installing s3s-fs 0.14.1"
   cargo install s3s-fs --version 0.14.1 --features binary --locked

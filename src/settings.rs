@@ -27,8 +27,15 @@ pub struct Settings {
     pub database_pod_security: Option<PodSecuritySpec>,
 }
 
-/// The default agent image: the operator's image of this version.
-pub const DEFAULT_AGENT_IMAGE: &str = concat!("dbop:", env!("CARGO_PKG_VERSION"));
+/// Where a release publishes the operator's image (release.env, read by build.rs).
+pub const IMAGE_REPOSITORY: &str = env!("DBOP_IMAGE_REPOSITORY");
+/// The default agent image: the operator's own published image of this version (a process
+/// cannot know the image it runs from; the chart sets the one it installed).
+pub const DEFAULT_AGENT_IMAGE: &str = concat!(
+    env!("DBOP_IMAGE_REPOSITORY"),
+    ":",
+    env!("CARGO_PKG_VERSION")
+);
 /// The default PostgreSQL image template: the official images.
 pub const DEFAULT_POSTGRES_IMAGE_TEMPLATE: &str = "docker.io/library/postgres:{version}";
 

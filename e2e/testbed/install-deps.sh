@@ -2,6 +2,7 @@
 # Installs the Debian packages the test bed scripts use (run as root on Debian 12; idempotent).
 # runc, the CNI plugins, iptables and conntrack are for the real node (e2e/testbed/node-up.sh).
 # Go itself is not installed here: the build needs Go >= 1.26 (see versions.env / README.md).
+# --check: installs nothing; exits 1 naming what is missing. scripts/install-deps.sh runs this.
 set -euo pipefail
 need=()
 command -v openssl >/dev/null || need+=(openssl)
@@ -32,8 +33,12 @@ command -v aarch64-linux-musl-gcc >/dev/null || need+=(musl-dev:arm64)
 command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
 dpkg --print-foreign-architectures | grep -qx arm64 || add_arm64=1
 if ((${#need[@]} == 0)) && [[ -z "${add_arm64:-}" ]]; then
-  echo "[testbed] install-deps: everything present (openssl, curl, ss, flock, setsid, git, runc, CNI plugins, iptables, conntrack, jq, socat, busybox-static, file, promtool, musl-dev amd64 and arm64, qemu-user-static)"
+  [[ "${1:-}" == --check ]] || echo "[testbed] install-deps: everything present (openssl, curl, ss, flock, setsid, git, runc, CNI plugins, iptables, conntrack, jq, socat, busybox-static, file, promtool, musl-dev amd64 and arm64, qemu-user-static)"
   exit 0
+fi
+if [[ "${1:-}" == --check ]]; then # (installs nothing; any user)
+  echo "[testbed] install-deps: missing ${need[*]}${add_arm64:+ and the arm64 architecture}" >&2
+  exit 1
 fi
 if [[ $(id -u) -ne 0 ]]; then
   echo "[testbed] install-deps: missing ${need[*]}${add_arm64:+ and the arm64 architecture}; run as root:${add_arm64:+ dpkg --add-architecture arm64 && apt-get update &&} apt-get install -y ${need[*]}" >&2

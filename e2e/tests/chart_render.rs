@@ -415,6 +415,21 @@ fn env(deployment: &Value, name: &str) -> Option<String> {
         .and_then(|e| e["value"].as_str().map(String::from))
 }
 
+fn chart_app_version() -> String {
+    let text = std::fs::read_to_string(chart().join("Chart.yaml")).unwrap();
+    let chart: Value = serde_norway::from_str(&text).unwrap();
+    chart["appVersion"].as_str().unwrap().to_string()
+}
+
+/// release.env's registry path of the operator's image (the one place it is set).
+fn release_image_repository() -> String {
+    let text = std::fs::read_to_string(workspace_root().join("release.env")).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("DBOP_IMAGE_REPOSITORY="))
+        .expect("release.env: DBOP_IMAGE_REPOSITORY=")
+        .to_string()
+}
+
 /// The alerts docs/operations.md documents (its `### Dbop…` headings).
 fn documented_alerts() -> BTreeSet<String> {
     let text = std::fs::read_to_string(workspace_root().join("docs/operations.md")).unwrap();
@@ -474,12 +489,32 @@ fn check(values: &Value, docs: &[Value], notes: &str) -> Vec<String> {
                 == Some(if e.leader { "true" } else { "false" }),
             "DBOP_LEADER_ELECT".into(),
         );
-        if let Some(image) = values["agentImage"].as_str().filter(|s| !s.is_empty()) {
-            fail(
-                env(dep, "DBOP_AGENT_IMAGE").as_deref() == Some(image),
-                "DBOP_AGENT_IMAGE".into(),
-            );
-        }
+        // The operator's image: image.repository (release.env's registry path by default) at
+        // image.tag or the appVersion; the agent image is that same reference unless set.
+        let image = format!(
+            "{}:{}",
+            values["image"]["repository"].as_str().unwrap(),
+            values["image"]["tag"]
+                .as_str()
+                .filter(|s| !s.is_empty())
+                .unwrap_or(&chart_app_version())
+        );
+        let container = &dep["spec"]["template"]["spec"]["containers"][0];
+        fail(
+            container["image"] == image.as_str(),
+            format!("the operator's image {} != {image}", container["image"]),
+        );
+        let agent = values["agentImage"]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .unwrap_or(&image);
+        fail(
+            env(dep, "DBOP_AGENT_IMAGE").as_deref() == Some(agent),
+            format!(
+                "DBOP_AGENT_IMAGE {:?} != {agent}",
+                env(dep, "DBOP_AGENT_IMAGE")
+            ),
+        );
         let port = values["metrics"]["port"].as_u64().unwrap();
         fail(
             env(dep, "DBOP_METRICS_ADDR") == Some(format!("0.0.0.0:{port}")),
@@ -716,6 +751,11 @@ fn the_chart_renders_and_lints_in_every_documented_mode() {
     let chart = chart.to_str().unwrap();
     let axes = axes();
     let defaults = defaults();
+    assert_eq!(
+        defaults["image"]["repository"],
+        release_image_repository().as_str(),
+        "the chart's default image.repository is not release.env's DBOP_IMAGE_REPOSITORY"
+    );
     let sizes: Vec<usize> = axes.iter().map(|a| a.settings.len()).collect();
     let rows = all_pairs(&sizes);
     let mut failures = Vec::new();
