@@ -240,6 +240,7 @@ async fn applications_get_their_own_role_and_declared_roles_follow_the_spec() {
         )
         .await
         .expect("the new password");
+    let changed_at = std::time::Instant::now();
     let roles = json!({"spec": {"roles": [{
         "name": "reporting", "connectionLimit": 4, "inRoles": ["pg_read_all_data"],
         "passwordSecret": {"name": "reporting-pw", "key": "password"},
@@ -258,6 +259,10 @@ async fn applications_get_their_own_role_and_declared_roles_follow_the_spec() {
         )
     })
     .await;
+    eprintln!(
+        "e2e accounts: the changed password worked {:.1}s after the Secret's change",
+        changed_at.elapsed().as_secs_f64()
+    );
     let (ok, _, _) = as_role(&bed, &ns, "reporting", "first-Reporting-pw", "select 1");
     assert!(!ok, "the old password still works");
     until(

@@ -211,6 +211,7 @@ async fn a_database_runs_for_real_keeps_its_data_and_takes_a_new_password() {
         .delete("shop-credentials", &DeleteParams::default())
         .await
         .expect("Secret deleted");
+    let deleted_at = std::time::Instant::now();
     let new = wait_until("a new generated Secret", POD_WAIT, || async {
         let s = secrets.get_opt("shop-credentials").await.ok().flatten()?;
         (s.metadata.uid != old.metadata.uid).then_some(s)
@@ -251,8 +252,9 @@ async fn a_database_runs_for_real_keeps_its_data_and_takes_a_new_password() {
         .await;
     assert_eq!(answer, rows.to_string());
     eprintln!(
-        "e2e dataplane: the new password was accepted {:.1}s after the client started",
-        started.elapsed().as_secs_f64()
+        "e2e dataplane: the new password was accepted {:.1}s after the client started, {:.1}s after the Secret's deletion",
+        started.elapsed().as_secs_f64(),
+        deleted_at.elapsed().as_secs_f64()
     );
     let (ok, _, err) = bed.psql(&ns, "client", "app", "select 1");
     assert!(!ok, "the old password still works");

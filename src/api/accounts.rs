@@ -92,7 +92,7 @@ pub struct ManagedRoleSpec {
     #[schemars(length(max = 64), inner(length(min = 1, max = 63)))]
     pub in_roles: Vec<String>,
     /// The key of a Secret in the Database's namespace that holds its password (ASCII). A
-    /// changed password is applied within about a minute. Without it, dbop does not manage
+    /// changed password is applied within seconds. Without it, dbop does not manage
     /// the role's password.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password_secret: Option<KeyRef>,

@@ -260,7 +260,7 @@ pub struct StorageSpec {
 pub struct CredentialsSpec {
     /// The name of a Secret in the Database's namespace with the keys `username` (optional,
     /// default `postgres`; also the application database's name) and `password` (ASCII; the
-    /// server takes a changed password within about a minute).
+    /// server takes a changed password within seconds).
     #[schemars(length(min = 1, max = 253))]
     pub secret_name: String,
 }
