@@ -271,6 +271,31 @@ impl TestBed {
         OperatorProcess { child, log_path }
     }
 
+    /// `helm ARGS` with the test bed's kubeconfig and helm's own state under the test bed's
+    /// directory (the test bed's helm, built from Go modules); returns (success, stdout, stderr).
+    pub fn helm(&self, args: &[&str]) -> (bool, String, String) {
+        let binary = self.dir.join("tools-bin/helm");
+        assert!(
+            binary.exists(),
+            "no helm at {}: e2e/testbed/build.sh tools builds it (make testbed-up does)",
+            binary.display()
+        );
+        let home = self.dir.join("helm");
+        let out = std::process::Command::new(&binary)
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("HELM_CACHE_HOME", home.join("cache"))
+            .env("HELM_CONFIG_HOME", home.join("config"))
+            .env("HELM_DATA_HOME", home.join("data"))
+            .output()
+            .expect("running helm");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
     pub fn databases(&self, namespace: &str) -> Api<Database> {
         Api::namespaced(self.client.clone(), namespace)
     }

@@ -20,22 +20,7 @@ use kube::api::DeleteParams;
 const CRDS: [&str; 2] = ["databases.dbop.dev", "databasebackups.dbop.dev"];
 
 fn helm(bed: &TestBed, args: &[&str]) -> (bool, String, String) {
-    let binary = bed.dir.join("tools-bin/helm");
-    assert!(binary.exists(), "no helm at {}", binary.display());
-    let home = bed.dir.join("helm");
-    let out = Command::new(&binary)
-        .args(args)
-        .env("KUBECONFIG", &bed.kubeconfig)
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .output()
-        .expect("running helm");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    bed.helm(args)
 }
 
 /// The chart as it is, but with 0.1.0's CRDs in `crds/`.

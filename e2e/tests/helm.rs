@@ -28,29 +28,8 @@ fn chart() -> PathBuf {
     workspace_root().join("charts/dbop")
 }
 
-/// `helm ARGS` with the test bed's kubeconfig and helm's own state under the test bed's
-/// directory; returns (success, stdout, stderr).
 fn helm(bed: &TestBed, args: &[&str]) -> (bool, String, String) {
-    let binary = bed.dir.join("tools-bin/helm");
-    assert!(
-        binary.exists(),
-        "no helm at {}: e2e/testbed/build.sh tools builds it (make testbed-up does)",
-        binary.display()
-    );
-    let home = bed.dir.join("helm");
-    let out = Command::new(&binary)
-        .args(args)
-        .env("KUBECONFIG", &bed.kubeconfig)
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .output()
-        .expect("running helm");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    bed.helm(args)
 }
 
 fn helm_ok(bed: &TestBed, args: &[&str]) -> String {
