@@ -41,7 +41,43 @@ fn chart_with_old_crds(dir: &Path) -> std::path::PathBuf {
     chart
 }
 
+/// Removes the finalizers of every Database and DatabaseBackup left in the test bed: a CRD is
+/// deleted only after its objects, and an object whose operator is gone (another suite's, a
+/// run that failed) would hold it forever.
+async fn release_leftovers(bed: &TestBed) {
+    let (ok, out, err) = bed.kubectl(&[
+        "get",
+        "databases.dbop.dev,databasebackups.dbop.dev",
+        "-A",
+        "-o",
+        "jsonpath={range .items[*]}{.kind}/{.metadata.name} {.metadata.namespace}{\"\\n\"}{end}",
+    ]);
+    assert!(ok, "listing leftovers: {err}");
+    for line in out.lines().filter(|l| !l.trim().is_empty()) {
+        let Some((object, ns)) = line.split_once(' ') else {
+            continue;
+        };
+        let kind = if object.starts_with("Database/") {
+            "databases.dbop.dev"
+        } else {
+            "databasebackups.dbop.dev"
+        };
+        let name = object.split_once('/').map(|(_, n)| n).unwrap_or_default();
+        let _ = bed.kubectl(&[
+            "-n",
+            ns,
+            "patch",
+            kind,
+            name,
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ]);
+    }
+}
+
 async fn delete_crds(bed: &TestBed) {
+    release_leftovers(bed).await;
     let api: Api<CustomResourceDefinition> = Api::all(bed.client.clone());
     for name in CRDS {
         let _ = api.delete(name, &DeleteParams::default()).await;

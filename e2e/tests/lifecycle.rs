@@ -199,17 +199,19 @@ async fn a_missing_credentials_secret_says_what_to_fix_and_recovers() {
     // Nothing was created for a database that cannot start.
     let sts: Api<StatefulSet> = Api::namespaced(bed.client.clone(), &ns);
     assert!(sts.get_opt("billing").await.unwrap().is_none());
-    let events = Api::<Event>::namespaced(bed.client.clone(), &ns)
-        .list(&ListParams::default().fields("regarding.name=billing"))
-        .await
-        .unwrap();
-    assert!(
-        events
-            .items
+    // The Event follows the status that announces the phase: wait for it, not one look.
+    let events = Api::<Event>::namespaced(bed.client.clone(), &ns);
+    wait_until("a Warning Event", WAIT, || async {
+        let list = events
+            .list(&ListParams::default().fields("regarding.name=billing"))
+            .await
+            .ok()?;
+        list.items
             .iter()
-            .any(|e| e.type_.as_deref() == Some("Warning")),
-        "a Warning Event"
-    );
+            .any(|e| e.type_.as_deref() == Some("Warning"))
+            .then_some(())
+    })
+    .await;
 
     // The user fixes it: the database proceeds on its own.
     let secret: Secret = serde_json::from_value(json!({
