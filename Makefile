@@ -71,8 +71,9 @@ static: ## build dbop, dbop-backup and dbop-instance static (musl, release) for 
 	  echo "$$f: static, $$arch"; \
 	done; done
 
-plugin: ## install the kubectl plugin (`kubectl dbop ...`) as kubectl-dbop into cargo's bin directory (~/.cargo/bin)
+plugin: ## install the kubectl plugin (`kubectl dbop ...`) as kubectl-dbop into cargo's bin directory (~/.cargo/bin), with kubectl_complete-dbop for `kubectl dbop <TAB>`
 	$(CARGO) install --locked --path . --bin kubectl-dbop
+	bin="$${CARGO_INSTALL_ROOT:-$${CARGO_HOME:-$$HOME/.cargo}}/bin"; ln -sf kubectl-dbop "$$bin/kubectl_complete-dbop" && echo "installed $$bin/kubectl-dbop and $$bin/kubectl_complete-dbop"
 
 fmt: ## format the code
 	$(CARGO) fmt --all

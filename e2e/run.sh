@@ -68,9 +68,20 @@ stop_operator() {
   if [[ -n "$operator_pid" ]] && kill -0 "$operator_pid" 2>/dev/null; then
     say "stopping dbop"
     kill -TERM "$operator_pid" 2>/dev/null || true
+    # dbop ends within its 10 s shutdown grace; a dbop that does not is killed after 30 s.
+    local deadline=$((SECONDS + 30))
+    while kill -0 "$operator_pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+    if kill -0 "$operator_pid" 2>/dev/null; then
+      say "dbop did not stop within 30 s of SIGTERM: killed (its log: $log_file)"
+      kill -KILL "$operator_pid" 2>/dev/null || true
+    fi
     wait "$operator_pid" 2>/dev/null || true
   fi
   operator_pid=
+}
+# Where a Database stands, in one line: its phase, its Ready condition's message, its finalizers.
+database_state() {
+  kn get database "$name" -o jsonpath='phase {.status.phase}, {.status.conditions[?(@.type=="Ready")].message}, finalizers {.metadata.finalizers}' 2>&1
 }
 cleanup() {
   local rc=${1:-$?}
@@ -90,15 +101,22 @@ cleanup() {
       start_operator
     fi
     say "deleting Database $namespace/$name (dbop processes its finalizer)"
-    if ! kn delete database "$name" --wait=true --timeout=120s >/dev/null; then
-      say "Database $namespace/$name is still there after 2 minutes: see $log_file"
+    local t=$SECONDS
+    if kn delete database "$name" --wait=true --timeout=120s >/dev/null; then
+      say "Database $namespace/$name deleted in $((SECONDS - t)) s"
+    else
+      say "Database $namespace/$name is still there after $((SECONDS - t)) s: $(database_state); dbop's log: $log_file"
     fi
   fi
   stop_operator
   if ((created_namespace)); then
     say "deleting namespace $namespace"
-    k delete namespace "$namespace" --wait=true --timeout=120s >/dev/null ||
-      say "namespace $namespace is still terminating"
+    local t=$SECONDS
+    if k delete namespace "$namespace" --wait=true --timeout=120s >/dev/null; then
+      say "namespace $namespace deleted in $((SECONDS - t)) s"
+    else
+      say "namespace $namespace is still terminating after $((SECONDS - t)) s: $(k get namespace "$namespace" -o jsonpath='{range .status.conditions[?(@.status=="True")]}{.type}: {.message}; {end}' 2>&1)"
+    fi
   fi
   local crd left
   for crd in "${installed_crds[@]}"; do
@@ -112,6 +130,13 @@ cleanup() {
   done
   exit "$rc"
 }
+# A shell started in the background by a non-interactive one (`nohup make run &`) ignores
+# SIGINT, and bash cannot trap a signal ignored at its entry: say which signal still works.
+stop_key=Ctrl-C
+if [[ "$(trap -p INT)" == "trap -- '' SIGINT" ]]; then
+  stop_key="SIGTERM (kill $$)"
+  say "SIGINT is ignored in this process (started in the background): stop it with $stop_key, which cleans up the same way"
+fi
 trap 'cleanup 130' INT
 trap 'cleanup 143' TERM
 trap cleanup EXIT
@@ -230,20 +255,7 @@ fi
 if ! k get namespace "$namespace" >/dev/null 2>&1; then
   say "creating namespace $namespace"
   created_namespace=1
-  # On the real node: a namespace that opts in (node selector + toleration added by admission).
-  if ((real_node)); then
-    k create -f - >/dev/null <<NS
-apiVersion: v1
-kind: Namespace
-metadata:
-  name: $namespace
-  annotations:
-    scheduler.alpha.kubernetes.io/node-selector: testbed.dbop.dev/real-node=true
-    scheduler.alpha.kubernetes.io/defaultTolerations: '[{"key":"testbed.dbop.dev/real-node","operator":"Exists","effect":"NoSchedule"}]'
-NS
-  else
-    k create namespace "$namespace" >/dev/null
-  fi
+  k create namespace "$namespace" >/dev/null
 fi
 
 mkdir -p "$(dirname "$log_file")"
@@ -251,16 +263,21 @@ mkdir -p "$(dirname "$log_file")"
 say "starting dbop (logs: $log_file)"
 start_operator
 
+# The real node's label and taint (e2e/testbed/README.md): the example's pods and Jobs get there
+# through spec.placement, the query's pod through its own spec.
+real_node_placement='{"nodeSelector": {"testbed.dbop.dev/real-node": "true"},
+  "tolerations": [{"key": "testbed.dbop.dev/real-node", "operator": "Exists", "effect": "NoSchedule"}]}'
+
 # The example as a throwaway: in $namespace, deleted with its volume on exit; on the real node at
 # the version its images hold, on a real-node volume.
 patch='.metadata.namespace = $ns | .spec.deletionPolicy = "Delete"'
 if ((real_node)); then
-  patch+=' | .spec.version = "15.20" | .spec.storage.storageClassName = "real-node"'
+  patch+=' | .spec.version = "15.20" | .spec.storage.storageClassName = "real-node" | .spec.placement = $real_node'
   say "creating $example as $namespace/$name at version 15.20, on a real-node volume"
 else
   say "creating $example as $namespace/$name"
 fi
-k create --dry-run=client -o json -f "$example" | jq --arg ns "$namespace" "$patch" | k create -f -
+k create --dry-run=client -o json -f "$example" | jq --arg ns "$namespace" --argjson real_node "$real_node_placement" "$patch" | k create -f -
 created_database=1
 
 # The server's answer through the -rw Service, from a pod on the real node, as the application
@@ -271,9 +288,10 @@ created_database=1
 real_query() {
   local pod=psql-$name-$RANDOM phase='' deadline
   say "querying the server through the Service $name-rw from a pod, as the application role (Secret $name-app):"
-  jq -n --arg pod "$pod" --arg s "$name-app" '{apiVersion: "v1", kind: "Pod",
+  jq -n --arg pod "$pod" --arg s "$name-app" --argjson real_node "$real_node_placement" '{apiVersion: "v1", kind: "Pod",
     metadata: {name: $pod, labels: {"app.kubernetes.io/created-by": "dbop-make-run"}},
     spec: {restartPolicy: "Never", terminationGracePeriodSeconds: 1,
+      nodeSelector: $real_node.nodeSelector, tolerations: $real_node.tolerations,
       volumes: [{name: "app", secret: {secretName: $s, defaultMode: 292}}],
       containers: [{name: "psql", image: "dbop.local/postgres:15.20",
         volumeMounts: [{name: "app", mountPath: "/app", readOnly: true}],
@@ -294,7 +312,7 @@ real_query() {
   fi
 }
 
-say "watching Database $namespace/$name (Ctrl-C stops dbop and removes what this run made)"
+say "watching Database $namespace/$name ($stop_key stops dbop and removes what this run made)"
 last=
 phase=
 deadline=$((SECONDS + 180))
@@ -321,7 +339,7 @@ kn get database,statefulset,service,job,pvc,secret -l "app.kubernetes.io/instanc
 kn get database "$name"
 if ((real_node)); then real_query; fi
 say "Database $name is Ready ($((SECONDS - T0)) s). Try: KUBECONFIG=${KUBECONFIG:-~/.kube/config} $kubectl_bin -n $namespace describe database $name"
-if ((started_testbed)); then say "dbop keeps running; Ctrl-C stops it and the local control plane."
-else say "dbop keeps running; Ctrl-C deletes Database $namespace/$name, stops dbop and removes what this run made."; fi
+if ((started_testbed)); then say "dbop keeps running; $stop_key stops it and the local control plane."
+else say "dbop keeps running; $stop_key deletes Database $namespace/$name, stops dbop and removes what this run made."; fi
 # (wait returns on a signal, so the trap runs at once)
 wait "$operator_pid"

@@ -80,7 +80,7 @@ enum Command {
         #[arg(long, value_name = "N")]
         tail: Option<u32>,
     },
-    /// A rolling restart of the Database's pods, highest ordinal first.
+    /// A rolling restart of the Database's pods, the primary last (after a switchover).
     ///
     /// Sets the annotation dbop.dev/restartedAt, which the operator carries into the pod
     /// template; the StatefulSet then restarts the pods one at a time.
@@ -156,6 +156,9 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    if let Some(words) = completion_request(std::env::args().collect()) {
+        return complete(&words).await;
+    }
     let cli = parse();
     if let Command::Completion { shell } = cli.command {
         print!("{}", completion(shell));
@@ -257,6 +260,64 @@ fn completion(shell: clap_complete::Shell) -> String {
         clap_complete::Shell::Bash => script.replace("kubectl__subcmd__dbop", "kubectl__dbop"),
         _ => script,
     }
+}
+
+/// The words to complete when kubectl's completion runs this binary: as
+/// `kubectl_complete-dbop WORDS…` (a link to it by that name), or as `kubectl-dbop __complete
+/// WORDS…` (what that name's script runs).
+fn completion_request(args: Vec<String>) -> Option<Vec<String>> {
+    let mut args = args.into_iter();
+    let invoked_as = args.next().unwrap_or_default();
+    let base = std::path::Path::new(&invoked_as)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if base == "kubectl_complete-dbop" {
+        return Some(args.collect());
+    }
+    let mut rest = args.peekable();
+    if rest.peek().map(String::as_str) == Some("__complete") {
+        rest.next();
+        return Some(rest.collect());
+    }
+    None
+}
+
+/// Prints the words for kubectl's completion; Database names come from the cluster the words
+/// choose. A cluster that cannot be reached offers no name and prints nothing else: completion
+/// never writes an error into the user's command line.
+async fn complete(words: &[String]) -> ExitCode {
+    use clap::CommandFactory;
+    use dbop::plugin::complete::{NO_FILE_COMPLETION, Offer, matching, offer, protocol_lines};
+    let (words, directive) = match offer(&Cli::command(), words) {
+        Offer::Words(words, directive) => (words, directive),
+        Offer::DatabaseNames { prefix, target } => {
+            let target = Target {
+                kubeconfig: target.kubeconfig.map(Into::into),
+                context: target.context,
+                namespace: target.namespace,
+            };
+            let names = async {
+                let (client, namespace) = connect(target).await.ok()?;
+                let databases = read::databases(&client, Some(&namespace)).await.ok()?;
+                Some(
+                    databases
+                        .into_iter()
+                        .map(|db| db.metadata.name.unwrap_or_default()),
+                )
+            };
+            // A cluster that does not answer must not hang the user's shell.
+            let names = tokio::time::timeout(Duration::from_secs(5), names)
+                .await
+                .ok()
+                .flatten()
+                .into_iter()
+                .flatten();
+            (matching(names, &prefix), NO_FILE_COMPLETION)
+        }
+    };
+    print!("{}", protocol_lines(&words, directive));
+    ExitCode::SUCCESS
 }
 
 fn fail(message: &str) -> ExitCode {
@@ -409,7 +470,7 @@ async fn restart(client: &kube::Client, ns: &str, name: &str) -> Result<ExitCode
         .await
         .map_err(|e| e.to_string())?;
     println!(
-        "database.dbop.dev/{name}: restart requested (dbop.dev/restartedAt={}); the pods restart one at a time, highest ordinal first: `kubectl get pods -l app.kubernetes.io/instance={name} -w`",
+        "database.dbop.dev/{name}: restart requested (dbop.dev/restartedAt={}); the pods restart one at a time, the primary last after a switchover: `kubectl get pods -l app.kubernetes.io/instance={name} -w`",
         now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
     );
     Ok(ExitCode::SUCCESS)

@@ -265,8 +265,12 @@ fn ready_world(db: &Database) -> HashMap<String, Value> {
         ),
         (
             format!("{ns}/configmaps/orders-config"),
-            serde_json::to_value(server_config::server_config_map(db, "orders-0", "postgres"))
-                .unwrap(),
+            serde_json::to_value(server_config::server_config_map(
+                db,
+                &dbop::resources::replication::topology(db, "orders-0"),
+                "postgres",
+            ))
+            .unwrap(),
         ),
         (
             "/apis/coordination.k8s.io/v1/namespaces/shop/leases/orders-primary".into(),

@@ -483,6 +483,7 @@ fn facts() -> BoxedStrategy<Facts> {
                 updated_replicas: i32::from(rolled_out),
                 observed_current: current,
                 rolled_out,
+                template_rolling: !rolled_out,
                 image: Some(image),
             }),
     );

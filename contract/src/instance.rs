@@ -109,6 +109,11 @@ pub struct Common {
     /// without it, no endpoint.
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// `run` only: serve the instance's WAL position at http://ADDR/status
+    /// (`position::Position` as JSON). Default: `0.0.0.0:8008` (`position::STATUS_PORT`) when
+    /// `--primary-lease` is given, none otherwise.
+    #[arg(long, value_name = "ADDR")]
+    pub status_addr: Option<std::net::SocketAddr>,
     /// `run` only: the mounted server certificate (`tls.crt`, `tls.key`, `ca.crt`). With it
     /// the server serves TLS and network clients must use it (`pg_hba.conf` says `hostssl`);
     /// a renewed certificate is picked up by a reload.

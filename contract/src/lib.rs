@@ -5,7 +5,8 @@
 //! default superuser (`instance`), and the Database's topology its instances follow
 //! (`topology`: which instance is the primary, where each is reached), and the primary Lease
 //! that fences it (`lease`), and the roles and application database a primary keeps
-//! (`accounts`). Pure: no I/O, no clock, no kube, no AWS.
+//! (`accounts`), and where an instance stands in the WAL (`position`: the instance manager's
+//! status report). Pure: no I/O, no clock, no kube, no AWS.
 //!
 //! Behind the `test-support` feature: the PostgreSQL/s3s-fs harness both sides' tests use.
 
@@ -13,6 +14,7 @@ pub mod accounts;
 pub mod instance;
 pub mod layout;
 pub mod lease;
+pub mod position;
 pub mod result;
 pub mod retention;
 pub mod topology;

@@ -11,7 +11,12 @@
 //! primary=orders-0
 //! instance=orders-0 orders-0.orders-hl.shop.svc 5432
 //! instance=orders-1 orders-1.orders-hl.shop.svc 5432
+//! synchronous=1 wait
 //! ```
+//!
+//! `synchronous=N wait|degrade` (only with `spec.synchronous`): the primary has every commit
+//! confirmed by N standbys before it is acknowledged; with fewer streaming, it waits, or
+//! degrades to the ones that stream (none: asynchronous).
 //!
 //! Unknown keys are ignored (a newer operator may add some). Pure: no I/O.
 
@@ -30,6 +35,35 @@ pub struct Member {
     pub port: u16,
 }
 
+/// Synchronous replication, as the primary applies it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Synchronous {
+    /// How many standbys confirm each commit.
+    pub standbys: u32,
+    /// With fewer streaming: commits wait (`true`), or are confirmed by those that stream.
+    pub wait: bool,
+}
+
+impl Synchronous {
+    /// `synchronous_standby_names` for a primary whose standbys are `standbys` (the
+    /// topology's, in order) of which `streaming` stream now: a quorum (`ANY n`) of every
+    /// standby when it waits; of the streaming ones when it degrades, and nothing (asynchronous)
+    /// when none streams.
+    pub fn standby_names(&self, standbys: &[String], streaming: &[String]) -> String {
+        let (n, names): (u32, Vec<&String>) = if self.wait {
+            (self.standbys, standbys.iter().collect())
+        } else {
+            let names: Vec<&String> = standbys.iter().filter(|s| streaming.contains(s)).collect();
+            (self.standbys.min(names.len() as u32), names)
+        };
+        if n == 0 || names.is_empty() {
+            return String::new();
+        }
+        let quoted: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
+        format!("ANY {n} ({})", quoted.join(", "))
+    }
+}
+
 /// The instances of a Database and its primary.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Topology {
@@ -37,6 +71,8 @@ pub struct Topology {
     pub primary: String,
     /// Every instance, the primary among them, in ordinal order.
     pub members: Vec<Member>,
+    /// Synchronous replication (`None`: asynchronous).
+    pub synchronous: Option<Synchronous>,
 }
 
 impl Topology {
@@ -49,6 +85,10 @@ impl Topology {
         for m in &self.members {
             text.push_str(&format!("instance={} {} {}\n", m.name, m.host, m.port));
         }
+        if let Some(sync) = self.synchronous {
+            let when = if sync.wait { "wait" } else { "degrade" };
+            text.push_str(&format!("synchronous={} {when}\n", sync.standbys));
+        }
         text
     }
 
@@ -56,6 +96,7 @@ impl Topology {
     pub fn parse(text: &str) -> Result<Self, String> {
         let mut primary = None;
         let mut members = Vec::new();
+        let mut synchronous = None;
         for (n, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
@@ -88,13 +129,37 @@ impl Topology {
                         }
                     }
                 }
+                "synchronous" => {
+                    let mut parts = value.split_whitespace();
+                    let standbys = parts.next().and_then(|n| n.parse::<u32>().ok());
+                    let wait = match parts.next() {
+                        Some("wait") => Some(true),
+                        Some("degrade") => Some(false),
+                        _ => None,
+                    };
+                    match (standbys, wait, parts.next()) {
+                        (Some(standbys), Some(wait), None) if standbys > 0 => {
+                            synchronous = Some(Synchronous { standbys, wait })
+                        }
+                        _ => {
+                            return Err(format!(
+                                "topology line {}: synchronous is 'N wait|degrade', not {value:?}",
+                                n + 1
+                            ));
+                        }
+                    }
+                }
                 _ => {}
             }
         }
         let primary = primary
             .filter(|p| !p.is_empty())
             .ok_or("topology: no primary")?;
-        let topology = Self { primary, members };
+        let topology = Self {
+            primary,
+            members,
+            synchronous,
+        };
         if topology.member(&topology.primary).is_none() {
             return Err(format!(
                 "topology: the primary {} is not one of its instances",
@@ -156,6 +221,7 @@ mod tests {
                     port: 5432,
                 })
                 .collect(),
+            synchronous: None,
         }
     }
 
@@ -163,10 +229,76 @@ mod tests {
     fn the_text_reads_back_as_it_was_written() {
         let t = three();
         assert_eq!(Topology::parse(&t.render()), Ok(t.clone()));
+        for wait in [true, false] {
+            let sync = Topology {
+                synchronous: Some(Synchronous { standbys: 2, wait }),
+                ..three()
+            };
+            assert_eq!(Topology::parse(&sync.render()), Ok(sync.clone()));
+        }
         assert_eq!(t.standbys(), vec!["db-0".to_string(), "db-2".to_string()]);
         assert_eq!(t.role_of("db-1"), Some(Role::Primary));
         assert_eq!(t.role_of("db-2"), Some(Role::Standby));
         assert_eq!(t.role_of("db-9"), None);
+    }
+
+    #[test]
+    fn synchronous_standby_names_wait_for_a_quorum_of_all_or_degrade_to_those_streaming() {
+        let standbys = ["db-0".to_string(), "db-2".to_string()];
+        let wait = Synchronous {
+            standbys: 1,
+            wait: true,
+        };
+        let degrade = Synchronous {
+            wait: false,
+            ..wait
+        };
+        let table = [
+            (
+                wait,
+                &standbys[..],
+                &standbys[..1],
+                "ANY 1 (\"db-0\", \"db-2\")",
+            ),
+            (wait, &standbys[..], &[][..], "ANY 1 (\"db-0\", \"db-2\")"),
+            (
+                degrade,
+                &standbys[..],
+                &standbys[..],
+                "ANY 1 (\"db-0\", \"db-2\")",
+            ),
+            (degrade, &standbys[..], &standbys[1..], "ANY 1 (\"db-2\")"),
+            (degrade, &standbys[..], &[][..], ""),
+            (wait, &[][..], &[][..], ""),
+        ];
+        for (sync, all, streaming, want) in table {
+            assert_eq!(
+                sync.standby_names(all, streaming),
+                want,
+                "{sync:?} {streaming:?}"
+            );
+        }
+        let two = Synchronous {
+            standbys: 2,
+            wait: false,
+        };
+        assert_eq!(
+            two.standby_names(&standbys, &standbys[..1]),
+            "ANY 1 (\"db-0\")"
+        );
+        for bad in [
+            "synchronous=0 wait",
+            "synchronous=1",
+            "synchronous=1 maybe",
+            "synchronous=x wait",
+            "synchronous=1 wait more",
+        ] {
+            let text = format!("primary=a\ninstance=a a.h 5432\n{bad}\n");
+            assert!(
+                Topology::parse(&text).unwrap_err().contains("line 3"),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

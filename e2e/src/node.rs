@@ -573,7 +573,8 @@ impl TestBed {
         format!("{out}{err}")
     }
 
-    fn kubectl_path(&self) -> PathBuf {
+    /// The test bed's kubectl binary (else `kubectl` from PATH).
+    pub fn kubectl_path(&self) -> PathBuf {
         let bin = self.dir.join("bin/kubectl");
         if bin.exists() {
             bin
@@ -589,6 +590,8 @@ impl TestBed {
 /// the container runtime, not the pod's network). Restored on drop.
 pub struct NetworkCut {
     netns: String,
+    /// Its iptables rules, each inserted first (so the last one is the first that matches).
+    rules: Vec<Vec<String>>,
     restored: bool,
 }
 
@@ -598,8 +601,14 @@ const CUT_RULES: [[&str; 6]; 2] = [
     ["OUTPUT", "!", "-o", "lo", "-j", "DROP"],
 ];
 
+/// What a cut that spares the instance manager's status endpoint adds after `CUT_RULES`.
+const STATUS_RULES: [[&str; 7]; 2] = [
+    ["INPUT", "-p", "tcp", "--dport", "8008", "-j", "ACCEPT"],
+    ["OUTPUT", "-p", "tcp", "--sport", "8008", "-j", "ACCEPT"],
+];
+
 impl NetworkCut {
-    fn iptables(&self, action: &str, rule: &[&str]) -> (bool, String) {
+    fn iptables(&self, action: &str, rule: &[String]) -> (bool, String) {
         let out = Command::new("nsenter")
             .arg(format!("--net={}", self.netns))
             .args(["iptables", "-w", action])
@@ -617,8 +626,8 @@ impl NetworkCut {
         if self.restored {
             return;
         }
-        for rule in CUT_RULES {
-            let (ok, err) = self.iptables("-D", &rule);
+        for rule in &self.rules {
+            let (ok, err) = self.iptables("-D", rule);
             assert!(ok, "removing the cut {rule:?}: {err}");
         }
         self.restored = true;
@@ -628,8 +637,8 @@ impl NetworkCut {
 impl Drop for NetworkCut {
     fn drop(&mut self) {
         if !self.restored {
-            for rule in CUT_RULES {
-                let _ = self.iptables("-D", &rule);
+            for rule in &self.rules {
+                let _ = self.iptables("-D", rule);
             }
         }
     }
@@ -640,6 +649,16 @@ impl TestBed {
     /// namespace, from the node's container runtime, gets rules that drop every packet that
     /// is not on its loopback.
     pub fn cut_pod_network(&self, ns: &str, name: &str) -> NetworkCut {
+        self.cut(ns, name, &[])
+    }
+
+    /// The same, but the instance manager's status endpoint still answers: the instance is cut
+    /// from its primary (and everyone else) while the operator still reads its WAL position.
+    pub fn cut_all_but_status(&self, ns: &str, name: &str) -> NetworkCut {
+        self.cut(ns, name, &STATUS_RULES.map(|r| r.to_vec()))
+    }
+
+    fn cut(&self, ns: &str, name: &str, spared: &[Vec<&str>]) -> NetworkCut {
         let crictl = |args: &[&str]| {
             let out = Command::new(self.dir.join("node-bin/crictl"))
                 .arg("--config")
@@ -676,12 +695,19 @@ impl TestBed {
             .and_then(|n| n["path"].as_str())
             .unwrap_or_else(|| panic!("no network namespace in {ns}/{name}'s sandbox"))
             .to_string();
+        let owned = |r: &[&str]| r.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+        let rules = CUT_RULES
+            .iter()
+            .map(|r| owned(r))
+            .chain(spared.iter().map(|r| owned(r)))
+            .collect();
         let cut = NetworkCut {
             netns,
+            rules,
             restored: false,
         };
-        for rule in CUT_RULES {
-            let (ok, err) = cut.iptables("-I", &rule);
+        for rule in &cut.rules {
+            let (ok, err) = cut.iptables("-I", rule);
             assert!(ok, "cutting {ns}/{name}'s network ({rule:?}): {err}");
         }
         cut

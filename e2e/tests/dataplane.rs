@@ -189,6 +189,9 @@ async fn a_database_runs_for_real_keeps_its_data_and_takes_a_new_password() {
     // (c) the pod deleted: a new one on the same volume, the same data.
     let before = bed.fingerprint(&ns, "client", "app").await;
     let pods: Api<Pod> = Api::namespaced(bed.client.clone(), &ns);
+    let events: Api<Event> = Api::namespaced(bed.client.clone(), &ns);
+    let upgrading_before = phase_events(&events, "Upgrading").await;
+    let deleted_at = k8s_openapi::jiff::Timestamp::now();
     pods.delete("shop-0", &DeleteParams::default())
         .await
         .expect("pod deleted");
@@ -202,6 +205,25 @@ async fn a_database_runs_for_real_keeps_its_data_and_takes_a_new_password() {
         bed.fingerprint(&ns, "client", "app").await,
         before,
         "the data after the pod came back"
+    );
+    // The Database was Degraded, not Upgrading: a lost pod comes back on the same template.
+    // The Event of its return to Ready follows any Event of the phases between.
+    wait_until(
+        "a Ready Event after the pod's deletion",
+        POD_WAIT,
+        || async {
+            let ready = phase_events(&events, "Ready").await;
+            ready
+                .iter()
+                .any(|(_, _, at)| *at > deleted_at)
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        phase_events(&events, "Upgrading").await,
+        upgrading_before,
+        "a deleted pod is not an upgrade"
     );
 
     // (d) the generated Secret deleted: a new password, which the server accepts.
@@ -219,7 +241,6 @@ async fn a_database_runs_for_real_keeps_its_data_and_takes_a_new_password() {
     .await;
     let password = |s: &Secret| s.data.as_ref().and_then(|d| d.get("password")).cloned();
     assert_ne!(password(&new), password(&old), "a new password");
-    let events: Api<Event> = Api::namespaced(bed.client.clone(), &ns);
     wait_until(
         "a CredentialsRegenerated Warning Event",
         POD_WAIT,
@@ -412,4 +433,30 @@ async fn a_failed_inline_init_sql_fixed_in_the_spec_runs_fixed_on_the_retry() {
         .psql_until_ok(&ns, "client", "app", "select id from fixed", NET_WAIT)
         .await;
     assert_eq!(rows, "7", "the fixed init SQL ran");
+}
+
+/// The Events of the Database `shop` with this reason: each one's uid, how many times it was
+/// seen, and when last.
+async fn phase_events(
+    events: &Api<Event>,
+    reason: &str,
+) -> Vec<(String, i32, k8s_openapi::jiff::Timestamp)> {
+    let list = events
+        .list(&ListParams::default().fields("regarding.name=shop"))
+        .await
+        .expect("list Events");
+    let mut found: Vec<_> = list
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .map(|e| {
+            let (count, last) = match &e.series {
+                Some(series) => (series.count, series.last_observed_time.0),
+                None => (1, e.event_time.map(|t| t.0).unwrap_or_default()),
+            };
+            (e.metadata.uid.unwrap_or_default(), count, last)
+        })
+        .collect();
+    found.sort();
+    found
 }

@@ -1,13 +1,17 @@
 //! Failover on the test bed's real node, with the locally built images: a 3-instance Database
-//! whose primary's postgres is killed (`kill -9` of the postmaster) fails over to a standby,
-//! writes through `-rw` resume, and the old primary rejoins as a standby; then the new primary's
+//! shows every instance's WAL position; its first standby is cut off and falls behind, then its
+//! primary's postgres is killed (`kill -9` of the postmaster): it fails over to the standby that
+//! received the most WAL (not the first by ordinal), writes through `-rw` resume, and the old
+//! primary rejoins as a standby; then the new primary's
 //! network is cut (its pod's network namespace drops everything but loopback): it stops
 //! accepting writes on its own (its primary Lease ran out), exactly one other instance is
 //! promoted, and a writer that tries every instance over its own socket, in turn, never sees
 //! the isolated one accept a write after another did. With the network back, the isolated one
 //! rejoins as a standby with every row. A switchover (`kubectl dbop promote`'s request) moves
 //! the primary to the standby it names while a writer commits through `-rw` with its own log of
-//! acknowledged commits: every one of them is on the new primary.
+//! acknowledged commits; then a scale-down that would remove that primary switches over to a
+//! standby that stays first (a ScaleDownSwitchover Event, no failover): every acknowledged commit is on
+//! the last primary.
 //!
 //! This is a pod's isolation, not a node's loss: the test bed has one real node (the second
 //! one is probed in `../shared/design/second-node-probe/`, not yet part of the bed).
@@ -62,6 +66,20 @@ async fn write_through_rw(bed: &TestBed, ns: &str, sql: &str) {
     .await;
 }
 
+/// `kill -9` of the postmaster of `pod`.
+fn kill_postmaster(bed: &TestBed, ns: &str, pod: &str) {
+    let (killed, _, err) = bed.exec(
+        ns,
+        pod,
+        &[
+            "sh",
+            "-c",
+            "read pid < \"$PGDATA/postmaster.pid\" && kill -9 \"$pid\"",
+        ],
+    );
+    assert!(killed, "killing {pod}'s postmaster: {err}");
+}
+
 /// The container's last termination message (the manager's reason to stop).
 async fn last_termination(bed: &TestBed, ns: &str, pod: &str) -> String {
     let pods: Api<Pod> = Api::namespaced(bed.client.clone(), ns);
@@ -98,23 +116,63 @@ async fn a_lost_primary_is_replaced_and_an_isolated_one_stops_writing_first() {
     bed.psql_client(&ns, "client", "pay", "pay-credentials")
         .await;
 
-    // 1. The primary's postgres killed: its manager releases the Lease as the server is gone,
-    // a standby is promoted, and the old primary comes back as its standby.
-    let (killed, _, err) = bed.exec(
-        &ns,
-        "pay-0",
-        &[
-            "sh",
-            "-c",
-            "read pid < \"$PGDATA/postmaster.pid\" && kill -9 \"$pid\"",
-        ],
-    );
-    assert!(killed, "killing pay-0's postmaster: {err}");
-    let first = new_primary(&bed, &ns, "pay", "pay-0").await;
+    // 0. The status shows every instance's WAL position, and each standby's lag in bytes and
+    // in time.
+    let databases = bed.databases(&ns);
+    wait_until(
+        "every instance's WAL position in the status",
+        READY_WAIT,
+        || async {
+            let s = databases.get("pay").await.ok()?.status?;
+            let placed = s.instances.len() == 3
+                && s.positions_read_at.is_some()
+                && s.instances
+                    .iter()
+                    .all(|i| i.lsn.is_some() && i.timeline == Some(1))
+                && s.instances.iter().filter(|i| i.lag_bytes.is_some()).count() == 2
+                && s.instances
+                    .iter()
+                    .filter(|i| i.lag_milliseconds.is_some())
+                    .count()
+                    == 2;
+            placed.then_some(())
+        },
+    )
+    .await;
+
+    // 1. pay-1, the first standby by ordinal, is cut from the others (its manager still tells
+    // the operator where it stands) and falls behind: pay-2 gets rows pay-1 never will. The
+    // primary's postgres killed: its manager releases the Lease as the server is gone, the
+    // standby that received the most WAL is promoted (pay-1 still counts as ready, a standby
+    // stays ready 30 s after its stream stops), and the old primary comes back as its standby.
+    let mut behind = bed.cut_all_but_status(&ns, "pay-1");
     write_through_rw(
         &bed,
         &ns,
-        "insert into ledger select g, 'after the kill' from generate_series(101, 200) g",
+        "insert into ledger select g, 'while pay-1 is cut off' from generate_series(101, 150) g",
+    )
+    .await;
+    bed.rows_on(&ns, "pay-2", "ledger", 150, REPLICATION_WAIT)
+        .await;
+    kill_postmaster(&bed, &ns, "pay-0");
+    let first = new_primary(&bed, &ns, "pay", "pay-0").await;
+    // (Events follow the status: waited for.)
+    let failovers = wait_until("a FailedOver Event", FAILOVER_WAIT, || async {
+        Some(event_messages(&bed, &ns, "FailedOver")).filter(|m| !m.trim().is_empty())
+    })
+    .await;
+    assert_eq!(first, "pay-2", "not the most advanced standby: {failovers}");
+    assert!(
+        failovers.contains("promoting the standby pay-2, the most WAL received (pay-1 "),
+        "pay-1 was no candidate, the choice proves nothing: {failovers}"
+    );
+    bed.rows_on(&ns, "pay-2", "ledger", 150, REPLICATION_WAIT)
+        .await;
+    behind.restore();
+    write_through_rw(
+        &bed,
+        &ns,
+        "insert into ledger select g, 'after the kill' from generate_series(151, 200) g",
     )
     .await;
     let standbys: Vec<String> = ["pay-0", "pay-1", "pay-2"]
@@ -222,7 +280,6 @@ async fn a_lost_primary_is_replaced_and_an_isolated_one_stops_writing_first() {
         bed.rows_on(&ns, standby, "ledger", 300, REPLICATION_WAIT)
             .await;
     }
-    let databases = bed.databases(&ns);
     wait_until("Ready with every instance ready", READY_WAIT, || async {
         let s = databases.get("pay").await.ok()?.status?;
         (s.phase == Some(Phase::Ready) && s.instances.iter().all(|i| i.ready)).then_some(())
@@ -234,38 +291,129 @@ async fn a_lost_primary_is_replaced_and_an_isolated_one_stops_writing_first() {
 /// appended to its own log, until the stop file exists.
 const WRITER: &str = r#"i=0; while [ ! -f /tmp/stop ]; do i=$((i+1)); if psql -X -q -d postgres -v ON_ERROR_STOP=1 -c "insert into acked values ($i)" >/dev/null 2>&1; then echo $i >> /tmp/acked; fi; done"#;
 
+/// Database `name` with three Ready instances (its primary `<name>-0`), a table `acked`, and
+/// the writer running in the pod `client` until it has 20 acknowledged commits.
+async fn three_instances_with_a_writer(bed: &TestBed, ns: &str, name: &str) {
+    three_instances_of(bed, ns, real_node_database(name, "15.20", 3)).await;
+}
+
+/// The same for a Database of this manifest (named `name`, three instances).
+async fn three_instances_of(bed: &TestBed, ns: &str, database: serde_json::Value) {
+    let name = database["metadata"]["name"].as_str().unwrap().to_string();
+    let name = name.as_str();
+    bed.apply_database(ns, database).await;
+    bed.wait_for_phase(ns, name, Phase::Ready, READY_WAIT).await;
+    bed.local_ok(
+        ns,
+        &format!("{name}-0"),
+        "create table acked (id int primary key)",
+    );
+    for standby in [format!("{name}-1"), format!("{name}-2")] {
+        bed.streaming_standby(ns, &standby, READY_WAIT).await;
+    }
+    bed.psql_client(ns, "client", name, &format!("{name}-credentials"))
+        .await;
+    let background = format!(
+        "nohup sh -c '{}' >/dev/null 2>&1 &",
+        WRITER.replace('\'', "'\\''")
+    );
+    let (ok, _, err) = bed.exec(ns, "client", &["sh", "-c", &background]);
+    assert!(ok, "starting the writer: {err}");
+    more_acknowledged(bed, ns, 20, READY_WAIT).await;
+}
+
+/// The ids the writer saw acknowledged, in order.
+async fn acked(bed: &TestBed, ns: &str) -> Vec<u32> {
+    let (_, out, _) = bed.exec(ns, "client", &["sh", "-c", "cat /tmp/acked 2>/dev/null"]);
+    out.lines()
+        .filter_map(|l| l.trim().parse::<u32>().ok())
+        .collect()
+}
+
+/// Waits until the writer has `more` acknowledged commits beyond those it has now.
+async fn more_acknowledged(bed: &TestBed, ns: &str, more: usize, within: Duration) {
+    let before = acked(bed, ns).await.len();
+    wait_until(
+        &format!("{more} more acknowledged writes"),
+        within,
+        || async { (acked(bed, ns).await.len() >= before + more).then_some(()) },
+    )
+    .await;
+}
+
+/// Stops the writer and checks that every commit it saw acknowledged is on `primary`.
+async fn every_acknowledged_commit_is_on(bed: &TestBed, ns: &str, primary: &str) {
+    bed.exec(ns, "client", &["sh", "-c", "touch /tmp/stop"]);
+    let acknowledged = acked(bed, ns).await;
+    let present: std::collections::BTreeSet<u32> = bed
+        .local_ok(ns, primary, "select id from acked")
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    let lost: Vec<_> = acknowledged
+        .iter()
+        .filter(|id| !present.contains(id))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "acknowledged commits missing on {primary}: {lost:?}"
+    );
+}
+
+/// The messages of the namespace's Events with this reason, one a line.
+fn event_messages(bed: &TestBed, ns: &str, reason: &str) -> String {
+    let selector = format!("reason={reason}");
+    let (_, out, _) = bed.kubectl(&[
+        "-n",
+        ns,
+        "get",
+        "events",
+        "--field-selector",
+        &selector,
+        "-o",
+        "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}",
+    ]);
+    out
+}
+
+/// Synchronous replication (any 1 of the 2 standbys confirms a commit): sync-1 is cut from the
+/// others (its manager still reports its position) while the writer commits through `-rw`, so
+/// only sync-2 confirms; then the primary's postgres is killed with the writer still running.
+/// The failover must promote sync-2, and every commit the writer saw acknowledged is on it.
+#[tokio::test]
+async fn synchronous_replication_loses_no_acknowledged_commit_when_the_primary_dies() {
+    let bed = testbed().await;
+    bed.require_real_node().await;
+    let ns = bed.real_node_namespace("synchronous").await;
+    let _operator = bed.operator_for_real_node(&ns);
+    let mut database = real_node_database("sync", "15.20", 3);
+    database["spec"]["synchronous"] = json!({"standbys": 1});
+    three_instances_of(&bed, &ns, database).await;
+    let (_, names, _) = bed.local_psql(&ns, "sync-0", "show synchronous_standby_names");
+    assert_eq!(names.trim(), r#"ANY 1 ("sync-1", "sync-2")"#);
+
+    let mut cut = bed.cut_all_but_status(&ns, "sync-1");
+    more_acknowledged(&bed, &ns, 20, FAILOVER_WAIT).await;
+    kill_postmaster(&bed, &ns, "sync-0");
+    let primary = new_primary(&bed, &ns, "sync", "sync-0").await;
+    let failovers = wait_until("a FailedOver Event", FAILOVER_WAIT, || async {
+        Some(event_messages(&bed, &ns, "FailedOver")).filter(|m| !m.trim().is_empty())
+    })
+    .await;
+    assert_eq!(primary, "sync-2", "{failovers}");
+    // Writes go on once a standby confirms them again (sync-0 rejoins, or sync-1 is back).
+    cut.restore();
+    more_acknowledged(&bed, &ns, 10, READY_WAIT).await;
+    every_acknowledged_commit_is_on(&bed, &ns, "sync-2").await;
+}
+
 #[tokio::test]
 async fn a_switchover_moves_the_primary_and_loses_no_acknowledged_commit() {
     let bed = testbed().await;
     bed.require_real_node().await;
     let ns = bed.real_node_namespace("switchover").await;
     let _operator = bed.operator_for_real_node(&ns);
-    bed.apply_database(&ns, real_node_database("swap", "15.20", 3))
-        .await;
-    bed.wait_for_phase(&ns, "swap", Phase::Ready, READY_WAIT)
-        .await;
-    bed.local_ok(&ns, "swap-0", "create table acked (id int primary key)");
-    for standby in ["swap-1", "swap-2"] {
-        bed.streaming_standby(&ns, standby, READY_WAIT).await;
-    }
-    bed.psql_client(&ns, "client", "swap", "swap-credentials")
-        .await;
-    let background = format!(
-        "nohup sh -c '{}' >/dev/null 2>&1 &",
-        WRITER.replace('\'', "'\\''")
-    );
-    let (ok, _, err) = bed.exec(&ns, "client", &["sh", "-c", &background]);
-    assert!(ok, "starting the writer: {err}");
-    let acked = || async {
-        let (_, out, _) = bed.exec(&ns, "client", &["sh", "-c", "cat /tmp/acked 2>/dev/null"]);
-        out.lines()
-            .filter_map(|l| l.trim().parse::<u32>().ok())
-            .collect::<Vec<_>>()
-    };
-    wait_until("the writer acknowledged", READY_WAIT, || async {
-        (acked().await.len() >= 20).then_some(())
-    })
-    .await;
+    three_instances_with_a_writer(&bed, &ns, "swap").await;
 
     // The request, as `kubectl dbop promote swap swap-2` makes it.
     let databases = bed.databases(&ns);
@@ -276,47 +424,13 @@ async fn a_switchover_moves_the_primary_and_loses_no_acknowledged_commit() {
         .unwrap();
     let primary = new_primary(&bed, &ns, "swap", "swap-0").await;
     assert_eq!(primary, "swap-2");
-    let before = acked().await.len();
-    wait_until(
-        "writes acknowledged by the new primary",
-        FAILOVER_WAIT,
-        || async { (acked().await.len() >= before + 20).then_some(()) },
-    )
-    .await;
-    bed.exec(&ns, "client", &["sh", "-c", "touch /tmp/stop"]);
-
-    // Every commit the writer saw acknowledged, before, during and after, is on the new
-    // primary.
-    let acknowledged = acked().await;
-    let present: std::collections::BTreeSet<u32> = bed
-        .local_ok(&ns, "swap-2", "select id from acked")
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect();
-    let lost: Vec<_> = acknowledged
-        .iter()
-        .filter(|id| !present.contains(id))
-        .collect();
-    assert!(
-        lost.is_empty(),
-        "acknowledged commits missing on swap-2: {lost:?}"
-    );
+    more_acknowledged(&bed, &ns, 20, FAILOVER_WAIT).await;
     for standby in ["swap-0", "swap-1"] {
         bed.streaming_standby(&ns, standby, READY_WAIT).await;
     }
-    let events = bed.kubectl(&[
-        "-n",
-        &ns,
-        "get",
-        "events",
-        "--field-selector",
-        "reason=Switchover",
-        "-o",
-        "name",
-    ]);
     assert!(
-        !events.1.trim().is_empty(),
-        "no Switchover Event: {events:?}"
+        !event_messages(&bed, &ns, "Switchover").trim().is_empty(),
+        "no Switchover Event"
     );
     let annotations = databases.get("swap").await.unwrap().metadata.annotations;
     assert!(
@@ -324,4 +438,94 @@ async fn a_switchover_moves_the_primary_and_loses_no_acknowledged_commit() {
             .unwrap_or_default()
             .contains_key("dbop.dev/promote")
     );
+
+    // Two instances: the scale-down would remove swap-2, the primary. It hands over to a
+    // standby that stays by a switchover first; the writer goes on meanwhile.
+    bed.apply_database(&ns, real_node_database("swap", "15.20", 2))
+        .await;
+    let primary = new_primary(&bed, &ns, "swap", "swap-2").await;
+    assert!(
+        ["swap-0", "swap-1"].contains(&primary.as_str()),
+        "{primary}"
+    );
+    more_acknowledged(&bed, &ns, 20, FAILOVER_WAIT).await;
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), &ns);
+    wait_until("swap-2 removed", READY_WAIT, || async {
+        pods.get_opt("swap-2").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    // (Events follow the status: waited for.)
+    wait_until("a ScaleDownSwitchover Event", FAILOVER_WAIT, || async {
+        event_messages(&bed, &ns, "ScaleDownSwitchover")
+            .contains("before the scale-down removes swap-2")
+            .then_some(())
+    })
+    .await;
+    let failovers = event_messages(&bed, &ns, "FailedOver");
+    assert!(
+        failovers.trim().is_empty(),
+        "a failover, not a switchover: {failovers}"
+    );
+    // Every commit the writer saw acknowledged, before, during and after both switchovers, is
+    // on the last primary.
+    every_acknowledged_commit_is_on(&bed, &ns, &primary).await;
+    let standby = if primary == "swap-0" {
+        "swap-1"
+    } else {
+        "swap-0"
+    };
+    bed.streaming_standby(&ns, standby, READY_WAIT).await;
+}
+
+/// A restart (`kubectl dbop restart`'s annotation) of three instances whose primary is roll-0:
+/// the StatefulSet replaces roll-2 and roll-1 first, the primary hands over to roll-1 by a
+/// switchover (a RolloutSwitchover Event, no failover), and only then is roll-0's pod replaced,
+/// as a standby. A writer commits through `-rw` all along with its own log: every acknowledged
+/// commit is on the new primary.
+#[tokio::test]
+async fn a_restart_replaces_the_primary_last_after_a_switchover() {
+    let bed = testbed().await;
+    bed.require_real_node().await;
+    let ns = bed.real_node_namespace("rollout").await;
+    let _operator = bed.operator_for_real_node(&ns);
+    three_instances_with_a_writer(&bed, &ns, "roll").await;
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), &ns);
+    let uid = |pod: Option<Pod>| pod.and_then(|p| p.metadata.uid);
+    let primary_uid = uid(pods.get_opt("roll-0").await.unwrap());
+
+    let databases = bed.databases(&ns);
+    let patch =
+        json!({"metadata": {"annotations": {"dbop.dev/restartedAt": "2026-12-02T23:00:00Z"}}});
+    databases
+        .patch("roll", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    // (Had roll-0's pod been replaced before it handed over, the Lease's release would have
+    // been a failover: the FailedOver check below.)
+    let primary = new_primary(&bed, &ns, "roll", "roll-0").await;
+    assert_eq!(
+        primary, "roll-1",
+        "the lowest of the replaced pods above the primary"
+    );
+    // Then roll-0's pod is replaced too, as a standby, and the rollout ends.
+    wait_until("every instance restarted and Ready", READY_WAIT, || async {
+        let replaced = uid(pods.get_opt("roll-0").await.ok()?) != primary_uid;
+        let s = databases.get("roll").await.ok()?.status?;
+        let all_ready = s.instances.iter().all(|i| i.ready);
+        (replaced && all_ready && s.phase == Some(Phase::Ready)).then_some(())
+    })
+    .await;
+    more_acknowledged(&bed, &ns, 20, FAILOVER_WAIT).await;
+    wait_until("a RolloutSwitchover Event", FAILOVER_WAIT, || async {
+        event_messages(&bed, &ns, "RolloutSwitchover")
+            .contains("from roll-0 to roll-1 before the rollout replaces the pod of roll-0")
+            .then_some(())
+    })
+    .await;
+    let failovers = event_messages(&bed, &ns, "FailedOver");
+    assert!(failovers.trim().is_empty(), "a failover: {failovers}");
+    every_acknowledged_commit_is_on(&bed, &ns, &primary).await;
+    for standby in ["roll-0", "roll-2"] {
+        bed.streaming_standby(&ns, standby, READY_WAIT).await;
+    }
 }

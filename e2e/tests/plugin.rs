@@ -5,7 +5,8 @@
 //! asking for a switchover that the operator answers (refused, with its reason) and clears;
 //! `--kubeconfig`/`--context`/`-n`; `list` and `-o`; `logs`, `psql` and `reload` through a
 //! stand-in kubectl (no container runs on kwok); `restart` through the operator to the
-//! StatefulSet; `restore`; `report` without any Secret value; `completion` without a cluster.
+//! StatefulSet; `restore`; `report` without any Secret value; `completion` without a cluster;
+//! `kubectl dbop <TAB>` through the test bed's own kubectl and `kubectl_complete-dbop`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -922,6 +923,65 @@ async fn completion_needs_no_kubeconfig() {
         .expect("kubectl-dbop completion");
     assert!(out.status.success(), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("#compdef kubectl-dbop"));
+}
+
+/// `kubectl dbop <TAB>`: the real kubectl finds `kubectl_complete-dbop` (a link to the
+/// plugin, as `make plugin` installs it) and offers its commands, a flag's values, and the
+/// Databases of the namespace `-n` names, from the cluster.
+#[tokio::test]
+async fn kubectl_s_own_completion_offers_commands_values_and_database_names() {
+    let bed = testbed().await;
+    let ns = bed.namespace("plugin-complete").await;
+    for name in ["orders", "ops", "shop"] {
+        bed.apply_database(&ns, database_manifest(name, json!({})))
+            .await;
+    }
+    let bin = tempdir_for_links();
+    for link in ["kubectl-dbop", "kubectl_complete-dbop"] {
+        std::os::unix::fs::symlink(plugin_binary(), bin.join(link)).expect("link");
+    }
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let complete = |words: &[&str]| {
+        let out = std::process::Command::new(bed.kubectl_path())
+            .args(["__complete", "dbop"])
+            .args(words)
+            .env("KUBECONFIG", &bed.kubeconfig)
+            .env("PATH", &path)
+            .output()
+            .expect("kubectl __complete");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let commands = complete(&[""]);
+    for command in ["status", "list", "restore", "report", "completion"] {
+        assert!(commands.lines().any(|l| l == command), "{commands}");
+    }
+    assert!(commands.ends_with(":4\n"), "{commands}");
+    assert_eq!(complete(&["status", "-n", &ns, "o"]), "ops\norders\n:4\n");
+    assert_eq!(complete(&["-n", &ns, "list", "-o", ""]), "json\nyaml\n:4\n");
+    // Another namespace's Databases are not offered; a cluster that cannot be read offers none.
+    let empty = bed.namespace("plugin-complete-empty").await;
+    assert_eq!(complete(&["status", "-n", &empty, "o"]), ":4\n");
+    assert_eq!(
+        complete(&["status", "--kubeconfig", "/nonexistent", ""]),
+        ":4\n"
+    );
+    std::fs::remove_dir_all(&bin).ok();
+}
+
+/// A fresh directory for the completion test's links.
+fn tempdir_for_links() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "dbop-e2e-complete-{}-{}",
+        std::process::id(),
+        Utc::now().timestamp_nanos_opt().unwrap_or_default()
+    ));
+    std::fs::create_dir_all(&dir).expect("a directory for the links");
+    dir
 }
 
 /// Every file under `dir`, by path relative to it.

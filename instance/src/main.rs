@@ -53,6 +53,11 @@ impl IntoOptions for Common {
             },
             poll: Duration::from_millis(self.poll_millis),
             metrics_addr: self.metrics_addr,
+            status_addr: self.status_addr.or_else(|| {
+                self.primary_lease.as_ref().map(|_| {
+                    std::net::SocketAddr::from(([0, 0, 0, 0], dbop_contract::position::STATUS_PORT))
+                })
+            }),
             tls_dir: self.tls_dir,
             instance_name: self.instance_name,
             replication_dir: self.replication_dir,

@@ -247,6 +247,7 @@ mod tests {
         Read::Parsed(Topology {
             primary: primary.into(),
             members: names.iter().map(|n| member(n)).collect(),
+            synchronous: None,
         })
     }
 

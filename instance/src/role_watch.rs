@@ -2,7 +2,8 @@
 //! primary (a reload) or is promoted when the topology names it; a primary that is no longer
 //! named is fenced (the supervisor stops it, and the container restarts as a standby); a
 //! primary keeps the replication role's password the mounted one's and a slot for every
-//! standby, dropping dbop's others only after `role::SLOT_GRACE`. With a primary Lease
+//! standby, dropping dbop's others only after `role::SLOT_GRACE`, and sets
+//! `synchronous_standby_names` as the topology's synchronous replication says. With a primary Lease
 //! (`lease_keeper`) the topology is the Lease's, a standby promotes only once it holds the Lease
 //! and a primary whose hold ran out is fenced at the next poll.
 //!
@@ -118,7 +119,12 @@ impl<'a> Keeper<'a> {
             Action::Follow(primary) => self.follow(&me, &primary),
             Action::Nothing => {}
         }
-        let due = self.duties_done.is_none_or(|t| t.elapsed() >= DUTIES_EVERY);
+        // Degraded synchronous replication follows who streams: looked at more often.
+        let every = match &read {
+            Read::Parsed(t) if t.synchronous.is_some_and(|s| !s.wait) => CHECK_EVERY,
+            _ => DUTIES_EVERY,
+        };
+        let due = self.duties_done.is_none_or(|t| t.elapsed() >= every);
         if let Read::Parsed(topology) = &read
             && applied
             && !config::is_standby(&self.o.pgdata)
@@ -223,10 +229,29 @@ impl<'a> Keeper<'a> {
             }
             Err(_) => {}
         }
+        if let Err(Fatal(why)) = self.synchronous(topology) {
+            return self.problem(format!("synchronous replication is not applied: {why}"));
+        }
         match self.reconcile_slots(&standbys) {
             Ok(()) => self.duties_done = Some(Instant::now()),
             Err(Fatal(why)) => self.problem(format!("the slots are not reconciled: {why}")),
         }
+    }
+
+    /// `synchronous_standby_names` as the topology's synchronous replication says (empty
+    /// without it: asynchronous).
+    fn synchronous(&mut self, topology: &Topology) -> Result<(), Fatal> {
+        let names = match topology.synchronous {
+            None => String::new(),
+            Some(sync) if sync.wait => sync.standby_names(&topology.standbys(), &[]),
+            Some(sync) => {
+                sync.standby_names(&topology.standbys(), &self.server.streaming_standbys()?)
+            }
+        };
+        if self.server.ensure_synchronous_standby_names(&names)? {
+            log(&format!("synchronous_standby_names is now '{names}'"));
+        }
+        Ok(())
     }
 
     fn reconcile_slots(&mut self, standbys: &[String]) -> Result<(), Fatal> {

@@ -47,6 +47,9 @@ pub struct Options {
     pub poll: Duration,
     /// Where to serve `/metrics` (`--metrics-addr`); `None`: no endpoint.
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Where to serve `/status` (`--status-addr`, by default on when following a primary
+    /// Lease); `None`: no endpoint.
+    pub status_addr: Option<std::net::SocketAddr>,
     /// The mounted server certificate (`--tls-dir`); `None`: no TLS.
     pub tls_dir: Option<PathBuf>,
     /// This instance's name in the topology (`--instance-name`); `None`: the host name.
@@ -95,6 +98,9 @@ pub fn run(o: &Options) -> i32 {
         };
         if let Some(addr) = o.metrics_addr {
             crate::metrics::start(addr, o, &p.bin, &p.user);
+        }
+        if let Some(addr) = o.status_addr {
+            crate::metrics::start_status(addr, o, &p.bin, &p.user);
         }
         supervise(o, &p)
     }) {
@@ -618,6 +624,7 @@ impl<'a> Syncer<'a> {
 
     fn psql(&self, sql: &str) -> Result<(), String> {
         let mut child = Command::new(self.bin.join("psql"))
+            .env("PGOPTIONS", crate::replication::ops::OWN_SESSIONS)
             .args(connection_args(self.o, self.user, "postgres"))
             .args([
                 "--no-psqlrc",

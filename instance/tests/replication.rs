@@ -16,6 +16,9 @@ use dbop_instance::replication::status::{
     self, Lsn, Role, STATUS_QUERY, Status, lag_bytes, parse_status,
 };
 
+use dbop_contract::position::Position;
+use std::io::{Read, Write};
+
 mod common;
 use common::{free_port, ids, server};
 
@@ -36,6 +39,8 @@ struct Node {
     major: u32,
     bin: PathBuf,
     port: u16,
+    /// Of its status endpoint (`--status-addr`).
+    status_port: u16,
 }
 
 impl Node {
@@ -65,6 +70,7 @@ impl Node {
             major,
             bin,
             port: free_port(),
+            status_port: free_port(),
         }
     }
 
@@ -168,6 +174,7 @@ impl Node {
                 self.path("termination-log").display()
             ))
             .arg("--poll-millis=200")
+            .arg(format!("--status-addr=127.0.0.1:{}", self.status_port))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -190,6 +197,21 @@ impl Node {
             std::thread::sleep(Duration::from_millis(100));
         }
         Running(Some(child))
+    }
+
+    /// `GET /status` on its status endpoint, what the operator reads.
+    fn position(&self) -> Result<Position, String> {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.status_port))
+            .map_err(|e| format!("{}: status endpoint: {e}", self.name))?;
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(s, "GET /status HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
+        let mut all = String::new();
+        s.read_to_string(&mut all).map_err(|e| e.to_string())?;
+        let (head, body) = all.split_once("\r\n\r\n").ok_or("no response head")?;
+        if !head.starts_with("HTTP/1.1 200 ") {
+            return Err(format!("{}: {head}: {body}", self.name));
+        }
+        Position::from_json(body)
     }
 
     fn log(&self) -> String {
@@ -431,6 +453,27 @@ fn clones_streams_fails_over_repoints_and_rewinds_the_old_primary() {
     for standby in [&b, &c] {
         wait_caught_up(&a, standby);
         standby.wait_rows("a", 10_000);
+    }
+    // The status endpoint says what the operator ranks a failover by: the primary's position,
+    // and each standby's received WAL, which has caught up with it (nothing is written now).
+    let primary = a.position().unwrap();
+    assert!(
+        !primary.standby && primary.timeline == Some(1),
+        "{primary:?}"
+    );
+    let written = primary.lsn.expect("a primary reports its position");
+    assert_eq!(
+        primary.replay_lag_ms.keys().collect::<Vec<_>>(),
+        ["db-1", "db-2"],
+        "the primary reports each streaming standby's replay lag"
+    );
+    for standby in [&b, &c] {
+        let p = standby.position().unwrap();
+        assert!(p.standby && p.streaming && p.timeline == Some(1), "{p:?}");
+        assert!(
+            p.lsn >= Some(written) && p.replayed >= Some(written),
+            "{p:?} behind {written}"
+        );
     }
 
     phase("slots advanced");

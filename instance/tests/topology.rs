@@ -90,10 +90,16 @@ impl Node {
 
     /// Writes this node's topology file (renamed into place, as the kubelet swaps it).
     fn topology(&self, primary: &Node, members: &[&Node]) {
+        self.topology_and(primary, members, "");
+    }
+
+    /// The same, with more lines (`synchronous=…`).
+    fn topology_and(&self, primary: &Node, members: &[&Node], more: &str) {
         let mut text = format!("# test\nprimary={}\n", primary.name);
         for m in members {
             text.push_str(&format!("instance={} 127.0.0.1 {}\n", m.name, m.port));
         }
+        text.push_str(more);
         let tmp = self.path("config/.topology.new");
         std::fs::write(&tmp, text).unwrap();
         std::fs::rename(tmp, self.path("config/topology")).unwrap();
@@ -165,22 +171,26 @@ impl Node {
 
     /// SQL over the local socket as `app` (peer authentication through dbop's map).
     fn sql(&self, sql: &str) -> Result<String, String> {
-        let out = Command::new(self.bin.join("psql"))
-            .args(["--no-psqlrc", "--no-align", "--tuples-only"])
+        let out = self.psql(sql).output().unwrap();
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+        }
+    }
+
+    /// `sql`'s psql, not started.
+    fn psql(&self, sql: &str) -> Command {
+        let mut cmd = Command::new(self.bin.join("psql"));
+        cmd.args(["--no-psqlrc", "--no-align", "--tuples-only"])
             .args(["--set=ON_ERROR_STOP=1", "-c", sql])
             .arg(format!(
                 "host={} port={} user=app dbname=app",
                 self.path("run").display(),
                 self.port
             ))
-            .env_remove("PGPASSWORD")
-            .output()
-            .unwrap();
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-        } else {
-            Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
-        }
+            .env_remove("PGPASSWORD");
+        cmd
     }
 
     fn status(&self) -> Result<Status, String> {
@@ -458,4 +468,101 @@ fn without_a_topology_file_the_instance_runs_as_before() {
     assert!(!n.log().contains("topology"), "{}", n.log());
     assert!(running.stop(libc::SIGTERM).success(), "{}", n.log());
     n.assert_no_password_logged();
+}
+
+/// A commit in the background, by a psql of its own.
+struct Commit(Child);
+
+impl Commit {
+    fn start(node: &Node, sql: &str) -> Commit {
+        let mut psql = node.psql(sql);
+        psql.stdout(Stdio::null()).stderr(Stdio::null());
+        Commit(psql.spawn().unwrap())
+    }
+
+    /// Still waiting to be acknowledged.
+    fn waiting(&mut self) -> bool {
+        self.0.try_wait().unwrap().is_none()
+    }
+
+    /// Waits until it is acknowledged, successfully.
+    fn acknowledged(&mut self, what: &str) {
+        let status = wait_for(what, || {
+            self.0.try_wait().unwrap().ok_or("waiting".to_string())
+        });
+        assert!(status.success(), "{what}: psql failed");
+    }
+}
+
+impl Drop for Commit {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits until a session on `node` waits for a synchronous standby to confirm its commit.
+fn wait_sync_rep(node: &Node) {
+    wait_for("a commit waiting for a synchronous standby", || match node
+        .sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")?
+    {
+        n if n != "0" => Ok(()),
+        n => Err(format!("{n} sessions wait for a standby")),
+    });
+}
+
+/// `synchronous_standby_names` of `node`'s server, once it is `want`.
+fn wait_standby_names(node: &Node, want: &str) {
+    wait_for(
+        &format!("{}: synchronous_standby_names = {want:?}", node.name),
+        || match node.sql("SHOW synchronous_standby_names")? {
+            now if now == want => Ok(()),
+            now => Err(format!("{now:?}; the manager's log: {}", node.log_tail())),
+        },
+    );
+}
+
+#[test]
+fn synchronous_replication_holds_commits_until_a_standby_has_them_or_degrades_when_told() {
+    let p = Node::new("ts-0");
+    let s = Node::new("ts-1");
+    for node in [&p, &s] {
+        node.topology_and(&p, &[&p, &s], "synchronous=1 wait\n");
+    }
+    // The primary gets ready with no standby at all: its own sessions never wait.
+    let running_p = p.start();
+    wait_standby_names(&p, "ANY 1 (\"ts-1\")");
+    // (A commit of its own that does not wait either.)
+    p.sql(
+        "SET synchronous_commit = local; CREATE TABLE t (id int PRIMARY KEY, origin text NOT NULL)",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let mut held = Commit::start(&p, "INSERT INTO t VALUES (1, 'held')");
+    wait_sync_rep(&p);
+    assert!(held.waiting(), "acknowledged with no standby to confirm it");
+    // The standby clones, streams, and confirms it: acknowledged, and the standby has it.
+    let running_s = s.start();
+    held.acknowledged("the held commit, once the standby streams");
+    s.wait_rows("held", 1);
+    p.insert("p", 2, 100);
+    s.wait_rows("p", 99);
+
+    // The standby stops: commits wait again; told to degrade, the primary confirms alone.
+    assert!(running_s.stop(libc::SIGINT).success(), "{}", s.log());
+    let mut held = Commit::start(&p, "INSERT INTO t VALUES (101, 'degraded')");
+    wait_sync_rep(&p);
+    assert!(held.waiting(), "acknowledged with its standby stopped");
+    p.topology_and(&p, &[&p, &s], "synchronous=1 degrade\n");
+    wait_standby_names(&p, "");
+    held.acknowledged("the held commit, once degraded");
+    // Waiting again, then without synchronous replication at all: asynchronous, as before.
+    p.topology_and(&p, &[&p, &s], "synchronous=1 wait\n");
+    wait_standby_names(&p, "ANY 1 (\"ts-1\")");
+    p.topology(&p, &[&p, &s]);
+    wait_standby_names(&p, "");
+    p.insert("p", 102, 110);
+    for node in [&p, &s] {
+        node.assert_no_password_logged();
+    }
+    drop(running_p);
 }

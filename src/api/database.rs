@@ -72,6 +72,10 @@ pub const POD_SECURITY_TRANSITION_RULE: &str = "(has(self.spec.podSecurity) ? \
         "message": "application cannot change after creation: its database holds the application's data (make another database with spec.roles and init SQL instead)"
     },
     {
+        "rule": "!has(self.synchronous) || self.synchronous.standbys < self.instances",
+        "message": "spec.synchronous.standbys must be fewer than spec.instances (the primary does not confirm its own commits): add instances or ask fewer standbys"
+    },
+    {
         "rule": "has(self.credentials) == has(oldSelf.credentials) && (!has(self.credentials) || self.credentials == oldSelf.credentials)",
         "message": "credentials cannot change after creation: the superuser's name is set when the data directory is initialised (rotate the password by editing the Secret's password key)"
     }
@@ -102,6 +106,13 @@ pub struct DatabaseSpec {
     #[serde(default = "default_instances")]
     #[schemars(range(min = 1, max = 5))]
     pub instances: i32,
+
+    /// Synchronous replication (opt-in): a commit is acknowledged only once `standbys` of the
+    /// standbys have it on disk, so a failover loses no acknowledged commit. Without it,
+    /// replication is asynchronous: a failover may lose the last commits no standby had
+    /// received (docs/high-availability.md, "Synchronous replication").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synchronous: Option<SynchronousSpec>,
 
     /// Replaced by `instances`. Only `1` (the default an earlier dbop stored) is accepted, so
     /// Databases made before the rename stay valid; any other value is refused with a message.
@@ -440,6 +451,10 @@ pub struct DatabaseStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 5))]
     pub instances: Vec<InstanceStatus>,
+    /// When the instances' WAL positions were read (they are refreshed at most every 10 s, so
+    /// a busy Database's status is not rewritten at every pass).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub positions_read_at: Option<DateTime<Utc>>,
 }
 
 /// One instance of a Database, as the last pass saw it.
@@ -457,6 +472,55 @@ pub struct InstanceStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     pub node: Option<String>,
+    /// The timeline its server writes (a primary) or receives (a standby).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = super::shared::no_unsigned_format)]
+    pub timeline: Option<u32>,
+    /// Its WAL position (`X/Y`): where a primary writes, what a standby has received and
+    /// flushed (what a promotion of it would keep). None while its manager does not answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 17))]
+    pub lsn: Option<String>,
+    /// A standby's WAL replayed (`X/Y`): what its queries see.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 17))]
+    pub replayed_lsn: Option<String>,
+    /// A standby's lag: bytes of WAL between the primary's position and what it replayed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = super::shared::no_unsigned_format)]
+    pub lag_bytes: Option<u64>,
+    /// A streaming standby's lag in time: how long its replay trails the primary's commits, in
+    /// milliseconds, as the primary measures it (0 once it caught up and nothing is written).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = super::shared::no_unsigned_format)]
+    pub lag_milliseconds: Option<u64>,
+}
+
+/// Synchronous replication: how many standbys confirm each commit, and what happens when fewer
+/// can.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SynchronousSpec {
+    /// How many standbys must have a commit on disk before it is acknowledged (any of them:
+    /// a quorum). Fewer than `spec.instances`.
+    #[schemars(range(min = 1, max = 4))]
+    pub standbys: i32,
+    /// When fewer standbys stream than `standbys`: `Wait` (the default) holds every commit
+    /// until enough do (writes stop, no acknowledged commit can be lost); `Degrade` confirms
+    /// with the standbys that stream, and with none acknowledges at once (writes go on, a
+    /// failover then may lose the commits made meanwhile).
+    #[serde(default)]
+    pub when_too_few: WhenTooFew,
+}
+
+/// What a primary does when fewer standbys stream than synchronous replication asks.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum WhenTooFew {
+    /// Commits wait until enough standbys confirm them.
+    #[default]
+    Wait,
+    /// Commits are confirmed by the standbys that stream, or by none.
+    Degrade,
 }
 
 /// The role of an instance.

@@ -27,7 +27,7 @@ pub use backup_policy::{
 pub use database::{BootstrapSpec, BootstrapStatus, FromBackupSpec};
 pub use database::{
     CredentialsSpec, Database, DatabaseSpec, DatabaseStatus, DeletionPolicy, Engine, InitSpec,
-    InstanceRole, InstanceStatus, Phase, PodMetadata, StorageSpec,
+    InstanceRole, InstanceStatus, Phase, PodMetadata, StorageSpec, SynchronousSpec, WhenTooFew,
 };
 pub use database::{UpgradeSpec, UpgradeStage, UpgradeStageTime, UpgradeStatus};
 pub use monitoring::MonitoringSpec;

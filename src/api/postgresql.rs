@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 /// Parameters dbop sets itself (on the server's command line, which wins over any file, or in
 /// files it writes): setting one would do nothing, or break the pod, its Services or its
 /// replication. `ssl*` is refused too (`MANAGED_PREFIXES`).
-pub const MANAGED_PARAMETERS: [&str; 31] = [
+pub const MANAGED_PARAMETERS: [&str; 32] = [
     // The instance manager's command line (instance/src/config.rs).
     "listen_addresses",
     "port",
@@ -46,6 +46,8 @@ pub const MANAGED_PARAMETERS: [&str; 31] = [
     "recovery_end_command",
     // Its own field: spec.postgresql.sharedPreloadLibraries.
     "shared_preload_libraries",
+    // spec.synchronous: the primary's manager sets it from the topology.
+    "synchronous_standby_names",
     // Directives, not parameters: they would read a file outside the ConfigMap.
     "include",
     "include_if_exists",

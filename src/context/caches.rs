@@ -191,10 +191,11 @@ impl Slim for Job {
     }
 }
 
-/// A database pod keeps its metadata (the role label), its node and service account, phase and conditions: the
-/// readers ask which instance is where and whether it is ready. The rest of the spec (the
-/// containers, volumes and affinity the StatefulSet already holds) and the container statuses
-/// are dropped; a pass that needs those lists the pods.
+/// A database pod keeps its metadata (the role label), its node and service account, phase,
+/// conditions and IP: the readers ask which instance is where, whether it is ready, and where
+/// its manager answers. The rest of the spec (the containers, volumes and affinity the
+/// StatefulSet already holds) and the container statuses are dropped; a pass that needs those
+/// lists the pods.
 impl Slim for Pod {
     fn slim(&mut self) {
         slim_meta(&mut self.metadata);
@@ -207,6 +208,8 @@ impl Slim for Pod {
         self.status = self.status.take().map(|status| PodStatus {
             phase: status.phase,
             conditions: status.conditions,
+            // Where its manager reports its WAL position (`database::positions`).
+            pod_ip: status.pod_ip,
             ..PodStatus::default()
         });
     }

@@ -23,7 +23,7 @@ use super::decide::{Decision, Steps};
 use super::facts::Observed;
 use super::restart;
 use super::restore;
-use super::roles::RolesPlan;
+use super::roles::{HandoverWhy, RolesPlan};
 use super::tls::TlsSteps;
 use crate::api::{Database, DatabaseBackup, InstanceRole};
 use crate::backup::job::verify_job;
@@ -37,12 +37,12 @@ use crate::resources::init_job::{init_job, init_sql_config_map};
 use crate::resources::network_policy::network_policy;
 use crate::resources::preflight_job::preflight_job;
 use crate::resources::primary_lease;
-use crate::resources::replication::topology;
+use crate::resources::replication::topology_of;
 use crate::resources::replication::{disruption_budget, replication_secret};
 use crate::resources::restore_job::restore_job;
 use crate::resources::server_config::server_config_map;
 use crate::resources::services;
-use crate::resources::statefulset::statefulset_running;
+use crate::resources::statefulset::{set_partition, statefulset_running};
 use crate::resources::template_origin;
 use crate::resources::{Names, tls};
 use crate::settings::Settings;
@@ -202,6 +202,10 @@ pub fn build(
     } = &decision.steps;
     let upgrade = decision.upgrade.as_ref();
     let backup = decision.backup.as_ref();
+    // The instances the StatefulSet keeps (more than the spec's while a scale-down waits for
+    // the primary's switchover), as the Lease and the mounted ConfigMap name them.
+    let members = decision.roles.statefulset_replicas.max(db.spec.instances);
+    let topology = topology_of(db, &decision.roles.primary, members);
     Desired {
         secret: password
             .filter(|_| *create_secret)
@@ -229,7 +233,7 @@ pub fn build(
                 primary_lease::designate(
                     db,
                     snap.primary_lease.as_ref(),
-                    &topology(db, &decision.roles.primary),
+                    &topology,
                     snap.observed_at.timestamp_millis(),
                 )
             })
@@ -248,7 +252,7 @@ pub fn build(
         server_config: apply_statefulset.then(|| {
             server_config_map(
                 db,
-                &decision.roles.primary,
+                &topology,
                 &superuser_name(db, snap.credentials_secret.as_ref()),
             )
         }),
@@ -305,18 +309,57 @@ fn statefulset(
         settings,
     );
     restart::record(&mut desired, &decision.restart_pending, observed);
+    // A scale-down keeps the primary's pod until it has handed over (`roles::handover`).
+    desired.spec.replicas = Some(decision.roles.statefulset_replicas.max(db.spec.instances));
+    // A rollout replaces the primary's pod last (`roles::primary_last`): while one is under
+    // way, and in the write that starts one, so the StatefulSet never starts with it.
+    if let Some(partition) = decision.roles.primary_last_partition {
+        let rolling = observed.and_then(super::facts::rolling_to).is_some();
+        // Our write that set it, not yet seen by the StatefulSet controller (its status still
+        // shows no rollout): keep it, or the next pass would lower it before the rollout shows.
+        let held =
+            observed.is_some_and(|o| !controller_saw(o) && partition_of(o) == Some(partition));
+        if rolling || held || template_changes(&desired, observed) {
+            set_partition(&mut desired, partition);
+        }
+    }
     desired
 }
 
+/// The StatefulSet controller has seen the latest spec.
+fn controller_saw(sts: &StatefulSet) -> bool {
+    let observed = sts.status.as_ref().and_then(|s| s.observed_generation);
+    observed.is_some() && observed >= sts.metadata.generation
+}
+
+fn partition_of(sts: &StatefulSet) -> Option<i32> {
+    sts.spec
+        .update_strategy
+        .as_ref()?
+        .rolling_update
+        .as_ref()?
+        .partition
+}
+
+/// The desired pod template differs from the observed one in a field dbop sets (or there is
+/// no StatefulSet yet, which is no change of a running pod).
+fn template_changes(desired: &StatefulSet, observed: Option<&StatefulSet>) -> bool {
+    let Some(observed) = observed else {
+        return false;
+    };
+    let template = |s: &StatefulSet| serde_json::to_value(&s.spec.template).unwrap_or_default();
+    crate::resources::drift::needs_apply(&template(desired), Some(&template(observed)))
+}
+
 /// The Events of the roles: a failover (which instance was lost, why, which one takes its
-/// place), and the answer to a promotion request.
+/// place), the answer to a promotion request, and a switchover before a scale-down.
 fn role_events(roles: &RolesPlan) -> Vec<EventSpec> {
     let failover = roles.failover.iter().map(|f| EventSpec {
         warning: true,
         reason: "FailedOver".into(),
         note: format!(
-            "the primary {} is lost: {}; promoting the standby {} (the old primary rejoins as a standby when it returns)",
-            f.from, f.why, f.to
+            "the primary {} is lost: {}; promoting the standby {}, {} (the old primary rejoins as a standby when it returns)",
+            f.from, f.why, f.to, f.chosen
         ),
     });
     let promotion = roles.promotion.iter().map(|p| EventSpec {
@@ -329,7 +372,27 @@ fn role_events(roles: &RolesPlan) -> Vec<EventSpec> {
         .into(),
         note: p.note.clone(),
     });
-    failover.chain(promotion).collect()
+    let handover = roles.handover.iter().map(|h| {
+        let (reason, before) = match h.why {
+            HandoverWhy::ScaleDown => (
+                "ScaleDownSwitchover",
+                format!("before the scale-down removes {}", h.from),
+            ),
+            HandoverWhy::Rollout => (
+                "RolloutSwitchover",
+                format!("before the rollout replaces the pod of {}", h.from),
+            ),
+        };
+        EventSpec {
+            warning: false,
+            reason: reason.into(),
+            note: format!(
+                "switching over from {} to {} {before}: {} stops after sending its standbys all of its WAL, then {} is promoted",
+                h.from, h.to, h.from, h.to
+            ),
+        }
+    });
+    failover.chain(promotion).chain(handover).collect()
 }
 
 /// The Event of a generated Secret made again for a Database that ran: the instance manager
@@ -361,4 +424,73 @@ fn regenerated(db: &Database) -> Option<EventSpec> {
             secret_name(db)
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::facts::Facts;
+    use super::*;
+    use crate::resources::testing;
+    use k8s_openapi::api::apps::v1::StatefulSetStatus;
+
+    fn decided(db: &Database, settings: &Settings) -> Decision {
+        super::super::decide::decide(db, &Facts::nothing_made_yet(), settings)
+    }
+
+    /// The partition the StatefulSet is written with, for a primary-last partition of 1.
+    fn partition_written(observed: Option<StatefulSet>) -> Option<i32> {
+        let mut db = testing::minimal();
+        db.spec.instances = 3;
+        let settings = Settings::default();
+        let mut decision = decided(&db, &settings);
+        decision.roles.primary_last_partition = Some(1);
+        let snap = Observed {
+            statefulset: observed,
+            ..Observed::default()
+        };
+        partition_of(&statefulset(&db, &snap, &decision, &settings))
+    }
+
+    /// The StatefulSet as the last pass wrote it, seen by its controller, not rolling.
+    fn settled(db_image: Option<&str>) -> StatefulSet {
+        let mut db = testing::minimal();
+        db.spec.instances = 3;
+        let settings = Settings::default();
+        let decision = decided(&db, &settings);
+        let snap = Observed::default();
+        let mut sts = statefulset(&db, &snap, &decision, &settings);
+        if let Some(image) = db_image {
+            sts.spec.template.spec.as_mut().unwrap().containers[0].image = Some(image.into());
+        }
+        sts.metadata.generation = Some(1);
+        sts.status = Some(StatefulSetStatus {
+            observed_generation: Some(1),
+            current_revision: Some("r1".into()),
+            update_revision: Some("r1".into()),
+            ..StatefulSetStatus::default()
+        });
+        sts
+    }
+
+    #[test]
+    fn the_primary_last_partition_is_written_with_a_new_template_and_kept_while_it_rolls() {
+        // Nothing changes: the partition stays as it was (0), no write.
+        assert_eq!(partition_written(Some(settled(None))), Some(0));
+        // A new template (here: the observed one runs another image): written with it.
+        assert_eq!(partition_written(Some(settled(Some("old:1")))), Some(1));
+        // Written, not seen by the controller yet: kept, not lowered for a pass.
+        let mut unseen = settled(None);
+        set_partition(&mut unseen, 1);
+        unseen.metadata.generation = Some(2);
+        assert_eq!(partition_written(Some(unseen.clone())), Some(1));
+        // Seen, rolling: kept.
+        unseen.status.as_mut().unwrap().observed_generation = Some(2);
+        unseen.status.as_mut().unwrap().update_revision = Some("r2".into());
+        assert_eq!(partition_written(Some(unseen.clone())), Some(1));
+        // Rolled out: lowered.
+        unseen.status.as_mut().unwrap().current_revision = Some("r2".into());
+        assert_eq!(partition_written(Some(unseen)), Some(0));
+        // A new StatefulSet: nothing to hold.
+        assert_eq!(partition_written(None), Some(0));
+    }
 }

@@ -27,7 +27,7 @@ use super::facts::{
 };
 use super::init::{InitOutcome, decide_init};
 use super::restart;
-use super::roles::{self, RolesPlan};
+use super::roles::{self, RolesFact, RolesPlan};
 use super::tls::{self, TlsSteps};
 use dbop_contract::InstanceFailure;
 
@@ -122,17 +122,23 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
     };
     steps.apply_services = true;
     steps.apply_statefulset = true;
-    let roles = roles::plan(db, &facts.roles);
-    steps.label_pods = roles.label_pods.clone();
-    steps.refresh_pods = roles.refresh_pods.clone();
-    steps.expand_volumes = volume_to_expand(db, facts);
-
     let upgrade = plan_upgrade(&UpgradeInput {
         db,
         settings,
         facts: &facts.upgrade,
         now: facts.backups.now,
     });
+    let roles = roles::plan(
+        db,
+        &RolesFact {
+            version_upgrade: upgrade.active,
+            ..facts.roles.clone()
+        },
+    );
+    steps.label_pods = roles.label_pods.clone();
+    steps.refresh_pods = roles.refresh_pods.clone();
+    steps.expand_volumes = volume_to_expand(db, facts);
+
     steps.create_preflight_job = upgrade.create_preflight.clone();
     steps.create_pre_upgrade_backup = upgrade.create_backup.clone();
     steps.delete_pods = upgrade.delete_pods.clone();
@@ -317,8 +323,11 @@ impl Rollout {
         let sts = facts.statefulset.as_ref();
         let serving = sts.is_some_and(|s| s.ready_replicas >= db.spec.instances);
         let rolled_out = sts.is_some_and(|s| is_rolled_out(s, &upgrade.template.image));
-        let template_change =
-            was_ready_once && upgrade.condition.is_none() && sts.is_some() && !rolled_out;
+        // A new template on its way to the pods. A lost pod is not one: the StatefulSet
+        // recreates it from the same template, and the Database is Degraded until it serves.
+        let template_change = was_ready_once
+            && upgrade.condition.is_none()
+            && sts.is_some_and(|s| is_template_rolling(s, &upgrade.template.image));
         Rollout {
             serving,
             settled: serving && rolled_out && !upgrade.active,
@@ -561,6 +570,10 @@ fn is_rolled_out(sts: &StatefulSetFact, desired_image: &str) -> bool {
     sts.rolled_out && sts.image.as_deref() == Some(desired_image)
 }
 
+fn is_template_rolling(sts: &StatefulSetFact, desired_image: &str) -> bool {
+    sts.template_rolling || !sts.observed_current || sts.image.as_deref() != Some(desired_image)
+}
+
 fn provisioning_message(names: &Names, sts: Option<&StatefulSetFact>) -> String {
     match sts {
         None => format!("creating StatefulSet {}", names.statefulset()),
@@ -586,6 +599,9 @@ fn unschedulable_message(pod: &UnschedulableFact) -> String {
 /// `StandbyNotReady` while the primary serves and only standbys are missing; `NotServing`
 /// otherwise.
 fn degraded_reason(roles: &RolesPlan) -> &'static str {
+    if roles.failover_waits.is_some() {
+        return "FailoverWaiting";
+    }
     let primary_ready = roles
         .instances
         .iter()
@@ -598,6 +614,14 @@ fn degraded_reason(roles: &RolesPlan) -> &'static str {
 }
 
 fn degraded_message(db: &Database, sts: Option<&StatefulSetFact>, roles: &RolesPlan) -> String {
+    let message = instances_message(db, sts, roles);
+    match &roles.failover_waits {
+        Some(wait) => format!("{message}; {wait}"),
+        None => message,
+    }
+}
+
+fn instances_message(db: &Database, sts: Option<&StatefulSetFact>, roles: &RolesPlan) -> String {
     let not_ready = roles::not_ready(roles);
     match sts {
         None => format!("StatefulSet {} is missing; recreating it", db.name()),
@@ -707,6 +731,7 @@ mod tests {
             updated_replicas: if rolled_out { 1 } else { 0 },
             observed_current: true,
             rolled_out,
+            template_rolling: !rolled_out,
             image: Some(image.into()),
         }
     }
@@ -721,23 +746,7 @@ mod tests {
     }
 
     fn facts() -> Facts {
-        Facts {
-            credentials: CredentialsFact::Usable,
-            init_source: InitSourceFact::Available,
-            statefulset: None,
-            volume: None,
-            init_job: None,
-            backups: Default::default(),
-            bootstrap: None,
-            upgrade: Default::default(),
-            instance_failure: None,
-            unschedulable: None,
-            restart: Default::default(),
-            stuck_pods: vec![],
-            tls: Default::default(),
-            roles: Default::default(),
-            accounts: Default::default(),
-        }
+        Facts::nothing_made_yet()
     }
 
     fn with_status(mut db: Database, current_version: Option<&str>, initialized: bool) -> Database {
@@ -814,7 +823,7 @@ mod tests {
     /// role label and the replication Secret is made.
     #[test]
     fn a_standby_that_does_not_stream_degrades_the_database_and_is_named() {
-        use super::super::roles::{PodFact, RolesFact};
+        use super::super::roles::PodFact;
         let mut db = with_status(testing::minimal(), Some("16.4"), true);
         db.spec.instances = 3;
         let pod = |n: i32, ready: bool| PodFact {
@@ -824,6 +833,7 @@ mod tests {
             node: None,
             service_account: None,
             secrets_seen: None,
+            revision: None,
         };
         let with = |ready: [bool; 3]| Facts {
             statefulset: Some(StatefulSetFact {
@@ -888,6 +898,16 @@ mod tests {
         };
         let starting = Facts {
             statefulset: Some(sts(0, true, IMAGE)),
+            volume: bound("1Gi"),
+            ..facts()
+        };
+        let pod_lost = Facts {
+            statefulset: Some(StatefulSetFact {
+                updated_replicas: 0,
+                rolled_out: false,
+                template_rolling: false,
+                ..sts(0, true, IMAGE)
+            }),
             volume: bound("1Gi"),
             ..facts()
         };
@@ -968,6 +988,13 @@ mod tests {
                 "lost readiness",
                 &ready_once,
                 starting.clone(),
+                Phase::Degraded,
+                "NotServing",
+            ),
+            (
+                "pod deleted: fewer updated pods, the same template",
+                &ready_once,
+                pod_lost.clone(),
                 Phase::Degraded,
                 "NotServing",
             ),

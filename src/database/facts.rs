@@ -4,8 +4,11 @@
 //! Pure: no client, no clock (`Observed.observed_at` is the `now` of the whole pass, carried
 //! into `Facts` as `backups.now`). Must not import `observe`, `kube_io` or `context`.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use dbop_contract::InstanceFailure;
+use dbop_contract::position::Position;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -55,6 +58,9 @@ pub struct Observed {
     pub init_job: Option<Job>,
     /// The database pods as the watch cache has them (role label, node, readiness).
     pub instance_pods: Vec<Pod>,
+    /// The WAL position of each database pod whose manager answered (`positions`; read only
+    /// for a Database with standbys).
+    pub positions: BTreeMap<String, Position>,
     /// The database pods' PodDisruptionBudget (from the cache).
     pub disruption_budget: Option<PodDisruptionBudget>,
     /// The database pods' NetworkPolicy (from the cache).
@@ -149,6 +155,10 @@ pub struct StatefulSetFact {
     pub observed_current: bool,
     /// Every pod runs the latest revision.
     pub rolled_out: bool,
+    /// The StatefulSet is moving its pods to a new template: its update revision differs from
+    /// the current one. A lost pod or a scale-up lowers `updated_replicas` too, but leaves
+    /// the revisions equal, so this, not the counts, says whether a rollout is under way.
+    pub template_rolling: bool,
     pub image: Option<String>,
 }
 
@@ -239,6 +249,7 @@ impl Facts {
             stuck_pods: stuck_pods(snap.statefulset.as_ref(), &snap.database_pods),
             roles: RolesFact {
                 pods: snap.instance_pods.iter().map(PodFact::of).collect(),
+                positions: snap.positions.clone(),
                 replication_secret: snap.replication_secret.is_some(),
                 lease: snap.primary_lease.as_ref().map(LeaseFact::of),
                 now_ms: snap.observed_at.timestamp_millis(),
@@ -248,6 +259,9 @@ impl Facts {
                     snap.replication_secret.as_ref(),
                     snap.server_tls_secret.as_ref(),
                 ]),
+                rolling_to: snap.statefulset.as_ref().and_then(rolling_to),
+                // (decide sets it: whether an upgrade is under way is its plan, not a fact)
+                version_upgrade: false,
             },
             tls: TlsFact::of(
                 snap.ca_secret.as_ref(),
@@ -399,6 +413,13 @@ fn init_source_fact(db: &Database, config_map: Option<&ConfigMap>) -> InitSource
     }
 }
 
+/// The revision a StatefulSet is rolling its pods to, while it differs from the current one.
+pub fn rolling_to(sts: &StatefulSet) -> Option<String> {
+    let status = sts.status.as_ref()?;
+    let update = status.update_revision.clone()?;
+    (status.current_revision.as_ref() != Some(&update)).then_some(update)
+}
+
 fn statefulset_fact(sts: &StatefulSet) -> StatefulSetFact {
     let replicas = sts.spec.replicas.unwrap_or(1);
     let status = sts.status.clone().unwrap_or_default();
@@ -406,16 +427,18 @@ fn statefulset_fact(sts: &StatefulSet) -> StatefulSetFact {
         (Some(observed), Some(generation)) => observed >= generation,
         _ => false,
     };
-    let rolled_out = observed_current
-        && status.updated_replicas.unwrap_or(0) >= replicas
-        && status.current_revision.is_some()
-        && status.current_revision == status.update_revision;
+    let revisions_equal =
+        status.current_revision.is_some() && status.current_revision == status.update_revision;
+    let rolled_out =
+        observed_current && status.updated_replicas.unwrap_or(0) >= replicas && revisions_equal;
+    let template_rolling = status.update_revision.is_some() && !revisions_equal;
     StatefulSetFact {
         replicas,
         ready_replicas: status.ready_replicas.unwrap_or(0),
         updated_replicas: status.updated_replicas.unwrap_or(0),
         observed_current,
         rolled_out,
+        template_rolling,
         image: template_image(sts),
     }
 }
@@ -444,6 +467,30 @@ fn volume_fact(db: &Database, pvc: &PersistentVolumeClaim) -> VolumeFact {
             .as_ref()
             .and_then(|c| c.get("storage"))
             .map(|q| q.0.clone()),
+    }
+}
+
+#[cfg(test)]
+impl Facts {
+    /// A Database with nothing made yet and usable credentials: what table tests start from.
+    pub fn nothing_made_yet() -> Facts {
+        Facts {
+            credentials: CredentialsFact::Usable,
+            init_source: InitSourceFact::Available,
+            statefulset: None,
+            volume: None,
+            init_job: None,
+            backups: Default::default(),
+            bootstrap: None,
+            upgrade: Default::default(),
+            instance_failure: None,
+            unschedulable: None,
+            restart: Default::default(),
+            stuck_pods: vec![],
+            tls: Default::default(),
+            roles: Default::default(),
+            accounts: Default::default(),
+        }
     }
 }
 
@@ -486,9 +533,14 @@ mod tests {
             ..StatefulSetStatus::default()
         });
         let fact = statefulset_fact(&sts);
-        assert!(fact.rolled_out && fact.observed_current);
+        assert!(fact.rolled_out && fact.observed_current && !fact.template_rolling);
+        // A pod lost (or a scale-up): fewer updated pods, but no new template.
+        sts.status.as_mut().unwrap().updated_replicas = Some(0);
+        let lost = statefulset_fact(&sts);
+        assert!(!lost.rolled_out && !lost.template_rolling);
         sts.status.as_mut().unwrap().update_revision = Some("r2".into());
-        assert!(!statefulset_fact(&sts).rolled_out);
+        let rolling = statefulset_fact(&sts);
+        assert!(!rolling.rolled_out && rolling.template_rolling);
         sts.metadata.generation = Some(3);
         assert!(!statefulset_fact(&sts).observed_current);
     }

@@ -10,6 +10,7 @@
 //! - `build` builds every object the steps ask for (pure, with the builders of `resources`);
 //! - `apply` writes what differs (through `kube_io`), then the status if it changed, and
 //!   publishes the Events of a transition; `status` derives that status (pure);
+//! - `positions` reads each instance's WAL position from its manager (`observe` calls it);
 //! - `verification` reads the verify Jobs `backup::verify` decides from;
 //! - `deletion` decides the deletion policy (pure); `cleanup` is the finalizer's I/O for it,
 //!   and makes it wait while an upgrade's pods change version;
@@ -40,6 +41,7 @@ pub mod events;
 pub mod facts;
 pub mod init;
 pub mod observe;
+pub mod positions;
 pub mod restart;
 pub mod restore;
 pub mod roles;

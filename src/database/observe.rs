@@ -24,6 +24,7 @@ use crate::kube_io::job_pods;
 use crate::objects::{JobState, job_state};
 use crate::resources::cert_manager::Certificate;
 use crate::resources::credentials::{self};
+use crate::resources::primary_lease::has_standbys;
 use crate::resources::tls::{CA_KEY, external_certificate};
 use crate::resources::{LABEL_INSTANCE, Names, selector_labels};
 use dbop_contract::instance::TLS_CA_FILE;
@@ -108,6 +109,11 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
     };
     let restore = restore_objects(client, db).await?;
     let statefulset = get(&caches.statefulsets, &ns, &names.statefulset());
+    let instance_pods = instance_pods(ctx, &ns, &name);
+    let positions = match has_standbys(db) {
+        true => super::positions::read(&instance_pods).await,
+        false => Default::default(),
+    };
     Ok(Observed {
         restore,
         backups,
@@ -138,7 +144,8 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
             &crate::resources::server_config::config_map_name(db),
         ),
         services: services(ctx, &ns, &names),
-        instance_pods: instance_pods(ctx, &ns, &name),
+        instance_pods,
+        positions,
         replication_secret: secret_metadata(ctx, &ns, &names.replication_secret()),
         application_secret: secret_metadata(ctx, &ns, &names.application_secret()),
         accounts_secret: secret_metadata(ctx, &ns, &names.accounts_secret()),

@@ -4,15 +4,19 @@
 //! (the Services select by it), whether the replication Secret must be made, and each
 //! instance's line in the status.
 //!
-//! Pure: facts in (the database pods as the watch cache has them, the primary Lease), a plan out.
+//! Pure: facts in (the database pods as the watch cache has them, their WAL positions, the
+//! primary Lease), a plan out.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+use dbop_contract::position::{Lsn, Position, lag_bytes};
 use dbop_contract::topology::Topology;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use crate::api::{Database, InstanceRole, InstanceStatus};
+use crate::api::{Database, InstanceRole, InstanceStatus, WhenTooFew};
 use crate::resources::Names;
 use crate::resources::primary_lease::{LeaseFact, PROMOTE_ANNOTATION, has_standbys};
 use crate::resources::replication::{ROLE_LABEL, needs_replication_secret, role_of};
@@ -30,6 +34,8 @@ pub struct PodFact {
     pub service_account: Option<String>,
     /// The versions of the mounted Secrets it was last told about (`SECRETS_SEEN_ANNOTATION`).
     pub secrets_seen: Option<String>,
+    /// The StatefulSet revision it runs (its `controller-revision-hash` label).
+    pub revision: Option<String>,
 }
 
 /// On a database pod: the versions of the Secrets it mounts, as dbop last saw them. Changing it
@@ -67,6 +73,12 @@ impl PodFact {
                 .as_ref()
                 .and_then(|a| a.get(SECRETS_SEEN_ANNOTATION))
                 .cloned(),
+            revision: pod
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(crate::upgrade::facts::REVISION_LABEL))
+                .cloned(),
         }
     }
 }
@@ -76,6 +88,8 @@ impl PodFact {
 pub struct RolesFact {
     /// The Database's database pods.
     pub pods: Vec<PodFact>,
+    /// The WAL position of each pod whose manager answered (`positions`), by pod name.
+    pub positions: BTreeMap<String, Position>,
     /// The replication Secret exists.
     pub replication_secret: bool,
     /// The primary Lease (`None`: none exists, or the Database has one instance).
@@ -84,6 +98,12 @@ pub struct RolesFact {
     pub now_ms: i64,
     /// The versions of the Secrets the database pods mount (`mounted_secrets`; empty: none yet).
     pub mounted_secrets: String,
+    /// The StatefulSet is moving its pods to this revision (its update revision while it
+    /// differs from the current one; `None`: no rollout under way).
+    pub rolling_to: Option<String>,
+    /// A version upgrade is under way: it places the pods itself (partition, verification,
+    /// rollback), so the primary-last order below stays out of its way.
+    pub version_upgrade: bool,
 }
 
 /// The versions of the Secrets database pods mount, `name=resourceVersion` joined by `,`:
@@ -107,7 +127,14 @@ pub struct Failover {
     pub from: String,
     pub to: String,
     pub why: String,
+    /// Why `to`: the WAL each candidate had received, or that none reported it.
+    pub chosen: String,
 }
+
+/// How often the instances' WAL positions are written to the status when nothing else about
+/// the instances changed (they move with every write: a busy Database would otherwise have its
+/// status rewritten, and be reconciled again, at every pass).
+pub const POSITIONS_EVERY: Duration = Duration::from_secs(10);
 
 /// When a Database with standbys is looked at again while its primary is not ready (its Lease
 /// is released or runs out within seconds).
@@ -136,6 +163,39 @@ pub struct RolesPlan {
     /// The answer to a request to promote an instance (`PROMOTE_ANNOTATION`), which is then
     /// removed.
     pub promotion: Option<Promotion>,
+    /// A switchover dbop starts itself: fewer instances would remove the primary, or a
+    /// rollout has replaced every pod above it.
+    pub handover: Option<Handover>,
+    /// The StatefulSet partition that keeps the primary's pod for last in a rollout that is not
+    /// a version upgrade (the primary's ordinal + 1: the pods above it go first), to be used
+    /// while a rollout is under way or a new template is applied; `None`: every pod may go (a
+    /// single instance, a primary already replaced, one that does not hold its Lease).
+    pub primary_last_partition: Option<i32>,
+    /// The StatefulSet's replicas: the spec's instances, or more while the primary that holds
+    /// the Lease sits above them (a scale-down waits for its switchover).
+    pub statefulset_replicas: i32,
+    /// When the WAL positions in `instances` were read (`None`: no instance reported one).
+    pub positions_read_at: Option<DateTime<Utc>>,
+    /// The primary is lost but no standby is promoted yet, and why (synchronous replication
+    /// that waits: not enough standbys' positions known to be sure none loses a commit).
+    pub failover_waits: Option<String>,
+}
+
+/// A switchover dbop starts itself: `from`, the primary, hands over to `to`, a ready standby.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Handover {
+    pub from: String,
+    pub to: String,
+    pub why: HandoverWhy,
+}
+
+/// Why dbop switches over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HandoverWhy {
+    /// The new instance count removes the primary's ordinal.
+    ScaleDown,
+    /// A rollout replaced every pod above the primary; the primary's is next.
+    Rollout,
 }
 
 /// The answer to `kubectl dbop promote`: a switchover to `to`, or why not.
@@ -172,7 +232,7 @@ fn designated(db: &Database, lease: Option<&LeaseFact>) -> Option<String> {
 /// and a ready standby of the spec can take its place: the lowest ordinal. Only a primary whose
 /// manager follows the Lease (its pod runs as the instances' account) is ever replaced: one
 /// started before the Lease existed would not fence itself.
-fn failover(db: &Database, fact: &RolesFact, current: &str) -> Option<Failover> {
+fn failover(db: &Database, fact: &RolesFact, current: &str) -> Option<Result<Failover, String>> {
     let lease = fact.lease.as_ref().filter(|_| has_standbys(db))?;
     let names = Names::of(db);
     let account = names.instance_account();
@@ -187,13 +247,20 @@ fn failover(db: &Database, fact: &RolesFact, current: &str) -> Option<Failover> 
     if !released && !lease.state.lost(current, fact.now_ms) {
         return None;
     }
-    let to = (0..db.spec.instances).map(|o| names.pod(o)).find(|name| {
-        name != current
-            && fact
-                .pods
-                .iter()
-                .any(|p| &p.name == name && p.ready && fenced(p))
-    })?;
+    let candidates: Vec<String> = (0..db.spec.instances)
+        .map(|o| names.pod(o))
+        .filter(|name| {
+            name != current
+                && fact
+                    .pods
+                    .iter()
+                    .any(|p| &p.name == name && p.ready && fenced(p))
+        })
+        .collect();
+    let (to, chosen) = most_advanced(&candidates, &fact.positions)?;
+    if let Some(wait) = synchronous_quorum(db, fact, current, &to) {
+        return Some(Err(wait));
+    }
     let why = if released {
         format!("{current} released the primary Lease (its server stopped)")
     } else {
@@ -202,11 +269,97 @@ fn failover(db: &Database, fact: &RolesFact, current: &str) -> Option<Failover> 
             lease.state.duration_ms / 1000
         )
     };
-    Some(Failover {
+    Some(Ok(Failover {
         from: current.to_string(),
         to,
         why,
-    })
+        chosen,
+    }))
+}
+
+/// With synchronous replication that waits (`spec.synchronous`, `Wait`), why promoting `to`
+/// could lose an acknowledged commit, if it could. A commit was acknowledged once `n` of the
+/// `m` standbys had it, so of any `m - n + 1` standbys at least one has it: the operator must
+/// have heard the position of that many, and `to` must have received at least as much WAL as
+/// every one of them (one that is not ready but further ahead is waited for, not skipped).
+fn synchronous_quorum(db: &Database, fact: &RolesFact, current: &str, to: &str) -> Option<String> {
+    let sync = db
+        .spec
+        .synchronous
+        .as_ref()
+        .filter(|s| s.when_too_few == WhenTooFew::Wait)?;
+    let names = Names::of(db);
+    let standbys: Vec<String> = (0..db.spec.instances)
+        .map(|o| names.pod(o))
+        .filter(|n| n != current)
+        .collect();
+    let heard: Vec<(&String, Lsn)> = standbys
+        .iter()
+        .filter_map(|n| {
+            let p = fact.positions.get(n).filter(|p| p.standby)?;
+            Some((n, p.lsn?))
+        })
+        .collect();
+    let need = (standbys.len() as i32 - sync.standbys + 1).max(1) as usize;
+    if heard.len() < need {
+        return Some(format!(
+            "a failover waits: with synchronous replication (any {} of {} standbys confirm a commit), the WAL positions of {need} standbys are needed to be sure to promote one with every acknowledged commit, and {} answered",
+            sync.standbys,
+            standbys.len(),
+            heard.len()
+        ));
+    }
+    let most = heard.iter().map(|(_, lsn)| *lsn).max()?;
+    let at = heard
+        .iter()
+        .find(|(n, _)| n.as_str() == to)
+        .map(|(_, l)| *l);
+    if at < Some(most) {
+        let ahead = heard
+            .iter()
+            .find(|(_, l)| *l == most)
+            .map(|(n, _)| n.as_str());
+        return Some(format!(
+            "a failover waits: {} has received more WAL ({most}) than any ready standby; it must be ready to be promoted",
+            ahead.unwrap_or_default()
+        ));
+    }
+    None
+}
+
+/// Of `candidates` (in ordinal order), the one that received the most WAL: a promotion keeps
+/// what it received, so any other choice would discard commits a standby has. One that does not
+/// report its position ranks below every one that does; among equals, the lowest ordinal. With
+/// the reason, worded for the Event.
+fn most_advanced(
+    candidates: &[String],
+    positions: &BTreeMap<String, Position>,
+) -> Option<(String, String)> {
+    let lsn = |name: &String| -> Option<Lsn> {
+        positions
+            .get(name)
+            .filter(|p| p.standby)
+            .and_then(|p| p.lsn)
+    };
+    let to = candidates
+        .iter()
+        .enumerate()
+        .max_by_key(|(i, name)| (lsn(name), std::cmp::Reverse(*i)))
+        .map(|(_, name)| name.clone())?;
+    let each = candidates
+        .iter()
+        .map(|name| match lsn(name) {
+            Some(at) => format!("{name} {at}"),
+            None => format!("{name} unknown"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let chosen = match lsn(&to) {
+        Some(_) if candidates.len() == 1 => "the only ready standby".to_string(),
+        Some(_) => format!("the most WAL received ({each})"),
+        None => format!("the first ready standby (no standby reported its WAL position: {each})"),
+    };
+    Some((to, chosen))
 }
 
 /// A request to promote `requested` (`PROMOTE_ANNOTATION`) while `current` is the primary: a
@@ -264,6 +417,107 @@ fn promotion(db: &Database, fact: &RolesFact, current: &str) -> Option<Promotion
     })
 }
 
+/// The primary holds its Lease from an ordinal at or above the spec's instances (a scale-down,
+/// after a failover made a high ordinal the primary): it hands over to the lowest ready standby
+/// that stays, by a switchover, before the StatefulSet removes its pod. The old primary sends
+/// its standbys all of its WAL and releases the Lease; only then does the StatefulSet shrink.
+/// Not to a single instance: a lone primary does not wait for a Lease, so the old one must be
+/// gone first (the StatefulSet removes it, and the remaining instance is promoted).
+fn handover(db: &Database, fact: &RolesFact, current: &str) -> Option<Handover> {
+    let names = Names::of(db);
+    let stays = |name: &str| (0..db.spec.instances).any(|o| names.pod(o) == name);
+    if !has_standbys(db) || stays(current) || !holds_lease(fact, current) {
+        return None;
+    }
+    let account = names.instance_account();
+    let to = (0..db.spec.instances).map(|o| names.pod(o)).find(|name| {
+        fact.pods.iter().any(|p| {
+            &p.name == name && p.ready && p.service_account.as_deref() == Some(account.as_str())
+        })
+    })?;
+    Some(Handover {
+        from: current.to_string(),
+        to,
+        why: HandoverWhy::ScaleDown,
+    })
+}
+
+/// A rollout that is not a version upgrade replaces the primary's pod last: the partition
+/// holds it while the pods above it move to the new revision; once those are ready, the primary
+/// hands over to the lowest of them by a switchover (or, when no pod is above it, to the lowest
+/// ready standby, which is then held in its turn), and once the old primary has released its
+/// Lease to a primary on the new revision, every other pod may go. Only a Lease holder is held
+/// back: a primary that lost or never took its Lease is a failover's business, and the rollout
+/// replaces it as the StatefulSet would.
+fn primary_last(db: &Database, fact: &RolesFact, current: &str) -> (Option<i32>, Option<Handover>) {
+    let names = Names::of(db);
+    let holder = fact
+        .lease
+        .as_ref()
+        .and_then(|l| l.state.holder.clone())
+        .filter(|h| holds_lease(fact, h));
+    let (Some(holder), true, false) = (holder, has_standbys(db), fact.version_upgrade) else {
+        return (None, None);
+    };
+    let Some(ordinal) = names.ordinal_of(&holder) else {
+        return (None, None);
+    };
+    let partition = Some(ordinal + 1);
+    let Some(target) = fact.rolling_to.as_deref() else {
+        return (partition, None);
+    };
+    let pod = |name: &str| fact.pods.iter().find(|p| p.name == name);
+    let updated = |name: &str| pod(name).is_some_and(|p| p.revision.as_deref() == Some(target));
+    if updated(&holder) {
+        return (None, None);
+    }
+    if holder != current {
+        // A switchover under way: the old primary's pod waits until it has released the Lease.
+        return (partition, None);
+    }
+    let account = names.instance_account();
+    let ready_follower = |name: &str| {
+        pod(name).is_some_and(|p| p.ready && p.service_account.as_deref() == Some(account.as_str()))
+    };
+    let above: Vec<String> = (ordinal + 1..db.spec.instances)
+        .map(|o| names.pod(o))
+        .collect();
+    if !above.iter().all(|n| updated(n) && ready_follower(n)) {
+        return (partition, None);
+    }
+    let to = above.first().cloned().or_else(|| {
+        (0..ordinal)
+            .map(|o| names.pod(o))
+            .find(|n| ready_follower(n))
+    });
+    let handover = to.map(|to| Handover {
+        from: current.to_string(),
+        to,
+        why: HandoverWhy::Rollout,
+    });
+    (partition, handover)
+}
+
+/// `primary` holds the Lease and has renewed it in time.
+fn holds_lease(fact: &RolesFact, primary: &str) -> bool {
+    fact.lease.as_ref().is_some_and(|l| {
+        l.state.holder.as_deref() == Some(primary) && !l.state.lost(primary, fact.now_ms)
+    })
+}
+
+/// The StatefulSet's replicas: the spec's, or up to the Lease holder's ordinal while it holds
+/// the Lease above them, so that the pod of a primary is never removed before it handed over.
+fn statefulset_replicas(db: &Database, fact: &RolesFact) -> i32 {
+    let names = Names::of(db);
+    let holder = fact
+        .lease
+        .as_ref()
+        .and_then(|l| l.state.holder.clone())
+        .filter(|h| has_standbys(db) && holds_lease(fact, h));
+    let holder_ordinal = holder.and_then(|h| names.ordinal_of(&h));
+    holder_ordinal.map_or(db.spec.instances, |o| (o + 1).max(db.spec.instances))
+}
+
 /// When to look at the Lease again: soon while the primary is not ready, else when it would
 /// be lost if it stopped renewing now.
 fn look_again(db: &Database, fact: &RolesFact, primary: &str) -> Option<Duration> {
@@ -280,11 +534,20 @@ fn look_again(db: &Database, fact: &RolesFact, primary: &str) -> Option<Duration
 /// The roles for `db` given its pods.
 pub fn plan(db: &Database, fact: &RolesFact) -> RolesPlan {
     let current = designated(db, fact.lease.as_ref()).unwrap_or_else(|| primary(db));
-    let failover = failover(db, fact, &current);
+    let (failover, failover_waits) = match failover(db, fact, &current) {
+        Some(Ok(f)) => (Some(f), None),
+        Some(Err(wait)) => (None, Some(wait)),
+        None => (None, None),
+    };
     let promotion = promotion(db, fact, &current);
+    let (primary_last_partition, rollout_handover) = primary_last(db, fact, &current);
+    let handover = handover(db, fact, &current)
+        .or(rollout_handover)
+        .filter(|_| failover.is_none() && promotion.is_none());
     let switched = promotion
         .as_ref()
         .and_then(|p| p.to.clone())
+        .or_else(|| handover.as_ref().map(|h| h.to.clone()))
         .filter(|_| failover.is_none());
     let primary = match (&failover, switched) {
         (Some(f), _) => f.to.clone(),
@@ -305,19 +568,7 @@ pub fn plan(db: &Database, fact: &RolesFact) -> RolesPlan {
         .filter(|p| p.secrets_seen.as_deref() != Some(fact.mounted_secrets.as_str()))
         .map(|p| (p.name.clone(), fact.mounted_secrets.clone()))
         .collect();
-    let names = Names::of(db);
-    let instances = (0..db.spec.instances.max(1))
-        .map(|ordinal| {
-            let name = names.pod(ordinal);
-            let pod = fact.pods.iter().find(|p| p.name == name);
-            InstanceStatus {
-                role: role_of(&name, &primary),
-                ready: pod.is_some_and(|p| p.ready),
-                node: pod.and_then(|p| p.node.clone()),
-                name,
-            }
-        })
-        .collect();
+    let (instances, positions_read_at) = instances(db, fact, &primary);
     RolesPlan {
         create_replication_secret: needs_replication_secret(db) && !fact.replication_secret,
         label_pods,
@@ -326,8 +577,79 @@ pub fn plan(db: &Database, fact: &RolesFact) -> RolesPlan {
         look_again: look_again(db, fact, &primary),
         failover,
         promotion,
+        handover,
+        primary_last_partition,
+        statefulset_replicas: statefulset_replicas(db, fact),
         primary,
+        positions_read_at,
+        failover_waits,
     }
+}
+
+/// Every instance's status line, and when the positions in it were read. The positions are
+/// this pass's when anything else about the instances changed or the last ones are
+/// `POSITIONS_EVERY` old; else the status's own are kept (with their time).
+fn instances(
+    db: &Database,
+    fact: &RolesFact,
+    primary: &str,
+) -> (Vec<InstanceStatus>, Option<DateTime<Utc>>) {
+    let names = Names::of(db);
+    let lines: Vec<InstanceStatus> = (0..db.spec.instances.max(1))
+        .map(|ordinal| {
+            let name = names.pod(ordinal);
+            let pod = fact.pods.iter().find(|p| p.name == name);
+            InstanceStatus {
+                role: role_of(&name, primary),
+                ready: pod.is_some_and(|p| p.ready),
+                node: pod.and_then(|p| p.node.clone()),
+                name,
+                ..InstanceStatus::default()
+            }
+        })
+        .collect();
+    let status = db.status.clone().unwrap_or_default();
+    let without_positions = |l: &InstanceStatus| InstanceStatus {
+        name: l.name.clone(),
+        role: l.role,
+        ready: l.ready,
+        node: l.node.clone(),
+        ..InstanceStatus::default()
+    };
+    let unchanged = status
+        .instances
+        .iter()
+        .map(without_positions)
+        .eq(lines.iter().cloned());
+    let recent = status
+        .positions_read_at
+        .is_some_and(|at| fact.now_ms - at.timestamp_millis() < POSITIONS_EVERY.as_millis() as i64);
+    if unchanged && recent {
+        return (status.instances, status.positions_read_at);
+    }
+    let primary_report = fact.positions.get(primary).filter(|p| !p.standby);
+    let primary_at = primary_report.and_then(|p| p.lsn);
+    let lines = lines
+        .into_iter()
+        .map(|line| match fact.positions.get(&line.name) {
+            Some(p) => InstanceStatus {
+                timeline: p.timeline,
+                lsn: p.lsn.map(|l| l.to_string()),
+                replayed_lsn: p.replayed.map(|l| l.to_string()),
+                lag_bytes: primary_at
+                    .zip(p.replayed.filter(|_| p.standby))
+                    .map(|(primary, replayed)| lag_bytes(primary, replayed)),
+                lag_milliseconds: primary_report
+                    .and_then(|r| r.replay_lag_ms.get(&line.name).copied()),
+                ..line
+            },
+            None => line,
+        })
+        .collect();
+    let read_at = (!fact.positions.is_empty())
+        .then(|| DateTime::from_timestamp_millis(fact.now_ms))
+        .flatten();
+    (lines, read_at)
 }
 
 /// The instances that are not ready, worded for a condition (`orders-1 (standby)`).
@@ -353,6 +675,7 @@ mod tests {
             node: Some("node-a".into()),
             service_account: Some("orders-instance".into()),
             secrets_seen: None,
+            revision: None,
         }
     }
 
@@ -486,8 +809,220 @@ mod tests {
             replication_secret: true,
             lease: Some(lease),
             now_ms,
-            mounted_secrets: String::new(),
+            ..RolesFact::default()
         }
+    }
+
+    fn standby_at(lsn: u64) -> Position {
+        Position {
+            standby: true,
+            timeline: Some(1),
+            lsn: Some(Lsn(lsn)),
+            replayed: Some(Lsn(lsn)),
+            ..Position::default()
+        }
+    }
+
+    #[test]
+    fn a_failover_promotes_the_standby_that_received_the_most_wal() {
+        // orders-0 released the Lease; orders-1 (the lowest ordinal) fell behind.
+        let released = leased(None, 100_000, "orders-0", Some("orders-0"));
+        let mut fact = with_lease(released, 100_500, [false, true, true]);
+        fact.positions = [
+            ("orders-1".to_string(), standby_at(0x3000000)),
+            ("orders-2".to_string(), standby_at(0x3000148)),
+        ]
+        .into();
+        let failover = plan(&three(), &fact).failover.expect("a failover");
+        assert_eq!(failover.to, "orders-2");
+        assert_eq!(
+            failover.chosen,
+            "the most WAL received (orders-1 0/3000000, orders-2 0/3000148)"
+        );
+        // Equal: the lowest ordinal. One that does not report ranks below one that does.
+        fact.positions
+            .insert("orders-1".into(), standby_at(0x3000148));
+        assert_eq!(plan(&three(), &fact).failover.unwrap().to, "orders-1");
+        fact.positions.remove("orders-1");
+        let failover = plan(&three(), &fact).failover.unwrap();
+        assert_eq!(failover.to, "orders-2");
+        assert!(
+            failover.chosen.contains("orders-1 unknown"),
+            "{}",
+            failover.chosen
+        );
+        // A server that says it is no standby (promoted on its own?) is no candidate by WAL.
+        fact.positions.insert(
+            "orders-2".into(),
+            Position {
+                standby: false,
+                ..standby_at(0x9000000)
+            },
+        );
+        let failover = plan(&three(), &fact).failover.unwrap();
+        assert_eq!(failover.to, "orders-1");
+        assert!(
+            failover.chosen.starts_with("the first ready standby"),
+            "{}",
+            failover.chosen
+        );
+        // Not ready: no candidate, however far it got.
+        fact.positions = [("orders-2".to_string(), standby_at(0x9000000))].into();
+        fact.pods[2].ready = false;
+        let failover = plan(&three(), &fact).failover.unwrap();
+        assert_eq!(
+            (failover.to.as_str(), failover.chosen.as_str()),
+            (
+                "orders-1",
+                "the first ready standby (no standby reported its WAL position: orders-1 unknown)"
+            )
+        );
+    }
+
+    #[test]
+    fn a_synchronous_failover_waits_until_it_is_sure_to_keep_every_acknowledged_commit() {
+        let mut db = three();
+        db.spec.synchronous = Some(crate::api::SynchronousSpec {
+            standbys: 1,
+            when_too_few: WhenTooFew::Wait,
+        });
+        let released = leased(None, 100_000, "orders-0", Some("orders-0"));
+        let mut fact = with_lease(released, 100_500, [false, true, true]);
+        // Any 1 of 2 confirms: both standbys' positions are needed.
+        fact.positions = [("orders-2".to_string(), standby_at(0x3000148))].into();
+        let waiting = plan(&db, &fact);
+        assert_eq!(
+            (waiting.failover, waiting.primary.as_str()),
+            (None, "orders-0")
+        );
+        let why = waiting.failover_waits.expect("says why");
+        assert!(
+            why.contains("the WAL positions of 2 standbys are needed")
+                && why.contains("1 answered"),
+            "{why}"
+        );
+        fact.positions
+            .insert("orders-1".into(), standby_at(0x3000000));
+        let failover = plan(&db, &fact).failover.expect("both heard");
+        assert_eq!(failover.to, "orders-2");
+        // The one further ahead is not ready: waited for, not skipped.
+        fact.positions
+            .insert("orders-1".into(), standby_at(0x4000000));
+        fact.pods[1].ready = false;
+        let waiting = plan(&db, &fact);
+        assert_eq!(waiting.failover, None);
+        assert!(
+            waiting
+                .failover_waits
+                .unwrap()
+                .contains("orders-1 has received more WAL (0/4000000)")
+        );
+        // Any 2 of 2: each standby has every acknowledged commit, one position is enough.
+        db.spec.synchronous.as_mut().unwrap().standbys = 2;
+        fact.positions.remove("orders-1");
+        assert_eq!(plan(&db, &fact).failover.unwrap().to, "orders-2");
+        // Degrade: no promise to keep, no wait.
+        db.spec.synchronous = Some(crate::api::SynchronousSpec {
+            standbys: 1,
+            when_too_few: WhenTooFew::Degrade,
+        });
+        fact.positions.clear();
+        let degraded = plan(&db, &fact);
+        assert_eq!(
+            (
+                degraded.failover.unwrap().to.as_str(),
+                degraded.failover_waits
+            ),
+            ("orders-2", None)
+        );
+    }
+
+    #[test]
+    fn positions_and_lag_reach_the_status_at_most_every_ten_seconds_unless_the_instances_change() {
+        let holding = leased(Some("orders-0"), 100_000, "orders-0", None);
+        let mut fact = with_lease(holding, 101_000, [true; 3]);
+        fact.positions = [
+            (
+                "orders-0".to_string(),
+                Position {
+                    standby: false,
+                    timeline: Some(2),
+                    lsn: Some(Lsn(0x5000000)),
+                    replay_lag_ms: [("orders-1".to_string(), 7)].into(),
+                    ..Position::default()
+                },
+            ),
+            ("orders-1".to_string(), standby_at(0x4FFFF00)),
+        ]
+        .into();
+        let mut db = three();
+        let first = plan(&db, &fact);
+        assert_eq!(
+            first.positions_read_at.map(|t| t.timestamp_millis()),
+            Some(101_000)
+        );
+        let line = |p: &RolesPlan, i: usize| {
+            let l = &p.instances[i];
+            (
+                l.timeline,
+                l.lsn.clone(),
+                l.replayed_lsn.clone(),
+                l.lag_bytes,
+            )
+        };
+        assert_eq!(
+            line(&first, 0),
+            (Some(2), Some("0/5000000".into()), None, None)
+        );
+        assert_eq!(
+            line(&first, 1),
+            (
+                Some(1),
+                Some("0/4FFFF00".into()),
+                Some("0/4FFFF00".into()),
+                Some(0x100)
+            )
+        );
+        assert_eq!(
+            line(&first, 2),
+            (None, None, None, None),
+            "orders-2 did not answer"
+        );
+        // Written; 5 s later the WAL moved, nothing else did: the status keeps what it has.
+        db.status = Some(DatabaseStatus {
+            instances: first.instances.clone(),
+            positions_read_at: first.positions_read_at,
+            ..DatabaseStatus::default()
+        });
+        fact.now_ms += 5_000;
+        fact.positions
+            .insert("orders-1".into(), standby_at(0x5000000));
+        let quiet = plan(&db, &fact);
+        assert_eq!(
+            (&quiet.instances, quiet.positions_read_at),
+            (&first.instances, first.positions_read_at)
+        );
+        // A standby's readiness changes: everything is this pass's.
+        fact.pods[2].ready = false;
+        let changed = plan(&db, &fact);
+        assert_eq!(line(&changed, 1).3, Some(0));
+        assert!(!changed.instances[2].ready);
+        // Or ten seconds pass.
+        fact.pods[2].ready = true;
+        fact.now_ms += 5_000;
+        let later = plan(&db, &fact);
+        assert_eq!(line(&later, 1).1, Some("0/5000000".into()));
+        assert_eq!(
+            later.positions_read_at.map(|t| t.timestamp_millis()),
+            Some(111_000)
+        );
+        // Nobody reports (kwok, older managers): no positions, no time.
+        fact.positions.clear();
+        let none = plan(&db, &fact);
+        assert_eq!(
+            (line(&none, 1), none.positions_read_at),
+            ((None, None, None, None), None)
+        );
     }
 
     #[test]
@@ -535,6 +1070,178 @@ mod tests {
             plan(&db, &fact).refresh_pods.is_empty(),
             "no Secret observed yet: nothing to tell"
         );
+    }
+
+    /// Three instances whose primary is orders-2 (after a failover), scaled down to `to`.
+    fn scaled_down_from_orders_2(to: i32) -> Database {
+        let mut db = three();
+        db.spec.instances = to;
+        db.status = Some(DatabaseStatus {
+            primary: Some("orders-2".into()),
+            ..DatabaseStatus::default()
+        });
+        db
+    }
+
+    #[test]
+    fn a_scale_down_past_the_primary_switches_over_first_and_keeps_its_pod_until_then() {
+        let db = scaled_down_from_orders_2(2);
+        // orders-2 holds the Lease; orders-0 is not ready, orders-1 is.
+        let holding = leased(Some("orders-2"), 100_000, "orders-2", None);
+        let fact = with_lease(holding, 104_000, [false, true, true]);
+        let plan = plan(&db, &fact);
+        assert_eq!(
+            plan.handover,
+            Some(Handover {
+                from: "orders-2".into(),
+                to: "orders-1".into(),
+                why: HandoverWhy::ScaleDown,
+            })
+        );
+        assert_eq!(plan.primary, "orders-1", "the Lease designates the standby");
+        assert_eq!(plan.failover, None);
+        assert_eq!(plan.statefulset_replicas, 3, "orders-2's pod stays");
+
+        // Designated: the old primary still holds the Lease until its server has stopped.
+        let mut designated = leased(Some("orders-2"), 105_000, "orders-1", None);
+        designated.state.designated_ms = Some(104_500);
+        let fact = with_lease(designated, 106_000, [false, true, true]);
+        let next = super::plan(&db, &fact);
+        assert_eq!(next.handover, None, "asked once");
+        assert_eq!(next.primary, "orders-1");
+        assert_eq!(next.statefulset_replicas, 3);
+
+        // Released: the StatefulSet may remove orders-2.
+        let released = leased(None, 107_000, "orders-1", Some("orders-2"));
+        let fact = with_lease(released, 107_500, [false, true, true]);
+        assert_eq!(super::plan(&db, &fact).statefulset_replicas, 2);
+        let taken = leased(Some("orders-1"), 108_000, "orders-1", None);
+        let fact = with_lease(taken, 108_500, [false, true, false]);
+        assert_eq!(super::plan(&db, &fact).statefulset_replicas, 2);
+    }
+
+    /// Three instances whose primary `primary` holds its Lease, the StatefulSet rolling to
+    /// `rolling_to`, each pod on the revision given.
+    fn rolling(primary: &str, rolling_to: Option<&str>, revisions: [&str; 3]) -> RolesFact {
+        let mut fact = with_lease(
+            leased(Some(primary), 100_000, primary, None),
+            104_000,
+            [true; 3],
+        );
+        for (pod, revision) in fact.pods.iter_mut().zip(revisions) {
+            pod.revision = Some(revision.into());
+        }
+        fact.rolling_to = rolling_to.map(Into::into);
+        fact
+    }
+
+    #[test]
+    fn a_rollout_replaces_the_pods_above_the_primary_then_switches_over_then_the_rest() {
+        let db = three();
+        let at = |fact: &RolesFact| {
+            let plan = plan(&db, fact);
+            (
+                plan.primary_last_partition,
+                plan.handover.map(|h| (h.to, h.why)),
+            )
+        };
+        // Nothing rolling: the partition a new template is applied with.
+        assert_eq!(at(&rolling("orders-0", None, ["r1"; 3])), (Some(1), None));
+        // Rolling: the pods above the primary first.
+        let started = rolling("orders-0", Some("r2"), ["r1", "r1", "r1"]);
+        assert_eq!(at(&started), (Some(1), None));
+        let mut halfway = rolling("orders-0", Some("r2"), ["r1", "r1", "r2"]);
+        assert_eq!(at(&halfway), (Some(1), None));
+        // Above it all new but one not ready: wait.
+        halfway.pods[1].revision = Some("r2".into());
+        halfway.pods[1].ready = false;
+        assert_eq!(at(&halfway), (Some(1), None));
+        // All new and ready: hand over to the lowest of them.
+        let above_done = rolling("orders-0", Some("r2"), ["r1", "r2", "r2"]);
+        assert_eq!(
+            at(&above_done),
+            (
+                Some(1),
+                Some(("orders-1".to_string(), HandoverWhy::Rollout))
+            )
+        );
+        assert_eq!(plan(&db, &above_done).primary, "orders-1");
+        // Designated, but orders-0 still holds the Lease (its server is stopping): its pod waits.
+        let mut handing = rolling("orders-0", Some("r2"), ["r1", "r2", "r2"]);
+        let lease = handing.lease.as_mut().unwrap();
+        lease.topology = Some(crate::resources::replication::topology(&db, "orders-1").render());
+        lease.state.designated_ms = Some(103_000);
+        assert_eq!(plan(&db, &handing).primary, "orders-1");
+        assert_eq!(at(&handing), (Some(1), None));
+        // The new primary holds the Lease and runs the new revision: every other pod may go.
+        assert_eq!(
+            at(&rolling("orders-1", Some("r2"), ["r1", "r2", "r2"])),
+            (None, None)
+        );
+    }
+
+    #[test]
+    fn a_primary_at_the_top_hands_over_down_first_and_only_a_held_lease_is_waited_for() {
+        let db = three();
+        let top = rolling("orders-2", Some("r2"), ["r1", "r1", "r1"]);
+        let plan_top = plan(&db, &top);
+        assert_eq!(plan_top.primary_last_partition, Some(3), "no pod moves yet");
+        assert_eq!(
+            plan_top.handover.map(|h| (h.from, h.to)),
+            Some(("orders-2".to_string(), "orders-0".to_string()))
+        );
+        // Then orders-0 is held in its turn, and the pods above it (orders-2 among them) go.
+        let next = rolling("orders-0", Some("r2"), ["r1", "r1", "r1"]);
+        assert_eq!(plan(&db, &next).primary_last_partition, Some(1));
+        // A version upgrade places its pods itself.
+        let mut upgrading = started_rollout();
+        upgrading.version_upgrade = true;
+        let p = plan(&db, &upgrading);
+        assert_eq!((p.primary_last_partition, p.handover), (None, None));
+        // A primary that lost its Lease is not held back (it is a failover's business).
+        let lost = RolesFact {
+            now_ms: 120_000,
+            ..started_rollout()
+        };
+        assert_eq!(plan(&db, &lost).primary_last_partition, None);
+        // One instance: nothing to switch over to.
+        let single = testing::minimal();
+        assert_eq!(
+            plan(&single, &started_rollout()).primary_last_partition,
+            None
+        );
+    }
+
+    fn started_rollout() -> RolesFact {
+        rolling("orders-0", Some("r2"), ["r1", "r1", "r1"])
+    }
+
+    #[test]
+    fn a_scale_down_waits_for_a_ready_standby_and_never_holds_a_lost_primary() {
+        let db = scaled_down_from_orders_2(2);
+        let holding = leased(Some("orders-2"), 100_000, "orders-2", None);
+        // No standby that stays is ready: no switchover, and the primary's pod stays.
+        let fact = with_lease(holding.clone(), 104_000, [false, false, true]);
+        let plan = plan(&db, &fact);
+        assert_eq!((plan.handover, plan.statefulset_replicas), (None, 3));
+        assert_eq!(plan.primary, "orders-2");
+        // The primary stopped renewing: nothing to wait for.
+        let fact = with_lease(holding.clone(), 110_001, [true, false, false]);
+        assert_eq!(super::plan(&db, &fact).statefulset_replicas, 2);
+        // Down to one instance: a lone primary does not wait for the Lease, so no switchover
+        // (the StatefulSet removes the old primary first).
+        let single = scaled_down_from_orders_2(1);
+        let fact = with_lease(holding, 104_000, [true, true, true]);
+        let plan = super::plan(&single, &fact);
+        assert_eq!((plan.handover, plan.statefulset_replicas), (None, 1));
+        // A primary that stays: nothing to hand over.
+        let fact = with_lease(
+            leased(Some("orders-1"), 100_000, "orders-1", None),
+            104_000,
+            [true; 3],
+        );
+        let plan = super::plan(&scaled_down_from_orders_2(2), &fact);
+        assert_eq!((plan.handover, plan.statefulset_replicas), (None, 2));
     }
 
     #[test]

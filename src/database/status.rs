@@ -96,6 +96,7 @@ pub fn next_status(db: &Database, decision: &Decision, now: DateTime<Utc>) -> Da
         upgrade: decision.upgrade.clone(),
         primary: Some(decision.roles.primary.clone()),
         instances: decision.roles.instances.clone(),
+        positions_read_at: decision.roles.positions_read_at,
     }
 }
 
@@ -119,7 +120,7 @@ mod tests {
 
     #[test]
     fn a_database_without_backups_loses_an_old_backup_not_configured_condition() {
-        use crate::database::facts::{CredentialsFact, Facts, InitSourceFact};
+        use crate::database::facts::Facts;
         use chrono::TimeZone;
         let mut db = crate::resources::testing::minimal();
         let old = ConditionStatus::new(
@@ -133,23 +134,7 @@ mod tests {
             conditions: merge(&[], &[old], Some(1), t),
             ..DatabaseStatus::default()
         });
-        let facts = Facts {
-            credentials: CredentialsFact::Usable,
-            init_source: InitSourceFact::Available,
-            statefulset: None,
-            volume: None,
-            init_job: None,
-            backups: Default::default(),
-            bootstrap: None,
-            upgrade: Default::default(),
-            instance_failure: None,
-            unschedulable: None,
-            restart: Default::default(),
-            stuck_pods: vec![],
-            tls: Default::default(),
-            roles: Default::default(),
-            accounts: Default::default(),
-        };
+        let facts = Facts::nothing_made_yet();
         let decision =
             crate::database::decide::decide(&db, &facts, &crate::settings::Settings::default());
         let status = next_status(&db, &decision, t);

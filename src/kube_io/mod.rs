@@ -1,10 +1,10 @@
 //! The I/O both controllers share, and the only place that writes to the API server on their
 //! behalf: server-side apply of what drifted, create-once, compare-and-swap replaces, merge patches (owner references,
 //! finalizers, claim sizes), deletes that take "not found" for done, the status patch and
-//! Events. Depends only on `context`, `error` and the pure `objects`: no controller logic.
+//! Events. Depends only on `context`, `error` and the pure `objects` and `resources::drift`: no
+//! controller logic.
 
 pub mod client;
-pub mod drift;
 pub mod initial_list;
 pub mod rate_limit;
 pub mod watch;
@@ -22,7 +22,7 @@ use crate::FIELD_MANAGER;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::objects::{EventSpec, MAX_MESSAGE, job_pods_selector, truncate};
-use drift::needs_apply;
+use crate::resources::drift::needs_apply;
 
 /// Publishes an Event about each of `references`. A failed publish is logged, never fatal:
 /// Events are for people, and the status already says the same.

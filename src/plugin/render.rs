@@ -93,7 +93,8 @@ fn summary(db: &Database) -> String {
     )
 }
 
-/// One line for the instances: each with its role and readiness (`orders-0 primary ready`).
+/// One line for the instances: each with its role, readiness and a standby's lag when known
+/// (`orders-1 standby ready, lag 256 B`).
 fn instances(instances: &[crate::api::InstanceStatus]) -> String {
     if instances.is_empty() {
         return String::new();
@@ -102,7 +103,12 @@ fn instances(instances: &[crate::api::InstanceStatus]) -> String {
         .iter()
         .map(|i| {
             let ready = if i.ready { "ready" } else { "not ready" };
-            format!("{} {} {ready}", i.name, i.role.label())
+            let lag = match (i.lag_bytes, i.lag_milliseconds) {
+                (Some(b), Some(ms)) => format!(" (lag {}, {ms} ms)", size(Some(b as i64))),
+                (Some(b), None) => format!(" (lag {})", size(Some(b as i64))),
+                (None, _) => String::new(),
+            };
+            format!("{} {} {ready}{lag}", i.name, i.role.label())
         })
         .collect();
     format!("Instances: {}\n", each.join(", "))
@@ -398,6 +404,7 @@ mod tests {
                 "instances": [
                     {"name": "orders-0", "role": "primary", "ready": true},
                     {"name": "orders-1", "role": "standby", "ready": false},
+                    {"name": "orders-2", "role": "standby", "ready": true, "lagBytes": 3072, "lagMilliseconds": 40},
                 ],
             })),
             ..ready_view()
@@ -405,7 +412,7 @@ mod tests {
         let screen = status_screen(&view, now());
         assert_eq!(
             line_with(&screen, "Instances:"),
-            "Instances: orders-0 primary ready, orders-1 standby not ready"
+            "Instances: orders-0 primary ready, orders-1 standby not ready, orders-2 standby ready (lag 3.0 KiB, 40 ms)"
         );
         // No instances in the status (an older dbop): no line.
         assert!(!status_screen(&ready_view(), now()).contains("Instances:"));

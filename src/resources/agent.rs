@@ -265,7 +265,7 @@ mod tests {
             name: format!("orders-{n}"),
             role,
             ready,
-            node: None,
+            ..Default::default()
         };
         db.status = Some(crate::api::DatabaseStatus {
             instances: vec![

@@ -10,6 +10,7 @@ pub mod backup_job;
 pub mod cert_manager;
 pub mod credentials;
 pub mod database_backup;
+pub mod drift;
 pub mod init_job;
 pub mod job;
 pub mod monitoring;
@@ -100,6 +101,14 @@ impl Names {
     }
     pub fn pod(&self, ordinal: i32) -> String {
         format!("{}-{ordinal}", self.database)
+    }
+    /// The ordinal of one of this Database's pods, from its name.
+    pub fn ordinal_of(&self, pod: &str) -> Option<i32> {
+        let ordinal = pod
+            .strip_prefix(self.database.as_str())?
+            .strip_prefix('-')?;
+        let n: i32 = ordinal.parse().ok()?;
+        (n >= 0 && n.to_string() == ordinal).then_some(n)
     }
     /// The claim the StatefulSet controller makes from the `data` volumeClaimTemplate.
     pub fn data_pvc(&self, ordinal: i32) -> String {
@@ -243,6 +252,23 @@ pub(crate) mod testing {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_pod_s_ordinal_is_read_back_from_its_name_only() {
+        let names = Names::new("orders");
+        assert_eq!(names.ordinal_of(&names.pod(3)), Some(3));
+        for other in [
+            "orders",
+            "orders-",
+            "orders-x",
+            "orders-01",
+            "orders-1-1",
+            "shop-1",
+            "orders2-1",
+        ] {
+            assert_eq!(names.ordinal_of(other), None, "{other}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -3,11 +3,14 @@
 //! the Database's own instances (replication, a standby's clone and rewind), dbop's Jobs for
 //! it (every pod dbop runs for the Database that is not an instance: init, backup, verify,
 //! restore, preflight) and the spec's `allowFrom`; the metrics port only `metricsFrom`, and
-//! only while the endpoint is served. The pods serve nothing else. Egress is not restricted.
+//! only while the endpoint is served; the status port (a Database with standbys: each
+//! instance's WAL position, which the operator reads) only dbop's operator pods, in any
+//! namespace. The pods serve nothing else. Egress is not restricted.
 //!
 //! Pure: a function of the Database, no client.
 
 use dbop_contract::instance::METRICS_PORT;
+use dbop_contract::position::STATUS_PORT;
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
     NetworkPolicySpec,
@@ -15,6 +18,7 @@ use k8s_openapi::api::networking::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use super::primary_lease::has_standbys;
 use super::{
     LABEL_COMPONENT, LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY, Names, POSTGRES_PORT,
     owned_meta, selector_labels,
@@ -38,6 +42,9 @@ pub fn network_policy(db: &Database) -> Option<NetworkPolicy> {
     if MonitoringSpec::enabled(db.spec.monitoring.as_ref()) && !spec.metrics_from.is_empty() {
         let from = spec.metrics_from.iter().map(peer).collect();
         ingress.push(rule(i32::from(METRICS_PORT), from));
+    }
+    if has_standbys(db) {
+        ingress.push(rule(i32::from(STATUS_PORT), vec![operator_peer()]));
     }
     Some(NetworkPolicy {
         metadata: owned_meta(db, Names::of(db).statefulset(), "database"),
@@ -81,6 +88,25 @@ fn jobs_peer(database: &str) -> NetworkPolicyPeer {
                 operator: "NotIn".into(),
                 values: Some(vec!["database".into()]),
             }]),
+        }),
+        ..NetworkPolicyPeer::default()
+    }
+}
+
+/// dbop's operator, as its chart labels its pods, in whichever namespace it runs: it reads
+/// the instances' WAL positions (`database::positions`), and nothing there is secret.
+fn operator_peer() -> NetworkPolicyPeer {
+    NetworkPolicyPeer {
+        namespace_selector: Some(LabelSelector::default()),
+        pod_selector: Some(LabelSelector {
+            match_labels: Some(
+                [
+                    ("app.kubernetes.io/name".to_string(), "dbop".to_string()),
+                    (LABEL_COMPONENT.to_string(), "operator".to_string()),
+                ]
+                .into(),
+            ),
+            ..LabelSelector::default()
         }),
         ..NetworkPolicyPeer::default()
     }
@@ -309,6 +335,24 @@ mod tests {
         });
         let spec = network_policy(&db).unwrap().spec.unwrap();
         assert!(!admitted_anywhere(&spec, 9187));
+    }
+
+    #[test]
+    fn the_status_port_admits_only_the_operator_and_only_with_standbys() {
+        let mut db = with(json!({}));
+        assert!(!admitted_anywhere(
+            &network_policy(&db).unwrap().spec.unwrap(),
+            8008
+        ));
+        db.spec.instances = 3;
+        let policy = serde_json::to_value(network_policy(&db).unwrap()).unwrap();
+        let status = &policy["spec"]["ingress"][1];
+        assert_eq!(status["ports"], json!([{"protocol": "TCP", "port": 8008}]));
+        assert_eq!(
+            status["from"],
+            json!([{"namespaceSelector": {}, "podSelector": {"matchLabels": {
+                "app.kubernetes.io/component": "operator", "app.kubernetes.io/name": "dbop"}}}])
+        );
     }
 
     #[test]

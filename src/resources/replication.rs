@@ -19,9 +19,9 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::pod::mount_optional_secret;
 use super::{Names, POSTGRES_PORT, owned_meta, selector_labels};
-use crate::api::{Database, InstanceRole};
+use crate::api::{Database, InstanceRole, WhenTooFew};
 use dbop_contract::topology::{
-    Member, REPLICATION_DIR, REPLICATION_PASSWORD_FILE, TOPOLOGY_FILE, Topology,
+    Member, REPLICATION_DIR, REPLICATION_PASSWORD_FILE, Synchronous, Topology,
 };
 
 /// The pod label that says an instance's role (`primary`, `standby`); `<name>-rw` and
@@ -55,23 +55,40 @@ impl Names {
 
 /// The topology for `primary`: every instance of the spec, in ordinal order.
 pub fn topology(db: &Database, primary: &str) -> Topology {
+    topology_of(db, primary, db.spec.instances)
+}
+
+/// The topology with `members` instances (ordinals 0 to `members - 1`): more than the spec's
+/// while a scale-down keeps the primary's pod for its switchover (`RolesPlan`'s
+/// `statefulset_replicas`), so that the primary still finds itself in it.
+pub fn topology_of(db: &Database, primary: &str, members: i32) -> Topology {
     let names = Names::of(db);
     let ns = db.namespace_or_default();
     Topology {
         primary: primary.to_string(),
-        members: (0..db.spec.instances.max(1))
+        members: (0..members.max(1))
             .map(|ordinal| Member {
                 name: names.pod(ordinal),
                 host: names.pod_host(ordinal, &ns),
                 port: POSTGRES_PORT as u16,
             })
             .collect(),
+        synchronous: synchronous(db),
     }
 }
 
-/// The topology as the server configuration ConfigMap's entry (`TOPOLOGY_FILE`).
-pub fn topology_entry(db: &Database, primary: &str) -> (String, String) {
-    (TOPOLOGY_FILE.to_string(), topology(db, primary).render())
+/// Synchronous replication as the primary applies it (`spec.synchronous`), for a Database with
+/// standbys.
+fn synchronous(db: &Database) -> Option<Synchronous> {
+    let spec = db
+        .spec
+        .synchronous
+        .as_ref()
+        .filter(|_| db.spec.instances > 1)?;
+    Some(Synchronous {
+        standbys: spec.standbys.max(1) as u32,
+        wait: spec.when_too_few == WhenTooFew::Wait,
+    })
 }
 
 /// The replication role's Secret, with the given password.
@@ -190,8 +207,47 @@ mod tests {
         assert_eq!(t.standbys(), ["orders-0", "orders-2"]);
         // What the instance manager reads back.
         assert_eq!(
-            Topology::parse(&topology_entry(&three(), "orders-1").1),
+            Topology::parse(&topology(&three(), "orders-1").render()),
             Ok(t)
+        );
+        // A scale-down to two that keeps orders-2, the primary, for its switchover.
+        let mut two = three();
+        two.spec.instances = 2;
+        assert_eq!(
+            topology(&two, "orders-2").standbys(),
+            ["orders-0", "orders-1"]
+        );
+        let kept = topology_of(&two, "orders-2", 3);
+        assert_eq!(kept.members.len(), 3);
+        assert_eq!(kept.standbys(), ["orders-0", "orders-1"]);
+        assert_eq!(kept.synchronous, None, "asynchronous unless asked");
+    }
+
+    #[test]
+    fn synchronous_replication_reaches_the_topology_of_a_database_with_standbys() {
+        let mut db = three();
+        db.spec.synchronous = Some(crate::api::SynchronousSpec {
+            standbys: 2,
+            when_too_few: WhenTooFew::Degrade,
+        });
+        assert_eq!(
+            topology(&db, "orders-0").synchronous,
+            Some(Synchronous {
+                standbys: 2,
+                wait: false
+            })
+        );
+        db.spec.synchronous.as_mut().unwrap().when_too_few = WhenTooFew::Wait;
+        assert!(
+            topology(&db, "orders-0")
+                .render()
+                .contains("synchronous=2 wait\n")
+        );
+        db.spec.instances = 1;
+        assert_eq!(
+            topology(&db, "orders-0").synchronous,
+            None,
+            "no standby to wait for"
         );
     }
 

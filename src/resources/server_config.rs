@@ -20,6 +20,7 @@ use k8s_openapi::api::core::v1::{
 use super::owned_meta;
 use super::quantity;
 use crate::api::Database;
+use dbop_contract::topology::{TOPOLOGY_FILE, Topology};
 
 pub use dbop_contract::instance::{CONFIG_DIR, HBA_FILE, PARAMETERS_FILE};
 
@@ -197,9 +198,9 @@ pub fn config_map_name(db: &Database) -> String {
 }
 
 /// The ConfigMap the database pods mount (always built: an empty spec has empty files), with
-/// the topology that names `primary` (`replication::topology`); `superuser` is the name the
-/// rules of `spec.tls.superuserAuthentication` are for.
-pub fn server_config_map(db: &Database, primary: &str, superuser: &str) -> ConfigMap {
+/// the topology (the one the primary Lease carries too); `superuser` is the name the rules of
+/// `spec.tls.superuserAuthentication` are for.
+pub fn server_config_map(db: &Database, topology: &Topology, superuser: &str) -> ConfigMap {
     let hba = db
         .spec
         .postgresql
@@ -216,7 +217,7 @@ pub fn server_config_map(db: &Database, primary: &str, superuser: &str) -> Confi
                     + &render_hba(&hba)
                     + &super::tls::plaintext_rules(db).unwrap_or_default(),
             ),
-            super::replication::topology_entry(db, primary),
+            (TOPOLOGY_FILE.to_string(), topology.render()),
         ])),
         ..ConfigMap::default()
     }
@@ -374,7 +375,8 @@ mod tests {
             "parameters": {"search_path": "\"$user\", public", "application_name": "it's"},
             "pgHba": ["host all all 10.0.0.0/8 reject"]
         }}));
-        let cm = server_config_map(&d, "orders-0", "postgres");
+        let topology = super::super::replication::topology(&d, "orders-0");
+        let cm = server_config_map(&d, &topology, "postgres");
         assert_eq!(cm.metadata.name.as_deref(), Some("orders-config"));
         assert!(cm.metadata.owner_references.is_some());
         let data = cm.data.unwrap();

@@ -52,6 +52,19 @@ pub struct PodRun {
     pub partition: Option<i32>,
 }
 
+/// Sets the StatefulSet's rolling-update partition: pods with an ordinal at or above it move to
+/// the new template, the others wait.
+pub fn set_partition(sts: &mut StatefulSet, partition: i32) {
+    if let Some(rolling) = sts
+        .spec
+        .update_strategy
+        .as_mut()
+        .and_then(|u| u.rolling_update.as_mut())
+    {
+        rolling.partition = Some(partition);
+    }
+}
+
 impl PodRun {
     /// The spec's version and image, every pod.
     pub fn of_spec(db: &Database, settings: &Settings) -> PodRun {

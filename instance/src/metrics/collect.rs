@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 use crate::metrics::batch::{self, Statement};
 use crate::metrics::exposition::{self, Family, Kind};
 use crate::metrics::{builtin, custom, psql};
+use crate::replication::status;
+use dbop_contract::position::Position;
 
 /// `statement_timeout` of each built-in statement.
 pub const BUILTIN_STATEMENT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -23,6 +25,8 @@ pub const BUILTIN_STATEMENT_TIMEOUT: Duration = Duration::from_secs(2);
 pub const BUILTIN_LIMIT: Duration = Duration::from_secs(5);
 /// What a custom query's session may take beyond its statement timeout (connecting).
 pub const CONNECT_SLACK: Duration = Duration::from_secs(2);
+/// The wall-clock bound of the status report's session (connection included).
+pub const STATUS_LIMIT: Duration = Duration::from_secs(3);
 /// The error counter's label for the data volume's statvfs.
 pub const VOLUME: &str = "data_volume";
 
@@ -292,4 +296,33 @@ fn statvfs(path: &Path) -> std::io::Result<(u64, u64)> {
     }
     let frsize = s.f_frsize as u64;
     Ok((s.f_blocks as u64 * frsize, s.f_bavail as u64 * frsize))
+}
+
+/// The instance's WAL position for `GET /status`: `replication::status`'s query, and on a
+/// primary its standbys' replay lag, each in one session bounded by `STATUS_LIMIT`.
+pub fn position(source: &Source) -> Result<Position, String> {
+    let mut position = status::parse_status(&query(source, status::STATUS_QUERY)?)?.position();
+    if !position.standby {
+        position.replay_lag_ms =
+            status::parse_replay_lags(&query(source, status::REPLAY_LAG_QUERY)?)?;
+    }
+    Ok(position)
+}
+
+/// One statement's rows as `psql -At -F '|'` prints them, or why not.
+fn query(source: &Source, sql: &str) -> Result<String, String> {
+    let mut cmd = Command::new(source.bin.join("psql"));
+    cmd.arg(format!("--host={}", source.socket_dir.display()))
+        .arg(format!("--port={}", source.port))
+        .arg(format!("--username={}", source.superuser))
+        .args(["--dbname=postgres", "--no-psqlrc", "-At", "-F", "|"])
+        .arg(format!("--command={sql}"));
+    let out = psql::run(cmd, None, STATUS_LIMIT).map_err(|e| format!("cannot run psql: {e}"))?;
+    if out.killed {
+        return Err(format!("the status query took over {STATUS_LIMIT:?}"));
+    }
+    match out.stderr.trim() {
+        "" => Ok(out.stdout),
+        stderr => Err(stderr.to_string()),
+    }
 }

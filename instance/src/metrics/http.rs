@@ -13,6 +13,10 @@ pub enum Route {
     Metrics {
         head: bool,
     },
+    /// `GET /status`: the instance's WAL position (`dbop_contract::position`).
+    Status {
+        head: bool,
+    },
     /// `GET /healthz`: the endpoint itself answers.
     Health {
         head: bool,
@@ -50,6 +54,7 @@ pub fn route(head: &[u8]) -> Route {
     match target.split('?').next().unwrap_or_default() {
         "/metrics" => Route::Metrics { head },
         "/healthz" => Route::Health { head },
+        dbop_contract::position::STATUS_PATH => Route::Status { head },
         _ => Route::NotFound,
     }
 }
@@ -85,7 +90,7 @@ mod tests {
 
     #[test]
     fn routes() {
-        let table: [(&[u8], Route); 10] = [
+        let table: [(&[u8], Route); 11] = [
             (
                 b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
                 Route::Metrics { head: false },
@@ -101,6 +106,10 @@ mod tests {
             (
                 b"GET /healthz HTTP/1.1\r\n\r\n",
                 Route::Health { head: false },
+            ),
+            (
+                b"GET /status HTTP/1.1\r\n\r\n",
+                Route::Status { head: false },
             ),
             (b"GET / HTTP/1.1\r\n\r\n", Route::NotFound),
             (b"POST /metrics HTTP/1.1\r\n\r\n", Route::MethodNotAllowed),

@@ -1,5 +1,6 @@
 //! PostgreSQL's own health as Prometheus metrics, served by the instance manager when
-//! `dbop-instance run --metrics-addr ADDR` is given (off otherwise).
+//! `dbop-instance run --metrics-addr ADDR` is given (off otherwise); and the instance's WAL
+//! position at `/status` (`--status-addr`, on for an instance that follows a primary Lease).
 //!
 //! Pure: `exposition` (families and the text format 0.0.4), `batch` (a psql session of named
 //! statements and the split of its output), `builtin` (dbop's statements and their families),
@@ -34,7 +35,30 @@ pub fn queries_file() -> PathBuf {
 /// Starts the endpoint for the server `run` supervises. A failure is logged and the database
 /// runs on without metrics (a scraper then sees the target down).
 pub fn start(addr: SocketAddr, o: &crate::run::Options, bin: &Path, superuser: &str) {
-    let source = collect::Source {
+    let collector = collect::Collector::new(source(o, bin, superuser));
+    match server::start(addr, server::Endpoints::Metrics(collector)) {
+        Ok(bound) => eprintln!("dbop-instance: metrics on http://{bound}/metrics"),
+        Err(e) => eprintln!(
+            "dbop-instance: metrics: cannot listen on {addr}: {e}; running without metrics"
+        ),
+    }
+}
+
+/// Starts the status endpoint (`dbop_contract::position`): the operator reads every
+/// instance's WAL position there. A failure is logged and the database runs on without it
+/// (the operator then knows nothing of this instance's position, and prefers others in a
+/// failover).
+pub fn start_status(addr: SocketAddr, o: &crate::run::Options, bin: &Path, superuser: &str) {
+    match server::start(addr, server::Endpoints::Status(source(o, bin, superuser))) {
+        Ok(bound) => eprintln!("dbop-instance: status on http://{bound}/status"),
+        Err(e) => eprintln!(
+            "dbop-instance: status: cannot listen on {addr}: {e}; running without a status endpoint"
+        ),
+    }
+}
+
+fn source(o: &crate::run::Options, bin: &Path, superuser: &str) -> collect::Source {
+    collect::Source {
         bin: bin.to_path_buf(),
         socket_dir: o.socket_dir.clone(),
         port: o.port,
@@ -42,11 +66,5 @@ pub fn start(addr: SocketAddr, o: &crate::run::Options, bin: &Path, superuser: &
         pgdata: o.pgdata.clone(),
         major: o.major,
         queries_file: queries_file(),
-    };
-    match server::start(addr, collect::Collector::new(source)) {
-        Ok(bound) => eprintln!("dbop-instance: metrics on http://{bound}/metrics"),
-        Err(e) => eprintln!(
-            "dbop-instance: metrics: cannot listen on {addr}: {e}; running without metrics"
-        ),
     }
 }

@@ -1,8 +1,9 @@
-//! The metrics endpoint: a TCP listener on its own thread, one short-lived thread per
+//! The manager's HTTP endpoints: a TCP listener on its own thread, one short-lived thread per
 //! connection (at most `MAX_CONNECTIONS` at once, the others get a 503), one scrape at a time
 //! (a second scraper waits for the first: the database never runs two scrapes' queries at
-//! once). It serves only `/metrics` and `/healthz`, reads nothing but the request head, and
-//! never blocks the manager's supervision loop.
+//! once). A listener serves `/metrics` or `/status` (what `Endpoints` it is given) and
+//! `/healthz`, reads nothing but the request head, and never blocks the manager's supervision
+//! loop.
 //!
 //! I/O only: routing and responses are `http`'s, the scrape is `collect`'s.
 
@@ -12,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::metrics::collect::Collector;
+use crate::metrics::collect::{Collector, Source, position};
 use crate::metrics::exposition::CONTENT_TYPE;
 use crate::metrics::http::{self, Route};
 
@@ -22,11 +23,19 @@ pub const MAX_CONNECTIONS: usize = 4;
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// What one listener serves beside `/healthz`.
+pub enum Endpoints {
+    /// `/metrics`, scraped by this collector.
+    Metrics(Collector),
+    /// `/status`, the position of the server at this source.
+    Status(Source),
+}
+
 /// Binds `addr` and serves on a thread of its own; returns the address bound.
-pub fn start(addr: SocketAddr, collector: Collector) -> std::io::Result<SocketAddr> {
+pub fn start(addr: SocketAddr, endpoints: Endpoints) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr)?;
     let bound = listener.local_addr()?;
-    let collector = Arc::new(Mutex::new(collector));
+    let collector = Arc::new(Mutex::new(endpoints));
     let active = Arc::new(AtomicUsize::new(0));
     std::thread::Builder::new()
         .name("metrics".into())
@@ -54,7 +63,7 @@ pub fn start(addr: SocketAddr, collector: Collector) -> std::io::Result<SocketAd
     Ok(bound)
 }
 
-fn serve(mut stream: TcpStream, collector: &Mutex<Collector>) {
+fn serve(mut stream: TcpStream, endpoints: &Mutex<Endpoints>) {
     let _ = stream.set_read_timeout(Some(READ_TIMEOUT));
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
     let mut head = Vec::new();
@@ -69,13 +78,29 @@ fn serve(mut stream: TcpStream, collector: &Mutex<Collector>) {
             return;
         }
     }
+    let not_found = || http::response(404, "text/plain", "not found\n", false);
     let response = match http::route(&head) {
         Route::Metrics { head } => {
-            let text = collector.lock().unwrap_or_else(|e| e.into_inner()).scrape();
-            http::response(200, CONTENT_TYPE, &text, head)
+            match &mut *endpoints.lock().unwrap_or_else(|e| e.into_inner()) {
+                Endpoints::Metrics(collector) => {
+                    http::response(200, CONTENT_TYPE, &collector.scrape(), head)
+                }
+                Endpoints::Status(_) => not_found(),
+            }
+        }
+        Route::Status { head } => {
+            let source = match &*endpoints.lock().unwrap_or_else(|e| e.into_inner()) {
+                Endpoints::Status(source) => Some(source.clone()),
+                Endpoints::Metrics(_) => None,
+            };
+            match source.map(|s| position(&s)) {
+                None => not_found(),
+                Some(Ok(p)) => http::response(200, "application/json", &p.to_json(), head),
+                Some(Err(e)) => http::response(503, "text/plain", &format!("{e}\n"), head),
+            }
         }
         Route::Health { head } => http::response(200, "text/plain", "ok\n", head),
-        Route::NotFound => http::response(404, "text/plain", "not found\n", false),
+        Route::NotFound => not_found(),
         Route::MethodNotAllowed => http::response(405, "text/plain", "", false),
         Route::BadRequest => http::response(400, "text/plain", "bad request\n", false),
     };

@@ -30,8 +30,18 @@ fn tool(bin: &Path, name: &str) -> Command {
         .env_remove("PGPASSFILE")
         .env("LC_ALL", "C")
         .stdin(Stdio::null());
+    if name == "psql" {
+        cmd.env("PGOPTIONS", OWN_SESSIONS);
+    }
     cmd
 }
+
+/// The options of the manager's own SQL sessions: their commits (the replication role's
+/// password, slots, the accounts) never wait for synchronous standbys. They restate what the
+/// mounted Secrets and the topology say, and every primary restates them, so none of them can
+/// be lost in a way that matters; waiting would deadlock a new primary whose standbys cannot
+/// stream before it is ready.
+pub const OWN_SESSIONS: &str = "-c synchronous_commit=local";
 
 /// Runs `cmd`; its standard output, or why it failed (its standard error: the tools print no
 /// password, and none is in their arguments).
@@ -160,6 +170,35 @@ impl LocalServer {
 
     pub fn reload(&self) -> Result<(), Fatal> {
         self.query("SELECT pg_reload_conf();\n").map(|_| ())
+    }
+
+    /// The standbys streaming from this primary now, by their `application_name` (their
+    /// instance names).
+    pub fn streaming_standbys(&self) -> Result<Vec<String>, Fatal> {
+        let out = self.query(
+            "SELECT application_name FROM pg_stat_replication WHERE state = 'streaming';\n",
+        )?;
+        Ok(out
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(String::from)
+            .collect())
+    }
+
+    /// Makes `synchronous_standby_names` `names` (`ALTER SYSTEM`, then a reload) unless it is
+    /// already; returns whether it changed. Instance names are DNS labels: nothing to escape
+    /// but the quote, for safety.
+    pub fn ensure_synchronous_standby_names(&self, names: &str) -> Result<bool, Fatal> {
+        let now = self.query("SHOW synchronous_standby_names;\n")?;
+        if now.trim() == names {
+            return Ok(false);
+        }
+        self.query(&format!(
+            "ALTER SYSTEM SET synchronous_standby_names = '{}';\nSELECT pg_reload_conf();\n",
+            names.replace('\'', "''")
+        ))?;
+        Ok(true)
     }
 }
 

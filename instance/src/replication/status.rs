@@ -4,38 +4,10 @@
 //! Pure: the queries, and parsers of their output as `psql -At -F '|'` prints it (NULL is an
 //! empty field). The caller runs them.
 
-use std::fmt;
-use std::str::FromStr;
+use std::collections::BTreeMap;
 
-/// A WAL position (`pg_lsn`), printed `X/Y` in hexadecimal.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Lsn(pub u64);
-
-impl FromStr for Lsn {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Lsn, String> {
-        let bad = || format!("{s:?} is not a WAL position (X/Y)");
-        let (high, low) = s.trim().split_once('/').ok_or_else(bad)?;
-        let part = |p: &str| {
-            if p.is_empty() || p.len() > 8 {
-                return Err(bad());
-            }
-            u64::from_str_radix(p, 16).map_err(|_| bad())
-        };
-        Ok(Lsn((part(high)? << 32) | part(low)?))
-    }
-}
-
-impl fmt::Display for Lsn {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:X}/{:X}", self.0 >> 32, self.0 & 0xffff_ffff)
-    }
-}
-
-/// Bytes of WAL between a standby's position and the primary's (0 when it is at or ahead).
-pub fn lag_bytes(primary: Lsn, standby: Lsn) -> u64 {
-    primary.0.saturating_sub(standby.0)
-}
+use dbop_contract::position::Position;
+pub use dbop_contract::position::{Lsn, lag_bytes};
 
 /// Primary or standby, as the server itself says (`pg_is_in_recovery()`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,6 +73,33 @@ impl Status {
             Status::Standby {
                 received, replayed, ..
             } => (*received).max(*replayed),
+        }
+    }
+
+    /// What the status endpoint reports (`GET /status`).
+    pub fn position(&self) -> Position {
+        match self {
+            Status::Primary { timeline, current } => Position {
+                standby: false,
+                timeline: Some(*timeline),
+                lsn: Some(*current),
+                replayed: None,
+                streaming: false,
+                replay_lag_ms: BTreeMap::new(),
+            },
+            Status::Standby {
+                timeline,
+                replayed,
+                streaming,
+                ..
+            } => Position {
+                standby: true,
+                timeline: *timeline,
+                lsn: self.durable(),
+                replayed: *replayed,
+                streaming: *streaming,
+                replay_lag_ms: BTreeMap::new(),
+            },
         }
     }
 
@@ -192,6 +191,31 @@ pub fn parse_status(output: &str) -> Result<Status, String> {
     }
 }
 
+/// A primary's streaming standbys and how long their replay lags behind its commits, in
+/// milliseconds (PostgreSQL's `replay_lag`; 0 when it has no recent measure: the standby caught
+/// up and nothing is written). One row per standby, `name|ms`.
+pub const REPLAY_LAG_QUERY: &str = "SELECT application_name, \
+ coalesce((extract(epoch FROM replay_lag) * 1000)::bigint, 0) \
+ FROM pg_stat_replication WHERE state = 'streaming' ORDER BY application_name";
+
+/// Parses the rows of `REPLAY_LAG_QUERY`.
+pub fn parse_replay_lags(output: &str) -> Result<BTreeMap<String, u64>, String> {
+    output
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|row| {
+            let (name, ms) = row
+                .rsplit_once('|')
+                .ok_or_else(|| format!("a replay lag row without '|': {row:?}"))?;
+            let ms = ms
+                .trim()
+                .parse::<i64>()
+                .map_err(|_| format!("a replay lag that is not a number: {row:?}"))?;
+            Ok((name.trim().to_string(), ms.max(0) as u64))
+        })
+        .collect()
+}
+
 /// A replication slot on a server.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Slot {
@@ -265,24 +289,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lsns() {
-        let table = [
-            ("0/0", Some(0)),
-            ("0/3000148", Some(0x3000148)),
-            ("16/B374D848", Some(0x16_B374_D848)),
-            ("FFFFFFFF/FFFFFFFF", Some(u64::MAX)),
-            ("", None),
-            ("3000148", None),
-            ("0/", None),
-            ("1/123456789", None),
-            ("g/0", None),
-        ];
-        for (text, want) in table {
-            assert_eq!(text.parse::<Lsn>().ok().map(|l| l.0), want, "{text:?}");
-        }
-        assert_eq!(Lsn(0x16_B374_D848).to_string(), "16/B374D848");
-        assert_eq!(lag_bytes(Lsn(0x1_0000_0010), Lsn(0xFFFF_FFF0)), 0x20);
-        assert_eq!(lag_bytes(Lsn(5), Lsn(9)), 0);
+    fn replay_lags() {
+        let lags = parse_replay_lags("db-1|12\ndb-2|0\n\n").unwrap();
+        assert_eq!(
+            lags,
+            BTreeMap::from([("db-1".into(), 12), ("db-2".into(), 0)])
+        );
+        assert_eq!(parse_replay_lags("").unwrap(), BTreeMap::new());
+        assert_eq!(parse_replay_lags("db-1|-3").unwrap()["db-1"], 0);
+        assert!(parse_replay_lags("db-1").is_err());
+        assert!(parse_replay_lags("db-1|x").is_err());
     }
 
     #[test]
