@@ -87,6 +87,19 @@ impl LeaseState {
     pub fn released_by(&self, primary: &str, released_by: Option<&str>) -> bool {
         self.holder.is_none() && released_by == Some(primary)
     }
+
+    /// `me` released the Lease (its server stopped or died) and is back before the operator
+    /// decided: it leaves the Lease to that decision — a failover to a standby, or a new
+    /// designation — for the Lease's duration after its release, and takes it again on its own
+    /// only then (the operator may be down). A primary whose postgres crashed and whose
+    /// container restarted at once took the Lease back first, and a ready standby was never
+    /// promoted.
+    pub fn awaits_decision(&self, me: &str, released_by: Option<&str>, now_ms: i64) -> bool {
+        let released_at = self.renewed_ms.unwrap_or(0);
+        self.released_by(me, released_by)
+            && self.designated_ms.unwrap_or(0) <= released_at
+            && now_ms <= released_at + self.duration_ms
+    }
 }
 
 /// How long after the start of its last successful renewal a holder may accept writes.
@@ -170,6 +183,29 @@ mod tests {
         };
         assert!(released.released_by("orders-0", Some("orders-0")));
         assert!(!released.released_by("orders-0", Some("orders-1")));
+    }
+
+    #[test]
+    fn a_primary_back_after_its_release_leaves_the_lease_to_the_operator_for_its_duration() {
+        // orders-0, designated at 0, released the Lease at 100 s (its postgres died).
+        let released = LeaseState {
+            holder: None,
+            ..held("orders-0", 100_000)
+        };
+        let mine = Some("orders-0");
+        assert!(released.awaits_decision("orders-0", mine, 100_500));
+        assert!(released.awaits_decision("orders-0", mine, 110_000));
+        // No decision within the Lease's duration (no operator, no ready standby): its own again.
+        assert!(!released.awaits_decision("orders-0", mine, 110_001));
+        // Designated anew after the release: at once.
+        let designated_again = LeaseState {
+            designated_ms: Some(101_000),
+            ..released.clone()
+        };
+        assert!(!designated_again.awaits_decision("orders-0", mine, 101_500));
+        // Others are not held back by its release, nor is it by another's.
+        assert!(!released.awaits_decision("orders-1", mine, 100_500));
+        assert!(!released.awaits_decision("orders-0", Some("orders-1"), 100_500));
     }
 
     #[test]

@@ -29,21 +29,33 @@ pub enum Want {
     Release,
 }
 
-/// The step for `me` given the Lease as read at `now_ms`; `since_renewed`: how long ago this
-/// process last renewed it successfully (`None`: not since it started).
-pub fn step(
-    lease: &LeaseState,
-    me: &str,
-    want: Want,
-    now_ms: i64,
-    since_renewed: Option<Duration>,
-) -> Step {
+/// What this process knows of the Lease at a look.
+#[derive(Clone, Copy, Debug)]
+pub struct Look<'a> {
+    pub lease: &'a LeaseState,
+    /// Who released it last (`RELEASED_BY_ANNOTATION`), if it is released.
+    pub released_by: Option<&'a str>,
+    pub now_ms: i64,
+    /// How long ago this process last renewed it successfully (`None`: not since it started).
+    pub since_renewed: Option<Duration>,
+}
+
+/// The step for `me` at `look`. A free Lease is taken, except by the instance that released it
+/// while the operator may still fail over (`LeaseState::awaits_decision`).
+pub fn step(look: Look<'_>, me: &str, want: Want) -> Step {
+    let Look {
+        lease,
+        released_by,
+        now_ms,
+        since_renewed,
+    } = look;
     let mine = lease.holder.as_deref() == Some(me);
     match want {
         Want::Release if mine => Step::Release,
         Want::Release | Want::Leave => Step::Nothing,
         Want::Hold if mine && since_renewed.is_some_and(|d| d < RENEW_EVERY) => Step::Nothing,
         Want::Hold if mine => Step::Renew,
+        Want::Hold if lease.awaits_decision(me, released_by, now_ms) => Step::Nothing,
         Want::Hold if lease.free(now_ms) => Step::Take,
         Want::Hold => Step::Nothing,
     }
@@ -62,38 +74,83 @@ mod tests {
         }
     }
 
+    /// The step at `now` of a Lease nobody released.
+    fn step_at(
+        lease: &LeaseState,
+        me: &str,
+        want: Want,
+        now_ms: i64,
+        since_renewed: Option<Duration>,
+    ) -> Step {
+        let look = Look {
+            lease,
+            released_by: None,
+            now_ms,
+            since_renewed,
+        };
+        step(look, me, want)
+    }
+
     #[test]
     fn the_named_instance_takes_a_free_lease_and_renews_it_every_two_seconds() {
         let free = lease(None, 0);
-        assert_eq!(step(&free, "a", Want::Hold, 1_000, None), Step::Take);
+        assert_eq!(step_at(&free, "a", Want::Hold, 1_000, None), Step::Take);
         let mine = lease(Some("a"), 1_000);
         let soon = Some(Duration::from_millis(1_500));
-        assert_eq!(step(&mine, "a", Want::Hold, 2_500, soon), Step::Nothing);
+        assert_eq!(step_at(&mine, "a", Want::Hold, 2_500, soon), Step::Nothing);
         let later = Some(Duration::from_secs(2));
-        assert_eq!(step(&mine, "a", Want::Hold, 3_000, later), Step::Renew);
+        assert_eq!(step_at(&mine, "a", Want::Hold, 3_000, later), Step::Renew);
         // A restarted manager renews the Lease it still holds at once.
-        assert_eq!(step(&mine, "a", Want::Hold, 3_000, None), Step::Renew);
+        assert_eq!(step_at(&mine, "a", Want::Hold, 3_000, None), Step::Renew);
     }
 
     #[test]
     fn another_holders_lease_is_taken_only_once_it_expired() {
         let theirs = lease(Some("b"), 1_000);
-        assert_eq!(step(&theirs, "a", Want::Hold, 11_000, None), Step::Nothing);
-        assert_eq!(step(&theirs, "a", Want::Hold, 11_001, None), Step::Take);
+        assert_eq!(
+            step_at(&theirs, "a", Want::Hold, 11_000, None),
+            Step::Nothing
+        );
+        assert_eq!(step_at(&theirs, "a", Want::Hold, 11_001, None), Step::Take);
     }
 
     #[test]
     fn a_stopping_or_stopped_instance_never_takes_and_releases_only_its_own() {
         let free = lease(None, 0);
-        assert_eq!(step(&free, "a", Want::Leave, 50_000, None), Step::Nothing);
-        assert_eq!(step(&free, "a", Want::Release, 50_000, None), Step::Nothing);
+        assert_eq!(
+            step_at(&free, "a", Want::Leave, 50_000, None),
+            Step::Nothing
+        );
+        assert_eq!(
+            step_at(&free, "a", Want::Release, 50_000, None),
+            Step::Nothing
+        );
         let theirs = lease(Some("b"), 1_000);
         assert_eq!(
-            step(&theirs, "a", Want::Release, 2_000, None),
+            step_at(&theirs, "a", Want::Release, 2_000, None),
             Step::Nothing
         );
         let mine = lease(Some("a"), 1_000);
-        assert_eq!(step(&mine, "a", Want::Leave, 2_000, None), Step::Nothing);
-        assert_eq!(step(&mine, "a", Want::Release, 2_000, None), Step::Release);
+        assert_eq!(step_at(&mine, "a", Want::Leave, 2_000, None), Step::Nothing);
+        assert_eq!(
+            step_at(&mine, "a", Want::Release, 2_000, None),
+            Step::Release
+        );
+    }
+
+    #[test]
+    fn a_primary_back_after_releasing_the_lease_waits_for_the_operator_then_takes_it() {
+        // "a" released it at 1 s (its postgres died) and its manager came back, still named.
+        let released = lease(None, 1_000);
+        let look = |now_ms| Look {
+            lease: &released,
+            released_by: Some("a"),
+            now_ms,
+            since_renewed: None,
+        };
+        assert_eq!(step(look(2_000), "a", Want::Hold), Step::Nothing);
+        assert_eq!(step(look(11_001), "a", Want::Hold), Step::Take);
+        // Another instance the operator names takes it at once.
+        assert_eq!(step(look(2_000), "b", Want::Hold), Step::Take);
     }
 }

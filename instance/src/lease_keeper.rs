@@ -22,7 +22,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
 use kube::{Api, Client, Config};
 
-use crate::lease::{self, Step, Want};
+use crate::lease::{self, Look, Step, Want};
 use crate::role::Read;
 
 /// How often the Lease is read.
@@ -225,7 +225,13 @@ async fn look(
             _ => Want::Leave,
         }
     };
-    let step = lease::step(&state, me, want, now, renewed.map(|t| t.elapsed()));
+    let look = Look {
+        lease: &state,
+        released_by,
+        now_ms: now,
+        since_renewed: renewed.map(|t| t.elapsed()),
+    };
+    let step = lease::step(look, me, want);
     if step == Step::Nothing {
         if want == Want::Release {
             lock(shared).released = true;

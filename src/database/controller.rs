@@ -10,6 +10,7 @@ use std::time::Instant;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -48,6 +49,8 @@ pub struct Triggers {
     pub disruption_budgets: Trigger<Meta<PodDisruptionBudget>>,
     /// The NetworkPolicy of `spec.networkPolicy` (a hand edit or deletion is put back).
     pub network_policies: Trigger<Meta<NetworkPolicy>>,
+    /// A primary Lease its holder released (its server stopped): a failover at once.
+    pub released_leases: Trigger<Meta<Lease>>,
     /// The Jobs a Database owns (init, restore, preflight, verify).
     pub jobs: Trigger<Meta<Job>>,
     /// Backups wake their Database (history, health).
@@ -76,6 +79,7 @@ pub async fn run(ctx: Arc<Context>, concurrency: u16, triggers: Triggers) {
             .owns_stream(queue.owned::<DeserializeGuard<Database>, _>(triggers.jobs))
             .owns_stream(queue.owned::<DeserializeGuard<Database>, _>(triggers.disruption_budgets))
             .owns_stream(queue.owned::<DeserializeGuard<Database>, _>(triggers.network_policies))
+            .owns_stream(queue.owned::<DeserializeGuard<Database>, _>(triggers.released_leases))
             // Claims and pods are made by the StatefulSet controller and carry our labels, not
             // an owner: a new pod gets its role label, a pod that turns (un)ready its status line.
             .watches_stream(

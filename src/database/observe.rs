@@ -110,6 +110,10 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
     let restore = restore_objects(client, db).await?;
     let statefulset = get(&caches.statefulsets, &ns, &names.statefulset());
     let instance_pods = instance_pods(ctx, &ns, &name);
+    // The Lease before the positions: a primary releases it, or lets it run out, only after its
+    // server stopped or fenced itself, so positions read after a Lease that says so are final —
+    // a failover then compares every standby's last WAL, not a read from before the last of it.
+    let primary_lease = get(&caches.leases, &ns, &names.primary_lease());
     let positions = match has_standbys(db) {
         true => super::positions::read(&instance_pods).await,
         false => Default::default(),
@@ -150,7 +154,7 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         application_secret: secret_metadata(ctx, &ns, &names.application_secret()),
         accounts_secret: secret_metadata(ctx, &ns, &names.accounts_secret()),
         role_password_secrets: role_password_secrets(&secrets, db).await?,
-        primary_lease: get(&caches.leases, &ns, &names.primary_lease()),
+        primary_lease,
         disruption_budget: get(&caches.disruption_budgets, &ns, &names.statefulset()),
         network_policy: get(&caches.network_policies, &ns, &names.statefulset()),
         database_pods: database_pods(client, db, statefulset.as_ref()).await?,

@@ -8,10 +8,12 @@
 //! Adding a kind: its store in `context::caches`, one `spawn` line in `start` and its field in
 //! `Triggers`.
 
+use dbop_contract::lease::RELEASED_BY_ANNOTATION;
 use futures::StreamExt;
 use futures::channel::mpsc;
 use futures::stream::BoxStream;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use std::marker::PhantomData;
 
@@ -136,8 +138,12 @@ pub fn start(
     let [disruption_budgets] = watches.spawn(budgets, disruption_budgets, m10, meta);
     let policies = watch(c, &managed);
     let [network_policies] = watches.spawn(policies, network_policies, m12, meta);
-    // Cached only: the primary Leases are renewed every two seconds.
-    let [] = watches.spawn(watch(c, &managed), leases, m11, meta);
+    // The primary Leases are renewed every two seconds: only a release wakes the Database (its
+    // primary's server stopped, and a failover must come before the old primary is back).
+    let [leases] = watches.spawn(watch(c, &managed), leases, m11, released);
+    let released_leases = leases
+        .filter_map(|lease| std::future::ready(lease.transpose()))
+        .boxed();
     let ([jobs, backup_jobs], [backups, backups_self]) = (jobs, backups);
     let database = DatabaseTriggers {
         databases,
@@ -148,6 +154,7 @@ pub fn start(
         pods,
         disruption_budgets,
         network_policies,
+        released_leases,
         jobs,
         backups,
     };
@@ -242,6 +249,22 @@ impl Watches {
     }
 }
 
+/// The trigger of a primary Lease that its holder released (`RELEASED_BY_ANNOTATION`, no
+/// holder); none for any other.
+fn released(lease: &Lease) -> Option<Meta<Lease>> {
+    let held = lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref())
+        .is_some_and(|h| !h.is_empty());
+    let released = lease
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(RELEASED_BY_ANNOTATION));
+    (released && !held).then(|| meta(lease))
+}
+
 /// The trigger of an owned object: its name, namespace, owners and labels.
 fn meta<K: Resource>(object: &K) -> Meta<K> {
     let m = object.meta();
@@ -255,5 +278,35 @@ fn meta<K: Resource>(object: &K) -> Meta<K> {
             ..ObjectMeta::default()
         },
         _phantom: PhantomData,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+
+    fn lease(holder: Option<&str>, released_by: Option<&str>) -> Lease {
+        let mut lease = Lease::default();
+        lease.metadata.name = Some("orders-primary".into());
+        lease.metadata.annotations =
+            released_by.map(|by| [(RELEASED_BY_ANNOTATION.to_string(), by.to_string())].into());
+        lease.spec = Some(LeaseSpec {
+            holder_identity: holder.map(String::from),
+            ..LeaseSpec::default()
+        });
+        lease
+    }
+
+    /// Renewals (every two seconds) and designations of a Lease never taken wake nobody; a
+    /// release does.
+    #[test]
+    fn only_a_released_lease_wakes_its_database() {
+        assert!(released(&lease(Some("orders-0"), None)).is_none());
+        assert!(released(&lease(None, None)).is_none());
+        let woken = released(&lease(None, Some("orders-0"))).expect("a trigger");
+        assert_eq!(woken.metadata.name.as_deref(), Some("orders-primary"));
+        // Taken again (the annotation goes with the next write, but a holder is enough).
+        assert!(released(&lease(Some("orders-1"), Some("orders-0"))).is_none());
     }
 }
