@@ -5,7 +5,7 @@
 # already up), loads dbop's image, and runs the benchmark; its figures go to stdout and
 # target/bench/ha-$BENCH_LABEL.json.
 #
-# Env: BENCH_HA_TRIALS (20 per kind), BENCH_LABEL.
+# Env: BENCH_HA_TRIALS (20 per kind), BENCH_HA_KINDS, BENCH_HA_SYNCHRONOUS=1, BENCH_LABEL.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 export DBOP_TESTBED_DIR="${DBOP_TESTBED_DIR:-$PWD/.testbed}"

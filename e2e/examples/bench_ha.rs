@@ -10,6 +10,8 @@
 //! - `switchover`: `dbop.dev/promote` naming the next standby.
 //!
 //! `BENCH_HA_KINDS` (all): a comma-separated subset of the kinds' labels.
+//! `BENCH_HA_SYNCHRONOUS=1`: the Database replicates synchronously (`spec.synchronous`: any 1
+//! of 2 standbys confirms each commit, `whenTooFew: Wait`); the JSON file's name says so.
 //!
 //! Each trial: a writer in a client pod inserts through `-rw`, one connection per insert, as
 //! fast as `kubectl exec` allows (about 4 per second); the figure is the write gap: from the last
@@ -17,7 +19,9 @@
 //! resolution is the writer's period). Once the status names another primary and it
 //! acknowledged an insert on its own socket, every attempt also tries one on the old primary's
 //! own socket: one acknowledged counts as a two-primary write. Between trials, every
-//! instance is ready again.
+//! instance is ready again, and every insert acknowledged through `-rw` so far is looked for on
+//! the primary: one missing counts as an acknowledged commit lost (0 is the promise of
+//! synchronous mode; an asynchronous standby may lack the last commits of a killed primary).
 
 use std::time::{Duration, Instant};
 
@@ -55,6 +59,9 @@ impl Kind {
 struct Trial {
     gap: Duration,
     two_primary_writes: u32,
+    /// Inserts acknowledged through `-rw`, in this trial and every one before, missing on the
+    /// primary.
+    lost_so_far: usize,
 }
 
 async fn primary(bed: &TestBed, ns: &str) -> String {
@@ -109,7 +116,25 @@ async fn fault(
     None
 }
 
-async fn trial(bed: &TestBed, ns: &str, kind: Kind, counter: &mut u64) -> Trial {
+/// The ids of `acknowledged` that the primary does not have.
+async fn lost_commits(bed: &TestBed, ns: &str, acknowledged: &[u64]) -> usize {
+    let now = primary(bed, ns).await;
+    let ids = bed.local_ok(ns, &now, "select id from bench where id < 1000000000");
+    let present: std::collections::BTreeSet<u64> =
+        ids.lines().filter_map(|l| l.trim().parse().ok()).collect();
+    acknowledged
+        .iter()
+        .filter(|id| !present.contains(id))
+        .count()
+}
+
+async fn trial(
+    bed: &TestBed,
+    ns: &str,
+    kind: Kind,
+    counter: &mut u64,
+    acknowledged: &mut Vec<u64>,
+) -> Trial {
     let old = primary(bed, ns).await;
     let start = Instant::now();
     let mut cut = fault(bed, ns, kind, &old).await;
@@ -125,7 +150,10 @@ async fn trial(bed: &TestBed, ns: &str, kind: Kind, counter: &mut u64) -> Trial 
             "{kind:?}: no write within {FAULT_WAIT:?}"
         );
         *counter += 1;
-        let acknowledged = write_rw(bed, ns, *counter);
+        let acked = write_rw(bed, ns, *counter);
+        if acked {
+            acknowledged.push(*counter);
+        }
         let at = start.elapsed();
         let now_primary = primary(bed, ns).await;
         let moved = now_primary != old;
@@ -138,7 +166,7 @@ async fn trial(bed: &TestBed, ns: &str, kind: Kind, counter: &mut u64) -> Trial 
         if other_wrote && bed.local_psql(ns, &old, &sql(*counter + 500_000_000)).0 {
             two_primary_writes += 1;
         }
-        match (acknowledged, failed) {
+        match (acked, failed) {
             (true, true) => break at - last_ack,
             // The primary moved and no insert was refused: no gap the writer could see.
             (true, false) if moved => break Duration::ZERO,
@@ -159,6 +187,7 @@ async fn trial(bed: &TestBed, ns: &str, kind: Kind, counter: &mut u64) -> Trial 
     Trial {
         gap,
         two_primary_writes,
+        lost_so_far: lost_commits(bed, ns, acknowledged).await,
     }
 }
 
@@ -176,16 +205,22 @@ async fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(20);
     let label = std::env::var("BENCH_LABEL").unwrap_or_else(|_| "local".into());
+    let synchronous = std::env::var("BENCH_HA_SYNCHRONOUS").is_ok_and(|v| v == "1");
     let ns = bed.real_node_namespace("bench-ha").await;
     let _operator = bed.operator_for_real_node(&ns);
-    bed.apply_database(&ns, real_node_database(NAME, "15.20", 3))
-        .await;
+    let mut database = real_node_database(NAME, "15.20", 3);
+    if synchronous {
+        database["spec"]["synchronous"] = json!({"standbys": 1, "whenTooFew": "Wait"});
+    }
+    bed.apply_database(&ns, database).await;
     all_ready(&bed, &ns).await;
     let first = primary(&bed, &ns).await;
     bed.local_ok(&ns, &first, "create table bench (id bigint)");
     bed.psql_client(&ns, "client", NAME, "bench-credentials")
         .await;
     let mut counter = 0u64;
+    let mut acknowledged = Vec::new();
+    let mut lost_so_far = 0;
     let mut results = serde_json::Map::new();
     let only = std::env::var("BENCH_HA_KINDS").unwrap_or_default();
     let kinds = [
@@ -198,22 +233,26 @@ async fn main() {
     .filter(|k| only.is_empty() || only.split(',').any(|o| o == k.label()));
     for kind in kinds {
         let mut gaps = Vec::new();
-        let mut two = 0;
+        let (mut two, mut lost) = (0, 0);
         for n in 0..trials {
-            let t = trial(&bed, &ns, kind, &mut counter).await;
+            let t = trial(&bed, &ns, kind, &mut counter, &mut acknowledged).await;
+            let lost_now = t.lost_so_far.saturating_sub(lost_so_far);
+            lost_so_far = t.lost_so_far;
             println!(
-                "{} #{n}: {:.2} s, two-primary writes {}",
+                "{} #{n}: {:.2} s, two-primary writes {}, acknowledged commits lost {}",
                 kind.label(),
                 t.gap.as_secs_f64(),
-                t.two_primary_writes
+                t.two_primary_writes,
+                lost_now
             );
             gaps.push(t.gap);
             two += t.two_primary_writes;
+            lost += lost_now;
         }
         gaps.sort();
         let (p50, max) = (percentile(&gaps, 0.5), *gaps.last().unwrap());
         println!(
-            "{}: {trials} trials, write gap p50 {:.2} s, max {:.2} s, two-primary writes {two}",
+            "{}: {trials} trials, write gap p50 {:.2} s, max {:.2} s, two-primary writes {two}, acknowledged commits lost {lost}",
             kind.label(),
             p50.as_secs_f64(),
             max.as_secs_f64()
@@ -221,13 +260,15 @@ async fn main() {
         results.insert(
             kind.label().into(),
             json!({"trials": trials, "p50_s": p50.as_secs_f64(), "max_s": max.as_secs_f64(),
-                   "two_primary_writes": two,
+                   "two_primary_writes": two, "acknowledged_commits_lost": lost,
+                   "acknowledged_commits": acknowledged.len(),
                    "gaps_s": gaps.iter().map(Duration::as_secs_f64).collect::<Vec<_>>()}),
         );
     }
     let out = std::path::Path::new("target/bench");
     std::fs::create_dir_all(out).unwrap();
-    let path = out.join(format!("ha-{label}.json"));
+    let mode = if synchronous { "-synchronous" } else { "" };
+    let path = out.join(format!("ha-{label}{mode}.json"));
     std::fs::write(&path, serde_json::to_string_pretty(&results).unwrap()).unwrap();
     println!("written to {}", path.display());
 }
