@@ -115,6 +115,9 @@ build-tests: ## compile everything `make test` runs, so that it only runs (CI bu
 	$(TIMED) "build: debug, all targets" $(CARGO) build --locked --workspace --all-targets
 	$(TIMED) "build: clippy" $(CARGO) clippy --locked --workspace --all-targets -- -D warnings
 	$(TIMED) "build: static (musl, release, x86_64 + aarch64)" $(MAKE) --no-print-directory static
+	@# What `make run` (e2e/run.sh) builds, the same way: the make_run suite runs it, and its features
+	@# differ from the all-targets build's, so it would compile dbop again inside a timed test.
+	$(TIMED) "build: make run's" sh -c '$(CARGO) build --bins && $(CARGO) build --target $(MUSL_TARGET) -p dbop-instance'
 
 test-e2e: ## end-to-end suites against the local control plane, side by side (brings it up and down; checks that down leaves nothing behind)
 	$(TIMED) "e2e: build" $(CARGO) build --locked --workspace --all-targets
