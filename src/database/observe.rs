@@ -114,6 +114,9 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
     // server stopped or fenced itself, so positions read after a Lease that says so are final —
     // a failover then compares every standby's last WAL, not a read from before the last of it.
     let primary_lease = get(&caches.leases, &ns, &names.primary_lease());
+    // The Lease is judged as of its read: the positions below may take seconds, and a `now` from
+    // after them made a renewing primary look lost.
+    let observed_at = Utc::now();
     let positions = match has_standbys(db) {
         true => super::positions::read(&instance_pods).await,
         false => Default::default(),
@@ -124,7 +127,7 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         s3_secret,
         s3_ca_problem,
         encryption_problem,
-        observed_at: Utc::now(),
+        observed_at,
         credentials_secret: credentials_secret(ctx, db, &ns).await?,
         ca_secret: secret_metadata(ctx, &ns, &names.ca_secret()),
         server_tls_secret: secret_metadata(ctx, &ns, &names.server_tls_secret()),
