@@ -24,6 +24,7 @@ pub mod chaos;
 pub mod fingerprint;
 pub mod instances;
 pub mod node;
+pub mod primary_lease;
 
 /// The user agent of the test's own requests (the operator's start with `dbop/`).
 pub const TEST_USER_AGENT: &str = "e2e-tests/1";

@@ -5,96 +5,16 @@
 //! right after that designation and started again does not promote a second time while the
 //! designated standby takes the Lease; a primary that releases its Lease is replaced at once.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::time::Duration;
-
 use dbop::api::Phase;
-use dbop_contract::topology::Topology;
+use dbop_e2e::primary_lease::{Renewing, designated, write_as};
 use dbop_e2e::{TestBed, WAIT, database_manifest, testbed, wait_until, wait_until_or_none};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use k8s_openapi::jiff::Timestamp;
 use kube::Api;
-use kube::api::{ListParams, PostParams};
+use kube::api::ListParams;
 use serde_json::json;
 
 const LEASE: &str = "orders-primary";
-
-/// The primary the Lease designates.
-async fn designated(leases: &Api<Lease>) -> Option<String> {
-    let lease = leases.get(LEASE).await.ok()?;
-    let text = lease
-        .metadata
-        .annotations?
-        .get("dbop.dev/topology")?
-        .clone();
-    Topology::parse(&text).ok().map(|t| t.primary)
-}
-
-/// Writes the Lease as instance `me` would: take or renew it (`release`: give it up).
-async fn write_as(leases: &Api<Lease>, me: &str, release: bool) -> bool {
-    let Ok(mut lease) = leases.get(LEASE).await else {
-        return false;
-    };
-    let spec = lease.spec.get_or_insert_with(Default::default);
-    spec.holder_identity = (!release).then(|| me.to_string());
-    spec.renew_time = Some(MicroTime(Timestamp::now()));
-    let annotations = lease
-        .metadata
-        .annotations
-        .get_or_insert_with(Default::default);
-    if release {
-        annotations.insert("dbop.dev/released-by".into(), me.into());
-    } else {
-        annotations.remove("dbop.dev/released-by");
-    }
-    leases
-        .replace(LEASE, &PostParams::default(), &lease)
-        .await
-        .is_ok()
-}
-
-/// An instance manager's renewals, every 2 s, until stopped; counts its successful writes.
-struct Renewing {
-    stop: Arc<AtomicBool>,
-    renewals: Arc<AtomicU32>,
-}
-
-impl Renewing {
-    fn start(leases: &Api<Lease>, me: &str) -> Renewing {
-        let (stop, renewals) = (
-            Arc::new(AtomicBool::new(false)),
-            Arc::new(AtomicU32::new(0)),
-        );
-        let (leases, me) = (leases.clone(), me.to_string());
-        let (s, r) = (stop.clone(), renewals.clone());
-        tokio::spawn(async move {
-            while !s.load(Ordering::SeqCst) {
-                if write_as(&leases, &me, false).await {
-                    r.fetch_add(1, Ordering::SeqCst);
-                }
-                tokio::time::sleep(Duration::from_secs(2)).await;
-            }
-        });
-        Renewing { stop, renewals }
-    }
-
-    /// Waits until it renewed `n` more times (`n` × 2 s: longer than the Lease's 10 s).
-    async fn for_renewals(&self, n: u32) {
-        let target = self.renewals.load(Ordering::SeqCst) + n;
-        let renewals = self.renewals.clone();
-        wait_until(&format!("{n} more renewals"), WAIT, || async {
-            (renewals.load(Ordering::SeqCst) >= target).then_some(())
-        })
-        .await;
-    }
-
-    fn stop(self) {
-        self.stop.store(true, Ordering::SeqCst);
-    }
-}
 
 async fn failed_over_events(bed: &TestBed, ns: &str) -> Vec<String> {
     let events: Api<Event> = Api::namespaced(bed.client.clone(), ns);
@@ -128,12 +48,12 @@ async fn a_lost_primary_is_replaced_once_even_across_an_operator_kill() {
     let leases: Api<Lease> = Api::namespaced(bed.client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(bed.client.clone(), &ns);
     wait_until("the Lease designating orders-0", WAIT, || async {
-        (designated(&leases).await.as_deref() == Some("orders-0")).then_some(())
+        (designated(&leases, LEASE).await.as_deref() == Some("orders-0")).then_some(())
     })
     .await;
 
     // orders-0 takes and renews its Lease: for longer than the Lease's duration, nothing moves.
-    let primary = Renewing::start(&leases, "orders-0");
+    let primary = Renewing::start(&leases, LEASE, "orders-0");
     primary.for_renewals(7).await;
     assert_eq!(status_primary(&bed, &ns).await.as_deref(), Some("orders-0"));
     assert!(failed_over_events(&bed, &ns).await.is_empty());
@@ -141,13 +61,13 @@ async fn a_lost_primary_is_replaced_once_even_across_an_operator_kill() {
     // orders-0 stops renewing (its node is gone): the first ready standby is designated.
     primary.stop();
     wait_until("orders-1 designated", WAIT, || async {
-        (designated(&leases).await.as_deref() == Some("orders-1")).then_some(())
+        (designated(&leases, LEASE).await.as_deref() == Some("orders-1")).then_some(())
     })
     .await;
     // The operator dies right after the designation, and comes back.
     operator.kill9();
     let _operator = bed.operator_binary(&ns);
-    let new_primary = Renewing::start(&leases, "orders-1");
+    let new_primary = Renewing::start(&leases, LEASE, "orders-1");
     new_primary.for_renewals(7).await;
     wait_until("orders-1 recorded and labelled", WAIT, || async {
         let recorded = status_primary(&bed, &ns).await.as_deref() == Some("orders-1");
@@ -156,7 +76,10 @@ async fn a_lost_primary_is_replaced_once_even_across_an_operator_kill() {
         (recorded && labelled).then_some(())
     })
     .await;
-    assert_eq!(designated(&leases).await.as_deref(), Some("orders-1"));
+    assert_eq!(
+        designated(&leases, LEASE).await.as_deref(),
+        Some("orders-1")
+    );
     let events = failed_over_events(&bed, &ns).await;
     assert_eq!(events.len(), 1, "one failover only: {events:?}");
     assert!(
@@ -169,9 +92,9 @@ async fn a_lost_primary_is_replaced_once_even_across_an_operator_kill() {
 
     // orders-1 releases its Lease (its server stopped): replaced at once by orders-0.
     new_primary.stop();
-    assert!(write_as(&leases, "orders-1", true).await);
+    assert!(write_as(&leases, LEASE, "orders-1", true).await);
     wait_until("orders-0 designated after the release", WAIT, || async {
-        (designated(&leases).await.as_deref() == Some("orders-0")).then_some(())
+        (designated(&leases, LEASE).await.as_deref() == Some("orders-0")).then_some(())
     })
     .await;
     // The Event follows the Lease's write: wait for it, not just look once.

@@ -1,6 +1,6 @@
 //! Several instances on a real control plane (kwok plays the kubelets, so no server runs: this
-//! is the control flow): a 3-instance Database reaches Ready with its primary recorded in the
-//! status and on the pods, the standbys labelled so, `-rw`, `-ro` and `-r` selecting by those
+//! is the control flow, and the test renews the primary Lease as the managers would): a
+//! 3-instance Database reaches Ready with its primary recorded in the status and on the pods, the standbys labelled so, `-rw`, `-ro` and `-r` selecting by those
 //! labels, the replication Secret made, the topology published to the instances; a role label
 //! removed by hand comes back; a PodDisruptionBudget allows one disruption at a time; scaling
 //! down drops the instance from the status and topology, and at one instance the budget;
@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use dbop::api::{InstanceRole, Phase};
 use dbop_contract::topology::Topology;
+use dbop_e2e::primary_lease::Renewing;
 use dbop_e2e::{WAIT, database_manifest, testbed, wait_until};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -59,6 +60,7 @@ async fn three_instances_get_roles_services_status_and_a_topology() {
     let bed = testbed().await;
     let ns = bed.namespace("instances").await;
     let _operator = bed.operator_in_process(&ns).await;
+    let _managers = Renewing::as_managers(&bed, &ns, "ha");
     bed.apply_database(&ns, database_manifest("ha", json!({"instances": 3})))
         .await;
     let db = bed.wait_for_phase(&ns, "ha", Phase::Ready, WAIT).await;

@@ -17,6 +17,7 @@ use dbop::api::{BackupReason, DatabaseBackup, Phase};
 use dbop_e2e::backup_jobs::{
     fail_every_pod_until_failed, finish_pod, running_backup_pod, s3_secret,
 };
+use dbop_e2e::primary_lease::Renewing;
 use dbop_e2e::{TestBed, WAIT, database_manifest, operator_binary_path, testbed, wait_until};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Api;
@@ -474,6 +475,8 @@ async fn list_and_status_output_show_databases_as_table_json_and_yaml() {
     let bed = testbed().await;
     let ns = bed.namespace("plugin-list").await;
     let _operator = bed.operator_in_process(&ns).await;
+    // No manager runs in kwok: the test renews billing's primary Lease as its managers would.
+    let _managers = Renewing::as_managers(&bed, &ns, "billing");
     bed.apply_database(&ns, database_manifest("orders", json!({})))
         .await;
     bed.apply_database(&ns, database_manifest("billing", json!({"instances": 2})))
@@ -646,6 +649,7 @@ async fn restart_rolls_the_pod_template_through_the_operator() {
     let bed = testbed().await;
     let ns = bed.namespace("plugin-restart").await;
     let _operator = bed.operator_in_process(&ns).await;
+    let _managers = Renewing::as_managers(&bed, &ns, "orders");
     bed.apply_database(&ns, database_manifest("orders", json!({"instances": 2})))
         .await;
     bed.wait_for_phase(&ns, "orders", Phase::Ready, WAIT).await;
