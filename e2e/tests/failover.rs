@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use dbop::api::Phase;
 use dbop_e2e::instances::{REPLICATION_WAIT, real_node_database};
-use dbop_e2e::{TestBed, testbed, wait_until};
+use dbop_e2e::{TestBed, testbed, wait_until, wait_until_or_none};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -40,18 +40,57 @@ async fn named_primary(bed: &TestBed, ns: &str, name: &str) -> Option<String> {
 /// Waits until the status of Database `name` names a primary other than `old`, which accepts
 /// writes.
 async fn new_primary(bed: &TestBed, ns: &str, name: &str, old: &str) -> String {
-    let primary = wait_until(
-        &format!("a primary other than {old}"),
-        FAILOVER_WAIT,
-        || async { named_primary(bed, ns, name).await.filter(|p| p != old) },
-    )
+    let replaced = wait_until_or_none(FAILOVER_WAIT, || async {
+        named_primary(bed, ns, name).await.filter(|p| p != old)
+    })
     .await;
+    let Some(primary) = replaced else {
+        panic!(
+            "timed out after {FAILOVER_WAIT:?} waiting for a primary other than {old}; {}",
+            why_no_failover(bed, ns, name).await
+        );
+    };
     wait_until(&format!("{primary} promoted"), FAILOVER_WAIT, || async {
         let (ok, out, _) = bed.local_psql(ns, &primary, "select pg_is_in_recovery()");
         (ok && out.trim() == "f").then_some(())
     })
     .await;
     primary
+}
+
+/// What the operator said while no failover came: the Database's conditions, its Events, and
+/// the primary Lease.
+async fn why_no_failover(bed: &TestBed, ns: &str, name: &str) -> String {
+    let conditions = bed
+        .databases(ns)
+        .get(name)
+        .await
+        .ok()
+        .and_then(|db| db.status)
+        .map(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| format!("{} {} {}: {}", c.type_, c.status, c.reason, c.message))
+        .collect::<Vec<_>>();
+    let (_, events, _) = bed.kubectl(&[
+        "get",
+        "events",
+        "-n",
+        ns,
+        "--sort-by=.lastTimestamp",
+        "-o",
+        "jsonpath={range .items[*]}{.lastTimestamp} {.reason} {.message}{\"\\n\"}{end}",
+    ]);
+    let (_, lease, _) = bed.kubectl(&[
+        "get",
+        "lease",
+        "-n",
+        ns,
+        &format!("{name}-primary"),
+        "-o",
+        "yaml",
+    ]);
+    format!("conditions: {conditions:#?}\nevents:\n{events}\nlease:\n{lease}")
 }
 
 /// A write through `-rw`, from the client pod, until it succeeds.

@@ -68,6 +68,9 @@ pub async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> 
         .during(Step::Observe)?;
     let facts = facts::Facts::from_observed(db, &observed);
     let decision = decide::decide(db, &facts, &ctx.settings);
+    if let Some(wait) = &decision.roles.failover_waits {
+        tracing::info!(primary = %decision.roles.primary, "{wait}");
+    }
     let verification = Box::pin(verification_plan(ctx, db, &facts, &decision))
         .await
         .during(Step::Observe)?;

@@ -6,7 +6,8 @@
 //! statements and the split of its output), `builtin` (dbop's statements and their families),
 //! `custom` (the user's queries file, their SQL and families), `http` (request line to route,
 //! responses). I/O: `psql` (a child bounded in time), `collect` (one scrape), `server` (the
-//! listener). Nothing here writes to the database: every session is read-only in effect, and
+//! listener), `shared_read` (one status reading shared by the requests that wait for it).
+//! Nothing here writes to the database: every session is read-only in effect, and
 //! no label or value holds a secret (no password, no connection string).
 
 pub mod batch;
@@ -17,6 +18,7 @@ pub mod exposition;
 pub mod http;
 pub mod psql;
 pub mod server;
+pub mod shared_read;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -49,7 +51,7 @@ pub fn start(addr: SocketAddr, o: &crate::run::Options, bin: &Path, superuser: &
 /// (the operator then knows nothing of this instance's position, and prefers others in a
 /// failover).
 pub fn start_status(addr: SocketAddr, o: &crate::run::Options, bin: &Path, superuser: &str) {
-    match server::start(addr, server::Endpoints::Status(source(o, bin, superuser))) {
+    match server::start(addr, server::Endpoints::status(source(o, bin, superuser))) {
         Ok(bound) => eprintln!("dbop-instance: status on http://{bound}/status"),
         Err(e) => eprintln!(
             "dbop-instance: status: cannot listen on {addr}: {e}; running without a status endpoint"

@@ -3,7 +3,7 @@
 //! (a second scraper waits for the first: the database never runs two scrapes' queries at
 //! once). A listener serves `/metrics` or `/status` (what `Endpoints` it is given) and
 //! `/healthz`, reads nothing but the request head, and never blocks the manager's supervision
-//! loop.
+//! loop. Status requests that arrive together share one reading (`shared_read`).
 //!
 //! I/O only: routing and responses are `http`'s, the scrape is `collect`'s.
 
@@ -16,6 +16,8 @@ use std::time::Duration;
 use crate::metrics::collect::{Collector, Source, position};
 use crate::metrics::exposition::CONTENT_TYPE;
 use crate::metrics::http::{self, Route};
+use crate::metrics::shared_read::SharedRead;
+use dbop_contract::position::Position;
 
 /// Connections served at once.
 pub const MAX_CONNECTIONS: usize = 4;
@@ -28,7 +30,23 @@ pub enum Endpoints {
     /// `/metrics`, scraped by this collector.
     Metrics(Collector),
     /// `/status`, the position of the server at this source.
-    Status(Source),
+    Status(Arc<StatusReader>),
+}
+
+impl Endpoints {
+    /// `/status` of the server at `source`.
+    pub fn status(source: Source) -> Endpoints {
+        Endpoints::Status(Arc::new(StatusReader {
+            source,
+            readings: SharedRead::new(),
+        }))
+    }
+}
+
+/// The server's position, one reading at a time shared by the requests waiting for it.
+pub struct StatusReader {
+    source: Source,
+    readings: SharedRead<Result<Position, String>>,
 }
 
 /// Binds `addr` and serves on a thread of its own; returns the address bound.
@@ -89,11 +107,11 @@ fn serve(mut stream: TcpStream, endpoints: &Mutex<Endpoints>) {
             }
         }
         Route::Status { head } => {
-            let source = match &*endpoints.lock().unwrap_or_else(|e| e.into_inner()) {
-                Endpoints::Status(source) => Some(source.clone()),
+            let reader = match &*endpoints.lock().unwrap_or_else(|e| e.into_inner()) {
+                Endpoints::Status(reader) => Some(reader.clone()),
                 Endpoints::Metrics(_) => None,
             };
-            match source.map(|s| position(&s)) {
+            match reader.map(|r| r.readings.fresh(|| position(&r.source))) {
                 None => not_found(),
                 Some(Ok(p)) => http::response(200, "application/json", &p.to_json(), head),
                 Some(Err(e)) => http::response(503, "text/plain", &format!("{e}\n"), head),
