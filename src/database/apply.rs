@@ -29,14 +29,14 @@ use crate::api::conditions::{ConditionStatus, ConditionType, find};
 use crate::api::{Database, DatabaseBackup, DatabaseStatus, InstanceRole};
 use crate::backup::plan::health_events;
 use crate::context::Context;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kube_io::{
     self, apply_if_drifted, create_once, delete_if_exists, merge_patch, merge_patch_if_exists,
     patch_status,
 };
 use crate::objects::EventSpec;
 use crate::resources::cert_manager::Certificate;
-use crate::resources::primary_lease::PROMOTE_ANNOTATION;
+use crate::resources::primary_lease::{self, PROMOTE_ANNOTATION};
 use crate::resources::replication::ROLE_LABEL;
 use crate::resources::{Names, owner_reference};
 use crate::upgrade::events::upgrade_events;
@@ -63,6 +63,7 @@ pub async fn apply(
         accounts_event,
         instance_access,
         primary_lease,
+        primary_lease_carries_over,
         role_events,
         promotion_answered,
         label_pods,
@@ -105,7 +106,12 @@ pub async fn apply(
     if let Some(event) = accounts_event {
         publish(ctx, db, &event).await;
     }
-    write_primary_lease(ctx, &ns, instance_access, primary_lease).await?;
+    let lease = DesignatedLease {
+        planned: primary_lease,
+        observed: snap.primary_lease.as_ref(),
+        carries_over: primary_lease_carries_over,
+    };
+    write_primary_lease(ctx, &ns, instance_access, lease).await?;
     for event in &role_events {
         publish(ctx, db, event).await;
     }
@@ -245,30 +251,53 @@ async fn write_network_policy(
     }
 }
 
-/// Sets the role label of each pod of `pods` (a merge patch: only that label).
+/// The primary Lease a pass writes: the one it plans, the one it read, and whether the plan
+/// survives a renewal by the same holder (`primary_lease::carried_over`).
+struct DesignatedLease<'a> {
+    planned: Option<Lease>,
+    observed: Option<&'a Lease>,
+    carries_over: bool,
+}
+
 /// The instances' access (once), then the primary Lease: created, or replaced with its
-/// `resourceVersion` (a renewal in between makes it a conflict, and the pass is tried again).
+/// `resourceVersion`. A renewal in between makes it a conflict: a designation that survives
+/// renewals is carried onto the Lease as it is now and written once more; any other conflict,
+/// or a failover's, tries the pass again.
 async fn write_primary_lease(
     ctx: &Context,
     ns: &str,
     access: Option<(ServiceAccount, Role, RoleBinding)>,
-    lease: Option<Lease>,
+    lease: DesignatedLease<'_>,
 ) -> Result<()> {
     if let Some((account, role, binding)) = access {
         create_once(&Api::namespaced(ctx.client.clone(), ns), &account).await?;
         create_once(&Api::namespaced(ctx.client.clone(), ns), &role).await?;
         create_once(&Api::namespaced(ctx.client.clone(), ns), &binding).await?;
     }
-    let Some(lease) = lease else {
+    let Some(planned) = lease.planned else {
         return Ok(());
     };
     let api: Api<Lease> = Api::namespaced(ctx.client.clone(), ns);
-    let name = lease.metadata.name.clone().unwrap_or_default();
-    if lease.metadata.resource_version.is_none() {
-        create_once(&api, &lease).await?;
+    let name = planned.metadata.name.clone().unwrap_or_default();
+    if planned.metadata.resource_version.is_none() {
+        create_once(&api, &planned).await?;
         info!(lease = %name, "made the primary Lease");
     } else {
-        kube_io::replace(&api, &name, &lease).await?;
+        match kube_io::replace(&api, &name, &planned).await {
+            Err(Error::Kube(kube::Error::Api(status)))
+                if status.code == 409 && lease.carries_over =>
+            {
+                let fresh = api.get(&name).await?;
+                let carried = lease
+                    .observed
+                    .and_then(|observed| primary_lease::carried_over(observed, &planned, &fresh));
+                let Some(carried) = carried else {
+                    return Err(Error::Kube(kube::Error::Api(status)));
+                };
+                kube_io::replace(&api, &name, &carried).await?;
+            }
+            written => written?,
+        }
         info!(lease = %name, "designated the primary in the primary Lease");
     }
     Ok(())

@@ -68,6 +68,10 @@ pub struct Desired {
     /// The primary Lease to create, or to replace with a new designation (compare-and-swap):
     /// written before the labels and the topology file, so the instances hear it first.
     pub primary_lease: Option<Lease>,
+    /// A designation that loses its compare-and-swap to a renewal by the same holder may be
+    /// carried over onto the renewed Lease (`primary_lease::carried_over`): every designation
+    /// but a failover's.
+    pub primary_lease_carries_over: bool,
     /// The Events of a failover and of an answered promotion request.
     pub role_events: Vec<EventSpec>,
     /// Remove the promotion request (`PROMOTE_ANNOTATION`): it has been answered.
@@ -238,6 +242,7 @@ pub fn build(
                 )
             })
             .flatten(),
+        primary_lease_carries_over: decision.roles.failover.is_none(),
         role_events: role_events(&decision.roles),
         promotion_answered: decision.roles.promotion.is_some(),
         label_pods: label_pods.clone(),

@@ -115,6 +115,33 @@ pub fn designate(
     Some(lease)
 }
 
+/// A designation that lost its compare-and-swap (`planned`, made on `observed`) carried onto
+/// the Lease as it is now (`fresh`), when all that happened in between is a renewal by the same
+/// holder: its holder, designation and release unchanged. A switchover, or a designation that
+/// only changes the members, stands on a holder that renews — under load the instance renews
+/// (every 2 s) faster than a pass reads the Lease and writes it, and the designation never got
+/// through. A failover must not be carried over: it stands on a holder that stopped renewing,
+/// and a renewal proves it wrong. `None`: something else changed; the pass is tried again.
+pub fn carried_over(observed: &Lease, planned: &Lease, fresh: &Lease) -> Option<Lease> {
+    let (before, now) = (LeaseFact::of(observed), LeaseFact::of(fresh));
+    let unchanged = before.state.holder.is_some()
+        && before.state.holder == now.state.holder
+        && before.state.designated_ms == now.state.designated_ms
+        && before.topology == now.topology
+        && before.released_by == now.released_by;
+    if !unchanged {
+        return None;
+    }
+    let wanted = LeaseFact::of(planned);
+    let mut lease = fresh.clone();
+    let annotations = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    annotations.extend(self::annotations(
+        wanted.topology.as_deref().unwrap_or_default(),
+        wanted.state.designated_ms.unwrap_or_default(),
+    ));
+    Some(lease)
+}
+
 fn annotations(topology: &str, designated_ms: i64) -> BTreeMap<String, String> {
     BTreeMap::from([
         (TOPOLOGY_ANNOTATION.to_string(), topology.to_string()),
@@ -218,6 +245,44 @@ mod tests {
         four.spec.instances = 4;
         let grown = designate(&four, Some(&first), &topology(&four, "orders-0"), 9_500).unwrap();
         assert_eq!(LeaseFact::of(&grown).state.designated_ms, Some(9_500));
+    }
+
+    /// A held Lease as `holder` renewed it at `renewed_ms`, resource version `version`.
+    fn held(db: &Database, holder: &str, renewed_ms: i64, version: &str) -> Lease {
+        let mut lease = designate(db, None, &topology(db, "orders-0"), 1_000).unwrap();
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        spec.holder_identity = Some(holder.into());
+        spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+            k8s_openapi::jiff::Timestamp::from_millisecond(renewed_ms).unwrap(),
+        ));
+        lease.metadata.resource_version = Some(version.into());
+        lease
+    }
+
+    #[test]
+    fn a_designation_is_carried_over_a_renewal_and_nothing_else() {
+        let db = three();
+        let observed = held(&db, "orders-0", 2_000, "7");
+        let planned = designate(&db, Some(&observed), &topology(&db, "orders-1"), 3_000).unwrap();
+        // Renewed meanwhile: the designation goes onto the renewed Lease, its version kept.
+        let renewed = held(&db, "orders-0", 4_000, "8");
+        let carried = carried_over(&observed, &planned, &renewed).expect("carried over");
+        assert_eq!(carried.metadata.resource_version.as_deref(), Some("8"));
+        let fact = LeaseFact::of(&carried);
+        assert!(fact.topology.unwrap().contains("primary=orders-1"));
+        assert_eq!(fact.state.designated_ms, Some(3_000));
+        assert_eq!(fact.state.renewed_ms, Some(4_000));
+        // Another holder, a release, or another designation meanwhile: not carried over.
+        let taken = held(&db, "orders-2", 4_000, "8");
+        assert_eq!(carried_over(&observed, &planned, &taken), None);
+        let mut released = renewed.clone();
+        released.spec.as_mut().unwrap().holder_identity = None;
+        assert_eq!(carried_over(&observed, &planned, &released), None);
+        let other = designate(&db, Some(&renewed), &topology(&db, "orders-2"), 3_500).unwrap();
+        assert_eq!(carried_over(&observed, &planned, &other), None);
+        // Nobody held it when the pass looked: nothing to carry over.
+        let free = designate(&db, None, &topology(&db, "orders-0"), 1_000).unwrap();
+        assert_eq!(carried_over(&free, &planned, &renewed), None);
     }
 
     #[test]
