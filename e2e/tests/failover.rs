@@ -58,8 +58,8 @@ async fn new_primary(bed: &TestBed, ns: &str, name: &str, old: &str) -> String {
     primary
 }
 
-/// What the operator said while no failover came: the Database's conditions, its Events, and
-/// the primary Lease.
+/// What the operator said while no failover (or no end of a rollout) came: the Database's
+/// conditions, its Events, and the primary Lease.
 async fn why_no_failover(bed: &TestBed, ns: &str, name: &str) -> String {
     let conditions = bed
         .databases(ns)
@@ -547,13 +547,20 @@ async fn a_restart_replaces_the_primary_last_after_a_switchover() {
         "the lowest of the replaced pods above the primary"
     );
     // Then roll-0's pod is replaced too, as a standby, and the rollout ends.
-    wait_until("every instance restarted and Ready", READY_WAIT, || async {
+    let restarted = wait_until_or_none(READY_WAIT, || async {
         let replaced = uid(pods.get_opt("roll-0").await.ok()?) != primary_uid;
         let s = databases.get("roll").await.ok()?.status?;
         let all_ready = s.instances.iter().all(|i| i.ready);
         (replaced && all_ready && s.phase == Some(Phase::Ready)).then_some(())
     })
     .await;
+    if restarted.is_none() {
+        let status = databases.get("roll").await.ok().and_then(|d| d.status);
+        panic!(
+            "timed out after {READY_WAIT:?} waiting for every instance restarted and Ready: {status:#?}\n{}",
+            why_no_failover(&bed, &ns, "roll").await
+        );
+    }
     more_acknowledged(&bed, &ns, 20, FAILOVER_WAIT).await;
     wait_until("a RolloutSwitchover Event", FAILOVER_WAIT, || async {
         event_messages(&bed, &ns, "RolloutSwitchover")
