@@ -11,14 +11,16 @@
 //! the primary to the standby it names while a writer commits through `-rw` with its own log of
 //! acknowledged commits; then a scale-down that would remove that primary switches over to a
 //! standby that stays first (a ScaleDownSwitchover Event, no failover): every acknowledged commit is on
-//! the last primary.
+//! the last primary. A restart and a minor version upgrade of three instances replace the
+//! primary's pod last, after a switchover to a standby already replaced (no failover, no
+//! acknowledged commit lost).
 //!
 //! This is a pod's isolation, not a node's loss: the test bed has one real node (the second
 //! one is probed in `../shared/design/second-node-probe/`, not yet part of the bed).
 
 use std::time::{Duration, Instant};
 
-use dbop::api::Phase;
+use dbop::api::{Phase, UpgradeStage};
 use dbop_e2e::instances::{REPLICATION_WAIT, real_node_database};
 use dbop_e2e::{TestBed, testbed, wait_until, wait_until_or_none};
 use k8s_openapi::api::core::v1::Pod;
@@ -40,13 +42,24 @@ async fn named_primary(bed: &TestBed, ns: &str, name: &str) -> Option<String> {
 /// Waits until the status of Database `name` names a primary other than `old`, which accepts
 /// writes.
 async fn new_primary(bed: &TestBed, ns: &str, name: &str, old: &str) -> String {
-    let replaced = wait_until_or_none(FAILOVER_WAIT, || async {
+    new_primary_within(bed, ns, name, old, FAILOVER_WAIT).await
+}
+
+/// `new_primary`, waiting up to `within` for the status to name it.
+async fn new_primary_within(
+    bed: &TestBed,
+    ns: &str,
+    name: &str,
+    old: &str,
+    within: Duration,
+) -> String {
+    let replaced = wait_until_or_none(within, || async {
         named_primary(bed, ns, name).await.filter(|p| p != old)
     })
     .await;
     let Some(primary) = replaced else {
         panic!(
-            "timed out after {FAILOVER_WAIT:?} waiting for a primary other than {old}; {}",
+            "timed out after {within:?} waiting for a primary other than {old}; {}",
             why_no_failover(bed, ns, name).await
         );
     };
@@ -588,5 +601,68 @@ async fn a_restart_replaces_the_primary_last_after_a_switchover() {
     every_acknowledged_commit_is_on(&bed, &ns, &primary).await;
     for standby in ["roll-0", "roll-2"] {
         bed.streaming_standby(&ns, standby, READY_WAIT).await;
+    }
+}
+
+/// A minor version upgrade (15.18 to 15.20) of three instances whose primary is minor-0: the
+/// upgrade moves minor-2 and minor-1 to 15.20 first, the primary hands over to minor-1 by a
+/// switchover (an UpgradeSwitchover Event, no failover), and only then is minor-0's pod moved,
+/// as a standby. A writer commits through `-rw` all along with its own log: every acknowledged
+/// commit is on the new primary, and every instance serves 15.20.
+#[tokio::test]
+async fn a_version_upgrade_replaces_the_primary_last_after_a_switchover() {
+    let bed = testbed().await;
+    bed.require_real_node().await;
+    let ns = bed.real_node_namespace("upgrade-ha").await;
+    let _operator = bed.operator_for_real_node(&ns);
+    let mut database = real_node_database("minor", "15.18", 3);
+    database["spec"]["upgrade"] = json!({"preUpgradeBackup": false});
+    three_instances_of(&bed, &ns, database).await;
+
+    let databases = bed.databases(&ns);
+    let patch = json!({"spec": {"version": "15.20"}});
+    databases
+        .patch("minor", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    // Preflight, then two standbys replaced one after the other, then the switchover.
+    let primary = new_primary_within(&bed, &ns, "minor", "minor-0", READY_WAIT).await;
+    assert_eq!(
+        primary, "minor-1",
+        "the lowest of the upgraded pods above the primary"
+    );
+    let complete = wait_until_or_none(READY_WAIT, || async {
+        let s = databases.get("minor").await.ok()?.status?;
+        let stage = s.upgrade.as_ref().map(|u| u.stage);
+        let all_ready = s.instances.iter().all(|i| i.ready);
+        (stage == Some(UpgradeStage::Complete) && all_ready && s.phase == Some(Phase::Ready))
+            .then_some(())
+    })
+    .await;
+    if complete.is_none() {
+        let status = databases.get("minor").await.ok().and_then(|d| d.status);
+        panic!(
+            "timed out after {READY_WAIT:?} waiting for the upgrade to complete: {status:#?}\n{}",
+            why_no_failover(&bed, &ns, "minor").await
+        );
+    }
+    more_acknowledged(&bed, &ns, 20, FAILOVER_WAIT).await;
+    wait_until("an UpgradeSwitchover Event", FAILOVER_WAIT, || async {
+        event_messages(&bed, &ns, "UpgradeSwitchover")
+            .contains(
+                "from minor-0 to minor-1 before the version upgrade replaces the pod of minor-0",
+            )
+            .then_some(())
+    })
+    .await;
+    let failovers = event_messages(&bed, &ns, "FailedOver");
+    assert!(failovers.trim().is_empty(), "a failover: {failovers}");
+    every_acknowledged_commit_is_on(&bed, &ns, &primary).await;
+    for standby in ["minor-0", "minor-2"] {
+        bed.streaming_standby(&ns, standby, READY_WAIT).await;
+    }
+    for instance in ["minor-0", "minor-1", "minor-2"] {
+        let version = bed.local_ok(&ns, instance, "show server_version");
+        assert!(version.starts_with("15.20"), "{instance} serves {version}");
     }
 }

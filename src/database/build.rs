@@ -325,7 +325,9 @@ fn statefulset(
         let held =
             observed.is_some_and(|o| !controller_saw(o) && partition_of(o) == Some(partition));
         if rolling || held || template_changes(&desired, observed) {
-            set_partition(&mut desired, partition);
+            // A version upgrade's own partition moves down from the top: the higher one holds.
+            let upgrade = partition_of(&desired).unwrap_or(0);
+            set_partition(&mut desired, partition.max(upgrade));
         }
     }
     desired
@@ -386,6 +388,13 @@ fn role_events(roles: &RolesPlan) -> Vec<EventSpec> {
             HandoverWhy::Rollout => (
                 "RolloutSwitchover",
                 format!("before the rollout replaces the pod of {}", h.from),
+            ),
+            HandoverWhy::Upgrade => (
+                "UpgradeSwitchover",
+                format!(
+                    "before the version upgrade replaces the pod of {}",
+                    h.from
+                ),
             ),
         };
         EventSpec {

@@ -11,9 +11,9 @@ use super::accounts::{self, AccountsPlan};
 use std::time::Duration;
 
 use crate::api::Phase;
-use crate::api::UpgradeStatus;
 use crate::api::conditions::{self, ConditionStatus, ConditionType};
 use crate::api::{BootstrapStatus, Database, InstanceRole, NetworkPolicySpec};
+use crate::api::{UpgradeStage, UpgradeStatus};
 use crate::resources::statefulset::PodRun;
 use crate::resources::{Names, check_version, quantity};
 use crate::settings::Settings;
@@ -27,7 +27,7 @@ use super::facts::{
 };
 use super::init::{InitOutcome, decide_init};
 use super::restart;
-use super::roles::{self, RolesFact, RolesPlan};
+use super::roles::{self, RolesFact, RolesPlan, VersionUpgrade};
 use super::tls::{self, TlsSteps};
 use dbop_contract::InstanceFailure;
 
@@ -131,7 +131,7 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
     let roles = roles::plan(
         db,
         &RolesFact {
-            version_upgrade: upgrade.active,
+            version_upgrade: version_upgrade(&upgrade),
             ..facts.roles.clone()
         },
     );
@@ -286,6 +286,17 @@ fn blocked_requeue(blocker: &Blocker) -> Duration {
         Blocker::Version(_) => REQUEUE_FAILED,
         // A user's Secret is not watched.
         Blocker::Credentials(_) => REQUEUE_WAITING_ON_USER,
+    }
+}
+
+/// Where the version upgrade stands, for the roles: rolling out (the primary's pod last, after
+/// a switchover), in another stage (it places the pods itself), or none.
+fn version_upgrade(upgrade: &UpgradePlan) -> VersionUpgrade {
+    let stage = upgrade.status.as_ref().map(|u| u.stage);
+    match (upgrade.active, stage) {
+        (false, _) => VersionUpgrade::None,
+        (true, Some(UpgradeStage::RollingOut)) => VersionUpgrade::RollingOut,
+        (true, _) => VersionUpgrade::PlacesPods,
     }
 }
 

@@ -261,7 +261,7 @@ impl Facts {
                 ]),
                 rolling_to: snap.statefulset.as_ref().and_then(rolling_to),
                 // (decide sets it: whether an upgrade is under way is its plan, not a fact)
-                version_upgrade: false,
+                version_upgrade: Default::default(),
             },
             tls: TlsFact::of(
                 snap.ca_secret.as_ref(),

@@ -101,9 +101,23 @@ pub struct RolesFact {
     /// The StatefulSet is moving its pods to this revision (its update revision while it
     /// differs from the current one; `None`: no rollout under way).
     pub rolling_to: Option<String>,
-    /// A version upgrade is under way: it places the pods itself (partition, verification,
-    /// rollback), so the primary-last order below stays out of its way.
-    pub version_upgrade: bool,
+    /// Where a version upgrade stands: while it rolls out, the primary's pod is still replaced
+    /// last, after a switchover; in its other stages it places the pods itself.
+    pub version_upgrade: VersionUpgrade,
+}
+
+/// A version upgrade, as the roles see it (`upgrade::plan`'s stage).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum VersionUpgrade {
+    /// None under way.
+    #[default]
+    None,
+    /// Its pods move to the new version one at a time, highest ordinal first (its partition):
+    /// the primary's pod is held until it has handed over to a standby on the new version.
+    RollingOut,
+    /// Preflight, backup, verification or rollback: it places the pods itself (partition,
+    /// rollback), so the primary-last order stays out of its way.
+    PlacesPods,
 }
 
 /// The versions of the Secrets database pods mount, `name=resourceVersion` joined by `,`:
@@ -196,6 +210,9 @@ pub enum HandoverWhy {
     ScaleDown,
     /// A rollout replaced every pod above the primary; the primary's is next.
     Rollout,
+    /// A version upgrade moved every pod above the primary to the new version; the primary's
+    /// is next.
+    Upgrade,
 }
 
 /// The answer to `kubectl dbop promote`: a switchover to `to`, or why not.
@@ -442,13 +459,15 @@ fn handover(db: &Database, fact: &RolesFact, current: &str) -> Option<Handover> 
     })
 }
 
-/// A rollout that is not a version upgrade replaces the primary's pod last: the partition
-/// holds it while the pods above it move to the new revision; once those are ready, the primary
-/// hands over to the lowest of them by a switchover (or, when no pod is above it, to the lowest
-/// ready standby, which is then held in its turn), and once the old primary has released its
-/// Lease to a primary on the new revision, every other pod may go. Only a Lease holder is held
-/// back: a primary that lost or never took its Lease is a failover's business, and the rollout
-/// replaces it as the StatefulSet would.
+/// A rollout replaces the primary's pod last: the partition holds it while the pods above it
+/// move to the new revision; once those are ready, the primary hands over to the lowest of them
+/// by a switchover (or, when no pod is above it, to the lowest ready standby, which is then
+/// held in its turn), and once the old primary has released its Lease to a primary on the new
+/// revision, every other pod may go. A version upgrade's rollout too (its own partition moves
+/// down one ordinal at a time; the StatefulSet gets the higher of the two), but not its other
+/// stages, which place the pods themselves. Only a Lease holder is held back: a primary that
+/// lost or never took its Lease is a failover's business, and the rollout replaces it as the
+/// StatefulSet would.
 fn primary_last(db: &Database, fact: &RolesFact, current: &str) -> (Option<i32>, Option<Handover>) {
     let names = Names::of(db);
     let holder = fact
@@ -456,7 +475,8 @@ fn primary_last(db: &Database, fact: &RolesFact, current: &str) -> (Option<i32>,
         .as_ref()
         .and_then(|l| l.state.holder.clone())
         .filter(|h| holds_lease(fact, h));
-    let (Some(holder), true, false) = (holder, has_standbys(db), fact.version_upgrade) else {
+    let places_pods = fact.version_upgrade == VersionUpgrade::PlacesPods;
+    let (Some(holder), true, false) = (holder, has_standbys(db), places_pods) else {
         return (None, None);
     };
     let Some(ordinal) = names.ordinal_of(&holder) else {
@@ -490,10 +510,14 @@ fn primary_last(db: &Database, fact: &RolesFact, current: &str) -> (Option<i32>,
             .map(|o| names.pod(o))
             .find(|n| ready_follower(n))
     });
+    let why = match fact.version_upgrade {
+        VersionUpgrade::RollingOut => HandoverWhy::Upgrade,
+        VersionUpgrade::None | VersionUpgrade::PlacesPods => HandoverWhy::Rollout,
+    };
     let handover = to.map(|to| Handover {
         from: current.to_string(),
         to,
-        why: HandoverWhy::Rollout,
+        why,
     });
     (partition, handover)
 }
@@ -1193,9 +1217,9 @@ mod tests {
         // Then orders-0 is held in its turn, and the pods above it (orders-2 among them) go.
         let next = rolling("orders-0", Some("r2"), ["r1", "r1", "r1"]);
         assert_eq!(plan(&db, &next).primary_last_partition, Some(1));
-        // A version upgrade places its pods itself.
+        // A version upgrade's other stages place the pods themselves.
         let mut upgrading = started_rollout();
-        upgrading.version_upgrade = true;
+        upgrading.version_upgrade = VersionUpgrade::PlacesPods;
         let p = plan(&db, &upgrading);
         assert_eq!((p.primary_last_partition, p.handover), (None, None));
         // A primary that lost its Lease is not held back (it is a failover's business).
@@ -1214,6 +1238,38 @@ mod tests {
 
     fn started_rollout() -> RolesFact {
         rolling("orders-0", Some("r2"), ["r1", "r1", "r1"])
+    }
+
+    #[test]
+    fn a_version_upgrade_rolling_out_holds_the_primary_and_hands_over_to_an_upgraded_standby() {
+        let db = three();
+        let upgrading = |primary: &str, revisions: [&str; 3]| {
+            let mut fact = rolling(primary, Some("r2"), revisions);
+            fact.version_upgrade = VersionUpgrade::RollingOut;
+            plan(&db, &fact)
+        };
+        let started = upgrading("orders-0", ["r1", "r1", "r1"]);
+        assert_eq!(
+            (started.primary_last_partition, started.handover),
+            (Some(1), None)
+        );
+        let above_done = upgrading("orders-0", ["r1", "r2", "r2"]);
+        assert_eq!(above_done.primary_last_partition, Some(1));
+        assert_eq!(
+            above_done.handover.map(|h| (h.from, h.to, h.why)),
+            Some((
+                "orders-0".to_string(),
+                "orders-1".to_string(),
+                HandoverWhy::Upgrade
+            ))
+        );
+        assert_eq!(above_done.primary, "orders-1");
+        // The new primary runs the new version: the old one's pod may go.
+        let switched = upgrading("orders-1", ["r1", "r2", "r2"]);
+        assert_eq!(
+            (switched.primary_last_partition, switched.handover),
+            (None, None)
+        );
     }
 
     #[test]
