@@ -7,8 +7,8 @@
 //! standby is promoted (a FailedOver Event) and the old primary rejoins as its standby, no row
 //! lost. A single instance scaled to two gains a streaming standby, and its primary does not
 //! restart. A minor upgrade of three instances moves the standbys first and the primary last
-//! (whose restart hands the primary role to an upgraded standby), and every instance ends on
-//! the new version with the data it had.
+//! (after a switchover to an upgraded standby), and every instance ends on the new version with
+//! the data it had.
 
 use std::time::Duration;
 
@@ -336,8 +336,9 @@ async fn three_instances_upgrade_standbys_first_and_keep_their_data() {
     let status = done.status.unwrap();
     let upgrade = status.upgrade.unwrap();
     assert_eq!(upgrade.stage, UpgradeStage::Complete, "{upgrade:#?}");
-    // The primary's restart released its Lease: an upgraded standby took over (the first
-    // ready one), and the old primary came back on the new version as its standby.
+    // Before its pod moved, the primary handed over to the lowest upgraded standby by a
+    // switchover (the `failover` suite checks its Event and a writer's commits), and the old
+    // primary came back on the new version as its standby.
     assert_eq!(status.primary.as_deref(), Some("up-1"));
 
     // Standbys first, the old primary last: the pods' creation times say in which order they

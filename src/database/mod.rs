@@ -68,8 +68,16 @@ pub async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> 
         .during(Step::Observe)?;
     let facts = facts::Facts::from_observed(db, &observed);
     let decision = decide::decide(db, &facts, &ctx.settings);
+    // Logged once per reason: the status's Ready condition says it from the next pass on.
     if let Some(wait) = &decision.roles.failover_waits {
-        tracing::info!(primary = %decision.roles.primary, "{wait}");
+        let said = db.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.message.contains(wait.as_str()))
+        });
+        if !said {
+            tracing::info!(primary = %decision.roles.primary, "{wait}");
+        }
     }
     let verification = Box::pin(verification_plan(ctx, db, &facts, &decision))
         .await
