@@ -40,6 +40,11 @@ struct RunArgs {
     /// One namespace to watch: the older spelling of `--watch-namespaces`, added to its list.
     #[arg(long, env = "DBOP_NAMESPACE", value_parser = parse_namespace)]
     namespace: Option<String>,
+    /// Watch the nodes (list, watch: whether each is cordoned), so that a primary on a node
+    /// being drained hands over to a standby first; `false` where dbop may read nothing
+    /// cluster-wide.
+    #[arg(long, env = "DBOP_WATCH_NODES", default_value_t = true, action = clap::ArgAction::Set)]
+    watch_nodes: bool,
     /// The PostgreSQL image of a version: `{version}` becomes the Database's `MAJOR.MINOR`
     /// (a value without `{version}` is a repository, tagged with the version). A Database's
     /// `spec.image` overrides it.
@@ -179,6 +184,7 @@ async fn run(args: RunArgs) -> ExitCode {
             .database_resources
             .unwrap_or_else(dbop::settings::default_database_resources),
         database_pod_security: args.database_pod_security,
+        watch_nodes: args.watch_nodes,
     };
     let process = ProcessSettings {
         metrics_addr: args.metrics_addr,

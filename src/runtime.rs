@@ -64,7 +64,11 @@ pub async fn run_observed(
         InitialList::Listed
     };
     // One watch per kind and namespace, shared by both controllers; stopped when this returns.
-    let (triggers, _watches) = watches::start(&client, namespaces, initial, writers);
+    let scope = watches::Scope {
+        namespaces,
+        nodes: settings.watch_nodes,
+    };
+    let (triggers, _watches) = watches::start(&client, scope, initial, writers);
     let ctx = Arc::new(Context::new(client.clone(), settings, caches).with_metrics(metrics));
     let watched = if namespaces.is_empty() {
         "<all>".into()

@@ -25,6 +25,9 @@ pub struct Settings {
     /// The ids of the pods of a Database without `spec.podSecurity` (None: from the image's
     /// name, `resources::pod::image_uid`). On OpenShift, `assignedBy: Platform` for all.
     pub database_pod_security: Option<PodSecuritySpec>,
+    /// Watch the nodes (cordoned or not): a primary on a node being drained hands over first.
+    /// Off where dbop may read nothing cluster-wide (the chart's watchNamespaces mode).
+    pub watch_nodes: bool,
 }
 
 /// Where a release publishes the operator's image (release.env, read by build.rs).
@@ -48,6 +51,7 @@ impl Default for Settings {
             job_resources: default_job_resources(),
             database_resources: default_database_resources(),
             database_pod_security: None,
+            watch_nodes: true,
         }
     }
 }

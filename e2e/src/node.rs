@@ -287,6 +287,23 @@ impl TestBed {
         .await;
     }
 
+    /// The messages of the Events of `ns` with this reason, one a line.
+    pub fn event_messages(&self, ns: &str, reason: &str) -> String {
+        let selector = format!("reason={reason}");
+        let jsonpath = "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}";
+        let args = [
+            "-n",
+            ns,
+            "get",
+            "events",
+            "--field-selector",
+            &selector,
+            "-o",
+            jsonpath,
+        ];
+        self.kubectl(&args).1
+    }
+
     /// `kubectl` of the test bed with this kubeconfig; returns (success, stdout, stderr).
     pub fn kubectl(&self, args: &[&str]) -> (bool, String, String) {
         let out = Command::new(self.kubectl_path())

@@ -220,7 +220,7 @@ async fn a_lost_primary_is_replaced_and_an_isolated_one_stops_writing_first() {
     let first = new_primary(&bed, &ns, "pay", "pay-0").await;
     // (Events follow the status: waited for.)
     let failovers = wait_until("a FailedOver Event", FAILOVER_WAIT, || async {
-        Some(event_messages(&bed, &ns, "FailedOver")).filter(|m| !m.trim().is_empty())
+        Some(bed.event_messages(&ns, "FailedOver")).filter(|m| !m.trim().is_empty())
     })
     .await;
     assert_eq!(first, "pay-2", "not the most advanced standby: {failovers}");
@@ -422,22 +422,6 @@ async fn every_acknowledged_commit_is_on(bed: &TestBed, ns: &str, primary: &str)
     );
 }
 
-/// The messages of the namespace's Events with this reason, one a line.
-fn event_messages(bed: &TestBed, ns: &str, reason: &str) -> String {
-    let selector = format!("reason={reason}");
-    let (_, out, _) = bed.kubectl(&[
-        "-n",
-        ns,
-        "get",
-        "events",
-        "--field-selector",
-        &selector,
-        "-o",
-        "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}",
-    ]);
-    out
-}
-
 /// Synchronous replication (any 1 of the 2 standbys confirms a commit): sync-1 is cut from the
 /// others (its manager still reports its position) while the writer commits through `-rw`, so
 /// only sync-2 confirms; then the primary's postgres is killed with the writer still running.
@@ -463,7 +447,7 @@ async fn synchronous_replication_loses_no_acknowledged_commit_when_the_primary_d
     kill_postmaster(&bed, &ns, "sync-0");
     let primary = new_primary(&bed, &ns, "sync", "sync-0").await;
     let failovers = wait_until("a FailedOver Event", FAILOVER_WAIT, || async {
-        Some(event_messages(&bed, &ns, "FailedOver")).filter(|m| !m.trim().is_empty())
+        Some(bed.event_messages(&ns, "FailedOver")).filter(|m| !m.trim().is_empty())
     })
     .await;
     assert_eq!(primary, "sync-2", "{failovers}");
@@ -496,7 +480,7 @@ async fn a_switchover_moves_the_primary_and_loses_no_acknowledged_commit() {
         bed.streaming_standby(&ns, standby, READY_WAIT).await;
     }
     assert!(
-        !event_messages(&bed, &ns, "Switchover").trim().is_empty(),
+        !bed.event_messages(&ns, "Switchover").trim().is_empty(),
         "no Switchover Event"
     );
     let annotations = databases.get("swap").await.unwrap().metadata.annotations;
@@ -523,12 +507,12 @@ async fn a_switchover_moves_the_primary_and_loses_no_acknowledged_commit() {
     .await;
     // (Events follow the status: waited for.)
     wait_until("a ScaleDownSwitchover Event", FAILOVER_WAIT, || async {
-        event_messages(&bed, &ns, "ScaleDownSwitchover")
+        bed.event_messages(&ns, "ScaleDownSwitchover")
             .contains("before the scale-down removes swap-2")
             .then_some(())
     })
     .await;
-    let failovers = event_messages(&bed, &ns, "FailedOver");
+    let failovers = bed.event_messages(&ns, "FailedOver");
     assert!(
         failovers.trim().is_empty(),
         "a failover, not a switchover: {failovers}"
@@ -591,12 +575,12 @@ async fn a_restart_replaces_the_primary_last_after_a_switchover() {
     }
     more_acknowledged(&bed, &ns, 20, FAILOVER_WAIT).await;
     wait_until("a RolloutSwitchover Event", FAILOVER_WAIT, || async {
-        event_messages(&bed, &ns, "RolloutSwitchover")
+        bed.event_messages(&ns, "RolloutSwitchover")
             .contains("from roll-0 to roll-1 before the rollout replaces the pod of roll-0")
             .then_some(())
     })
     .await;
-    let failovers = event_messages(&bed, &ns, "FailedOver");
+    let failovers = bed.event_messages(&ns, "FailedOver");
     assert!(failovers.trim().is_empty(), "a failover: {failovers}");
     every_acknowledged_commit_is_on(&bed, &ns, &primary).await;
     for standby in ["roll-0", "roll-2"] {
@@ -648,14 +632,14 @@ async fn a_version_upgrade_replaces_the_primary_last_after_a_switchover() {
     }
     more_acknowledged(&bed, &ns, 20, FAILOVER_WAIT).await;
     wait_until("an UpgradeSwitchover Event", FAILOVER_WAIT, || async {
-        event_messages(&bed, &ns, "UpgradeSwitchover")
+        bed.event_messages(&ns, "UpgradeSwitchover")
             .contains(
                 "from minor-0 to minor-1 before the version upgrade replaces the pod of minor-0",
             )
             .then_some(())
     })
     .await;
-    let failovers = event_messages(&bed, &ns, "FailedOver");
+    let failovers = bed.event_messages(&ns, "FailedOver");
     assert!(failovers.trim().is_empty(), "a failover: {failovers}");
     every_acknowledged_commit_is_on(&bed, &ns, &primary).await;
     for standby in ["minor-0", "minor-2"] {

@@ -2,9 +2,11 @@
 //! is the control flow, and the test renews the primary Lease as the managers would): a
 //! 3-instance Database reaches Ready with its primary recorded in the status and on the pods, the standbys labelled so, `-rw`, `-ro` and `-r` selecting by those
 //! labels, the replication Secret made, the topology published to the instances; a role label
-//! removed by hand comes back; a PodDisruptionBudget allows one disruption at a time; scaling
-//! down drops the instance from the status and topology, and at one instance the budget;
-//! `spec.replicas` is refused with a message that names `spec.instances`.
+//! removed by hand comes back; PodDisruptionBudgets let a drain take one standby at a time and
+//! never the primary; scaling down drops the instance from the status and topology, and at one
+//! instance the budgets; `spec.replicas` is refused with a message that names `spec.instances`.
+//! A drain: the primary's node cordoned, its eviction refused until it has handed over to a
+//! standby on another node (a DrainSwitchover Event), then allowed.
 
 use std::collections::BTreeMap;
 
@@ -12,12 +14,12 @@ use dbop::api::{InstanceRole, Phase};
 use dbop_contract::topology::Topology;
 use dbop_e2e::primary_lease::Renewing;
 use dbop_e2e::{WAIT, database_manifest, testbed, wait_until};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Api;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 fn role(pod: &Pod) -> Option<String> {
@@ -118,11 +120,22 @@ async fn three_instances_get_roles_services_status_and_a_topology() {
     assert_eq!(topology.standbys(), ["ha-1", "ha-2"]);
     assert_eq!(topology.members[1].host, format!("ha-1.ha-hl.{ns}.svc"));
 
-    // One disruption at a time.
+    // One standby at a time, never the primary.
     let budgets: Api<PodDisruptionBudget> = Api::namespaced(bed.client.clone(), &ns);
-    let budget = budgets.get("ha").await.expect("the disruption budget");
+    let budget = budgets
+        .get("ha")
+        .await
+        .expect("the standbys' disruption budget");
     assert_eq!(
-        budget.spec.unwrap().max_unavailable,
+        budget.spec.unwrap().min_available,
+        Some(IntOrString::Int(1))
+    );
+    let budget = budgets
+        .get("ha-primary")
+        .await
+        .expect("the primary's disruption budget");
+    assert_eq!(
+        budget.spec.unwrap().min_available,
         Some(IntOrString::Int(1))
     );
 
@@ -160,8 +173,10 @@ async fn three_instances_get_roles_services_status_and_a_topology() {
     // Down to one: no budget (it would block every drain of the node).
     bed.apply_database(&ns, database_manifest("ha", json!({"instances": 1})))
         .await;
-    wait_until("the disruption budget deleted", WAIT, || async {
-        budgets.get_opt("ha").await.ok()?.is_none().then_some(())
+    wait_until("the disruption budgets deleted", WAIT, || async {
+        let standbys = budgets.get_opt("ha").await.ok()?;
+        let primary = budgets.get_opt("ha-primary").await.ok()?;
+        (standbys.is_none() && primary.is_none()).then_some(())
     })
     .await;
 }
@@ -201,4 +216,149 @@ async fn the_old_replicas_field_is_refused_with_a_message_naming_instances() {
             .expect_err("instances out of range admitted");
         assert!(refused.to_string().contains("spec.instances"), "{refused}");
     }
+}
+
+/// Three fake nodes of this test's own (kwok manages them): only its Database tolerates their
+/// taint and selects their label, and cordoning one disturbs no other suite. Deleted on drop.
+struct OwnNodes {
+    nodes: Api<Node>,
+    names: Vec<String>,
+}
+
+impl OwnNodes {
+    async fn create(bed: &dbop_e2e::TestBed, ns: &str) -> OwnNodes {
+        let nodes: Api<Node> = Api::all(bed.client.clone());
+        let names: Vec<String> = (0..3).map(|i| format!("{ns}-{i}")).collect();
+        for name in &names {
+            let node: Node = serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": {"dbop.dev/e2e-drain": ns,
+                                                      "kubernetes.io/hostname": name},
+                             "annotations": {"kwok.x-k8s.io/node": "fake"}},
+                "spec": {"taints": [{"key": "dbop.dev/e2e-drain", "value": ns,
+                                     "effect": "NoSchedule"}]},
+            }))
+            .unwrap();
+            nodes.create(&PostParams::default(), &node).await.unwrap();
+        }
+        OwnNodes { nodes, names }
+    }
+
+    /// The Database's placement on them.
+    fn placement(ns: &str) -> serde_json::Value {
+        json!({
+            "nodeSelector": {"dbop.dev/e2e-drain": ns},
+            "tolerations": [{"key": "dbop.dev/e2e-drain", "operator": "Exists",
+                             "effect": "NoSchedule"}],
+        })
+    }
+}
+
+impl Drop for OwnNodes {
+    fn drop(&mut self) {
+        let (nodes, names) = (self.nodes.clone(), self.names.clone());
+        // Deleted in the background: a drop cannot wait, and the bed goes down after the suite.
+        tokio::spawn(async move {
+            for name in names {
+                let _ = nodes.delete(&name, &DeleteParams::default()).await;
+            }
+        });
+    }
+}
+
+fn node_of(pod: &Pod) -> Option<String> {
+    pod.spec.as_ref()?.node_name.clone()
+}
+
+/// The pods of `ns` through a client that does not retry a 429 (kube's does, for minutes): a
+/// refused eviction is an answer here, as it is to `kubectl drain`.
+async fn pods_without_retries(bed: &dbop_e2e::TestBed, ns: &str) -> Api<Pod> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(&bed.kubeconfig).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    config.default_retry = false;
+    Api::namespaced(kube::Client::try_from(config).unwrap(), ns)
+}
+
+/// Evicts `pod`: Ok, or the API server's refusal (its HTTP code).
+async fn evict(pods: &Api<Pod>, pod: &str) -> Result<(), u16> {
+    match pods.evict(pod, &EvictParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) => Err(e.code),
+        Err(other) => panic!("evicting {pod}: {other}"),
+    }
+}
+
+#[tokio::test]
+async fn a_drain_waits_for_the_primary_to_hand_over_then_evicts_it_as_a_standby() {
+    let bed = testbed().await;
+    let ns = bed.namespace("drain").await;
+    let own = OwnNodes::create(&bed, &ns).await;
+    let _operator = bed.operator_in_process(&ns).await;
+    let _managers = Renewing::as_managers(&bed, &ns, "dr");
+    let spec = json!({"instances": 3, "placement": OwnNodes::placement(&ns)});
+    bed.apply_database(&ns, database_manifest("dr", spec)).await;
+    let db = bed.wait_for_phase(&ns, "dr", Phase::Ready, WAIT).await;
+    assert_eq!(db.status.unwrap().primary.as_deref(), Some("dr-0"));
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), &ns);
+    let primary_node = node_of(&pods.get("dr-0").await.unwrap()).unwrap();
+    assert!(own.names.contains(&primary_node), "{primary_node}");
+    let mut elsewhere = vec![];
+    for standby in ["dr-1", "dr-2"] {
+        if node_of(&pods.get(standby).await.unwrap()).as_ref() != Some(&primary_node) {
+            elsewhere.push(standby);
+        }
+    }
+    assert!(!elsewhere.is_empty(), "every instance on {primary_node}");
+
+    // The primary's budget refuses its eviction (once the disruption controller has counted).
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(bed.client.clone(), &ns);
+    wait_until("the budgets counted", WAIT, || async {
+        let allowed =
+            |b: PodDisruptionBudget| b.status.and_then(|s| s.disruptions_allowed).unwrap_or(-1);
+        let standbys = allowed(budgets.get("dr").await.ok()?);
+        let primary = allowed(budgets.get("dr-primary").await.ok()?);
+        (standbys == 1 && primary == 0).then_some(())
+    })
+    .await;
+    let evictions = pods_without_retries(&bed, &ns).await;
+    assert_eq!(
+        evict(&evictions, "dr-0").await,
+        Err(429),
+        "the primary evicted"
+    );
+
+    // `kubectl drain` cordons first: the primary hands over to a standby on another node.
+    let nodes: Api<Node> = Api::all(bed.client.clone());
+    let cordon = json!({"spec": {"unschedulable": true}});
+    nodes
+        .patch(
+            &primary_node,
+            &PatchParams::default(),
+            &Patch::Merge(&cordon),
+        )
+        .await
+        .unwrap();
+    let databases = bed.databases(&ns);
+    let primary = wait_until("a primary on another node", WAIT, || async {
+        let primary = databases.get("dr").await.ok()?.status?.primary?;
+        (primary != "dr-0").then_some(primary)
+    })
+    .await;
+    assert_eq!(primary, elsewhere[0], "the lowest ready standby elsewhere");
+    let events = bed.event_messages(&ns, "DrainSwitchover");
+    let expected =
+        format!("from dr-0 to {primary} before the drain of its cordoned node evicts dr-0");
+    assert!(events.contains(&expected), "{events:?}");
+
+    // Now a standby: the drain's next try evicts it.
+    wait_until("dr-0 evicted as a standby", WAIT, || async {
+        evict(&evictions, "dr-0").await.ok()
+    })
+    .await;
+    let failovers = bed.event_messages(&ns, "FailedOver");
+    assert!(failovers.trim().is_empty(), "a failover: {failovers}");
 }

@@ -16,7 +16,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, PersistentVolumeClaim, Pod, PodSpec, PodStatus, Secret, Service,
+    ConfigMap, Node, NodeSpec, PersistentVolumeClaim, Pod, PodSpec, PodStatus, Secret, Service,
 };
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -85,6 +85,10 @@ caches! {
     // The primary Leases: read by every pass, never a trigger (a primary renews its Lease
     // every two seconds; a pass looks when the Lease would expire).
     leases: Lease,
+    // The nodes, slimmed to whether they are cordoned: a primary on a node being drained hands
+    // over first (`database::roles`). Never a trigger: a Database with standbys is looked at
+    // every few seconds anyway.
+    nodes: Node,
 }
 
 impl Caches {
@@ -215,6 +219,31 @@ impl Slim for Pod {
     }
 }
 
+/// A node keeps its name and whether it is cordoned (`spec.unschedulable`, which `kubectl
+/// drain` sets first): its status (images, conditions, addresses) is most of its size.
+impl Slim for Node {
+    fn slim(&mut self) {
+        let name = self.metadata.name.take();
+        self.metadata = ObjectMeta {
+            name,
+            ..ObjectMeta::default()
+        };
+        self.spec = self.spec.take().map(|spec| NodeSpec {
+            unschedulable: spec.unschedulable,
+            ..NodeSpec::default()
+        });
+        self.status = None;
+    }
+}
+
+/// Whether the cached node `name` is cordoned (unknown nodes are not).
+pub fn cordoned(store: &Store<Node>, name: &str) -> bool {
+    store
+        .get(&ObjectRef::new(name))
+        .and_then(|node| node.spec.as_ref()?.unschedulable)
+        .unwrap_or(false)
+}
+
 /// Drops what no reader looks at before an object is stored (`Slim`).
 pub fn slim<K: Slim>(object: &mut K) {
     object.slim();
@@ -236,6 +265,31 @@ mod tests {
         assert!(get(&caches.services, "other", "orders-rw").is_none());
         assert_eq!(list(&caches.services, "shop", |_| true).len(), 1);
         assert!(list(&caches.services, "other", |_| true).is_empty());
+    }
+
+    #[test]
+    fn a_cached_node_keeps_its_name_and_whether_it_is_cordoned() {
+        let (caches, mut writers) = caches();
+        let node = |name: &str, unschedulable: Option<bool>| -> Node {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "labels": {"zone": "a"}},
+                "spec": {"unschedulable": unschedulable, "podCIDR": "10.0.0.0/24"},
+                "status": {"images": [{"names": ["postgres:16"]}]},
+            }))
+            .unwrap()
+        };
+        let mut drained = node("drained", Some(true));
+        slim(&mut drained);
+        assert_eq!(drained.status, None);
+        assert_eq!(drained.metadata.labels, None);
+        assert_eq!(drained.spec.as_ref().unwrap().pod_cidr, None);
+        writers.nodes.apply_watcher_event(&Event::Apply(drained));
+        writers
+            .nodes
+            .apply_watcher_event(&Event::Apply(node("serving", None)));
+        assert!(cordoned(&caches.nodes, "drained"));
+        assert!(!cordoned(&caches.nodes, "serving"));
+        assert!(!cordoned(&caches.nodes, "unknown"));
     }
 
     #[test]

@@ -70,7 +70,7 @@ pub async fn apply(
         refresh_pods,
         network_policy,
         services,
-        disruption_budget,
+        disruption_budgets,
         server_config,
         statefulset,
         preflight_job,
@@ -122,8 +122,8 @@ pub async fn apply(
     }
     label_instances(ctx, &ns, label_pods).await?;
     refresh_secret_volumes(ctx, &ns, refresh_pods).await?;
-    if let Some(budget) = disruption_budget {
-        write_disruption_budget(ctx, db, snap, budget).await?;
+    for (name, budget) in disruption_budgets.into_iter().flatten() {
+        write_disruption_budget(ctx, db, snap, &name, budget).await?;
     }
     if let Some(policy) = network_policy {
         let condition = write_network_policy(ctx, db, snap, policy).await?;
@@ -194,21 +194,23 @@ async fn write_serving(
     Ok(())
 }
 
-/// The PodDisruptionBudget where it drifted, or deleted once the Database has one instance.
+/// The PodDisruptionBudget `name` where it drifted, or deleted once the Database has one
+/// instance.
 async fn write_disruption_budget(
     ctx: &Context,
     db: &Database,
     snap: &Observed,
+    name: &str,
     budget: Option<PodDisruptionBudget>,
 ) -> Result<()> {
     let api: Api<PodDisruptionBudget> =
         Api::namespaced(ctx.client.clone(), &db.namespace_or_default());
+    let observed = snap.disruption_budgets.get(name);
     match budget {
-        Some(budget) => apply_if_drifted(&api, &budget, snap.disruption_budget.as_ref()).await,
-        None if snap.disruption_budget.is_some() => {
-            let name = db.name();
-            if delete_if_exists(&api, &name, &DeleteParams::default()).await? {
-                info!(budget = %name, "deleted the disruption budget of a single instance");
+        Some(budget) => apply_if_drifted(&api, &budget, observed).await,
+        None if observed.is_some() => {
+            if delete_if_exists(&api, name, &DeleteParams::default()).await? {
+                info!(budget = %name, "deleted a disruption budget of a single instance");
             }
             Ok(())
         }

@@ -38,7 +38,7 @@ use crate::resources::network_policy::network_policy;
 use crate::resources::preflight_job::preflight_job;
 use crate::resources::primary_lease;
 use crate::resources::replication::topology_of;
-use crate::resources::replication::{disruption_budget, replication_secret};
+use crate::resources::replication::{disruption_budgets, replication_secret};
 use crate::resources::restore_job::restore_job;
 use crate::resources::server_config::server_config_map;
 use crate::resources::services;
@@ -85,8 +85,9 @@ pub struct Desired {
     pub network_policy: Option<Option<NetworkPolicy>>,
     /// The Services: headless, `-rw`, `-ro`, `-r` (applied where they drifted).
     pub services: Vec<Service>,
-    /// The PodDisruptionBudget: applied (with standbys), or deleted (`None`: one instance).
-    pub disruption_budget: Option<Option<PodDisruptionBudget>>,
+    /// The PodDisruptionBudgets by name (`replication::disruption_budgets`): applied (with
+    /// standbys), or deleted (`None`: one instance).
+    pub disruption_budgets: Option<[(String, Option<PodDisruptionBudget>); 2]>,
     /// The server configuration the database pods mount (applied before the StatefulSet).
     pub server_config: Option<ConfigMap>,
     pub statefulset: Option<StatefulSet>,
@@ -253,7 +254,7 @@ pub fn build(
         } else {
             Vec::new()
         },
-        disruption_budget: apply_statefulset.then(|| disruption_budget(db)),
+        disruption_budgets: apply_statefulset.then(|| disruption_budgets(db)),
         server_config: apply_statefulset.then(|| {
             server_config_map(
                 db,
@@ -388,6 +389,10 @@ fn role_events(roles: &RolesPlan) -> Vec<EventSpec> {
             HandoverWhy::Rollout => (
                 "RolloutSwitchover",
                 format!("before the rollout replaces the pod of {}", h.from),
+            ),
+            HandoverWhy::NodeDrain => (
+                "DrainSwitchover",
+                format!("before the drain of its cordoned node evicts {}", h.from),
             ),
             HandoverWhy::Upgrade => (
                 "UpgradeSwitchover",

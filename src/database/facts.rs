@@ -4,7 +4,7 @@
 //! Pure: no client, no clock (`Observed.observed_at` is the `now` of the whole pass, carried
 //! into `Facts` as `backups.now`). Must not import `observe`, `kube_io` or `context`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use dbop_contract::InstanceFailure;
@@ -61,8 +61,8 @@ pub struct Observed {
     /// The WAL position of each database pod whose manager answered (`positions`; read only
     /// for a Database with standbys).
     pub positions: BTreeMap<String, Position>,
-    /// The database pods' PodDisruptionBudget (from the cache).
-    pub disruption_budget: Option<PodDisruptionBudget>,
+    /// The database pods' PodDisruptionBudgets that exist, by name (from the cache).
+    pub disruption_budgets: BTreeMap<String, PodDisruptionBudget>,
     /// The database pods' NetworkPolicy (from the cache).
     pub network_policy: Option<NetworkPolicy>,
     /// The replication Secret (metadata only, from the cache).
@@ -76,6 +76,8 @@ pub struct Observed {
     pub role_password_secrets: Vec<Option<Secret>>,
     /// The primary Lease (from the cache).
     pub primary_lease: Option<Lease>,
+    /// The nodes of `instance_pods` that are cordoned (from the cache): a drain's first step.
+    pub cordoned_nodes: BTreeSet<String>,
     /// The data claims of ordinals 0..instances that exist.
     pub data_claims: Vec<PersistentVolumeClaim>,
     /// The `DatabaseBackup` objects of this Database (scheduled and on demand).
@@ -260,6 +262,7 @@ impl Facts {
                     snap.server_tls_secret.as_ref(),
                 ]),
                 rolling_to: snap.statefulset.as_ref().and_then(rolling_to),
+                cordoned_nodes: snap.cordoned_nodes.clone(),
                 // (decide sets it: whether an upgrade is under way is its plan, not a fact)
                 version_upgrade: Default::default(),
             },

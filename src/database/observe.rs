@@ -4,6 +4,8 @@
 //! The objects dbop owns come from the watch caches (`context::caches`), the user's own objects
 //! from the API server. One clock read per pass: `Observed.observed_at`.
 
+use std::collections::BTreeSet;
+
 use chrono::Utc;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
@@ -18,7 +20,7 @@ use super::tls::TlsSteps;
 use crate::api::conditions::{self, ConditionType};
 use crate::api::{CaSource, Database, DatabaseBackup, TlsSpec};
 use crate::context::Context;
-use crate::context::caches::{get, list};
+use crate::context::caches::{cordoned, get, list};
 use crate::error::Error;
 use crate::kube_io::job_pods;
 use crate::objects::{JobState, job_state};
@@ -151,6 +153,7 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
             &crate::resources::server_config::config_map_name(db),
         ),
         services: services(ctx, &ns, &names),
+        cordoned_nodes: cordoned_nodes(ctx, &instance_pods),
         instance_pods,
         positions,
         replication_secret: secret_metadata(ctx, &ns, &names.replication_secret()),
@@ -158,7 +161,10 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         accounts_secret: secret_metadata(ctx, &ns, &names.accounts_secret()),
         role_password_secrets: role_password_secrets(&secrets, db).await?,
         primary_lease,
-        disruption_budget: get(&caches.disruption_budgets, &ns, &names.statefulset()),
+        disruption_budgets: [names.standby_budget(), names.primary_budget()]
+            .into_iter()
+            .filter_map(|n| Some((n.clone(), get(&caches.disruption_budgets, &ns, &n)?)))
+            .collect(),
         network_policy: get(&caches.network_policies, &ns, &names.statefulset()),
         database_pods: database_pods(client, db, statefulset.as_ref()).await?,
         statefulset,
@@ -191,6 +197,14 @@ fn instance_pods(ctx: &Context, ns: &str, database: &str) -> Vec<Pod> {
             .and_then(|l| l.get(LABEL_INSTANCE))
             .is_some_and(|i| i == database)
     })
+}
+
+/// The nodes of `pods` that are cordoned, from the cache.
+fn cordoned_nodes(ctx: &Context, pods: &[Pod]) -> BTreeSet<String> {
+    pods.iter()
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .filter(|node| cordoned(&ctx.caches.nodes, node))
+        .collect()
 }
 
 /// The database pods, only while the StatefulSet has fewer ready pods than it wants (a

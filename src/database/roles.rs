@@ -7,7 +7,7 @@
 //! Pure: facts in (the database pods as the watch cache has them, their WAL positions, the
 //! primary Lease), a plan out.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -101,6 +101,8 @@ pub struct RolesFact {
     /// The StatefulSet is moving its pods to this revision (its update revision while it
     /// differs from the current one; `None`: no rollout under way).
     pub rolling_to: Option<String>,
+    /// The nodes of the pods that are cordoned (`kubectl drain`'s first step).
+    pub cordoned_nodes: BTreeSet<String>,
     /// Where a version upgrade stands: while it rolls out, the primary's pod is still replaced
     /// last, after a switchover; in its other stages it places the pods itself.
     pub version_upgrade: VersionUpgrade,
@@ -213,6 +215,8 @@ pub enum HandoverWhy {
     /// A version upgrade moved every pod above the primary to the new version; the primary's
     /// is next.
     Upgrade,
+    /// The primary's node is cordoned: a drain is evicting its pods.
+    NodeDrain,
 }
 
 /// The answer to `kubectl dbop promote`: a switchover to `to`, or why not.
@@ -459,6 +463,38 @@ fn handover(db: &Database, fact: &RolesFact, current: &str) -> Option<Handover> 
     })
 }
 
+/// The primary holds its Lease on a cordoned node (`kubectl drain` cordons first, then evicts,
+/// and the primary's PodDisruptionBudget refuses to let it go): it hands over to the lowest
+/// ready standby on a node that is not cordoned, by a switchover, so that the drain's next try
+/// evicts it as a standby. With no such standby it stays the primary, and the drain waits.
+fn drain_handover(db: &Database, fact: &RolesFact, current: &str) -> Option<Handover> {
+    if !has_standbys(db) || !holds_lease(fact, current) {
+        return None;
+    }
+    let names = Names::of(db);
+    let account = names.instance_account();
+    let pod = |name: &str| fact.pods.iter().find(|p| p.name == name);
+    let cordoned = |p: &PodFact| {
+        p.node
+            .as_ref()
+            .is_some_and(|n| fact.cordoned_nodes.contains(n))
+    };
+    if !pod(current).is_some_and(cordoned) {
+        return None;
+    }
+    let to = (0..db.spec.instances).map(|o| names.pod(o)).find(|name| {
+        name != current
+            && pod(name).is_some_and(|p| {
+                p.ready && !cordoned(p) && p.service_account.as_deref() == Some(account.as_str())
+            })
+    })?;
+    Some(Handover {
+        from: current.to_string(),
+        to,
+        why: HandoverWhy::NodeDrain,
+    })
+}
+
 /// A rollout replaces the primary's pod last: the partition holds it while the pods above it
 /// move to the new revision; once those are ready, the primary hands over to the lowest of them
 /// by a switchover (or, when no pod is above it, to the lowest ready standby, which is then
@@ -566,6 +602,7 @@ pub fn plan(db: &Database, fact: &RolesFact) -> RolesPlan {
     let promotion = promotion(db, fact, &current);
     let (primary_last_partition, rollout_handover) = primary_last(db, fact, &current);
     let handover = handover(db, fact, &current)
+        .or_else(|| drain_handover(db, fact, &current))
         .or(rollout_handover)
         .filter(|_| failover.is_none() && promotion.is_none());
     let switched = promotion
@@ -1238,6 +1275,57 @@ mod tests {
 
     fn started_rollout() -> RolesFact {
         rolling("orders-0", Some("r2"), ["r1", "r1", "r1"])
+    }
+
+    #[test]
+    fn a_primary_on_a_cordoned_node_hands_over_to_a_ready_standby_on_another_node() {
+        let db = three();
+        let on_nodes = |ready: [bool; 3], nodes: [&str; 3], cordoned: &[&str]| {
+            let mut fact = with_lease(
+                leased(Some("orders-0"), 100_000, "orders-0", None),
+                104_000,
+                ready,
+            );
+            for (pod, node) in fact.pods.iter_mut().zip(nodes) {
+                pod.node = Some(node.into());
+            }
+            fact.cordoned_nodes = cordoned.iter().map(|n| n.to_string()).collect();
+            fact
+        };
+        let handover = |fact: &RolesFact| plan(&db, fact).handover.map(|h| (h.to, h.why));
+        // Nothing cordoned, or only a standby's node: nothing to do.
+        assert_eq!(handover(&on_nodes([true; 3], ["a", "b", "c"], &[])), None);
+        assert_eq!(
+            handover(&on_nodes([true; 3], ["a", "b", "c"], &["b"])),
+            None
+        );
+        // The primary's node: to the lowest ready standby elsewhere.
+        let drained = on_nodes([true; 3], ["a", "b", "c"], &["a"]);
+        assert_eq!(
+            handover(&drained),
+            Some(("orders-1".to_string(), HandoverWhy::NodeDrain))
+        );
+        assert_eq!(plan(&db, &drained).primary, "orders-1");
+        // Not to a standby on a cordoned node too, nor to one that is not ready.
+        assert_eq!(
+            handover(&on_nodes([true; 3], ["a", "a", "c"], &["a"])),
+            Some(("orders-2".to_string(), HandoverWhy::NodeDrain))
+        );
+        assert_eq!(
+            handover(&on_nodes([true, false, true], ["a", "b", "c"], &["a"])),
+            Some(("orders-2".to_string(), HandoverWhy::NodeDrain))
+        );
+        // None left: the primary stays (the drain waits).
+        assert_eq!(
+            handover(&on_nodes([true; 3], ["a", "a", "a"], &["a"])),
+            None
+        );
+        // A primary that lost its Lease is a failover's business.
+        let lost = RolesFact {
+            now_ms: 120_000,
+            ..on_nodes([true; 3], ["a", "b", "c"], &["a"])
+        };
+        assert!(plan(&db, &lost).handover.is_none());
     }
 
     #[test]

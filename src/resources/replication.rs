@@ -105,23 +105,52 @@ pub fn replication_secret(db: &Database, password: &str) -> Secret {
     }
 }
 
-/// The PodDisruptionBudget of a Database with standbys: a drain or an eviction takes at most
-/// one instance at a time, and none while one is already down, so the primary and a standby
-/// are never taken together and the only healthy instance is never evicted. A single
-/// instance gets none (it would block every drain of its node).
-pub fn disruption_budget(db: &Database) -> Option<PodDisruptionBudget> {
-    (db.spec.instances > 1).then(|| PodDisruptionBudget {
-        metadata: owned_meta(db, Names::of(db).statefulset(), "database"),
-        spec: Some(PodDisruptionBudgetSpec {
-            max_unavailable: Some(IntOrString::Int(1)),
-            selector: Some(LabelSelector {
-                match_labels: Some(selector_labels(&db.name())),
-                ..LabelSelector::default()
+impl Names {
+    /// The PodDisruptionBudget of the standbys (the StatefulSet's name: the budget's name
+    /// before the primary had one of its own).
+    pub fn standby_budget(&self) -> String {
+        self.statefulset()
+    }
+    /// The PodDisruptionBudget of the primary.
+    pub fn primary_budget(&self) -> String {
+        format!("{}-primary", self.database())
+    }
+}
+
+/// The PodDisruptionBudgets of a Database, each by name with what it should be (`None`: there
+/// should be none). With standbys, two that select apart (the eviction API refuses a pod that
+/// two budgets select): `<name>` lets a drain or an eviction take one standby at a time, and
+/// `<name>-primary` never lets it take the primary, so a drain of the primary's node waits
+/// until the primary has handed over (`database::roles`, a cordoned node) and then evicts it as
+/// a standby. A pod without a role label yet (a new one) is in neither. A single instance gets
+/// none (it would block every drain of its node). The standbys' budget comes first: an older
+/// one selected every instance, and must stop selecting the primary before the primary's is
+/// made. Both say `minAvailable`: with `maxUnavailable` the disruption controller counts the
+/// StatefulSet's replicas as the pods expected, not the role's, and would allow nothing.
+pub fn disruption_budgets(db: &Database) -> [(String, Option<PodDisruptionBudget>); 2] {
+    let names = Names::of(db);
+    let budget = |name: String, role: InstanceRole, min_available: i32| {
+        (db.spec.instances > 1).then(|| PodDisruptionBudget {
+            metadata: owned_meta(db, name, "database"),
+            spec: Some(PodDisruptionBudgetSpec {
+                min_available: Some(IntOrString::Int(min_available)),
+                selector: Some(LabelSelector {
+                    match_labels: Some(role_selector(&db.name(), role)),
+                    ..LabelSelector::default()
+                }),
+                ..PodDisruptionBudgetSpec::default()
             }),
-            ..PodDisruptionBudgetSpec::default()
-        }),
-        ..PodDisruptionBudget::default()
-    })
+            ..PodDisruptionBudget::default()
+        })
+    };
+    let (standbys, primary) = (names.standby_budget(), names.primary_budget());
+    [
+        (
+            standbys.clone(),
+            budget(standbys, InstanceRole::Standby, db.spec.instances - 2),
+        ),
+        (primary.clone(), budget(primary, InstanceRole::Primary, 1)),
+    ]
 }
 
 /// Whether the Database needs the replication Secret: it has standbys.
@@ -261,15 +290,29 @@ mod tests {
     }
 
     #[test]
-    fn standbys_get_a_budget_of_one_disruption_and_a_single_instance_none() {
-        let pdb = disruption_budget(&three()).unwrap();
-        assert_eq!(pdb.metadata.name.as_deref(), Some("orders"));
-        let spec = pdb.spec.unwrap();
-        assert_eq!(spec.max_unavailable, Some(IntOrString::Int(1)));
-        assert_eq!(spec.min_available, None);
-        let selector = spec.selector.unwrap().match_labels.unwrap();
-        assert_eq!(selector["app.kubernetes.io/instance"], "orders");
-        assert!(disruption_budget(&testing::minimal()).is_none());
+    fn standbys_go_one_at_a_time_the_primary_never_and_a_single_instance_has_no_budget() {
+        let [(standbys, standby_budget), (primary, primary_budget)] = disruption_budgets(&three());
+        assert_eq!(
+            (standbys.as_str(), primary.as_str()),
+            ("orders", "orders-primary")
+        );
+        let spec = |b: Option<PodDisruptionBudget>| {
+            let spec = b.unwrap().spec.unwrap();
+            (
+                spec.max_unavailable,
+                spec.min_available,
+                spec.selector.unwrap().match_labels.unwrap(),
+            )
+        };
+        // Of the two standbys one stays; the primary always.
+        let (max, min, selector) = spec(standby_budget);
+        assert_eq!((max, min), (None, Some(IntOrString::Int(1))));
+        assert_eq!(selector, role_selector("orders", InstanceRole::Standby));
+        let (max, min, selector) = spec(primary_budget);
+        assert_eq!((max, min), (None, Some(IntOrString::Int(1))));
+        assert_eq!(selector, role_selector("orders", InstanceRole::Primary));
+        let single = disruption_budgets(&testing::minimal());
+        assert!(single.iter().all(|(_, budget)| budget.is_none()));
     }
 
     #[test]

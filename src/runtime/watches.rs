@@ -73,13 +73,24 @@ pub enum InitialList {
     Listed,
 }
 
-/// Starts one watch per kind and namespace of `namespaces` (none: one per kind, in all).
+/// What the watches cover.
+#[derive(Clone, Copy, Debug)]
+pub struct Scope<'a> {
+    /// The watched namespaces (none: all).
+    pub namespaces: &'a [String],
+    /// Watch the nodes too (`Settings::watch_nodes`).
+    pub nodes: bool,
+}
+
+/// Starts one watch per kind and namespace of the scope (no namespaces: one per kind, in all),
+/// and the nodes' when the scope says so.
 pub fn start(
     client: &Client,
-    namespaces: &[String],
+    scope: Scope<'_>,
     initial: InitialList,
     writers: Writers,
 ) -> (Triggers, Watches) {
+    let namespaces = scope.namespaces;
     let all = match initial {
         InitialList::Streamed => watcher::Config::default().streaming_lists(),
         InitialList::Listed => watcher::Config::default().any_semantic(),
@@ -87,7 +98,8 @@ pub fn start(
     let managed = all.clone().labels(MANAGED_SELECTOR);
     let mut watches = Watches(Vec::new());
     let marker = || writers.synced_marker();
-    let (m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11, m12) = (
+    let (m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11, m12, mut m13) = (
+        marker(),
         marker(),
         marker(),
         marker(),
@@ -114,6 +126,7 @@ pub fn start(
         disruption_budgets,
         network_policies,
         leases,
+        nodes,
         ..
     } = writers;
     let scopes: Vec<Option<String>> = match namespaces {
@@ -144,6 +157,13 @@ pub fn start(
     let released_leases = leases
         .filter_map(|lease| std::future::ready(lease.transpose()))
         .boxed();
+    // The nodes, cluster-wide (a node is no namespace's), unless turned off (the chart's
+    // watchNamespaces mode is granted nothing cluster-wide). They never hold the start: without
+    // them no drain is seen, and nothing else changes.
+    m13.listed();
+    if scope.nodes {
+        let [] = watches.spawn(watch_cluster(client, &all), nodes, m13, meta);
+    }
     let ([jobs, backup_jobs], [backups, backups_self]) = (jobs, backups);
     let database = DatabaseTriggers {
         databases,
@@ -189,6 +209,20 @@ where
             (scope.clone(), watcher(api, config.clone()).boxed())
         })
         .collect()
+}
+
+/// The one watch of the cluster-scoped kind `K`.
+fn watch_cluster<K>(client: &Client, config: &watcher::Config) -> Vec<Watch<K>>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    let api = Api::all(client.clone());
+    vec![(None, watcher(api, config.clone()).boxed())]
 }
 
 impl Watches {
