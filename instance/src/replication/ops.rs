@@ -459,6 +459,10 @@ pub fn rewind(
     }
     log(&format!("pg_rewind: {report}"));
     if rejoin::stale_source_timeline(&report, local_timeline, source_timeline) {
+        // Nothing was rewound, so nothing is half-rewound: the next start tries again rather
+        // than refusing this data for good.
+        std::fs::remove_file(&marker)
+            .map_err(|e| Fatal(format!("cannot remove the marker: {e}")))?;
         return Err(Fatal(format!(
             "pg_rewind saw the primary on this instance's timeline {local_timeline}, but it is \
              on timeline {source_timeline}: it has not checkpointed since its promotion; \
