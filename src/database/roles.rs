@@ -45,6 +45,12 @@ pub struct PodFact {
 pub const SECRETS_SEEN_ANNOTATION: &str = "dbop.dev/secrets-seen";
 
 impl PodFact {
+    /// Ready, and its manager follows the primary Lease (it runs as the instances' account
+    /// `account`): a standby that can take the primary role by a switchover.
+    fn ready_follower(&self, account: &str) -> bool {
+        self.ready && self.service_account.as_deref() == Some(account)
+    }
+
     /// What a cached database pod says.
     pub fn of(pod: &Pod) -> PodFact {
         let ready = pod.metadata.deletion_timestamp.is_none()
@@ -452,9 +458,9 @@ fn handover(db: &Database, fact: &RolesFact, current: &str) -> Option<Handover> 
     }
     let account = names.instance_account();
     let to = (0..db.spec.instances).map(|o| names.pod(o)).find(|name| {
-        fact.pods.iter().any(|p| {
-            &p.name == name && p.ready && p.service_account.as_deref() == Some(account.as_str())
-        })
+        fact.pods
+            .iter()
+            .any(|p| &p.name == name && p.ready_follower(&account))
     })?;
     Some(Handover {
         from: current.to_string(),
@@ -483,10 +489,7 @@ fn drain_handover(db: &Database, fact: &RolesFact, current: &str) -> Option<Hand
         return None;
     }
     let to = (0..db.spec.instances).map(|o| names.pod(o)).find(|name| {
-        name != current
-            && pod(name).is_some_and(|p| {
-                p.ready && !cordoned(p) && p.service_account.as_deref() == Some(account.as_str())
-            })
+        name != current && pod(name).is_some_and(|p| p.ready_follower(&account) && !cordoned(p))
     })?;
     Some(Handover {
         from: current.to_string(),
@@ -532,9 +535,7 @@ fn primary_last(db: &Database, fact: &RolesFact, current: &str) -> (Option<i32>,
         return (partition, None);
     }
     let account = names.instance_account();
-    let ready_follower = |name: &str| {
-        pod(name).is_some_and(|p| p.ready && p.service_account.as_deref() == Some(account.as_str()))
-    };
+    let ready_follower = |name: &str| pod(name).is_some_and(|p| p.ready_follower(&account));
     let above: Vec<String> = (ordinal + 1..db.spec.instances)
         .map(|o| names.pod(o))
         .collect();
