@@ -21,6 +21,7 @@ use serde_json::Value;
 pub mod agent_restore;
 pub mod backup_jobs;
 pub mod chaos;
+pub mod failover;
 pub mod fingerprint;
 pub mod instances;
 pub mod node;

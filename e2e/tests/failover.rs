@@ -15,12 +15,16 @@
 //! primary's pod last, after a switchover to a standby already replaced (no failover, no
 //! acknowledged commit lost).
 //!
-//! This is a pod's isolation, not a node's loss: the test bed has one real node (the second
-//! one is probed in `../shared/design/second-node-probe/`, not yet part of the bed).
+//! The isolation is a pod's, not a node's loss: a node lost on the test bed's second real node
+//! is `node_loss.rs`.
 
 use std::time::{Duration, Instant};
 
 use dbop::api::{Phase, UpgradeStage};
+use dbop_e2e::failover::{
+    FAILOVER_WAIT, every_acknowledged_commit_is_on, more_acknowledged, named_primary, new_primary,
+    new_primary_within, start_acked_writer, why_no_failover,
+};
 use dbop_e2e::instances::{REPLICATION_WAIT, real_node_database};
 use dbop_e2e::{TestBed, testbed, wait_until, wait_until_or_none};
 use k8s_openapi::api::core::v1::Pod;
@@ -30,91 +34,6 @@ use serde_json::json;
 
 /// A primary's initdb and two clones, one after the other, on a busy 2-core machine.
 const READY_WAIT: Duration = Duration::from_secs(420);
-/// From a primary's loss to a promoted standby: the Lease's 10 s, the operator's look, the
-/// promotion; generous for a loaded machine (the benchmark measures it, not this test).
-const FAILOVER_WAIT: Duration = Duration::from_secs(120);
-
-/// The primary the status names.
-async fn named_primary(bed: &TestBed, ns: &str, name: &str) -> Option<String> {
-    bed.databases(ns).get(name).await.ok()?.status?.primary
-}
-
-/// Waits until the status of Database `name` names a primary other than `old`, which accepts
-/// writes.
-async fn new_primary(bed: &TestBed, ns: &str, name: &str, old: &str) -> String {
-    new_primary_within(bed, ns, name, old, FAILOVER_WAIT).await
-}
-
-/// `new_primary`, waiting up to `within` for the status to name it.
-async fn new_primary_within(
-    bed: &TestBed,
-    ns: &str,
-    name: &str,
-    old: &str,
-    within: Duration,
-) -> String {
-    let replaced = wait_until_or_none(within, || async {
-        named_primary(bed, ns, name).await.filter(|p| p != old)
-    })
-    .await;
-    let Some(primary) = replaced else {
-        panic!(
-            "timed out after {within:?} waiting for a primary other than {old}; {}",
-            why_no_failover(bed, ns, name).await
-        );
-    };
-    wait_until(&format!("{primary} promoted"), FAILOVER_WAIT, || async {
-        let (ok, out, _) = bed.local_psql(ns, &primary, "select pg_is_in_recovery()");
-        (ok && out.trim() == "f").then_some(())
-    })
-    .await;
-    primary
-}
-
-/// What the operator said while no failover (or no end of a rollout) came: the Database's
-/// conditions, its Events, the primary Lease, and the last lines its pods' containers logged (now
-/// and before their last restart).
-async fn why_no_failover(bed: &TestBed, ns: &str, name: &str) -> String {
-    let conditions = bed
-        .databases(ns)
-        .get(name)
-        .await
-        .ok()
-        .and_then(|db| db.status)
-        .map(|s| s.conditions)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|c| format!("{} {} {}: {}", c.type_, c.status, c.reason, c.message))
-        .collect::<Vec<_>>();
-    let (_, events, _) = bed.kubectl(&[
-        "get",
-        "events",
-        "-n",
-        ns,
-        "--sort-by=.lastTimestamp",
-        "-o",
-        "jsonpath={range .items[*]}{.lastTimestamp} {.reason} {.message}{\"\\n\"}{end}",
-    ]);
-    let (_, lease, _) = bed.kubectl(&[
-        "get",
-        "lease",
-        "-n",
-        ns,
-        &format!("{name}-primary"),
-        "-o",
-        "yaml",
-    ]);
-    let selector = format!("app.kubernetes.io/instance={name}");
-    let (_, pods, _) = bed.kubectl(&["get", "pods", "-n", ns, "-l", &selector, "-o", "name"]);
-    let mut logs = String::new();
-    for pod in pods.lines() {
-        for previous in ["--previous=true", "--previous=false"] {
-            let (_, out, err) = bed.kubectl(&["logs", "-n", ns, pod, "--tail=30", previous]);
-            logs.push_str(&format!("{pod} ({previous}):\n{out}{err}\n"));
-        }
-    }
-    format!("conditions: {conditions:#?}\nevents:\n{events}\nlease:\n{lease}\n{logs}")
-}
 
 /// A write through `-rw`, from the client pod, until it succeeds.
 async fn write_through_rw(bed: &TestBed, ns: &str, sql: &str) {
@@ -349,10 +268,6 @@ async fn a_lost_primary_is_replaced_and_an_isolated_one_stops_writing_first() {
     .await;
 }
 
-/// The writer in the client pod: one insert through `-rw` per connection, each acknowledged id
-/// appended to its own log, until the stop file exists.
-const WRITER: &str = r#"i=0; while [ ! -f /tmp/stop ]; do i=$((i+1)); if psql -X -q -d postgres -v ON_ERROR_STOP=1 -c "insert into acked values ($i)" >/dev/null 2>&1; then echo $i >> /tmp/acked; fi; done"#;
-
 /// Database `name` with three Ready instances (its primary `<name>-0`), a table `acked`, and
 /// the writer running in the pod `client` until it has 20 acknowledged commits.
 async fn three_instances_with_a_writer(bed: &TestBed, ns: &str, name: &str) {
@@ -375,51 +290,8 @@ async fn three_instances_of(bed: &TestBed, ns: &str, database: serde_json::Value
     }
     bed.psql_client(ns, "client", name, &format!("{name}-credentials"))
         .await;
-    let background = format!(
-        "nohup sh -c '{}' >/dev/null 2>&1 &",
-        WRITER.replace('\'', "'\\''")
-    );
-    let (ok, _, err) = bed.exec(ns, "client", &["sh", "-c", &background]);
-    assert!(ok, "starting the writer: {err}");
+    start_acked_writer(bed, ns);
     more_acknowledged(bed, ns, 20, READY_WAIT).await;
-}
-
-/// The ids the writer saw acknowledged, in order.
-async fn acked(bed: &TestBed, ns: &str) -> Vec<u32> {
-    let (_, out, _) = bed.exec(ns, "client", &["sh", "-c", "cat /tmp/acked 2>/dev/null"]);
-    out.lines()
-        .filter_map(|l| l.trim().parse::<u32>().ok())
-        .collect()
-}
-
-/// Waits until the writer has `more` acknowledged commits beyond those it has now.
-async fn more_acknowledged(bed: &TestBed, ns: &str, more: usize, within: Duration) {
-    let before = acked(bed, ns).await.len();
-    wait_until(
-        &format!("{more} more acknowledged writes"),
-        within,
-        || async { (acked(bed, ns).await.len() >= before + more).then_some(()) },
-    )
-    .await;
-}
-
-/// Stops the writer and checks that every commit it saw acknowledged is on `primary`.
-async fn every_acknowledged_commit_is_on(bed: &TestBed, ns: &str, primary: &str) {
-    bed.exec(ns, "client", &["sh", "-c", "touch /tmp/stop"]);
-    let acknowledged = acked(bed, ns).await;
-    let present: std::collections::BTreeSet<u32> = bed
-        .local_ok(ns, primary, "select id from acked")
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect();
-    let lost: Vec<_> = acknowledged
-        .iter()
-        .filter(|id| !present.contains(id))
-        .collect();
-    assert!(
-        lost.is_empty(),
-        "acknowledged commits missing on {primary}: {lost:?}"
-    );
 }
 
 /// Synchronous replication (any 1 of the 2 standbys confirms a commit): sync-1 is cut from the
