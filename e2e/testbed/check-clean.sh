@@ -34,7 +34,7 @@ state() {
     net.bridge.bridge-nf-call-ip6tables net.ipv4.conf.all.route_localnet net.netfilter.nf_conntrack_max; do
     echo "sysctl $s=$(sysctl -n "$s" 2>/dev/null || echo absent)"
   done
-  for s in /run/containerd /var/log/containers /run/dbop-testbed-real-node.owner "$DIR/node" "$DIR/pids"; do
+  for s in /run/containerd /var/log/containers /run/dbop-testbed-real-node.owner "$DIR/node" "$DIR/node2" "$DIR/pids"; do
     [[ -e "$s" ]] && echo "path $s"
   done
   return 0

@@ -33,7 +33,9 @@ stop_pids() { # label pid...
 }
 pids_of() { local c f pid; for c in "$@"; do f="$PIDS/$c.pid"; [[ -f "$f" ]] || continue; pid="$(cat "$f")"; kill -0 "$pid" 2>/dev/null && echo "$pid"; done; return 0; }
 
-# The real node first, in its own order (it needs the API server to drain its pods).
+# The real nodes first, in their own order (they need the API server to drain their pods); the
+# second one (second-node.sh) before the first, whose chain and cgroups hold its own.
+DBOP_TESTBED_DIR="$DIR" "$TESTBED_SRC/second-node.sh" down
 DBOP_TESTBED_DIR="$DIR" "$TESTBED_SRC/node-down.sh"
 
 # Clients first (they only talk to the apiserver), then the apiserver, then etcd.

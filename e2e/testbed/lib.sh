@@ -106,3 +106,22 @@ real_node_unavailable() {
   done
   return 1
 }
+
+# The CNI config of a real node's pod network: a bridge with host-local addresses, portmap and
+# loopback. Usage: testbed_cni_conflist NAME BRIDGE IPAM_DIR SUBNET GATEWAY > FILE
+testbed_cni_conflist() {
+  cat <<CNI
+{
+  "cniVersion": "1.0.0",
+  "name": "$1",
+  "plugins": [
+    {"type": "bridge", "bridge": "$2", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+     "ipam": {"type": "host-local", "dataDir": "$3",
+              "ranges": [[{"subnet": "$4", "gateway": "$5"}]],
+              "routes": [{"dst": "0.0.0.0/0"}]}},
+    {"type": "portmap", "capabilities": {"portMappings": true}},
+    {"type": "loopback"}
+  ]
+}
+CNI
+}

@@ -82,20 +82,8 @@ node_network() {
   iptables -w -A DBOP-TESTBED-NODE -o "$NODE_BRIDGE" ! -i "$NODE_BRIDGE" -j REJECT
   iptables -w -I FORWARD 1 -j DBOP-TESTBED-NODE
   mkdir -p "$NODE_DIR/cni/net.d" "$NODE_DIR/cni/ipam"
-  cat > "$NODE_DIR/cni/net.d/10-dbop-testbed.conflist" <<CNI
-{
-  "cniVersion": "1.0.0",
-  "name": "dbop-testbed",
-  "plugins": [
-    {"type": "bridge", "bridge": "$NODE_BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
-     "ipam": {"type": "host-local", "dataDir": "$NODE_DIR/cni/ipam",
-              "ranges": [[{"subnet": "$NODE_POD_CIDR", "gateway": "$NODE_GW"}]],
-              "routes": [{"dst": "0.0.0.0/0"}]}},
-    {"type": "portmap", "capabilities": {"portMappings": true}},
-    {"type": "loopback"}
-  ]
-}
-CNI
+  testbed_cni_conflist dbop-testbed "$NODE_BRIDGE" "$NODE_DIR/cni/ipam" "$NODE_POD_CIDR" "$NODE_GW" \
+    > "$NODE_DIR/cni/net.d/10-dbop-testbed.conflist"
 }
 
 node_cgroups() {
