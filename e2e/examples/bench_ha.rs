@@ -5,8 +5,11 @@
 //! `BENCH_HA_TRIALS` (20) trials of each kind, one after the other, on one Database:
 //! - `postgres-killed`: `kill -9` of the primary's postmaster;
 //! - `pod-deleted`: the primary's pod deleted;
-//! - `isolated`: the primary pod's network cut (the bed's emulation of a node that stops
-//!   answering: it has one real node), restored once another instance took writes;
+//! - `isolated`: the primary pod's network cut, restored once another instance took writes;
+//! - `node-lost`: the primary's node lost (`e2e/testbed/second-node.sh lose`: its kubelet, its
+//!   container runtime and every process of its pods killed), brought back once another
+//!   instance took writes. The Database then spreads over both real nodes, the second with one
+//!   volume (one instance), and each such trial first moves the primary there by a switchover;
 //! - `switchover`: `dbop.dev/promote` naming the next standby.
 //!
 //! `BENCH_HA_KINDS` (all): a comma-separated subset of the kinds' labels.
@@ -27,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use dbop::api::Phase;
 use dbop_e2e::instances::real_node_database;
+use dbop_e2e::node::{SECOND_NODE, SecondNode, two_real_nodes_placement};
 use dbop_e2e::{TestBed, testbed, wait_until};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -42,6 +46,7 @@ enum Kind {
     PostgresKilled,
     PodDeleted,
     Isolated,
+    NodeLost,
     Switchover,
 }
 
@@ -51,6 +56,7 @@ impl Kind {
             Kind::PostgresKilled => "postgres-killed",
             Kind::PodDeleted => "pod-deleted",
             Kind::Isolated => "isolated",
+            Kind::NodeLost => "node-lost",
             Kind::Switchover => "switchover",
         }
     }
@@ -87,12 +93,20 @@ fn write_rw(bed: &TestBed, ns: &str, n: u64) -> bool {
     bed.exec(ns, "client", &["sh", "-c", &sql]).0
 }
 
+/// What a fault leaves to undo once another primary took writes.
+enum Undo {
+    Nothing,
+    Cut(dbop_e2e::node::NetworkCut),
+    BringBack,
+}
+
 async fn fault(
     bed: &TestBed,
     ns: &str,
     kind: Kind,
     old: &str,
-) -> Option<dbop_e2e::node::NetworkCut> {
+    second: Option<&SecondNode>,
+) -> Undo {
     match kind {
         Kind::PostgresKilled => {
             let kill = "read pid < \"$PGDATA/postmaster.pid\" && kill -9 \"$pid\"";
@@ -102,7 +116,11 @@ async fn fault(
             let pods: Api<Pod> = Api::namespaced(bed.client.clone(), ns);
             pods.delete(old, &DeleteParams::default()).await.unwrap();
         }
-        Kind::Isolated => return Some(bed.cut_pod_network(ns, old)),
+        Kind::Isolated => return Undo::Cut(bed.cut_pod_network(ns, old)),
+        Kind::NodeLost => {
+            second.expect("the second node").lose();
+            return Undo::BringBack;
+        }
         Kind::Switchover => {
             let ordinal: u32 = old.rsplit('-').next().unwrap().parse().unwrap();
             let to = format!("{NAME}-{}", (ordinal + 1) % 3);
@@ -113,7 +131,34 @@ async fn fault(
                 .unwrap();
         }
     }
-    None
+    Undo::Nothing
+}
+
+/// The primary moved to the instance on the second node (a switchover), every instance ready.
+async fn primary_on_the_second_node(bed: &TestBed, ns: &str) {
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), ns);
+    let mut there = None;
+    for ordinal in 0..3 {
+        let name = format!("{NAME}-{ordinal}");
+        let pod = pods.get(&name).await.unwrap();
+        if pod.spec.and_then(|s| s.node_name).as_deref() == Some(SECOND_NODE) {
+            there = Some(name);
+        }
+    }
+    let there = there.expect("an instance on the second node");
+    if primary(bed, ns).await == there {
+        return;
+    }
+    let patch = json!({"metadata": {"annotations": {"dbop.dev/promote": there}}});
+    bed.databases(ns)
+        .patch(NAME, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_until("the switchover to the second node", RECOVERY, || async {
+        (primary(bed, ns).await == there).then_some(())
+    })
+    .await;
+    all_ready(bed, ns).await;
 }
 
 /// The ids of `acknowledged` that the primary does not have.
@@ -132,12 +177,16 @@ async fn trial(
     bed: &TestBed,
     ns: &str,
     kind: Kind,
+    second: Option<&SecondNode>,
     counter: &mut u64,
     acknowledged: &mut Vec<u64>,
 ) -> Trial {
+    if matches!(kind, Kind::NodeLost) {
+        primary_on_the_second_node(bed, ns).await;
+    }
     let old = primary(bed, ns).await;
     let start = Instant::now();
-    let mut cut = fault(bed, ns, kind, &old).await;
+    let mut undo = fault(bed, ns, kind, &old, second).await;
     let mut two_primary_writes = 0;
     let mut other_wrote = false;
     // The write gap: from the last acknowledged insert before the first refused one to the
@@ -174,14 +223,16 @@ async fn trial(
             (false, _) => failed = true,
         }
     };
-    if let Some(cut) = cut.as_mut() {
-        wait_until(
-            "another primary after the isolation",
-            FAULT_WAIT,
-            || async { (primary(bed, ns).await != old).then_some(()) },
-        )
+    if !matches!(undo, Undo::Nothing) {
+        wait_until("another primary after the fault", FAULT_WAIT, || async {
+            (primary(bed, ns).await != old).then_some(())
+        })
         .await;
-        cut.restore();
+    }
+    match &mut undo {
+        Undo::Cut(cut) => cut.restore(),
+        Undo::BringBack => second.expect("the second node").bring_back(),
+        Undo::Nothing => {}
     }
     all_ready(bed, ns).await;
     Trial {
@@ -206,9 +257,29 @@ async fn main() {
         .unwrap_or(20);
     let label = std::env::var("BENCH_LABEL").unwrap_or_else(|_| "local".into());
     let synchronous = std::env::var("BENCH_HA_SYNCHRONOUS").is_ok_and(|v| v == "1");
+    let only = std::env::var("BENCH_HA_KINDS").unwrap_or_default();
+    let kinds: Vec<Kind> = [
+        Kind::PostgresKilled,
+        Kind::PodDeleted,
+        Kind::Isolated,
+        Kind::NodeLost,
+        Kind::Switchover,
+    ]
+    .into_iter()
+    .filter(|k| only.is_empty() || only.split(',').any(|o| o == k.label()))
+    .collect();
+    let node_lost = kinds.iter().any(|k| matches!(k, Kind::NodeLost));
+    let second = if node_lost {
+        Some(bed.second_node(1).await)
+    } else {
+        None
+    };
     let ns = bed.real_node_namespace("bench-ha").await;
     let _operator = bed.operator_for_real_node(&ns);
     let mut database = real_node_database(NAME, "15.20", 3);
+    if node_lost {
+        database["spec"]["placement"] = two_real_nodes_placement();
+    }
     if synchronous {
         database["spec"]["synchronous"] = json!({"standbys": 1, "whenTooFew": "Wait"});
     }
@@ -222,20 +293,19 @@ async fn main() {
     let mut acknowledged = Vec::new();
     let mut lost_so_far = 0;
     let mut results = serde_json::Map::new();
-    let only = std::env::var("BENCH_HA_KINDS").unwrap_or_default();
-    let kinds = [
-        Kind::PostgresKilled,
-        Kind::PodDeleted,
-        Kind::Isolated,
-        Kind::Switchover,
-    ]
-    .into_iter()
-    .filter(|k| only.is_empty() || only.split(',').any(|o| o == k.label()));
     for kind in kinds {
         let mut gaps = Vec::new();
         let (mut two, mut lost) = (0, 0);
         for n in 0..trials {
-            let t = trial(&bed, &ns, kind, &mut counter, &mut acknowledged).await;
+            let t = trial(
+                &bed,
+                &ns,
+                kind,
+                second.as_ref(),
+                &mut counter,
+                &mut acknowledged,
+            )
+            .await;
             let lost_now = t.lost_so_far.saturating_sub(lost_so_far);
             lost_so_far = t.lost_so_far;
             println!(

@@ -3,7 +3,7 @@
 //! that takes pods there, the locally built images, pods and their waits, and `kubectl logs` /
 //! `exec` through the API server. A missing real node is a failure with a clear message.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -21,6 +21,10 @@ use crate::{OperatorProcess, TestBed, wait_until};
 pub const REAL_NODE: &str = "dbop-real-node";
 /// Its taint (and its label, with the value `true`): pods that tolerate it and select it run there.
 pub const REAL_NODE_TAINT: &str = "testbed.dbop.dev/real-node";
+/// The second real node (`e2e/testbed/second-node.sh`), brought up by the suites that need two.
+pub const SECOND_NODE: &str = "dbop-real-node-2";
+/// Its own taint, besides the real node's: only pods that tolerate both land there.
+pub const SECOND_NODE_TAINT: &str = "testbed.dbop.dev/second-node";
 /// The StorageClass of its local PersistentVolumes (real directories on the node).
 pub const REAL_NODE_STORAGE_CLASS: &str = "real-node";
 /// PostgreSQL operand images built from Debian's packages (e2e/testbed/images.sh).
@@ -45,6 +49,17 @@ pub fn real_node_placement() -> Value {
         "nodeSelector": {REAL_NODE_TAINT: "true"},
         "tolerations": [{"key": REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
     })
+}
+
+/// [`real_node_placement`] that also tolerates the second real node's taint: the pods spread
+/// over both real nodes (a Database's instances prefer different nodes).
+pub fn two_real_nodes_placement() -> Value {
+    let mut placement = real_node_placement();
+    placement["tolerations"]
+        .as_array_mut()
+        .expect("tolerations")
+        .push(json!({"key": SECOND_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}));
+    placement
 }
 
 /// Resources for test pods: a namespace with a ResourceQuota on cpu and memory admits only
@@ -177,6 +192,21 @@ impl TestBed {
                 "not registered"
             }
         );
+    }
+
+    /// The second real node, Ready, with `volumes` local PersistentVolumes of the real node's
+    /// StorageClass (so at most that many volume-holding pods land there). One suite at a time
+    /// may hold it.
+    pub async fn second_node(&self, volumes: usize) -> SecondNode {
+        self.require_real_node().await;
+        SecondNode::script(
+            &self.dir,
+            "up",
+            &[("DBOP_TESTBED_SECOND_NODE_PVS", volumes.to_string())],
+        );
+        SecondNode {
+            dir: self.dir.clone(),
+        }
     }
 
     /// A fresh plain namespace for a real-node suite. Nothing in it lands on the real node by
@@ -597,6 +627,53 @@ impl TestBed {
             bin
         } else {
             PathBuf::from("kubectl")
+        }
+    }
+}
+
+/// The test bed's second real node, up while this lives (`TestBed::second_node`), torn down on
+/// drop. Its loss is real: [`SecondNode::lose`] kills its kubelet, its container runtime and
+/// every process of its pods at once.
+pub struct SecondNode {
+    dir: PathBuf,
+}
+
+impl SecondNode {
+    fn script(dir: &Path, action: &str, env: &[(&str, String)]) {
+        let out = Command::new(crate::workspace_root().join("e2e/testbed/second-node.sh"))
+            .arg(action)
+            .env("DBOP_TESTBED_DIR", dir)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .output()
+            .expect("running e2e/testbed/second-node.sh (the real-node suites run as root)");
+        assert!(
+            out.status.success(),
+            "second-node.sh {action}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The node lost at once, as when it loses power: to the API server it stays Ready until
+    /// the node controller's grace runs out, while nothing on it answers.
+    pub fn lose(&self) {
+        Self::script(&self.dir, "lose", &[]);
+    }
+
+    /// The lost node back, on the state it had (its kubelet restarts its pods' containers).
+    pub fn bring_back(&self) {
+        Self::script(&self.dir, "return", &[]);
+    }
+}
+
+impl Drop for SecondNode {
+    fn drop(&mut self) {
+        let out = Command::new(crate::workspace_root().join("e2e/testbed/second-node.sh"))
+            .arg("down")
+            .env("DBOP_TESTBED_DIR", &self.dir)
+            .output();
+        if !out.as_ref().is_ok_and(|o| o.status.success()) {
+            eprintln!("second-node.sh down failed: {out:?}");
         }
     }
 }

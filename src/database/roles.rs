@@ -256,7 +256,7 @@ fn designated(db: &Database, lease: Option<&LeaseFact>) -> Option<String> {
 }
 
 /// The primary is lost (it released its Lease, or has not held it for the Lease's duration)
-/// and a ready standby of the spec can take its place: the lowest ordinal. Only a primary whose
+/// and a ready standby of the spec can take its place: the one that received the most WAL. Only a primary whose
 /// manager follows the Lease (its pod runs as the instances' account) is ever replaced: one
 /// started before the Lease existed would not fence itself.
 fn failover(db: &Database, fact: &RolesFact, current: &str) -> Option<Result<Failover, String>> {

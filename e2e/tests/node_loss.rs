@@ -1,0 +1,135 @@
+//! A node's loss, on the test bed's two real nodes, with the locally built images: a 3-instance
+//! Database with synchronous replication (any 1 of 2 standbys confirms a commit) spreads over
+//! both nodes, its primary on the second node (the only instance there: the node has one
+//! volume), while a writer in a client pod on the first node commits through `-rw` with its own
+//! log of acknowledged commits. The second node is then lost at once: its kubelet, its container
+//! runtime and every process of its pods are killed with `kill -9`, and the API server goes on
+//! calling it Ready (the node controller's grace has not run out). A standby on the first node
+//! must be promoted, writes through `-rw` resume, and every acknowledged commit is on the new
+//! primary. When the node comes back, its old primary rejoins as a standby with every row.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use dbop::api::Phase;
+use dbop_e2e::failover::{
+    FAILOVER_WAIT, every_acknowledged_commit_is_on, more_acknowledged, new_primary,
+    start_acked_writer,
+};
+use dbop_e2e::instances::{REPLICATION_WAIT, real_node_database};
+use dbop_e2e::node::{REAL_NODE, SECOND_NODE, two_real_nodes_placement};
+use dbop_e2e::{TestBed, testbed, wait_until};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams};
+use serde_json::json;
+
+/// A primary's initdb and two clones, one after the other, on a busy 2-core machine.
+const READY_WAIT: Duration = Duration::from_secs(420);
+
+/// The node each instance of Database `name` runs on, by pod name.
+async fn nodes_of(bed: &TestBed, ns: &str, name: &str) -> BTreeMap<String, String> {
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), ns);
+    let selector =
+        format!("app.kubernetes.io/instance={name},app.kubernetes.io/component=database");
+    pods.list(&ListParams::default().labels(&selector))
+        .await
+        .expect("listing the instances")
+        .into_iter()
+        .filter_map(|p| Some((p.metadata.name?, p.spec?.node_name?)))
+        .collect()
+}
+
+/// Whether the API server still calls `node` Ready.
+async fn called_ready(bed: &TestBed, node: &str) -> bool {
+    let nodes: Api<Node> = Api::all(bed.client.clone());
+    nodes
+        .get(node)
+        .await
+        .ok()
+        .and_then(|n| n.status?.conditions)
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+#[tokio::test]
+async fn a_lost_node_fails_over_to_the_other_node_and_loses_no_acknowledged_commit() {
+    let bed = testbed().await;
+    let second = bed.second_node(1).await;
+    let ns = bed.real_node_namespace("node-loss").await;
+    let _operator = bed.operator_for_real_node(&ns);
+    let mut database = real_node_database("far", "15.20", 3);
+    database["spec"]["placement"] = two_real_nodes_placement();
+    database["spec"]["synchronous"] = json!({"standbys": 1});
+    bed.apply_database(&ns, database).await;
+    bed.wait_for_phase(&ns, "far", Phase::Ready, READY_WAIT)
+        .await;
+
+    // The instances prefer different nodes and the second node has one volume: exactly one
+    // instance runs there. It becomes the primary (a switchover, if it is not already).
+    let nodes = nodes_of(&bed, &ns, "far").await;
+    let far_away: Vec<&String> = nodes
+        .iter()
+        .filter(|(_, node)| node.as_str() == SECOND_NODE)
+        .map(|(pod, _)| pod)
+        .collect();
+    assert_eq!(
+        far_away.len(),
+        1,
+        "not one instance on {SECOND_NODE}: {nodes:?}"
+    );
+    let far_away = far_away[0].clone();
+    assert_eq!(nodes.len(), 3, "{nodes:?}");
+    bed.local_ok(&ns, "far-0", "create table acked (id int primary key)");
+    for standby in ["far-1", "far-2"] {
+        bed.streaming_standby(&ns, standby, READY_WAIT).await;
+    }
+    bed.psql_client(&ns, "client", "far", "far-credentials")
+        .await;
+    start_acked_writer(&bed, &ns);
+    more_acknowledged(&bed, &ns, 20, READY_WAIT).await;
+    if far_away != "far-0" {
+        let patch = json!({"metadata": {"annotations": {"dbop.dev/promote": far_away}}});
+        bed.databases(&ns)
+            .patch("far", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        assert_eq!(new_primary(&bed, &ns, "far", "far-0").await, far_away);
+        more_acknowledged(&bed, &ns, 20, FAILOVER_WAIT).await;
+    }
+    for standby in nodes.keys().filter(|p| **p != far_away) {
+        bed.streaming_standby(&ns, standby, READY_WAIT).await;
+    }
+
+    // The primary's node lost.
+    second.lose();
+    let lost_at = Instant::now();
+    let primary = new_primary(&bed, &ns, "far", &far_away).await;
+    assert_eq!(nodes[&primary], REAL_NODE, "{nodes:?}");
+    more_acknowledged(&bed, &ns, 10, FAILOVER_WAIT).await;
+    eprintln!(
+        "writes resumed {:?} after the node's loss; the API server calls it Ready: {}",
+        lost_at.elapsed(),
+        called_ready(&bed, SECOND_NODE).await
+    );
+    let failovers = bed.event_messages(&ns, "FailedOver");
+    assert!(
+        failovers.contains(&format!("{far_away} has not held the primary Lease")),
+        "not a failover from the lost primary: {failovers:?}"
+    );
+
+    // The node back: its old primary rejoins as a standby of the new one, with every row.
+    second.bring_back();
+    bed.streaming_standby(&ns, &far_away, READY_WAIT).await;
+    more_acknowledged(&bed, &ns, 10, FAILOVER_WAIT).await;
+    every_acknowledged_commit_is_on(&bed, &ns, &primary).await;
+    let rows = bed.local_ok(&ns, &primary, "select count(*) from acked");
+    let rows: u32 = rows.trim().parse().expect("a count");
+    bed.rows_on(&ns, &far_away, "acked", rows, REPLICATION_WAIT)
+        .await;
+    let databases = bed.databases(&ns);
+    wait_until("Ready with every instance ready", READY_WAIT, || async {
+        let s = databases.get("far").await.ok()?.status?;
+        (s.phase == Some(Phase::Ready) && s.instances.iter().all(|i| i.ready)).then_some(())
+    })
+    .await;
+}
