@@ -397,10 +397,18 @@ pub fn clone(bin: &Path, pgdata: &Path, upstream: &Upstream) -> Result<(), Fatal
     Ok(())
 }
 
-/// Where a failed rewind is remembered (beside the data directory: pg_rewind replaces what
-/// is inside it).
+/// Where a failed rewind is remembered, with why (beside the data directory: pg_rewind
+/// replaces what is inside it).
 pub fn rewind_marker(pgdata: &Path) -> PathBuf {
     pgdata.with_extension("rewind-failed")
+}
+
+/// Why an earlier rewind of `pgdata` failed, when one did (the marker's text).
+fn earlier_rewind_failure(pgdata: &Path) -> Option<String> {
+    let marker = rewind_marker(pgdata);
+    marker
+        .exists()
+        .then(|| std::fs::read_to_string(&marker).unwrap_or_default())
 }
 
 /// `pg_rewind` of the stopped `pgdata` from the upstream (it does nothing when nothing
@@ -421,7 +429,12 @@ pub fn rewind(
         upstream.host, upstream.port
     ));
     let marker = rewind_marker(pgdata);
-    write_atomically(&marker, b"", 0o600)?;
+    // Written before it starts: a rewind killed half-way leaves this reason.
+    let started = format!(
+        "a pg_rewind from {}:{} started and did not finish: the manager stopped during it",
+        upstream.host, upstream.port
+    );
+    write_atomically(&marker, started.as_bytes(), 0o600)?;
     // pg_rewind reads the source's timeline from its control file, which a promotion updates
     // only at its next checkpoint: ask for one (the replication role may, from PostgreSQL 15:
     // pg_checkpoint). Best effort; the report is checked below either way.
@@ -452,10 +465,9 @@ pub fn rewind(
         .trim()
         .replace('\n', "; ");
     if !out.status.success() {
-        return Err(Fatal(format!(
-            "pg_rewind failed ({}): {report}",
-            out.status
-        )));
+        let why = format!("pg_rewind failed ({}): {report}", out.status);
+        write_atomically(&marker, why.as_bytes(), 0o600)?;
+        return Err(Fatal(why));
     }
     log(&format!("pg_rewind: {report}"));
     if rejoin::stale_source_timeline(&report, local_timeline, source_timeline) {
@@ -538,8 +550,8 @@ pub fn rejoin(
     let source = identify_system(bin, upstream)?;
     loop {
         let local = observe(bin, pgdata)?;
-        let failed = rewind_marker(pgdata).exists();
-        let decision = rejoin::decide(&local, major, &source, failed);
+        let failed = earlier_rewind_failure(pgdata);
+        let decision = rejoin::decide(&local, major, &source, failed.as_deref());
         log(&format!(
             "rejoining {}:{} (timeline {}): {decision:?}",
             upstream.host, upstream.port, source.timeline

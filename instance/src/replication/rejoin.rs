@@ -135,8 +135,9 @@ pub enum CloneReason {
     },
     /// Rewinding needs data checksums or `wal_log_hints`, and the data has neither.
     NoHintBits,
-    /// A rewind of this data was tried and failed (its data may be half-rewound).
-    RewindFailed,
+    /// A rewind of this data was tried and failed (its data may be half-rewound), with what
+    /// pg_rewind said then (kept beside the data directory, so a later start still says why).
+    RewindFailed(String),
 }
 
 impl CloneReason {
@@ -162,9 +163,14 @@ impl CloneReason {
             CloneReason::NoHintBits => "pg_rewind cannot work: the data has neither data \
                                         checksums nor wal_log_hints"
                 .into(),
-            CloneReason::RewindFailed => {
-                "a rewind of this data failed before; it may be half-rewound".into()
+            CloneReason::RewindFailed(why) if why.trim().is_empty() => {
+                "a rewind of this data failed before (no reason was kept); it may be half-rewound"
+                    .into()
             }
+            CloneReason::RewindFailed(why) => format!(
+                "a rewind of this data failed before ({}); it may be half-rewound",
+                why.trim()
+            ),
         }
     }
 }
@@ -183,8 +189,8 @@ pub enum Rejoin {
 }
 
 /// Decides how the local data joins `source` as a standby. `rewind_failed`: an earlier rewind
-/// of this data did not complete.
-pub fn decide(local: &Local, major: u32, source: &Source, rewind_failed: bool) -> Rejoin {
+/// of this data did not complete, and why.
+pub fn decide(local: &Local, major: u32, source: &Source, rewind_failed: Option<&str>) -> Rejoin {
     let control = match local {
         Local::Empty => return Rejoin::Clone(CloneReason::Empty),
         Local::Foreign => return Rejoin::Clone(CloneReason::Foreign),
@@ -208,8 +214,8 @@ pub fn decide(local: &Local, major: u32, source: &Source, rewind_failed: bool) -
             source: source.system_identifier,
         });
     }
-    if rewind_failed {
-        return Rejoin::Clone(CloneReason::RewindFailed);
+    if let Some(why) = rewind_failed {
+        return Rejoin::Clone(CloneReason::RewindFailed(why.to_string()));
     }
     let was_standby = matches!(
         control.state,
@@ -335,61 +341,61 @@ Data page checksum version:           1
             system_identifier: 8,
             ..control(ShutDownInRecovery, 2)
         };
-        let table: Vec<(&str, Local, u32, bool, Rejoin)> = vec![
+        let table: Vec<(&str, Local, u32, Option<&str>, Rejoin)> = vec![
             (
                 "standby on the source's timeline",
                 data(control(ShutDownInRecovery, 2)),
                 2,
-                false,
+                None,
                 Rejoin::Follow,
             ),
             (
                 "crashed standby on the source's timeline",
                 data(control(InArchiveRecovery, 2)),
                 2,
-                false,
+                None,
                 Rejoin::Follow,
             ),
             (
                 "standby of the old primary, new timeline",
                 data(control(ShutDownInRecovery, 1)),
                 2,
-                false,
+                None,
                 Rejoin::Rewind,
             ),
             (
                 "old primary, stopped cleanly",
                 data(control(ShutDown, 1)),
                 2,
-                false,
+                None,
                 Rejoin::Rewind,
             ),
             (
                 "old primary, crashed",
                 data(control(InProduction, 1)),
                 2,
-                false,
+                None,
                 Rejoin::Rewind,
             ),
             (
                 "old primary, same timeline",
                 data(control(InProduction, 2)),
                 2,
-                false,
+                None,
                 Rejoin::Rewind,
             ),
             (
                 "hint bits logged, no checksums",
                 data(hints_only),
                 2,
-                false,
+                None,
                 Rejoin::Rewind,
             ),
             (
                 "neither checksums nor hints",
                 data(no_hints.clone()),
                 2,
-                false,
+                None,
                 Rejoin::Clone(CloneReason::NoHintBits),
             ),
             (
@@ -400,21 +406,23 @@ Data page checksum version:           1
                     ..no_hints
                 }),
                 2,
-                false,
+                None,
                 Rejoin::Follow,
             ),
             (
                 "rewind failed before",
                 data(control(ShutDown, 1)),
                 2,
-                true,
-                Rejoin::Clone(CloneReason::RewindFailed),
+                Some("pg_rewind failed (exit status: 1): could not find common ancestor"),
+                Rejoin::Clone(CloneReason::RewindFailed(
+                    "pg_rewind failed (exit status: 1): could not find common ancestor".into(),
+                )),
             ),
             (
                 "another cluster",
                 data(other),
                 2,
-                false,
+                None,
                 Rejoin::Clone(CloneReason::OtherCluster {
                     local: 8,
                     source: 7,
@@ -424,14 +432,14 @@ Data page checksum version:           1
                 "empty",
                 Local::Empty,
                 2,
-                false,
+                None,
                 Rejoin::Clone(CloneReason::Empty),
             ),
             (
                 "foreign",
                 Local::Foreign,
                 2,
-                false,
+                None,
                 Rejoin::Clone(CloneReason::Foreign),
             ),
             (
@@ -441,7 +449,7 @@ Data page checksum version:           1
                     control: Ok(control(ShutDown, 1)),
                 },
                 2,
-                false,
+                None,
                 Rejoin::Clone(CloneReason::OtherMajor {
                     found: 14,
                     want: 15,
@@ -454,7 +462,7 @@ Data page checksum version:           1
                     control: Err("bad".into()),
                 },
                 2,
-                false,
+                None,
                 Rejoin::Clone(CloneReason::Unreadable("bad".into())),
             ),
         ];
@@ -481,12 +489,27 @@ Data page checksum version:           1
     }
 
     #[test]
+    fn a_failed_rewind_says_why_it_failed() {
+        let kept = CloneReason::RewindFailed("pg_rewind failed (exit status: 1): no route".into());
+        assert_eq!(
+            kept.message(),
+            "a rewind of this data failed before (pg_rewind failed (exit status: 1): no route); \
+             it may be half-rewound"
+        );
+        assert!(
+            CloneReason::RewindFailed(" \n".into())
+                .message()
+                .contains("(no reason was kept)")
+        );
+    }
+
+    #[test]
     fn only_an_empty_directory_is_cloned_without_discarding() {
         assert!(!CloneReason::Empty.discards_data());
         for reason in [
             CloneReason::Foreign,
             CloneReason::NoHintBits,
-            CloneReason::RewindFailed,
+            CloneReason::RewindFailed(String::new()),
             CloneReason::OtherMajor {
                 found: 14,
                 want: 15,
