@@ -114,6 +114,49 @@ pub struct RolesFact {
     pub version_upgrade: VersionUpgrade,
 }
 
+/// Whether a standby can take the primary role by a switchover now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TakeOver {
+    Can,
+    /// Not yet: its manager did not answer in this pass, or its stream is not up yet.
+    NotYet,
+    /// It is not a standby of the primary (a former primary, or on another timeline).
+    Cannot,
+}
+
+impl RolesFact {
+    /// Whether `name` can take the primary role from `current` by a switchover: its pod is
+    /// ready and follows the Lease, and, when `current`'s manager reports its position (every
+    /// manager of this dbop does), its own manager said in this same pass that it streams as a
+    /// standby on `current`'s timeline. A Ready condition alone can be stale: the pods of a
+    /// lost node stay Ready until the node controller's grace runs out, and one that came back
+    /// as a former primary would be promoted without every commit made since.
+    fn take_over(&self, name: &str, current: &str, account: &str) -> TakeOver {
+        let follower = self
+            .pods
+            .iter()
+            .any(|p| p.name == name && p.ready_follower(account));
+        if !follower {
+            return TakeOver::Cannot;
+        }
+        let Some(primary) = self.positions.get(current).filter(|p| !p.standby) else {
+            return TakeOver::Can;
+        };
+        match self.positions.get(name) {
+            None => TakeOver::NotYet,
+            Some(p) if !p.standby => TakeOver::Cannot,
+            Some(p) if !p.streaming => TakeOver::NotYet,
+            Some(p) if p.timeline.is_some() && p.timeline == primary.timeline => TakeOver::Can,
+            Some(p) if primary.timeline.is_none() && p.timeline.is_some() => TakeOver::Can,
+            Some(_) => TakeOver::Cannot,
+        }
+    }
+
+    fn can_take_over(&self, name: &str, current: &str, account: &str) -> bool {
+        self.take_over(name, current, account) == TakeOver::Can
+    }
+}
+
 /// A version upgrade, as the roles see it (`upgrade::plan`'s stage).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum VersionUpgrade {
@@ -433,6 +476,13 @@ fn promotion(db: &Database, fact: &RolesFact, current: &str) -> Option<Promotion
             "its pod predates the primary Lease (its template is rebuilt at the next spec change)"
                 .into(),
         )
+    } else if fact.take_over(&requested, current, &account) == TakeOver::NotYet {
+        // Asked again at the next look (soon: `look_again`).
+        return None;
+    } else if !fact.can_take_over(&requested, current, &account) {
+        refuse(format!(
+            "its manager does not report it streaming from {current} (a former primary that has not rejoined, or on another timeline; its pod may look ready after its node came back)"
+        ))
     } else {
         Promotion {
             to: Some(requested.clone()),
@@ -457,11 +507,9 @@ fn handover(db: &Database, fact: &RolesFact, current: &str) -> Option<Handover> 
         return None;
     }
     let account = names.instance_account();
-    let to = (0..db.spec.instances).map(|o| names.pod(o)).find(|name| {
-        fact.pods
-            .iter()
-            .any(|p| &p.name == name && p.ready_follower(&account))
-    })?;
+    let to = (0..db.spec.instances)
+        .map(|o| names.pod(o))
+        .find(|name| fact.can_take_over(name, current, &account))?;
     Some(Handover {
         from: current.to_string(),
         to,
@@ -489,7 +537,9 @@ fn drain_handover(db: &Database, fact: &RolesFact, current: &str) -> Option<Hand
         return None;
     }
     let to = (0..db.spec.instances).map(|o| names.pod(o)).find(|name| {
-        name != current && pod(name).is_some_and(|p| p.ready_follower(&account) && !cordoned(p))
+        name != current
+            && fact.can_take_over(name, current, &account)
+            && pod(name).is_some_and(|p| !cordoned(p))
     })?;
     Some(Handover {
         from: current.to_string(),
@@ -535,7 +585,7 @@ fn primary_last(db: &Database, fact: &RolesFact, current: &str) -> (Option<i32>,
         return (partition, None);
     }
     let account = names.instance_account();
-    let ready_follower = |name: &str| pod(name).is_some_and(|p| p.ready_follower(&account));
+    let ready_follower = |name: &str| fact.can_take_over(name, current, &account);
     let above: Vec<String> = (ordinal + 1..db.spec.instances)
         .map(|o| names.pod(o))
         .collect();
@@ -636,7 +686,11 @@ pub fn plan(db: &Database, fact: &RolesFact) -> RolesPlan {
         label_pods,
         refresh_pods,
         instances,
-        look_again: look_again(db, fact, &primary),
+        look_again: if promotion.is_none() && db.annotations().contains_key(PROMOTE_ANNOTATION) {
+            Some(LOOK_WHILE_PRIMARY_UNREADY)
+        } else {
+            look_again(db, fact, &primary)
+        },
         failover,
         promotion,
         handover,
@@ -1551,5 +1605,108 @@ mod tests {
             "{promotion:?}"
         );
         assert_eq!(same.primary, "orders-0");
+    }
+
+    /// A primary on timeline 2 that reports its position, and each standby's report.
+    fn reporting(fact: &mut RolesFact, standbys: [(&str, Option<Position>); 2]) {
+        let primary = Position {
+            standby: false,
+            timeline: Some(2),
+            lsn: Some(Lsn(0x5000000)),
+            ..Position::default()
+        };
+        fact.positions = [("orders-0".to_string(), primary)].into();
+        for (name, position) in standbys {
+            if let Some(position) = position {
+                fact.positions.insert(name.to_string(), position);
+            }
+        }
+    }
+
+    fn streaming_on(timeline: u32) -> Position {
+        Position {
+            streaming: true,
+            timeline: Some(timeline),
+            ..standby_at(0x5000000)
+        }
+    }
+
+    #[test]
+    fn a_switchover_goes_only_to_a_standby_whose_manager_reports_it_streaming_on_the_primarys_timeline()
+     {
+        // A Ready pod is not enough: a lost node's pods stay Ready in the API, and one that
+        // came back as a former primary (timeline 1, not streaming) must not be promoted.
+        let healthy = leased(Some("orders-0"), 100_000, "orders-0", None);
+        let not_streaming = Position {
+            streaming: false,
+            ..streaming_on(2)
+        };
+        let former_primary = Position {
+            standby: false,
+            timeline: Some(1),
+            ..Position::default()
+        };
+        // (report, answered now, accepted)
+        let cases = [
+            (None, false, false),
+            (Some(not_streaming), false, false),
+            (Some(streaming_on(1)), true, false),
+            (Some(former_primary), true, false),
+            (Some(streaming_on(2)), true, true),
+        ];
+        for (report, answered, accepted) in cases {
+            let mut fact = with_lease(healthy.clone(), 101_000, [true; 3]);
+            reporting(
+                &mut fact,
+                [
+                    ("orders-1", Some(streaming_on(2))),
+                    ("orders-2", report.clone()),
+                ],
+            );
+            let plan = plan(&asking("orders-2"), &fact);
+            let Some(promotion) = plan.promotion else {
+                // Not answered yet: looked at again soon, the primary unchanged.
+                assert!(!answered, "{report:?}");
+                assert_eq!(plan.look_again, Some(LOOK_WHILE_PRIMARY_UNREADY));
+                assert_eq!(plan.primary, "orders-0");
+                continue;
+            };
+            assert!(answered, "{report:?}: {}", promotion.note);
+            assert_eq!(
+                !promotion.refused, accepted,
+                "{report:?}: {}",
+                promotion.note
+            );
+            if !accepted {
+                assert!(
+                    promotion
+                        .note
+                        .contains("does not report it streaming from orders-0"),
+                    "{}",
+                    promotion.note
+                );
+                assert_eq!(plan.primary, "orders-0");
+            }
+        }
+    }
+
+    #[test]
+    fn a_drain_hands_over_to_the_first_standby_that_reports_it_streams() {
+        let mut fact = with_lease(
+            leased(Some("orders-0"), 100_000, "orders-0", None),
+            101_000,
+            [true; 3],
+        );
+        fact.pods[0].node = Some("node-cordoned".into());
+        fact.cordoned_nodes = ["node-cordoned".to_string()].into();
+        // orders-1 looks Ready but its manager says nothing: orders-2 is the one.
+        reporting(
+            &mut fact,
+            [("orders-1", None), ("orders-2", Some(streaming_on(2)))],
+        );
+        let handover = drain_handover(&three(), &fact, "orders-0").expect("a handover");
+        assert_eq!(handover.to, "orders-2");
+        reporting(&mut fact, [("orders-1", None), ("orders-2", None)]);
+        assert_eq!(drain_handover(&three(), &fact, "orders-0"), None);
     }
 }
