@@ -86,6 +86,11 @@ pub struct Position {
     /// commits in milliseconds (0: no recent measure, caught up and idle).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub replay_lag_ms: BTreeMap<String, u64>,
+    /// A primary's streaming standbys, by name, and how it counts each one for synchronous
+    /// commits (`pg_stat_replication.sync_state`: `quorum` for `ANY n (…)`, `sync`,
+    /// `potential`, `async`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sync_states: BTreeMap<String, String>,
 }
 
 impl Position {
@@ -134,6 +139,7 @@ mod tests {
             replayed: Some(Lsn(0x3000100)),
             streaming: true,
             replay_lag_ms: BTreeMap::new(),
+            sync_states: BTreeMap::new(),
         };
         let json = standby.to_json();
         assert_eq!(

@@ -494,6 +494,11 @@ pub struct InstanceStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = super::shared::no_unsigned_format)]
     pub lag_milliseconds: Option<u64>,
+    /// A streaming standby: how the primary counts it for synchronous commits
+    /// (`pg_stat_replication.sync_state`): `quorum` (with `spec.synchronous`: it is one of the
+    /// standbys any of which may confirm a commit), `async` (it confirms nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_state: Option<String>,
 }
 
 /// Synchronous replication: how many standbys confirm each commit, and what happens when fewer

@@ -757,6 +757,7 @@ fn instances(
                     .map(|(primary, replayed)| lag_bytes(primary, replayed)),
                 lag_milliseconds: primary_report
                     .and_then(|r| r.replay_lag_ms.get(&line.name).copied()),
+                sync_state: primary_report.and_then(|r| r.sync_states.get(&line.name).cloned()),
                 ..line
             },
             None => line,
@@ -1065,6 +1066,7 @@ mod tests {
                     timeline: Some(2),
                     lsn: Some(Lsn(0x5000000)),
                     replay_lag_ms: [("orders-1".to_string(), 7)].into(),
+                    sync_states: [("orders-1".to_string(), "quorum".to_string())].into(),
                     ..Position::default()
                 },
             ),
@@ -1077,6 +1079,12 @@ mod tests {
             first.positions_read_at.map(|t| t.timestamp_millis()),
             Some(101_000)
         );
+        let sync_states: Vec<_> = first
+            .instances
+            .iter()
+            .map(|i| i.sync_state.as_deref())
+            .collect();
+        assert_eq!(sync_states, [None, Some("quorum"), None]);
         let line = |p: &RolesPlan, i: usize| {
             let l = &p.instances[i];
             (

@@ -89,7 +89,35 @@ fn summary(db: &Database) -> String {
         db.spec.version,
         status.current_version.as_deref().unwrap_or("-"),
         status.endpoint.as_deref().unwrap_or("-"),
-        instances(&status.instances),
+        instances(&status.instances) + &synchronous(db, &status.instances),
+    )
+}
+
+/// With `spec.synchronous`, one line for it: the quorum asked for, what happens with too few,
+/// and the standbys the primary counts now (`pg_stat_replication.sync_state`, as the status
+/// last read it).
+fn synchronous(db: &Database, instances: &[crate::api::InstanceStatus]) -> String {
+    let Some(sync) = db.spec.synchronous.as_ref() else {
+        return String::new();
+    };
+    let standbys = db.spec.instances.saturating_sub(1);
+    let counted: Vec<&str> = instances
+        .iter()
+        .filter(|i| matches!(i.sync_state.as_deref(), Some("quorum" | "sync")))
+        .map(|i| i.name.as_str())
+        .collect();
+    let now = if counted.is_empty() {
+        "none streams to confirm now".to_string()
+    } else {
+        format!("confirming now: {}", counted.join(", "))
+    };
+    let too_few = match sync.when_too_few {
+        crate::api::WhenTooFew::Wait => "too few: commits wait",
+        crate::api::WhenTooFew::Degrade => "too few: commits go on unconfirmed",
+    };
+    format!(
+        "Synchronous: any {} of {standbys} standbys confirm each commit ({too_few}); {now}\n",
+        sync.standbys
     )
 }
 
@@ -416,6 +444,43 @@ mod tests {
         );
         // No instances in the status (an older dbop): no line.
         assert!(!status_screen(&ready_view(), now()).contains("Instances:"));
+        // Asynchronous: no synchronous line.
+        assert!(!screen.contains("Synchronous:"));
+    }
+
+    #[test]
+    fn the_status_screen_says_which_standbys_confirm_commits_now() {
+        let mut db = database(json!({
+            "phase": "Ready",
+            "instances": [
+                {"name": "orders-0", "role": "primary", "ready": true},
+                {"name": "orders-1", "role": "standby", "ready": true, "syncState": "quorum"},
+                {"name": "orders-2", "role": "standby", "ready": false},
+            ],
+        }));
+        db.spec.instances = 3;
+        db.spec.synchronous = Some(crate::api::SynchronousSpec {
+            standbys: 1,
+            when_too_few: crate::api::WhenTooFew::Wait,
+        });
+        let view = StatusView {
+            database: db.clone(),
+            ..ready_view()
+        };
+        assert_eq!(
+            line_with(&status_screen(&view, now()), "Synchronous:"),
+            "Synchronous: any 1 of 2 standbys confirm each commit (too few: commits wait); confirming now: orders-1"
+        );
+        let status = db.status.as_mut().unwrap();
+        status.instances[1].sync_state = None;
+        let view = StatusView {
+            database: db,
+            ..ready_view()
+        };
+        assert!(
+            line_with(&status_screen(&view, now()), "Synchronous:")
+                .ends_with("none streams to confirm now")
+        );
     }
 
     #[test]

@@ -86,6 +86,7 @@ impl Status {
                 replayed: None,
                 streaming: false,
                 replay_lag_ms: BTreeMap::new(),
+                sync_states: BTreeMap::new(),
             },
             Status::Standby {
                 timeline,
@@ -99,6 +100,7 @@ impl Status {
                 replayed: *replayed,
                 streaming: *streaming,
                 replay_lag_ms: BTreeMap::new(),
+                sync_states: BTreeMap::new(),
             },
         }
     }
@@ -191,29 +193,39 @@ pub fn parse_status(output: &str) -> Result<Status, String> {
     }
 }
 
-/// A primary's streaming standbys and how long their replay lags behind its commits, in
+/// A primary's streaming standbys: how long their replay lags behind its commits, in
 /// milliseconds (PostgreSQL's `replay_lag`; 0 when it has no recent measure: the standby caught
-/// up and nothing is written). One row per standby, `name|ms`.
+/// up and nothing is written), and how it counts each for synchronous commits (`sync_state`).
+/// One row per standby, `name|ms|sync_state`.
 pub const REPLAY_LAG_QUERY: &str = "SELECT application_name, \
- coalesce((extract(epoch FROM replay_lag) * 1000)::bigint, 0) \
+ coalesce((extract(epoch FROM replay_lag) * 1000)::bigint, 0), sync_state \
  FROM pg_stat_replication WHERE state = 'streaming' ORDER BY application_name";
 
+/// A primary's streaming standbys, by name: replay lag in milliseconds, and sync state.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StandbyRows {
+    pub replay_lag_ms: BTreeMap<String, u64>,
+    pub sync_states: BTreeMap<String, String>,
+}
+
 /// Parses the rows of `REPLAY_LAG_QUERY`.
-pub fn parse_replay_lags(output: &str) -> Result<BTreeMap<String, u64>, String> {
-    output
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|row| {
-            let (name, ms) = row
-                .rsplit_once('|')
-                .ok_or_else(|| format!("a replay lag row without '|': {row:?}"))?;
-            let ms = ms
-                .trim()
-                .parse::<i64>()
-                .map_err(|_| format!("a replay lag that is not a number: {row:?}"))?;
-            Ok((name.trim().to_string(), ms.max(0) as u64))
-        })
-        .collect()
+pub fn parse_standby_rows(output: &str) -> Result<StandbyRows, String> {
+    let mut rows = StandbyRows::default();
+    for row in output.lines().filter(|l| !l.trim().is_empty()) {
+        let mut fields = row.rsplitn(3, '|');
+        let (Some(state), Some(ms), Some(name)) = (fields.next(), fields.next(), fields.next())
+        else {
+            return Err(format!("a standby row without two '|': {row:?}"));
+        };
+        let ms = ms
+            .trim()
+            .parse::<i64>()
+            .map_err(|_| format!("a replay lag that is not a number: {row:?}"))?;
+        let name = name.trim().to_string();
+        rows.replay_lag_ms.insert(name.clone(), ms.max(0) as u64);
+        rows.sync_states.insert(name, state.trim().to_string());
+    }
+    Ok(rows)
 }
 
 /// A replication slot on a server.
@@ -290,15 +302,22 @@ mod tests {
 
     #[test]
     fn replay_lags() {
-        let lags = parse_replay_lags("db-1|12\ndb-2|0\n\n").unwrap();
+        let rows = parse_standby_rows("db-1|12|quorum\ndb-2|0|async\n\n").unwrap();
+        assert_eq!(rows.sync_states["db-1"], "quorum");
+        assert_eq!(rows.sync_states["db-2"], "async");
+        let lags = rows.replay_lag_ms;
         assert_eq!(
             lags,
             BTreeMap::from([("db-1".into(), 12), ("db-2".into(), 0)])
         );
-        assert_eq!(parse_replay_lags("").unwrap(), BTreeMap::new());
-        assert_eq!(parse_replay_lags("db-1|-3").unwrap()["db-1"], 0);
-        assert!(parse_replay_lags("db-1").is_err());
-        assert!(parse_replay_lags("db-1|x").is_err());
+        assert_eq!(parse_standby_rows("").unwrap(), StandbyRows::default());
+        assert_eq!(
+            parse_standby_rows("db-1|-3|async").unwrap().replay_lag_ms["db-1"],
+            0
+        );
+        assert!(parse_standby_rows("db-1").is_err());
+        assert!(parse_standby_rows("db-1|4").is_err());
+        assert!(parse_standby_rows("db-1|x|sync").is_err());
     }
 
     #[test]
