@@ -84,6 +84,15 @@ async fn all_ready(bed: &TestBed, ns: &str) {
         .then_some(())
     })
     .await;
+    // Each standby itself (the status can be behind it, and a standby stays ready for 30 s
+    // after its stream stops): a trial starts only when every one streams again.
+    let now = primary(bed, ns).await;
+    for ordinal in 0..3 {
+        let pod = format!("{NAME}-{ordinal}");
+        if pod != now {
+            bed.streaming_standby(ns, &pod, RECOVERY).await;
+        }
+    }
 }
 
 /// One insert through `-rw` from the client pod.
@@ -149,6 +158,9 @@ async fn primary_on_the_second_node(bed: &TestBed, ns: &str) {
     if primary(bed, ns).await == there {
         return;
     }
+    // (A switchover goes only to a standby that streams: its pod's Ready condition may be
+    // stale after its node came back.)
+    bed.streaming_standby(ns, &there, RECOVERY).await;
     let patch = json!({"metadata": {"annotations": {"dbop.dev/promote": there}}});
     bed.databases(ns)
         .patch(NAME, &PatchParams::default(), &Patch::Merge(&patch))
@@ -231,7 +243,11 @@ async fn trial(
     }
     match &mut undo {
         Undo::Cut(cut) => cut.restore(),
-        Undo::BringBack => second.expect("the second node").bring_back(),
+        Undo::BringBack => {
+            second.expect("the second node").bring_back();
+            // The lost pods look Ready all along: wait for the old primary itself.
+            bed.streaming_standby(ns, &old, RECOVERY).await;
+        }
         Undo::Nothing => {}
     }
     all_ready(bed, ns).await;

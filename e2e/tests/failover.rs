@@ -312,11 +312,15 @@ async fn synchronous_replication_loses_no_acknowledged_commit_when_the_primary_d
     // The status says which standbys the primary counts to confirm commits (what `kubectl
     // dbop status` shows).
     let databases = bed.databases(&ns);
-    wait_until("both standbys counted in the quorum", READY_WAIT, || async {
-        let s = databases.get("sync").await.ok()?.status?;
-        let states: Vec<_> = s.instances.iter().map(|i| i.sync_state.clone()).collect();
-        (states == [None, Some("quorum".into()), Some("quorum".into())]).then_some(())
-    })
+    wait_until(
+        "both standbys counted in the quorum",
+        READY_WAIT,
+        || async {
+            let s = databases.get("sync").await.ok()?.status?;
+            let states: Vec<_> = s.instances.iter().map(|i| i.sync_state.clone()).collect();
+            (states == [None, Some("quorum".into()), Some("quorum".into())]).then_some(())
+        },
+    )
     .await;
 
     let mut cut = bed.cut_all_but_status(&ns, "sync-1");
