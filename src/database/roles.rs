@@ -146,8 +146,12 @@ impl RolesFact {
             None => TakeOver::NotYet,
             Some(p) if !p.standby => TakeOver::Cannot,
             Some(p) if !p.streaming => TakeOver::NotYet,
-            Some(p) if p.timeline.is_some() && p.timeline == primary.timeline => TakeOver::Can,
-            Some(p) if primary.timeline.is_none() && p.timeline.is_some() => TakeOver::Can,
+            Some(p)
+                if p.timeline.is_some()
+                    && (primary.timeline.is_none() || p.timeline == primary.timeline) =>
+            {
+                TakeOver::Can
+            }
             Some(_) => TakeOver::Cannot,
         }
     }
@@ -299,9 +303,9 @@ fn designated(db: &Database, lease: Option<&LeaseFact>) -> Option<String> {
 }
 
 /// The primary is lost (it released its Lease, or has not held it for the Lease's duration)
-/// and a ready standby of the spec can take its place: the one that received the most WAL. Only a primary whose
-/// manager follows the Lease (its pod runs as the instances' account) is ever replaced: one
-/// started before the Lease existed would not fence itself.
+/// and a ready standby of the spec can take its place: the one that received the most WAL.
+/// Only a primary whose manager follows the Lease (its pod runs as the instances' account) is
+/// ever replaced: one started before the Lease existed would not fence itself.
 fn failover(db: &Database, fact: &RolesFact, current: &str) -> Option<Result<Failover, String>> {
     let lease = fact.lease.as_ref().filter(|_| has_standbys(db))?;
     let names = Names::of(db);
