@@ -6,6 +6,7 @@
 //! - `objects`: the pure vocabulary of what both controllers read and publish (a Job's state,
 //!   an Event, a message cut short);
 //! - `settings`: the operator's settings (`dbop run`'s flags) and their defaults;
+//! - `maintenance`: a Database's maintenance window and the gate it puts on restarts (pure);
 //! - `resources`: pure builders of every object dbop makes, on one Job skeleton;
 //! - `ops` (metrics, the HTTP endpoints, the leader lease), beside `context` (what every
 //!   reconcile shares, the retry backoff), which records into its metrics;
@@ -33,6 +34,7 @@ pub mod database;
 pub mod database_backup;
 pub mod error;
 pub mod kube_io;
+pub mod maintenance;
 pub mod objects;
 pub mod operator;
 pub mod ops;

@@ -318,6 +318,49 @@ fn pod_metadata() -> BoxedStrategy<Value> {
     .boxed()
 }
 
+/// A maintenance window, or none: its time zone and duration may be ones only the operator can
+/// judge (an unknown zone, too short, too long); with `valid` false, its start too.
+fn maintenance_window(valid: bool) -> BoxedStrategy<Value> {
+    let days = proptest::sample::subsequence(
+        vec![
+            "Monday",
+            "Tuesday",
+            "Wednesday",
+            "Thursday",
+            "Friday",
+            "Saturday",
+            "Sunday",
+        ],
+        0..=7,
+    );
+    let start = if valid {
+        text("([01][0-9]|2[0-3]):[0-5][0-9]")
+    } else {
+        text("[0-9:a-z ]{0,6}")
+    };
+    let duration = text("[0-9]{1,3}[smhdw]");
+    let zone = maybe(listed(&[
+        "UTC",
+        "Europe/Berlin",
+        "America/New_York",
+        "Australia/Lord_Howe",
+        "Asia/Kathmandu",
+        "Mars/Olympus",
+    ]));
+    prop_oneof![
+        1 => Just(Value::Null),
+        2 => (days, start, duration, zone).prop_map(|(days, start, duration, zone)| {
+            object(vec![
+                ("days", json!(days)),
+                ("start", Value::String(start)),
+                ("duration", Value::String(duration)),
+                ("timeZone", zone),
+            ])
+        }),
+    ]
+    .boxed()
+}
+
 /// A Database spec as JSON: every field as the schema admits it (`valid`), or some not.
 fn spec_json(valid: bool) -> BoxedStrategy<Value> {
     (
@@ -328,9 +371,10 @@ fn spec_json(valid: bool) -> BoxedStrategy<Value> {
         listed(&["Retain", "Delete"]),
         pod_metadata(),
         prop_oneof![1 => Just(Value::Null), 3 => backup(valid)],
+        maintenance_window(valid),
     )
         .prop_map(
-            |((version, image), (size, class), creds, init, policy, pod_meta, backup)| {
+            |((version, image), (size, class), creds, init, policy, pod_meta, backup, window)| {
                 object(vec![
                     ("version", Value::String(version)),
                     ("image", image),
@@ -353,6 +397,7 @@ fn spec_json(valid: bool) -> BoxedStrategy<Value> {
                     ("deletionPolicy", Value::String(policy)),
                     ("podMetadata", pod_meta),
                     ("backup", backup),
+                    ("maintenanceWindow", window),
                 ])
             },
         )
@@ -533,6 +578,7 @@ fn facts() -> BoxedStrategy<Facts> {
                 instance_failure: None,
                 unschedulable: None,
                 restart: Default::default(),
+                template: None,
                 stuck_pods: vec![],
                 tls: Default::default(),
                 roles: Default::default(),

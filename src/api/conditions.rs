@@ -33,10 +33,12 @@ pub enum ConditionType {
     /// The NetworkPolicy of `spec.networkPolicy` is in place as the spec says (absent without
     /// one).
     NetworkPolicyReady,
+    /// Changes that restart the pods wait for `spec.maintenanceWindow` (absent without one).
+    MaintenancePending,
 }
 
 impl ConditionType {
-    pub const ALL: [ConditionType; 10] = [
+    pub const ALL: [ConditionType; 11] = [
         ConditionType::Ready,
         ConditionType::StorageReady,
         ConditionType::Initialized,
@@ -47,6 +49,7 @@ impl ConditionType {
         ConditionType::TlsReady,
         ConditionType::AccountsReady,
         ConditionType::NetworkPolicyReady,
+        ConditionType::MaintenancePending,
     ];
 
     pub fn label(self) -> &'static str {
@@ -61,6 +64,7 @@ impl ConditionType {
             ConditionType::TlsReady => "TLSReady",
             ConditionType::AccountsReady => "AccountsReady",
             ConditionType::NetworkPolicyReady => "NetworkPolicyReady",
+            ConditionType::MaintenancePending => "MaintenancePending",
         }
     }
 }

@@ -78,6 +78,10 @@ pub const POD_SECURITY_TRANSITION_RULE: &str = "(has(self.spec.podSecurity) ? \
     {
         "rule": "has(self.credentials) == has(oldSelf.credentials) && (!has(self.credentials) || self.credentials == oldSelf.credentials)",
         "message": "credentials cannot change after creation: the superuser's name is set when the data directory is initialised (rotate the password by editing the Secret's password key)"
+    },
+    {
+        "rule": "!has(self.upgrade) || !has(self.upgrade.inMaintenanceWindow) || !self.upgrade.inMaintenanceWindow || has(self.maintenanceWindow)",
+        "message": "spec.upgrade.inMaintenanceWindow needs spec.maintenanceWindow: say when the window is, or drop inMaintenanceWindow"
     }
 ]))]
 pub struct DatabaseSpec {
@@ -205,6 +209,12 @@ pub struct DatabaseSpec {
     /// become Ready, and the automatic rollback.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<UpgradeSpec>,
+
+    /// When changes that restart the pods and are not urgent may run (days and hours in a time
+    /// zone). Without it they run when they are made, and a new operator's instance manager
+    /// waits for the Database's next rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance_window: Option<super::maintenance::MaintenanceWindowSpec>,
 
     /// Scheduled backups to S3-compatible storage. Without it, dbop makes no backups and the
     /// Database has no `BackupHealthy` condition.
@@ -566,6 +576,11 @@ pub struct UpgradeSpec {
     /// safe within a major version: the data format is the same).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback_on_failure: Option<bool>,
+
+    /// Start a version upgrade only inside `spec.maintenanceWindow` (default false: it starts
+    /// when `spec.version` changes). Once started it runs to its end, window or not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_maintenance_window: Option<bool>,
 }
 
 /// The stages of a version upgrade, in order; the last four end it.

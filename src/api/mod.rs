@@ -8,6 +8,7 @@ pub mod backup;
 pub mod backup_policy;
 pub mod conditions;
 pub mod database;
+pub mod maintenance;
 pub mod monitoring;
 pub mod network_policy;
 pub mod placement;
@@ -30,6 +31,7 @@ pub use database::{
     InstanceRole, InstanceStatus, Phase, PodMetadata, StorageSpec, SynchronousSpec, WhenTooFew,
 };
 pub use database::{UpgradeSpec, UpgradeStage, UpgradeStageTime, UpgradeStatus};
+pub use maintenance::{MaintenanceWindowSpec, Weekday};
 pub use monitoring::MonitoringSpec;
 pub use network_policy::{IpBlock, NetworkPeer, NetworkPolicySpec};
 pub use placement::{PlacementSpec, ProbeTiming, ProbesSpec};

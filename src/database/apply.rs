@@ -21,7 +21,7 @@ use serde_json::json;
 use tracing::{debug, info};
 
 use super::build::{Desired, TlsWrites};
-use super::events::transition_events;
+use super::events::{maintenance_events, transition_events};
 use super::facts::Observed;
 use super::roles::SECRETS_SEEN_ANNOTATION;
 use super::status::Applied;
@@ -547,6 +547,7 @@ pub async fn update_status(ctx: &Context, db: &Database, status: DatabaseStatus)
     for event in transition_events(&previous, &status)
         .into_iter()
         .chain(upgrade_events(&previous, &status))
+        .chain(maintenance_events(&previous, &status))
     {
         publish(ctx, db, &event).await;
     }

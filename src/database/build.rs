@@ -296,7 +296,7 @@ pub fn build(
 }
 
 /// The StatefulSet, with the claim templates it has (they are immutable), the template an
-/// earlier operator built kept (`template_origin`: an operator upgrade alone rebuilds none) and
+/// earlier operator built kept, or one held for the maintenance window (`template_origin`) and
 /// the restart record.
 fn statefulset(
     db: &Database,
@@ -307,13 +307,7 @@ fn statefulset(
     let observed = snap.statefulset.as_ref();
     let claims = observed.and_then(|s| s.spec.volume_claim_templates.clone());
     let mut desired = statefulset_running(db, settings, claims, &decision.pod_run);
-    template_origin::settle(
-        &mut desired,
-        observed,
-        db,
-        decision.pod_run.origin(),
-        settings,
-    );
+    template_origin::settle(&mut desired, observed, &decision.template);
     restart::record(&mut desired, &decision.restart_pending, observed);
     // A scale-down keeps the primary's pod until it has handed over (`roles::handover`).
     desired.spec.replicas = Some(decision.roles.statefulset_replicas.max(db.spec.instances));

@@ -5,7 +5,9 @@
 //!
 //! The steps, in order: the version and the credentials (`credential_steps`, or a `Blocker`),
 //! where the rollout stands (`Rollout`), the init SQL (`init::decide_init`), the phase (`Stage`,
-//! worded by `stage_outcome`), storage, and the backups (`plan_backups`).
+//! worded by `stage_outcome`), storage, and the backups (`plan_backups`). The maintenance
+//! window's gate (`maintenance::Gate`) decides which template the pods get and whether an
+//! upgrade may start.
 
 use super::accounts::{self, AccountsPlan};
 use std::time::Duration;
@@ -14,7 +16,9 @@ use crate::api::Phase;
 use crate::api::conditions::{self, ConditionStatus, ConditionType};
 use crate::api::{BootstrapStatus, Database, InstanceRole, NetworkPolicySpec};
 use crate::api::{UpgradeStage, UpgradeStatus};
+use crate::maintenance::{self, Gate};
 use crate::resources::statefulset::PodRun;
+use crate::resources::template_origin::{self, TemplateChoice};
 use crate::resources::{Names, check_version, quantity};
 use crate::settings::Settings;
 use crate::upgrade::plan::{Input as UpgradeInput, UpgradePlan, plan as plan_upgrade};
@@ -85,6 +89,8 @@ pub struct Decision {
     pub pod_run: PodRun,
     /// The restart-needing parameters the pods still restart for (`restart::pending`).
     pub restart_pending: Vec<String>,
+    /// Whether the pod template built now replaces the observed one (`template_origin`).
+    pub template: TemplateChoice,
     /// The next `status.upgrade`.
     pub upgrade: Option<UpgradeStatus>,
     /// The primary, the replication Secret, each instance's status (`roles`).
@@ -122,12 +128,22 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
     };
     steps.apply_services = true;
     steps.apply_statefulset = true;
+    let now = facts.backups.now;
+    let gate = Gate::of(db, now);
     let upgrade = plan_upgrade(&UpgradeInput {
         db,
         settings,
         facts: &facts.upgrade,
-        now: facts.backups.now,
+        now,
+        gate: &gate,
     });
+    let template = template_origin::choose(
+        facts.template.as_ref(),
+        db,
+        upgrade.template.origin(),
+        settings,
+        &gate,
+    );
     let roles = roles::plan(
         db,
         &RolesFact {
@@ -167,10 +183,12 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
     let restart_pending = restart::pending(db, &facts.restart, restarted);
     steps.tls = tls::steps(db, &facts.tls, facts.backups.now);
     let tls_ready = tls::condition(db, &facts.tls, &steps.tls, restarted);
+    let waiting = waiting_for_window(&template, &restart_pending, &upgrade);
     let requeue_after = [
         backup.requeue_after,
         upgrade.requeue_after,
         roles.look_again,
+        gate.next_change(now),
     ]
     .into_iter()
     .flatten()
@@ -194,6 +212,7 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
             accounts::condition(db, &facts.accounts),
         ])
         .chain(network_policy_condition(db))
+        .chain(maintenance::condition(&gate, &waiting))
         .collect(),
         steps,
         current_version: rollout.new_version(&upgrade),
@@ -203,10 +222,29 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
         bootstrap: init.restored,
         pod_run: upgrade.template,
         restart_pending,
+        template,
         upgrade: upgrade.status,
         roles,
         accounts: accounts::plan(&facts.accounts),
     }
+}
+
+/// What waits for the maintenance window, in words: what the held template keeps from the pods
+/// and the upgrade that has not started.
+fn waiting_for_window(
+    template: &TemplateChoice,
+    restart_pending: &[String],
+    upgrade: &UpgradePlan,
+) -> Vec<String> {
+    let mut waiting = match template {
+        TemplateChoice::Hold(held) => held.describe(),
+        _ => vec![],
+    };
+    if matches!(template, TemplateChoice::Hold(_)) && !restart_pending.is_empty() {
+        waiting.push(format!("a restart for {}", restart_pending.join(", ")));
+    }
+    waiting.extend(upgrade.waiting_for_window.clone());
+    waiting
 }
 
 /// `NetworkPolicyReady` True when the spec asks for a NetworkPolicy (it is applied with the
@@ -264,6 +302,7 @@ fn blocked(db: &Database, blocker: &Blocker, current_version: Option<String>) ->
             partition: None,
         },
         restart_pending: Vec::new(),
+        template: TemplateChoice::Build,
         upgrade: db.status.as_ref().and_then(|s| s.upgrade.clone()),
         roles: RolesPlan {
             primary: roles::primary(db),

@@ -1,8 +1,10 @@
 //! Which Events a status change deserves: one on every phase transition (Warning when the new
-//! phase needs attention), and one when the reason a Database is blocked changes. Pure.
+//! phase needs attention), one when the reason a Database is blocked changes, and one when what
+//! waits for the maintenance window changes (Warning when the window cannot be read). Pure.
 
 use crate::api::conditions::{ConditionType, find};
 use crate::api::{DatabaseStatus, Phase};
+use crate::maintenance::INVALID;
 use crate::objects::EventSpec;
 
 /// The Events that describe the move from `old` to `new`.
@@ -28,6 +30,41 @@ pub fn transition_events(old: &DatabaseStatus, new: &DatabaseStatus) -> Vec<Even
             reason,
             note: message,
         }];
+    }
+    vec![]
+}
+
+/// The Event for a new `MaintenancePending` state: what now waits for the window (Normal), the
+/// window opened on what waited (Normal), or a window that cannot be read (Warning).
+pub fn maintenance_events(old: &DatabaseStatus, new: &DatabaseStatus) -> Vec<EventSpec> {
+    let pending = |s: &DatabaseStatus| {
+        find(&s.conditions, ConditionType::MaintenancePending)
+            .map(|c| (c.status == "True", c.reason.clone(), c.message.clone()))
+    };
+    let (Some((waits, reason, message)), before) = (pending(new), pending(old)) else {
+        return vec![];
+    };
+    let waited = before.as_ref().is_some_and(|(waited, _, _)| *waited);
+    let event = |warning: bool, reason: &str| {
+        vec![EventSpec {
+            warning,
+            reason: reason.to_string(),
+            note: message.clone(),
+        }]
+    };
+    if reason == INVALID {
+        let unchanged = before.is_some_and(|(_, r, m)| r == reason && m == message);
+        return if unchanged {
+            vec![]
+        } else {
+            event(true, INVALID)
+        };
+    }
+    if waits && before.is_none_or(|(_, _, m)| m != message) {
+        return event(false, "MaintenanceWaiting");
+    }
+    if !waits && waited && reason == "WindowOpen" {
+        return event(false, "MaintenanceWindowOpened");
     }
     vec![]
 }
@@ -98,6 +135,85 @@ mod tests {
         ];
         for (name, old, new, want) in table {
             let got: Vec<_> = transition_events(&old, &new)
+                .into_iter()
+                .map(|e| (e.warning, e.reason))
+                .collect();
+            let want: Vec<_> = want.into_iter().map(|(w, r)| (w, r.to_string())).collect();
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    fn pending(status: bool, reason: &str, message: &str) -> DatabaseStatus {
+        DatabaseStatus {
+            conditions: merge(
+                &[],
+                &[ConditionStatus::new(
+                    ConditionType::MaintenancePending,
+                    status,
+                    reason,
+                    message,
+                )],
+                Some(1),
+                Utc.timestamp_opt(0, 0).unwrap(),
+            ),
+            ..DatabaseStatus::default()
+        }
+    }
+
+    #[test]
+    fn maintenance_events_table() {
+        let waits = pending(true, "WaitingForMaintenanceWindow", "opens Sat: a restart");
+        let more = pending(
+            true,
+            "WaitingForMaintenanceWindow",
+            "opens Sat: a restart; image x",
+        );
+        let nothing = pending(false, "NothingPending", "opens Sat");
+        let open = pending(false, "WindowOpen", "open until 04:00");
+        let invalid = pending(true, INVALID, "timeZone \"Nowhere\"");
+        let table = [
+            (
+                "no window",
+                DatabaseStatus::default(),
+                DatabaseStatus::default(),
+                vec![],
+            ),
+            (
+                "something waits",
+                nothing.clone(),
+                waits.clone(),
+                vec![(false, "MaintenanceWaiting")],
+            ),
+            ("it still waits", waits.clone(), waits.clone(), vec![]),
+            (
+                "more waits",
+                waits.clone(),
+                more.clone(),
+                vec![(false, "MaintenanceWaiting")],
+            ),
+            (
+                "the window opens",
+                waits.clone(),
+                open.clone(),
+                vec![(false, "MaintenanceWindowOpened")],
+            ),
+            (
+                "open, nothing waited",
+                nothing.clone(),
+                open.clone(),
+                vec![],
+            ),
+            ("closes with nothing", open.clone(), nothing.clone(), vec![]),
+            (
+                "unreadable",
+                nothing.clone(),
+                invalid.clone(),
+                vec![(true, INVALID)],
+            ),
+            ("still unreadable", invalid.clone(), invalid.clone(), vec![]),
+        ];
+        for (name, old, new, want) in table {
+            let got: Vec<_> = maintenance_events(&old, &new)
                 .into_iter()
                 .map(|e| (e.warning, e.reason))
                 .collect();

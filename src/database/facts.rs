@@ -32,6 +32,7 @@ use crate::resources::credentials::{self, SecretProblem};
 use crate::resources::owner_reference;
 use crate::resources::primary_lease::LeaseFact;
 use crate::resources::statefulset::template_image;
+use crate::resources::template_origin::TemplateRecord;
 use crate::upgrade::facts::{self as upgrade_facts, UpgradeFacts};
 
 /// The objects of one Database as they were read (the owned ones as the watch caches have them).
@@ -207,6 +208,8 @@ pub struct Facts {
     pub unschedulable: Option<UnschedulableFact>,
     /// The restart-needing parameters the StatefulSet's pod template carries.
     pub restart: RestartFact,
+    /// Who built the StatefulSet's pod template, and from what (None: no StatefulSet yet).
+    pub template: Option<TemplateRecord>,
     /// Database pods held back on a revision the StatefulSet has moved on from (`stuck`).
     pub stuck_pods: Vec<String>,
     /// The CA, the server certificate, and where the pods serve it (`tls`).
@@ -248,6 +251,7 @@ impl Facts {
             instance_failure: snap.database_pods.iter().find_map(instance_failure_fact),
             unschedulable: snap.database_pods.iter().find_map(unschedulable_fact),
             restart: RestartFact::of(snap.statefulset.as_ref()),
+            template: snap.statefulset.as_ref().map(TemplateRecord::of),
             stuck_pods: stuck_pods(snap.statefulset.as_ref(), &snap.database_pods),
             roles: RolesFact {
                 pods: snap.instance_pods.iter().map(PodFact::of).collect(),
@@ -489,6 +493,7 @@ impl Facts {
             instance_failure: None,
             unschedulable: None,
             restart: Default::default(),
+            template: None,
             stuck_pods: vec![],
             tls: Default::default(),
             roles: Default::default(),

@@ -51,6 +51,12 @@ pub fn status(
             .conditions
             .retain(|c| c.type_ != ConditionType::NetworkPolicyReady.label());
     }
+    // No maintenance window: no MaintenancePending.
+    if db.spec.maintenance_window.is_none() {
+        status
+            .conditions
+            .retain(|c| c.type_ != ConditionType::MaintenancePending.label());
+    }
     status
 }
 

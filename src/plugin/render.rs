@@ -89,7 +89,35 @@ fn summary(db: &Database) -> String {
         db.spec.version,
         status.current_version.as_deref().unwrap_or("-"),
         status.endpoint.as_deref().unwrap_or("-"),
-        instances(&status.instances) + &synchronous(db, &status.instances),
+        instances(&status.instances) + &synchronous(db, &status.instances) + &maintenance(db),
+    )
+}
+
+/// With `spec.maintenanceWindow`, one line for it: when it is, and what waits for it (the
+/// `MaintenancePending` condition's message).
+fn maintenance(db: &Database) -> String {
+    let Some(window) = db.spec.maintenance_window.as_ref() else {
+        return String::new();
+    };
+    let days = if window.days.is_empty() {
+        "every day".to_string()
+    } else {
+        let names: Vec<String> = window.days.iter().map(|d| format!("{d:?}")).collect();
+        names.join(", ")
+    };
+    let zone = window.time_zone.as_deref().unwrap_or("UTC");
+    let pending = db
+        .status
+        .as_ref()
+        .and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == "MaintenancePending")
+        })
+        .map_or_else(|| "not judged yet".to_string(), |c| c.message.clone());
+    format!(
+        "Maintenance: {days} {} for {} ({zone}); {pending}\n",
+        window.start, window.duration
     )
 }
 
@@ -480,6 +508,33 @@ mod tests {
         assert!(
             line_with(&status_screen(&view, now()), "Synchronous:")
                 .ends_with("none streams to confirm now")
+        );
+    }
+
+    #[test]
+    fn the_status_screen_says_when_the_maintenance_window_is_and_what_waits() {
+        let mut db = database(json!({
+            "phase": "Ready",
+            "conditions": [condition("MaintenancePending", "True", "WaitingForMaintenanceWindow",
+                "2026-11-30T09:00:00Z",
+                "waiting for the maintenance window, which opens Sat 2026-12-05 02:00 CET: a restart for shared_buffers")],
+        }));
+        let view = StatusView {
+            database: db.clone(),
+            ..ready_view()
+        };
+        assert!(!status_screen(&view, now()).contains("Maintenance:"));
+        db.spec.maintenance_window = serde_json::from_value(json!({
+            "days": ["Saturday", "Sunday"], "start": "02:00", "duration": "2h",
+            "timeZone": "Europe/Berlin"}))
+        .unwrap();
+        let view = StatusView {
+            database: db,
+            ..ready_view()
+        };
+        assert_eq!(
+            line_with(&status_screen(&view, now()), "Maintenance:"),
+            "Maintenance: Saturday, Sunday 02:00 for 2h (Europe/Berlin); waiting for the maintenance window, which opens Sat 2026-12-05 02:00 CET: a restart for shared_buffers"
         );
     }
 

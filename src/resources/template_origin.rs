@@ -10,7 +10,12 @@
 //! pods keep their instance manager until the Database's next rollout (a spec change, a version
 //! upgrade, or `dbop.dev/restartedAt`), which then builds the template anew.
 //!
-//! Pure: functions of the Database, the observed StatefulSet and the operator's settings.
+//! A Database with a maintenance window (`crate::maintenance`) takes another operator's
+//! template in its window instead, and outside it also holds back the other changes that
+//! restart pods and are not urgent ([`TemplateChoice::Hold`]).
+//!
+//! Pure: functions of the Database, the observed StatefulSet's record, the operator's settings
+//! and the window's gate.
 
 use std::collections::BTreeMap;
 
@@ -18,6 +23,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use serde_json::{Map, Value};
 
 use crate::api::{Database, DatabaseSpec};
+use crate::maintenance::Gate;
 use crate::settings::Settings;
 
 /// The operator that built the pod template: its version and the image its pods copy dbop's
@@ -128,6 +134,28 @@ fn canonical(value: Value) -> Value {
     }
 }
 
+/// What the observed StatefulSet records about who built its pod template, and from what.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TemplateRecord {
+    /// [`BUILT_BY_ANNOTATION`] (None: the template has no record).
+    pub built_by: Option<String>,
+    /// The template-building part of [`INPUTS_ANNOTATION`] (None: absent or unreadable).
+    inputs: Option<Value>,
+}
+
+impl TemplateRecord {
+    pub fn of(sts: &StatefulSet) -> TemplateRecord {
+        let annotations = sts.metadata.annotations.clone().unwrap_or_default();
+        TemplateRecord {
+            built_by: annotations.get(BUILT_BY_ANNOTATION).cloned(),
+            inputs: annotations
+                .get(INPUTS_ANNOTATION)
+                .and_then(|text| serde_json::from_str::<Value>(text).ok())
+                .and_then(|value| template_inputs(&value)),
+        }
+    }
+}
+
 /// What to do with the pod template of the StatefulSet about to be applied.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TemplateChoice {
@@ -140,35 +168,94 @@ pub enum TemplateChoice {
     /// from the spec as it was then, which it applied on every pass): keep it, and record the
     /// inputs of now as its own.
     KeepAndRecord,
+    /// The template built now differs only by changes that wait for the maintenance window:
+    /// keep the observed one, and its record, until it opens.
+    Hold(Held),
 }
 
-/// Decides whether the template built now replaces the observed one.
+/// The changes a held template keeps from the pods (besides restart-needing parameters, which
+/// `restart` names).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    /// The operator whose instance manager waits (another operator built the pods' template).
+    pub instance_manager: Option<String>,
+    /// The image that waits (the same version from another image).
+    pub image: Option<String>,
+}
+
+impl Held {
+    /// What waits, in words.
+    pub fn describe(&self) -> Vec<String> {
+        let manager = self
+            .instance_manager
+            .as_ref()
+            .map(|by| format!("the instance manager of {by}"));
+        let image = self.image.as_ref().map(|image| format!("image {image}"));
+        manager.into_iter().chain(image).collect()
+    }
+}
+
+/// Decides whether the template built now replaces the observed one, given the maintenance
+/// window's `gate`. A window that is closed holds a new operator's instance manager, a new
+/// image for the same version and a change of `spec.postgresql`; any other change of the
+/// template (a version, resources, a restart request) is built now and carries them with it.
+/// Without a window, another operator's template waits for the Database's next rollout; in an
+/// open window it is rebuilt.
 pub fn choose(
-    observed: Option<&StatefulSet>,
+    observed: Option<&TemplateRecord>,
     db: &Database,
     run: Run<'_>,
     settings: &Settings,
+    gate: &Gate,
 ) -> TemplateChoice {
     let Some(observed) = observed else {
         return TemplateChoice::Build;
     };
-    let annotations = observed.metadata.annotations.clone().unwrap_or_default();
-    let Some(built_by) = annotations.get(BUILT_BY_ANNOTATION) else {
+    let Some(built_by) = observed.built_by.as_ref() else {
         return TemplateChoice::KeepAndRecord;
     };
-    if *built_by == builder(settings) {
-        // Our own template: rebuilt on every pass, so a hand edit is undone.
+    let ours = *built_by == builder(settings);
+    let (Some(recorded), Some(now)) = (
+        observed.inputs.as_ref(),
+        template_inputs(&recorded_inputs(db, run)),
+    ) else {
+        return TemplateChoice::Build;
+    };
+    let instance_manager = (!ours).then(|| builder(settings));
+    if *recorded == now {
+        // Our own template is rebuilt on every pass, so a hand edit is undone.
+        return match (ours, gate) {
+            (true, _) => TemplateChoice::Build,
+            (false, Gate::Open { .. }) => TemplateChoice::Build,
+            (false, Gate::NoWindow) => TemplateChoice::Keep,
+            (false, _) => TemplateChoice::Hold(Held {
+                instance_manager,
+                image: None,
+            }),
+        };
+    }
+    if !gate.holds() || without_deferrable(recorded) != without_deferrable(&now) {
         return TemplateChoice::Build;
     }
-    let recorded = annotations
-        .get(INPUTS_ANNOTATION)
-        .and_then(|text| serde_json::from_str::<Value>(text).ok())
-        .and_then(|value| template_inputs(&value));
-    let now = template_inputs(&recorded_inputs(db, run));
-    match (recorded, now) {
-        (Some(recorded), Some(now)) if recorded == now => TemplateChoice::Keep,
-        _ => TemplateChoice::Build,
+    let image = (recorded.get("image") != now.get("image")).then(|| run.image.to_string());
+    TemplateChoice::Hold(Held {
+        instance_manager,
+        image,
+    })
+}
+
+/// Template inputs without what a maintenance window may hold back: the image (`spec.image`
+/// too; the version stays) and `spec.postgresql`.
+fn without_deferrable(inputs: &Value) -> Value {
+    let mut inputs = inputs.clone();
+    if let Some(fields) = inputs.as_object_mut() {
+        fields.remove("image");
+        if let Some(spec) = fields.get_mut("spec").and_then(Value::as_object_mut) {
+            spec.remove("postgresql");
+            spec.remove("image");
+        }
     }
+    inputs
 }
 
 /// The annotations that record who built a template for `db` running `run`, and from what
@@ -185,16 +272,9 @@ pub fn record(db: &Database, run: Run<'_>, settings: &Settings) -> BTreeMap<Stri
 
 /// Applies the choice to `desired` (the StatefulSet built now, with its record): the observed
 /// pod template replaces the new one when it is kept, with the record that goes with it.
-pub fn settle(
-    desired: &mut StatefulSet,
-    observed: Option<&StatefulSet>,
-    db: &Database,
-    run: Run<'_>,
-    settings: &Settings,
-) {
+pub fn settle(desired: &mut StatefulSet, observed: Option<&StatefulSet>, choice: &TemplateChoice) {
     let Some(observed) = observed else { return };
-    let choice = choose(Some(observed), db, run, settings);
-    if choice == TemplateChoice::Build {
+    if *choice == TemplateChoice::Build {
         return;
     }
     desired.spec.template = observed.spec.template.clone();
@@ -202,7 +282,7 @@ pub fn settle(
         .metadata
         .annotations
         .get_or_insert_with(Default::default);
-    if choice == TemplateChoice::KeepAndRecord {
+    if *choice == TemplateChoice::KeepAndRecord {
         annotations.insert(BUILT_BY_ANNOTATION.into(), UNRECORDED.into());
         return;
     }
@@ -235,22 +315,54 @@ mod tests {
         pod.init_containers.as_ref()?.first()?.image.clone()
     }
 
+    /// The choice for `db` over `observed` without a window, applied to `desired`.
+    fn settle_now(
+        desired: &mut StatefulSet,
+        observed: Option<&StatefulSet>,
+        db: &Database,
+        s: &Settings,
+    ) -> TemplateChoice {
+        settle_at(desired, observed, db, s, &Gate::NoWindow)
+    }
+
+    fn settle_at(
+        desired: &mut StatefulSet,
+        observed: Option<&StatefulSet>,
+        db: &Database,
+        s: &Settings,
+        gate: &Gate,
+    ) -> TemplateChoice {
+        let record = observed.map(TemplateRecord::of);
+        let run = PodRun::of_spec(db, s);
+        let choice = choose(record.as_ref(), db, run.origin(), s, gate);
+        settle(desired, observed, &choice);
+        choice
+    }
+
+    /// What the operator of `old` built and applied for `db`.
+    fn applied(db: &Database, old: &Settings) -> StatefulSet {
+        let mut observed = statefulset(db, old, None);
+        settle_now(&mut observed, None, db, old);
+        observed
+    }
+
     /// What the operator of `old` built and applied, then what the operator of `new` builds.
     fn upgrade(db: &Database, changed: &Database, old: &str, new: &str) -> StatefulSet {
-        let old = settings(old);
+        upgrade_at(db, changed, old, new, &Gate::NoWindow).0
+    }
+
+    fn upgrade_at(
+        db: &Database,
+        changed: &Database,
+        old: &str,
+        new: &str,
+        gate: &Gate,
+    ) -> (StatefulSet, TemplateChoice) {
+        let observed = applied(db, &settings(old));
         let new = settings(new);
-        let mut observed = statefulset(db, &old, None);
-        settle(
-            &mut observed,
-            None,
-            db,
-            PodRun::of_spec(db, &old).origin(),
-            &old,
-        );
-        let run = PodRun::of_spec(changed, &new);
         let mut desired = statefulset(changed, &new, None);
-        settle(&mut desired, Some(&observed), changed, run.origin(), &new);
-        desired
+        let choice = settle_at(&mut desired, Some(&observed), changed, &new, gate);
+        (desired, choice)
     }
 
     #[test]
@@ -310,23 +422,10 @@ mod tests {
     fn the_same_operator_rebuilds_its_template_so_a_hand_edit_is_undone() {
         let db = testing::minimal();
         let s = settings("dbop:1");
-        let mut observed = statefulset(&db, &s, None);
-        settle(
-            &mut observed,
-            None,
-            &db,
-            PodRun::of_spec(&db, &s).origin(),
-            &s,
-        );
+        let mut observed = applied(&db, &s);
         observed.spec.template.spec.as_mut().unwrap().containers[0].image = Some("evil:1".into());
         let mut desired = statefulset(&db, &s, None);
-        settle(
-            &mut desired,
-            Some(&observed),
-            &db,
-            PodRun::of_spec(&db, &s).origin(),
-            &s,
-        );
+        settle_now(&mut desired, Some(&observed), &db, &s);
         assert_eq!(
             template_image(&desired).as_deref(),
             Some("docker.io/library/postgres:16.4")
@@ -341,18 +440,16 @@ mod tests {
         observed.metadata.annotations = None;
         let new = settings("dbop:2");
         let mut desired = statefulset(&db, &new, None);
-        let run = PodRun::of_spec(&db, &new);
         assert_eq!(
-            choose(Some(&observed), &db, run.origin(), &new),
+            settle_now(&mut desired, Some(&observed), &db, &new),
             TemplateChoice::KeepAndRecord
         );
-        settle(&mut desired, Some(&observed), &db, run.origin(), &new);
         assert_eq!(copy_image(&desired).as_deref(), Some("dbop:1"));
         let annotations = desired.metadata.annotations.clone().unwrap();
         assert_eq!(annotations[BUILT_BY_ANNOTATION], UNRECORDED);
         // Recorded now: the next pass keeps it as another operator's, unchanged.
         let mut again = statefulset(&db, &new, None);
-        settle(&mut again, Some(&desired), &db, run.origin(), &new);
+        settle_now(&mut again, Some(&desired), &db, &new);
         assert_eq!(copy_image(&again).as_deref(), Some("dbop:1"));
         assert_eq!(again.metadata.annotations, desired.metadata.annotations);
     }
@@ -360,15 +457,7 @@ mod tests {
     #[test]
     fn an_unreadable_record_builds_anew() {
         let db = testing::minimal();
-        let old = settings("dbop:1");
-        let mut observed = statefulset(&db, &old, None);
-        settle(
-            &mut observed,
-            None,
-            &db,
-            PodRun::of_spec(&db, &old).origin(),
-            &old,
-        );
+        let mut observed = applied(&db, &settings("dbop:1"));
         observed
             .metadata
             .annotations
@@ -376,11 +465,138 @@ mod tests {
             .unwrap()
             .insert(INPUTS_ANNOTATION.into(), "{not json".into());
         let new = settings("dbop:2");
-        let run = PodRun::of_spec(&db, &new);
+        let mut desired = statefulset(&db, &new, None);
         assert_eq!(
-            choose(Some(&observed), &db, run.origin(), &new),
+            settle_now(&mut desired, Some(&observed), &db, &new),
             TemplateChoice::Build
         );
+    }
+
+    fn closed() -> Gate {
+        Gate::Closed {
+            opens: "Sat 2026-12-05 02:00 UTC".into(),
+            at: chrono::DateTime::UNIX_EPOCH,
+        }
+    }
+
+    fn open() -> Gate {
+        Gate::Open {
+            closes: "Sat 2026-12-05 04:00 UTC".into(),
+            at: chrono::DateTime::UNIX_EPOCH,
+        }
+    }
+
+    fn restart_parameters(sts: &StatefulSet) -> Option<String> {
+        let annotations = sts.spec.template.metadata.as_ref()?.annotations.as_ref()?;
+        annotations
+            .get(crate::resources::server_config::RESTART_ANNOTATION)
+            .cloned()
+    }
+
+    fn with_shared_buffers(db: &Database, value: &str) -> Database {
+        let mut changed = db.clone();
+        changed.spec.postgresql = Some(
+            serde_json::from_value(serde_json::json!({"parameters": {"shared_buffers": value}}))
+                .unwrap(),
+        );
+        changed
+    }
+
+    #[test]
+    fn a_new_operator_s_instance_manager_waits_for_the_window_and_rolls_in_it() {
+        let db = testing::minimal();
+        let (held, choice) = upgrade_at(&db, &db, "dbop:1", "dbop:2", &closed());
+        assert_eq!(copy_image(&held).as_deref(), Some("dbop:1"));
+        let TemplateChoice::Hold(what) = choice else {
+            panic!("held, got {choice:?}")
+        };
+        assert_eq!(
+            what.describe(),
+            [format!(
+                "the instance manager of {}",
+                builder(&settings("dbop:2"))
+            )]
+        );
+        // A window that cannot be read holds it too.
+        let invalid = Gate::Invalid {
+            message: "bad".into(),
+        };
+        let (still, _) = upgrade_at(&db, &db, "dbop:1", "dbop:2", &invalid);
+        assert_eq!(copy_image(&still).as_deref(), Some("dbop:1"));
+        // In the window it rolls; once applied it is this operator's own, so the rollout goes
+        // on after the window closes (a window shorter than a restart ends none half-way).
+        let (rolled, choice) = upgrade_at(&db, &db, "dbop:1", "dbop:2", &open());
+        assert_eq!(
+            (copy_image(&rolled).as_deref(), choice),
+            (Some("dbop:2"), TemplateChoice::Build)
+        );
+        let new = settings("dbop:2");
+        let mut after = statefulset(&db, &new, None);
+        let choice = settle_at(&mut after, Some(&rolled), &db, &new, &closed());
+        assert_eq!(
+            (copy_image(&after).as_deref(), choice),
+            (Some("dbop:2"), TemplateChoice::Build)
+        );
+    }
+
+    #[test]
+    fn a_restart_needing_parameter_waits_for_the_window() {
+        let s = settings("dbop:1");
+        let db = with_shared_buffers(&testing::minimal(), "128MB");
+        let observed = applied(&db, &s);
+        let changed = with_shared_buffers(&db, "256MB");
+        let mut desired = statefulset(&changed, &s, None);
+        let choice = settle_at(&mut desired, Some(&observed), &changed, &s, &closed());
+        assert_eq!(choice, TemplateChoice::Hold(Held::default()));
+        assert_eq!(restart_parameters(&desired), restart_parameters(&observed));
+        // Kept with its record: the next pass holds it again, until the window opens.
+        let mut again = statefulset(&changed, &s, None);
+        let choice = settle_at(&mut again, Some(&desired), &changed, &s, &closed());
+        assert_eq!(choice, TemplateChoice::Hold(Held::default()));
+        let mut opened = statefulset(&changed, &s, None);
+        settle_at(&mut opened, Some(&again), &changed, &s, &open());
+        assert_ne!(restart_parameters(&opened), restart_parameters(&observed));
+        assert!(restart_parameters(&opened).unwrap().contains("256MB"));
+    }
+
+    #[test]
+    fn a_new_image_for_the_same_version_waits_for_the_window() {
+        let s = settings("dbop:1");
+        let db = testing::minimal();
+        let observed = applied(&db, &s);
+        let mut changed = db.clone();
+        changed.spec.image = Some("mirror/postgres:16.4-patched".into());
+        let mut desired = statefulset(&changed, &s, None);
+        let choice = settle_at(&mut desired, Some(&observed), &changed, &s, &closed());
+        assert_eq!(
+            choice,
+            TemplateChoice::Hold(Held {
+                instance_manager: None,
+                image: Some("mirror/postgres:16.4-patched".into()),
+            })
+        );
+        assert_eq!(template_image(&desired), template_image(&observed));
+    }
+
+    #[test]
+    fn other_changes_do_not_wait_and_carry_the_held_ones_with_them() {
+        let db = with_shared_buffers(&testing::minimal(), "128MB");
+        let mut changed = with_shared_buffers(&db, "256MB");
+        changed.spec.resources =
+            Some(serde_json::from_value(serde_json::json!({"limits": {"memory": "2Gi"}})).unwrap());
+        let (desired, choice) = upgrade_at(&db, &changed, "dbop:1", "dbop:2", &closed());
+        assert_eq!(choice, TemplateChoice::Build);
+        assert_eq!(copy_image(&desired).as_deref(), Some("dbop:2"));
+        assert!(restart_parameters(&desired).unwrap().contains("256MB"));
+        // A restart request is not held either.
+        let mut restart = db.clone();
+        restart
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(RESTARTED_AT_ANNOTATION.into(), "now".into());
+        let (_, choice) = upgrade_at(&db, &restart, "dbop:1", "dbop:1", &closed());
+        assert_eq!(choice, TemplateChoice::Build);
     }
 
     #[test]

@@ -24,6 +24,7 @@ use super::facts::{PodFact, UpgradeFacts};
 use super::policy::{Transition, image_of, transition};
 use crate::api::conditions::{ConditionStatus, ConditionType};
 use crate::api::{BackupPhase, Database, UpgradeStage, UpgradeStageTime, UpgradeStatus};
+use crate::maintenance::Gate;
 use crate::objects::JobState;
 use crate::settings::Settings;
 
@@ -56,6 +57,8 @@ pub struct UpgradePlan {
     /// Delete these pods (stuck on the image being rolled back).
     pub delete_pods: Vec<String>,
     pub requeue_after: Option<Duration>,
+    /// The upgrade that waits for the maintenance window, in words (None: none waits).
+    pub waiting_for_window: Option<String>,
 }
 
 /// The `spec.upgrade` settings with their defaults.
@@ -97,6 +100,8 @@ pub struct Input<'a> {
     pub settings: &'a Settings,
     pub facts: &'a UpgradeFacts,
     pub now: DateTime<Utc>,
+    /// The maintenance window's gate (an upgrade marked `inMaintenanceWindow` starts in it).
+    pub gate: &'a Gate,
 }
 
 impl Input<'_> {
@@ -173,9 +178,41 @@ fn judge(input: &Input) -> UpgradePlan {
             {
                 stopped(input, p)
             }
+            _ if waits_for_window(input) => waiting(input, from, to),
             _ => start(input, from, to),
         },
     }
+}
+
+/// The upgrade is marked `inMaintenanceWindow` and the window holds restarts now.
+fn waits_for_window(input: &Input) -> bool {
+    let marked = input
+        .db
+        .spec
+        .upgrade
+        .as_ref()
+        .and_then(|u| u.in_maintenance_window)
+        .unwrap_or(false);
+    marked && input.gate.holds()
+}
+
+/// The reason of `Upgrading` while an upgrade waits for the maintenance window.
+pub const WAITING_FOR_WINDOW: &str = "WaitingForMaintenanceWindow";
+
+/// An upgrade that waits for the maintenance window: nothing starts, the pods stay as they are.
+fn waiting(input: &Input, from: String, to: String) -> UpgradePlan {
+    let mut out = idle(input, from.clone());
+    out.template.image = input.running_image(&from);
+    out.condition = Some(upgrading(
+        false,
+        WAITING_FOR_WINDOW,
+        format!(
+            "the upgrade from {from} to {to} waits for the maintenance window \
+             (spec.upgrade.inMaintenanceWindow); see MaintenancePending"
+        ),
+    ));
+    out.waiting_for_window = Some(format!("the upgrade to {to}"));
+    out
 }
 
 /// An upgrade that ended without reaching its version and was not abandoned since.
@@ -226,6 +263,7 @@ fn idle(input: &Input, version: String) -> UpgradePlan {
         create_backup: None,
         delete_pods: vec![],
         requeue_after: None,
+        waiting_for_window: None,
     }
 }
 
@@ -715,6 +753,7 @@ mod tests {
             settings: &settings(),
             facts: &facts,
             now: t(now),
+            gate: &Gate::NoWindow,
         })
     }
 
@@ -980,5 +1019,52 @@ mod tests {
         let p = run(&refused, UpgradeFacts::default(), 0);
         assert_eq!(p.condition.unwrap().reason, "DowngradeRefused");
         assert_eq!(p.template.image, OLD);
+    }
+
+    #[test]
+    fn an_upgrade_marked_for_the_window_waits_for_it_and_one_under_way_goes_on() {
+        let mut marked = db("15.20", None, serde_json::json!({}));
+        marked.spec.upgrade = Some(crate::api::UpgradeSpec {
+            in_maintenance_window: Some(true),
+            ..Default::default()
+        });
+        let closed = Gate::Closed {
+            opens: "Sat 02:00".into(),
+            at: t(3600),
+        };
+        let plan_at = |db: &Database, gate: &Gate| {
+            plan(&Input {
+                db,
+                settings: &settings(),
+                facts: &UpgradeFacts::default(),
+                now: t(0),
+                gate,
+            })
+        };
+        let waiting = plan_at(&marked, &closed);
+        assert_eq!(waiting.status, None);
+        assert_eq!(waiting.template.image, OLD);
+        assert_eq!(waiting.condition.unwrap().reason, WAITING_FOR_WINDOW);
+        assert_eq!(
+            waiting.waiting_for_window.as_deref(),
+            Some("the upgrade to 15.20")
+        );
+        assert!(!waiting.active && waiting.create_preflight.is_none());
+        // In the window it starts.
+        let open = Gate::Open {
+            closes: "Sat 04:00".into(),
+            at: t(3600),
+        };
+        let started = plan_at(&marked, &open);
+        assert_eq!(started.status.unwrap().stage, Preflight);
+        // Not marked: the window does not hold it.
+        let unmarked = db("15.20", None, serde_json::json!({}));
+        assert_eq!(plan_at(&unmarked, &closed).status.unwrap().stage, Preflight);
+        // Under way when the window closes: it goes on.
+        let mut under_way = marked.clone();
+        under_way.status.as_mut().unwrap().upgrade = Some(at(RollingOut));
+        let going_on = plan_at(&under_way, &closed);
+        assert!(going_on.active, "{going_on:?}");
+        assert_eq!(going_on.waiting_for_window, None);
     }
 }
