@@ -175,6 +175,29 @@ async fn changes_that_restart_pods_wait_for_the_window_across_an_operator_upgrad
     );
     wait_event(&bed, &ns, "held", "MaintenanceWaiting").await;
 
+    // Moving the window to another closed hour releases nothing.
+    let later = (Utc::now() + TimeDelta::hours(18))
+        .format("%H:%M")
+        .to_string();
+    let moved = json!({"start": later, "duration": "1h", "timeZone": "Europe/Berlin"});
+    patch_spec(&bed, &ns, "held", json!({"maintenanceWindow": moved})).await;
+    let generation = bed
+        .databases(&ns)
+        .get("held")
+        .await
+        .unwrap()
+        .metadata
+        .generation;
+    wait_until("the operator saw the moved window", WAIT, || async {
+        let db = bed.databases(&ns).get("held").await.ok()?;
+        (db.status?.observed_generation == generation).then_some(())
+    })
+    .await;
+    assert_eq!(
+        template(&bed, &ns, "held").await,
+        (OLD_AGENT.to_string(), held_parameters.clone())
+    );
+
     // The window moves to now: both roll out together.
     patch_spec(
         &bed,

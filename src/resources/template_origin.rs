@@ -38,13 +38,15 @@ pub const RESTARTED_AT_ANNOTATION: &str = "dbop.dev/restartedAt";
 
 /// Spec fields that build no part of the pod template: a change to one of them is not a reason
 /// to rebuild it (the claim templates are kept verbatim, and storage grows by expanding claims;
-/// the roles reach the pods through the accounts Secret; a NetworkPolicy is an object of its own).
-const NOT_IN_THE_TEMPLATE: [&str; 9] = [
+/// the roles reach the pods through the accounts Secret; a NetworkPolicy is an object of its own;
+/// the maintenance window decides when a template is rebuilt, it is not part of one).
+const NOT_IN_THE_TEMPLATE: [&str; 10] = [
     "application",
     "backup",
     "bootstrap",
     "deletionPolicy",
     "init",
+    "maintenanceWindow",
     "networkPolicy",
     "roles",
     "storage",
@@ -549,9 +551,16 @@ mod tests {
         let choice = settle_at(&mut desired, Some(&observed), &changed, &s, &closed());
         assert_eq!(choice, TemplateChoice::Hold(Held::default()));
         assert_eq!(restart_parameters(&desired), restart_parameters(&observed));
-        // Kept with its record: the next pass holds it again, until the window opens.
-        let mut again = statefulset(&changed, &s, None);
-        let choice = settle_at(&mut again, Some(&desired), &changed, &s, &closed());
+        // Kept with its record: the next pass holds it again, until the window opens; moving
+        // the window (to another closed one) releases nothing either.
+        let mut moved = changed.clone();
+        moved.spec.maintenance_window = Some(crate::api::MaintenanceWindowSpec {
+            start: "03:00".into(),
+            duration: "1h".into(),
+            ..Default::default()
+        });
+        let mut again = statefulset(&moved, &s, None);
+        let choice = settle_at(&mut again, Some(&desired), &moved, &s, &closed());
         assert_eq!(choice, TemplateChoice::Hold(Held::default()));
         let mut opened = statefulset(&changed, &s, None);
         settle_at(&mut opened, Some(&again), &changed, &s, &open());
