@@ -331,7 +331,19 @@ fn failover(db: &Database, fact: &RolesFact, current: &str) -> Option<Result<Fai
                     .any(|p| &p.name == name && p.ready && fenced(p))
         })
         .collect();
-    let (to, chosen) = most_advanced(&candidates, &fact.positions)?;
+    let on_cordoned_node: BTreeSet<String> = candidates
+        .iter()
+        .filter(|name| {
+            fact.pods.iter().any(|p| {
+                &p.name == *name
+                    && p.node
+                        .as_ref()
+                        .is_some_and(|n| fact.cordoned_nodes.contains(n))
+            })
+        })
+        .cloned()
+        .collect();
+    let (to, chosen) = most_advanced(&candidates, &fact.positions, &on_cordoned_node)?;
     if let Some(wait) = synchronous_quorum(db, fact, current, &to) {
         return Some(Err(wait));
     }
@@ -403,11 +415,13 @@ fn synchronous_quorum(db: &Database, fact: &RolesFact, current: &str, to: &str) 
 
 /// Of `candidates` (in ordinal order), the one that received the most WAL: a promotion keeps
 /// what it received, so any other choice would discard commits a standby has. One that does not
-/// report its position ranks below every one that does; among equals, the lowest ordinal. With
+/// report its position ranks below every one that does; among equals, one whose node is not
+/// cordoned (a drain would move the new primary again at once), then the lowest ordinal. With
 /// the reason, worded for the Event.
 fn most_advanced(
     candidates: &[String],
     positions: &BTreeMap<String, Position>,
+    on_cordoned_node: &BTreeSet<String>,
 ) -> Option<(String, String)> {
     let lsn = |name: &String| -> Option<Lsn> {
         positions
@@ -418,7 +432,10 @@ fn most_advanced(
     let to = candidates
         .iter()
         .enumerate()
-        .max_by_key(|(i, name)| (lsn(name), std::cmp::Reverse(*i)))
+        .max_by_key(|(i, name)| {
+            let schedulable = !on_cordoned_node.contains(*name);
+            (lsn(name), schedulable, std::cmp::Reverse(*i))
+        })
         .map(|(_, name)| name.clone())?;
     let each = candidates
         .iter()
@@ -428,11 +445,22 @@ fn most_advanced(
         })
         .collect::<Vec<_>>()
         .join(", ");
-    let chosen = match lsn(&to) {
+    let mut chosen = match lsn(&to) {
         Some(_) if candidates.len() == 1 => "the only ready standby".to_string(),
         Some(_) => format!("the most WAL received ({each})"),
         None => format!("the first ready standby (no standby reported its WAL position: {each})"),
     };
+    let passed_over: Vec<&str> = candidates
+        .iter()
+        .filter(|n| **n != to && lsn(n) == lsn(&to) && on_cordoned_node.contains(*n))
+        .map(String::as_str)
+        .collect();
+    if !passed_over.is_empty() {
+        chosen += &format!(
+            "; not {}, as much WAL but on a cordoned node",
+            passed_over.join(", ")
+        );
+    }
     Some((to, chosen))
 }
 
@@ -972,6 +1000,26 @@ mod tests {
             "{}",
             failover.chosen
         );
+        // Equal, but the lowest ordinal's node is cordoned: the other one. More WAL on a
+        // cordoned node still wins (a drain then hands over again; commits are not discarded).
+        fact.positions
+            .insert("orders-1".into(), standby_at(0x3000148));
+        fact.pods[1].node = Some("node-cordoned".into());
+        fact.cordoned_nodes = ["node-cordoned".to_string()].into();
+        let failover = plan(&three(), &fact).failover.unwrap();
+        assert_eq!(failover.to, "orders-2");
+        assert!(
+            failover
+                .chosen
+                .ends_with("; not orders-1, as much WAL but on a cordoned node"),
+            "{}",
+            failover.chosen
+        );
+        fact.positions
+            .insert("orders-1".into(), standby_at(0x3000200));
+        assert_eq!(plan(&three(), &fact).failover.unwrap().to, "orders-1");
+        fact.cordoned_nodes.clear();
+        fact.positions.remove("orders-1");
         // A server that says it is no standby (promoted on its own?) is no candidate by WAL.
         fact.positions.insert(
             "orders-2".into(),
