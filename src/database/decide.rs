@@ -130,20 +130,7 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
     steps.apply_statefulset = true;
     let now = facts.backups.now;
     let gate = Gate::of(db, now);
-    let upgrade = plan_upgrade(&UpgradeInput {
-        db,
-        settings,
-        facts: &facts.upgrade,
-        now,
-        gate: &gate,
-    });
-    let template = template_origin::choose(
-        facts.template.as_ref(),
-        db,
-        upgrade.template.origin(),
-        settings,
-        &gate,
-    );
+    let (upgrade, template) = pod_template(db, facts, settings, &gate);
     let roles = roles::plan(
         db,
         &RolesFact {
@@ -227,6 +214,26 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
         roles,
         accounts: accounts::plan(&facts.accounts),
     }
+}
+
+/// What the pods run: the upgrade's plan (image, version, partition), and whether the template
+/// built from it replaces the observed one (both under the maintenance window's `gate`).
+fn pod_template(
+    db: &Database,
+    facts: &Facts,
+    settings: &Settings,
+    gate: &Gate,
+) -> (UpgradePlan, TemplateChoice) {
+    let upgrade = plan_upgrade(&UpgradeInput {
+        db,
+        settings,
+        facts: &facts.upgrade,
+        now: facts.backups.now,
+        gate,
+    });
+    let run = upgrade.template.origin();
+    let template = template_origin::choose(facts.template.as_ref(), db, run, settings, gate);
+    (upgrade, template)
 }
 
 /// What waits for the maintenance window, in words: what the held template keeps from the pods
