@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::node::{REAL_NODE_STORAGE_CLASS, real_node_placement};
-use crate::{TestBed, wait_until};
+use crate::{TestBed, wait_until, wait_until_or_none};
 
 /// A row replicated to a streaming standby, or an instance changing role.
 pub const REPLICATION_WAIT: Duration = Duration::from_secs(60);
@@ -71,8 +71,9 @@ impl TestBed {
     }
 
     /// Waits until `pod` runs as a standby whose WAL receiver streams.
+    /// On a timeout it panics with the pod's story (`pod_story`): why it does not stream.
     pub async fn streaming_standby(&self, ns: &str, pod: &str, wait: Duration) {
-        wait_until(&format!("{pod} streaming as a standby"), wait, || async {
+        let streaming = wait_until_or_none(wait, || async {
             let (ok, out, _) = self.local_psql(
                 ns,
                 pod,
@@ -81,5 +82,33 @@ impl TestBed {
             (ok && out.trim() == "true:streaming").then_some(())
         })
         .await;
+        if streaming.is_none() {
+            panic!(
+                "timed out after {wait:?} waiting for {pod} streaming as a standby\n{}",
+                self.pod_story(ns, pod)
+            );
+        }
+    }
+
+    /// What happened to `pod`: its containers' restarts and states (the last termination's
+    /// message is the manager's reason), and its instance manager's last log lines before and
+    /// since its last restart.
+    pub fn pod_story(&self, ns: &str, pod: &str) -> String {
+        let statuses = "jsonpath={range .status.containerStatuses[*]}{.name}: restarts \
+                        {.restartCount}, state {.state}, last {.lastState}{\"\\n\"}{end}";
+        let (_, containers, err) = self.kubectl(&["-n", ns, "get", "pod", pod, "-o", statuses]);
+        let logs = |previous: bool| {
+            let mut args = vec!["-n", ns, "logs", pod, "-c", "postgres", "--tail", "60"];
+            if previous {
+                args.push("--previous");
+            }
+            let (_, out, err) = self.kubectl(&args);
+            if out.is_empty() { err } else { out }
+        };
+        format!(
+            "--- {pod}'s containers{err}:\n{containers}\n--- its manager before its last restart:\n{}\n--- since:\n{}",
+            logs(true),
+            logs(false)
+        )
     }
 }
