@@ -217,14 +217,16 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
 }
 
 /// What the pods run: the upgrade's plan (image, version, partition), and whether the template
-/// built from it replaces the observed one (both under the maintenance window's `gate`).
+/// built from it replaces the observed one (both under the maintenance window's `gate`). A held
+/// template keeps its image, so the plan then says that image: a new one that waits for the
+/// window is no rollout under way.
 fn pod_template(
     db: &Database,
     facts: &Facts,
     settings: &Settings,
     gate: &Gate,
 ) -> (UpgradePlan, TemplateChoice) {
-    let upgrade = plan_upgrade(&UpgradeInput {
+    let mut upgrade = plan_upgrade(&UpgradeInput {
         db,
         settings,
         facts: &facts.upgrade,
@@ -233,6 +235,10 @@ fn pod_template(
     });
     let run = upgrade.template.origin();
     let template = template_origin::choose(facts.template.as_ref(), db, run, settings, gate);
+    let kept_image = facts.statefulset.as_ref().and_then(|s| s.image.clone());
+    if let (TemplateChoice::Hold(_), Some(image)) = (&template, kept_image) {
+        upgrade.template.image = image;
+    }
     (upgrade, template)
 }
 
@@ -921,6 +927,45 @@ mod tests {
         );
         let d = decide(&db, &with([false, true, true]), &Settings::default());
         assert_eq!(cond(&d, Ready).reason, "NotServing");
+    }
+
+    #[test]
+    fn a_new_image_that_waits_for_the_window_is_no_rollout() {
+        let settings = Settings::default();
+        let running = with_status(testing::minimal(), Some("16.4"), true);
+        let applied = crate::resources::statefulset::statefulset(&running, &settings, None);
+        let mut db = running.clone();
+        db.spec.image = Some("mirror/postgres:16.4-patched".into());
+        // Closed at the facts' moment (the epoch): it opens at 02:00 UTC.
+        db.spec.maintenance_window = Some(crate::api::MaintenanceWindowSpec {
+            start: "02:00".into(),
+            duration: "1h".into(),
+            ..Default::default()
+        });
+        let f = Facts {
+            statefulset: Some(sts(1, true, IMAGE)),
+            template: Some(template_origin::TemplateRecord::of(&applied)),
+            volume: bound("1Gi"),
+            ..facts()
+        };
+        let d = decide(&db, &f, &settings);
+        assert!(
+            matches!(d.template, TemplateChoice::Hold(_)),
+            "{:?}",
+            d.template
+        );
+        assert_eq!(d.pod_run.image, IMAGE);
+        assert_eq!(d.phase, Phase::Ready);
+        assert_eq!(d.current_image.as_deref(), Some(IMAGE));
+        let pending = cond(&d, ConditionType::MaintenancePending);
+        assert!(pending.status);
+        assert!(
+            pending
+                .message
+                .ends_with(": image mirror/postgres:16.4-patched"),
+            "{}",
+            pending.message
+        );
     }
 
     /// The phase table: (name, database, facts, expected phase, Ready reason).
