@@ -188,12 +188,12 @@ impl Gate {
     pub fn next_change(&self, now: DateTime<Utc>) -> Option<Duration> {
         match self {
             Gate::Open { at, .. } | Gate::Closed { at, .. } => {
-                // A second past the moment, so that the pass then sees it changed.
-                Some(
-                    (*at - now + TimeDelta::seconds(1))
-                        .to_std()
-                        .unwrap_or_default(),
-                )
+                // A second past the moment, so that the pass then sees it changed (and never
+                // less than a second, whatever the clock did meanwhile).
+                let until = (*at - now + TimeDelta::seconds(1))
+                    .to_std()
+                    .unwrap_or_default();
+                Some(until.max(Duration::from_secs(1)))
             }
             Gate::NoWindow | Gate::Invalid { .. } => None,
         }
