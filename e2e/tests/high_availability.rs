@@ -18,7 +18,7 @@ use dbop::api::{
 };
 use dbop_e2e::instances::{REPLICATION_WAIT, instance_resources, real_node_database};
 use dbop_e2e::node::{REAL_NODE_STORAGE_CLASS, real_node_placement};
-use dbop_e2e::{TestBed, testbed, wait_until};
+use dbop_e2e::{TestBed, testbed, wait_until, wait_until_or_none};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -327,12 +327,23 @@ async fn three_instances_upgrade_standbys_first_and_keep_their_data() {
 
     bed.apply_database(&ns, spec("15.20")).await;
     let databases = bed.databases(&ns);
-    let done = wait_until("the upgrade finished", READY_WAIT, || async {
+    let finished = wait_until_or_none(READY_WAIT, || async {
         let db = databases.get("up").await.ok()?;
         let u = db.status.as_ref()?.upgrade.clone()?;
         (u.to == "15.20" && u.stage.is_finished()).then_some(db)
     })
     .await;
+    let Some(done) = finished else {
+        // Why not: the Database's status, and each pod's story (CI hit this once).
+        let status = databases.get("up").await.map(|db| db.status);
+        let stories: Vec<String> = (0..3)
+            .map(|o| bed.pod_story(&ns, &format!("up-{o}")))
+            .collect();
+        panic!(
+            "timed out after {READY_WAIT:?} waiting for the upgrade to finish\nstatus: {status:#?}\n{}",
+            stories.join("\n")
+        );
+    };
     let status = done.status.unwrap();
     let upgrade = status.upgrade.unwrap();
     assert_eq!(upgrade.stage, UpgradeStage::Complete, "{upgrade:#?}");
