@@ -43,6 +43,11 @@ pub enum Command {
     List(ListArgs),
     /// Apply the retention policy to one database's backups.
     Prune(PruneArgs),
+    /// Archive one WAL file (PostgreSQL's `archive_command = 'dbop-backup wal-push %p %f'`),
+    /// and other files already ready, in parallel.
+    WalPush(WalPushArgs),
+    /// Bring one archived WAL file back (`restore_command = 'dbop-backup wal-fetch %f %p'`).
+    WalFetch(WalFetchArgs),
 }
 
 #[derive(Debug, Args, Clone)]
@@ -125,6 +130,22 @@ pub struct KeyArgs {
     pub encryption_key_dir: Option<PathBuf>,
 }
 
+/// How what the agent writes is encoded (`dump`, `wal-push`).
+#[derive(Debug, Args, Clone)]
+pub struct EncodeArgs {
+    /// zstd level (1 fast … 19 small; negative levels are faster still).
+    #[arg(long, env = "DBOP_BACKUP_COMPRESSION_LEVEL", default_value_t = 1,
+          value_parser = clap::value_parser!(i32).range(-7..=19))]
+    pub compression_level: i32,
+    /// Encrypt every object written with this key of `--encryption-key-dir`.
+    #[arg(
+        long,
+        env = "DBOP_BACKUP_ENCRYPTION_KEY",
+        requires = "encryption_key_dir"
+    )]
+    pub encryption_key: Option<String>,
+}
+
 #[derive(Debug, Args, Clone)]
 pub struct RetentionArgs {
     /// Keep at most this many complete backups (the newest is always kept).
@@ -156,10 +177,8 @@ pub struct DumpArgs {
     pub pg: PgArgs,
     #[command(flatten)]
     pub retention: RetentionArgs,
-    /// zstd level (1 fast … 19 small; negative levels are faster still).
-    #[arg(long, env = "DBOP_BACKUP_COMPRESSION_LEVEL", default_value_t = 1,
-          value_parser = clap::value_parser!(i32).range(-7..=19))]
-    pub compression_level: i32,
+    #[command(flatten)]
+    pub encode: EncodeArgs,
     /// zstd worker threads: 0 compresses in the thread that reads pg_dump; N ≥ 1 hands
     /// compression to N workers so reading and compressing overlap.
     #[arg(long, env = "DBOP_BACKUP_COMPRESSION_THREADS", default_value_t = 1,
@@ -179,13 +198,6 @@ pub struct DumpArgs {
     pub backup_id: Option<String>,
     #[command(flatten)]
     pub keys: KeyArgs,
-    /// Encrypt every object of the backup with this key of `--encryption-key-dir`.
-    #[arg(
-        long,
-        env = "DBOP_BACKUP_ENCRYPTION_KEY",
-        requires = "encryption_key_dir"
-    )]
-    pub encryption_key: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -273,6 +285,54 @@ pub struct PruneArgs {
     pub output: OutputArgs,
 }
 
+/// What `wal-push` and `wal-fetch` share.
+#[derive(Debug, Args)]
+pub struct WalArgs {
+    /// Database whose backups folder holds the WAL, `<prefix>/<database>/wal/` (default:
+    /// PGDATABASE).
+    #[arg(long, env = "DBOP_BACKUP_DATABASE")]
+    pub database: Option<String>,
+    /// The longest one call may take, retries included; then it exits non-zero and PostgreSQL
+    /// calls again.
+    #[arg(long, env = "DBOP_BACKUP_WAL_DEADLINE", value_parser = parse_duration, default_value = "60s")]
+    pub wal_deadline: Duration,
+    #[command(flatten)]
+    pub keys: KeyArgs,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct WalPushArgs {
+    /// The file to archive (`%p`: relative to the data directory, in `pg_wal/`).
+    pub path: PathBuf,
+    /// Its name (`%f`).
+    pub file_name: String,
+    /// Files uploaded at once: this one and up to N-1 others PostgreSQL has marked ready in
+    /// `pg_wal/archive_status/` (1: no read-ahead).
+    #[arg(long, env = "DBOP_BACKUP_WAL_PARALLEL", default_value_t = 4,
+          value_parser = clap::value_parser!(u16).range(1..=32))]
+    pub wal_parallel: u16,
+    /// Where a marker is left for each file uploaded ahead of its own call (default:
+    /// `dbop-wal-spool` beside `pg_wal`, in the data directory).
+    #[arg(long, env = "DBOP_BACKUP_WAL_SPOOL_DIR")]
+    pub wal_spool_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub encode: EncodeArgs,
+    #[command(flatten)]
+    pub wal: WalArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct WalFetchArgs {
+    /// The file PostgreSQL asks for (`%f`).
+    pub file_name: String,
+    /// Where to put it (`%p`).
+    pub path: PathBuf,
+    #[command(flatten)]
+    pub wal: WalArgs,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,8 +366,44 @@ mod tests {
         assert_eq!(d.part_size, 16 << 20);
         assert_eq!(d.retention.keep_last, Some(3));
         assert_eq!(d.retention.max_age, Some(Duration::from_secs(30 * 86_400)));
-        assert_eq!(d.compression_level, 1);
+        assert_eq!(d.encode.compression_level, 1);
         assert_eq!(d.storage.s3_checksums, ChecksumMode::WhenRequired);
+    }
+
+    #[test]
+    fn parses_the_wal_commands_as_postgresql_calls_them() {
+        let cli = Cli::try_parse_from([
+            "dbop-backup",
+            "wal-push",
+            "pg_wal/000000010000000000000002",
+            "000000010000000000000002",
+            "--bucket",
+            "b",
+        ])
+        .unwrap();
+        let Command::WalPush(p) = cli.command else {
+            panic!("not a wal-push")
+        };
+        assert_eq!(p.path, PathBuf::from("pg_wal/000000010000000000000002"));
+        assert_eq!(p.file_name, "000000010000000000000002");
+        assert_eq!((p.wal_parallel, p.encode.compression_level), (4, 1));
+        assert_eq!(p.wal.wal_deadline, Duration::from_secs(60));
+        let cli = Cli::try_parse_from([
+            "dbop-backup",
+            "wal-fetch",
+            "00000002.history",
+            "pg_wal/RECOVERYHISTORY",
+            "--bucket",
+            "b",
+            "--wal-deadline",
+            "10s",
+        ])
+        .unwrap();
+        let Command::WalFetch(f) = cli.command else {
+            panic!("not a wal-fetch")
+        };
+        assert_eq!(f.file_name, "00000002.history");
+        assert_eq!(f.wal.wal_deadline, Duration::from_secs(10));
     }
 
     #[test]
@@ -339,6 +435,37 @@ mod tests {
                 "0",
             ],
             vec!["dbop-backup", "dump"],
+            vec![
+                "dbop-backup",
+                "wal-push",
+                "p",
+                "f",
+                "--bucket",
+                "b",
+                "--wal-parallel",
+                "0",
+            ],
+            vec!["dbop-backup", "wal-push", "p", "--bucket", "b"],
+            vec![
+                "dbop-backup",
+                "wal-fetch",
+                "f",
+                "p",
+                "--bucket",
+                "b",
+                "--wal-deadline",
+                "5",
+            ],
+            vec![
+                "dbop-backup",
+                "wal-push",
+                "p",
+                "f",
+                "--bucket",
+                "b",
+                "--encryption-key",
+                "k",
+            ],
         ] {
             assert!(Cli::try_parse_from(&args).is_err(), "{args:?}");
         }

@@ -1,10 +1,12 @@
 //! dbop's backup agent as a library: the data path between PostgreSQL and S3-compatible storage.
 //!
-//! The pure parts hold every decision and format and are unit-tested table by table: `manifest`
-//! and `archive` (row counts from pg_dump's archive stream) here, and `layout`, `retention`, `result` and `units` from `dbop_contract`, which the
-//! operator links too; the I/O parts (`s3`, `pg`, `dump`, `restore`,
-//! `globals`, `catalog`) only move bytes and call those decisions. `result::BackupResult` is the contract
-//! with the operator, which reads it from the Job's termination message.
+//! The pure parts hold every decision and format and are unit-tested table by table:
+//! `manifest`, `archive` (row counts from pg_dump's archive stream) and `wal` (WAL file names,
+//! keys, idempotence) here, and `layout`, `retention`, `result` and `units` from
+//! `dbop_contract`, which the operator links too; the I/O parts (`s3`, `pg`, `dump`, `restore`,
+//! `globals`, `catalog`, `wal_store`) only move bytes and call those decisions.
+//! `result::BackupResult` is the contract with the operator, which reads it from the Job's
+//! termination message.
 
 pub mod archive;
 pub mod catalog;
@@ -24,6 +26,8 @@ pub mod secrets;
 pub mod signals;
 pub mod upload;
 pub mod verify;
+pub mod wal;
+pub mod wal_store;
 
 // The parts the operator shares, from the contract crate under their old names.
 pub use dbop_contract::{layout, result, retention, units};

@@ -1,12 +1,14 @@
 //! Dispatch: turns parsed arguments into an operation, runs it, and shapes its result summary.
 //! Also `list` and `prune`, which only read and delete objects according to `catalog` and
-//! `retention`.
+//! `retention`, and `wal-push`/`wal-fetch`, which print no summary: PostgreSQL reads only their
+//! exit code.
 
 use chrono::Utc;
 
 use crate::catalog::{self, BackupEntry};
 use crate::cli::{
-    Command, DumpArgs, KeyArgs, ListArgs, PgArgs, PruneArgs, RestoreArgs, StorageArgs, VerifyArgs,
+    Command, DumpArgs, EncodeArgs, KeyArgs, ListArgs, PgArgs, PruneArgs, RestoreArgs, StorageArgs,
+    VerifyArgs, WalArgs, WalFetchArgs, WalPushArgs,
 };
 use crate::crypto::{Key, KeyRing};
 use crate::dump::{self, DumpOptions};
@@ -20,6 +22,7 @@ use crate::retention::Policy;
 use crate::s3::{Encryption, S3Settings, Store};
 use crate::signals::Interrupt;
 use crate::verify::{self, VerifyOptions};
+use crate::wal_store::WalStore;
 
 /// What a run produced: a summary to print (not for `list`) and the exit code.
 pub struct RunOutput {
@@ -81,6 +84,8 @@ pub async fn run(command: Command, interrupt: Interrupt) -> RunOutput {
             let outcome = prune_command(&a, &mut result).await;
             finish(result, outcome)
         }
+        Command::WalPush(a) => wal_push_command(&a).await,
+        Command::WalFetch(a) => wal_fetch_command(&a).await,
         Command::List(a) => match list_command(&a).await {
             Ok(()) => RunOutput {
                 summary: None,
@@ -104,15 +109,15 @@ fn key_ring(keys: &KeyArgs) -> Option<KeyRing> {
         .map(|dir| KeyRing { dir: dir.clone() })
 }
 
-/// The key a dump encrypts with (`--encryption-key` of `--encryption-key-dir`), checked
-/// before anything is dumped.
-fn dump_key(a: &DumpArgs) -> Result<Option<Key>> {
-    let (Some(ring), Some(name)) = (key_ring(&a.keys), &a.encryption_key) else {
+/// The key new objects are encrypted with (`--encryption-key` of `--encryption-key-dir`),
+/// checked before anything is written; `consequence` says what did not happen.
+fn write_key(keys: &KeyArgs, encode: &EncodeArgs, consequence: &str) -> Result<Option<Key>> {
+    let (Some(ring), Some(name)) = (key_ring(keys), &encode.encryption_key) else {
         return Ok(None);
     };
     ring.get(name).map(Some).map_err(|e| {
         Error::Key(format!(
-            "cannot encrypt the backup: {e}; nothing was dumped (in dbop, spec.backup.encryption names the Secret and its key)"
+            "cannot encrypt: {e}; {consequence} (in dbop, spec.backup.encryption names the Secret and its key)"
         ))
     })
 }
@@ -128,12 +133,12 @@ async fn dump_command(a: &DumpArgs, interrupt: &Interrupt) -> RunOutput {
     let mut result = BackupResult::new(Operation::Dump);
     result.started_at = Some(Utc::now());
     let outcome = async {
-        let key = dump_key(a)?;
+        let key = write_key(&a.keys, &a.encode, "nothing was dumped")?;
         let (store, layout) = store_for(&a.storage).await?;
         let tools = pg_tools(&a.pg);
         let opts = DumpOptions {
             key,
-            compression_level: a.compression_level,
+            compression_level: a.encode.compression_level,
             compression_threads: a.compression_threads,
             part_size: a.part_size as usize,
             concurrency: a.upload_concurrency as usize,
@@ -241,19 +246,87 @@ pub fn render_table(entries: &[BackupEntry]) -> String {
     out
 }
 
+/// `--database`, else PGDATABASE, checked to fit in a key.
+fn database_or_env(flag: Option<&str>, purpose: &str) -> Result<String> {
+    let database = flag
+        .map(str::to_string)
+        .or_else(|| std::env::var("PGDATABASE").ok().filter(|d| !d.is_empty()))
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "--database or PGDATABASE must name the database {purpose}"
+            ))
+        })?;
+    crate::layout::validate_database_name(&database).map_err(Error::Usage)?;
+    Ok(database)
+}
+
+/// `wal-fetch`'s exit code when the archive has no such file (PostgreSQL asks for files that
+/// do not exist, such as the next timeline's history: that is no failure).
+pub const WAL_NOT_FOUND: i32 = 3;
+
+/// The WAL store of a `wal-push` or `wal-fetch`, with the key it writes with.
+async fn wal_store(a: &WalArgs, key: Option<Key>, level: i32) -> Result<WalStore> {
+    let database = database_or_env(a.database.as_deref(), "whose WAL this is")?;
+    let ring = key_ring(&a.keys);
+    let (store, layout) = store_for(&a.storage).await?;
+    Ok(WalStore {
+        store,
+        layout,
+        database,
+        key,
+        ring,
+        compression_level: level,
+        deadline: a.wal_deadline,
+    })
+}
+
+/// The exit code of a WAL command, its failure logged (a missing file only at debug).
+fn wal_exit(outcome: Result<bool>, name: &str) -> RunOutput {
+    let exit_code = match outcome {
+        Ok(true) => 0,
+        Ok(false) => {
+            tracing::debug!(file = name, "not in the archive");
+            WAL_NOT_FOUND
+        }
+        Err(e) => {
+            tracing::error!(kind = e.label(), file = name, "{e}");
+            e.exit_code()
+        }
+    };
+    RunOutput {
+        summary: None,
+        exit_code,
+    }
+}
+
+async fn wal_push_command(a: &WalPushArgs) -> RunOutput {
+    let outcome = async {
+        let key = write_key(&a.wal.keys, &a.encode, "nothing was archived")?;
+        let ws = wal_store(&a.wal, key, a.encode.compression_level).await?;
+        let spool = a.wal_spool_dir.as_deref();
+        ws.push(&a.path, &a.file_name, a.wal_parallel.into(), spool)
+            .await
+            .map(|_| true)
+    }
+    .await;
+    wal_exit(outcome, &a.file_name)
+}
+
+async fn wal_fetch_command(a: &WalFetchArgs) -> RunOutput {
+    let outcome = async {
+        let ws = wal_store(&a.wal, None, 1).await?;
+        ws.fetch(&a.file_name, &a.path).await
+    }
+    .await;
+    wal_exit(outcome, &a.file_name)
+}
+
 async fn prune_command(a: &PruneArgs, result: &mut BackupResult) -> Result<()> {
     let policy = Policy {
         keep_last: a.retention.keep_last,
         max_age: a.retention.max_age,
     };
-    let database = a
-        .database
-        .clone()
-        .or_else(|| std::env::var("PGDATABASE").ok().filter(|d| !d.is_empty()))
-        .ok_or_else(|| {
-            Error::Usage("--database or PGDATABASE must name the database to prune".into())
-        })?;
-    crate::layout::validate_database_name(&database).map_err(Error::Usage)?;
+    let database = database_or_env(a.database.as_deref(), "to prune")?;
     result.database = Some(database.clone());
     if policy.is_empty() {
         return Err(Error::Usage(

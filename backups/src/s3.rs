@@ -8,6 +8,7 @@
 //! only for operations that require one; `when-supported` is the SDK's default. The agent does
 //! its own end-to-end SHA-256 of every dump in either mode.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -71,6 +72,16 @@ pub struct S3Settings {
     pub encryption: Option<Encryption>,
     /// A static key read from files (`--s3-*-file`); `None`: the SDK's credential chain.
     pub static_key: Option<crate::secrets::StaticKey>,
+}
+
+/// What a conditional write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutNew {
+    Created,
+    /// An object was already there: nothing written.
+    Exists,
+    /// The server does not implement `If-None-Match` on PutObject.
+    ConditionUnsupported,
 }
 
 /// One unfinished multipart upload.
@@ -292,6 +303,18 @@ impl Store {
 
     /// A small object (a manifest), or `None` if it does not exist.
     pub async fn get_small(&self, key: &str, limit: usize) -> Result<Option<Bytes>> {
+        Ok(self
+            .get_with_metadata(key, limit)
+            .await?
+            .map(|(body, _)| body))
+    }
+
+    /// A small object and its user metadata (`x-amz-meta-*`), or `None` if it does not exist.
+    pub async fn get_with_metadata(
+        &self,
+        key: &str,
+        limit: usize,
+    ) -> Result<Option<(Bytes, HashMap<String, String>)>> {
         let out = match self
             .client
             .get_object()
@@ -306,6 +329,7 @@ impl Store {
             }
             Err(e) => return Err(self.err("GetObject", Some(key), e)),
         };
+        let metadata = out.metadata().cloned().unwrap_or_default();
         if out
             .content_length()
             .is_some_and(|n| n < 0 || n as usize > limit)
@@ -322,10 +346,16 @@ impl Store {
             key: Some(key.into()),
             detail: DisplayErrorContext(&e).to_string(),
         })?;
-        Ok(Some(data.into_bytes()))
+        Ok(Some((data.into_bytes(), metadata)))
     }
 
-    pub async fn put(&self, key: &str, body: Bytes, content_type: &str) -> Result<()> {
+    /// A PutObject of `body` asking for the store's encryption.
+    fn put_request(
+        &self,
+        key: &str,
+        body: Bytes,
+        content_type: &str,
+    ) -> aws_sdk_s3::operation::put_object::builders::PutObjectFluentBuilder {
         self.client
             .put_object()
             .bucket(&self.bucket)
@@ -334,14 +364,48 @@ impl Store {
             .set_server_side_encryption(self.encryption.as_ref().map(Encryption::algorithm))
             .set_ssekms_key_id(self.encryption.as_ref().and_then(|e| e.kms_key_id.clone()))
             .body(ByteStream::from(body))
+    }
+
+    pub async fn put(&self, key: &str, body: Bytes, content_type: &str) -> Result<()> {
+        self.put_request(key, body, content_type)
             .send()
             .await
             .map(|_| ())
             .map_err(|e| self.err("PutObject", Some(key), e))
     }
 
-    /// The size of an object, or `None` if it does not exist.
-    pub async fn head(&self, key: &str) -> Result<Option<u64>> {
+    /// Writes `body` with user metadata, only where no object is (`If-None-Match: *`) when
+    /// `conditional`; says whether the server refused because one is there, or does not know
+    /// the condition (then the caller has checked with HEAD and writes unconditionally).
+    pub async fn put_new(
+        &self,
+        key: &str,
+        body: Bytes,
+        content_type: &str,
+        metadata: HashMap<String, String>,
+        conditional: bool,
+    ) -> Result<PutNew> {
+        let mut request = self
+            .put_request(key, body, content_type)
+            .set_metadata(Some(metadata));
+        if conditional {
+            request = request.if_none_match("*");
+        }
+        match request.send().await {
+            Ok(_) => Ok(PutNew::Created),
+            Err(SdkError::ServiceError(se)) if se.raw().status().as_u16() == 412 => {
+                Ok(PutNew::Exists)
+            }
+            Err(e) if e.code() == Some("NotImplemented") => Ok(PutNew::ConditionUnsupported),
+            Err(e) => Err(self.err("PutObject", Some(key), e)),
+        }
+    }
+
+    /// The length and user metadata of an object, or `None` if it does not exist.
+    pub async fn head_with_metadata(
+        &self,
+        key: &str,
+    ) -> Result<Option<(u64, HashMap<String, String>)>> {
         match self
             .client
             .head_object()
@@ -350,10 +414,21 @@ impl Store {
             .send()
             .await
         {
-            Ok(out) => Ok(Some(out.content_length().unwrap_or(0).max(0) as u64)),
+            Ok(out) => Ok(Some((
+                out.content_length().unwrap_or(0).max(0) as u64,
+                out.metadata().cloned().unwrap_or_default(),
+            ))),
             Err(e) if e.as_service_error().is_some_and(|se| se.is_not_found()) => Ok(None),
             Err(e) => Err(self.err("HeadObject", Some(key), e)),
         }
+    }
+
+    /// The size of an object, or `None` if it does not exist.
+    pub async fn head(&self, key: &str) -> Result<Option<u64>> {
+        Ok(self
+            .head_with_metadata(key)
+            .await?
+            .map(|(length, _)| length))
     }
 
     pub async fn delete(&self, key: &str) -> Result<()> {
@@ -575,7 +650,7 @@ impl Store {
 mod tests {
     use super::*;
     use aws_sdk_s3::config::Credentials;
-    use aws_smithy_http_client::test_util::capture_request;
+    use aws_smithy_http_client::test_util::{CaptureRequestReceiver, capture_request};
 
     #[test]
     fn public_roots_are_trusted_without_a_ca_file() {
@@ -624,8 +699,11 @@ mod tests {
         }
     }
 
-    /// The headers of one UploadPart request made with the given checksum mode.
-    async fn upload_part_headers(mode: ChecksumMode) -> Vec<(String, String)> {
+    /// A store whose one request is captured, not sent.
+    fn capturing_store(
+        checksums: ChecksumMode,
+        encryption: Option<Encryption>,
+    ) -> (Store, CaptureRequestReceiver) {
         let (http, rx) = capture_request(None);
         let sdk = aws_config::SdkConfig::builder()
             .behavior_version(BehaviorVersion::latest())
@@ -640,11 +718,27 @@ mod tests {
             bucket: "b".into(),
             path_style: true,
             ca_file: None,
-            checksums: mode,
-            encryption: None,
+            checksums,
+            encryption: encryption.clone(),
             static_key: None,
         };
-        let store = Store::from_client(Client::from_conf(s3_config(&sdk, &settings)), "b", "test");
+        let mut store =
+            Store::from_client(Client::from_conf(s3_config(&sdk, &settings)), "b", "test");
+        store.encryption = encryption;
+        (store, rx)
+    }
+
+    fn headers_of(rx: CaptureRequestReceiver) -> Vec<(String, String)> {
+        rx.expect_request()
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
+            .collect()
+    }
+
+    /// The headers of one UploadPart request made with the given checksum mode.
+    async fn upload_part_headers(mode: ChecksumMode) -> Vec<(String, String)> {
+        let (store, rx) = capturing_store(mode, None);
         let _ = store
             .upload_part("k", "u", 1, Bytes::from_static(b"hello"))
             .await;
@@ -664,27 +758,7 @@ mod tests {
     async fn write_headers(encryption: Option<Encryption>) -> Vec<Vec<(String, String)>> {
         let mut out = Vec::new();
         for multipart in [false, true] {
-            let (http, rx) = capture_request(None);
-            let sdk = aws_config::SdkConfig::builder()
-                .behavior_version(BehaviorVersion::latest())
-                .region(Region::new("us-east-1"))
-                .endpoint_url("http://127.0.0.1:1")
-                .credentials_provider(aws_sdk_s3::config::SharedCredentialsProvider::new(
-                    Credentials::for_tests(),
-                ))
-                .http_client(http)
-                .build();
-            let settings = S3Settings {
-                bucket: "b".into(),
-                path_style: true,
-                ca_file: None,
-                checksums: ChecksumMode::default(),
-                encryption: encryption.clone(),
-                static_key: None,
-            };
-            let mut store =
-                Store::from_client(Client::from_conf(s3_config(&sdk, &settings)), "b", "test");
-            store.encryption = encryption.clone();
+            let (store, rx) = capturing_store(ChecksumMode::default(), encryption.clone());
             if multipart {
                 let _ = store.create_upload("k", "application/octet-stream").await;
             } else {
@@ -692,15 +766,30 @@ mod tests {
                     .put("k", Bytes::from_static(b"{}"), "application/json")
                     .await;
             }
-            let req = rx.expect_request();
-            out.push(
-                req.headers()
-                    .iter()
-                    .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
-                    .collect(),
-            );
+            out.push(headers_of(rx));
         }
         out
+    }
+
+    #[tokio::test]
+    async fn a_new_wal_object_asks_not_to_overwrite_and_carries_its_metadata() {
+        for conditional in [true, false] {
+            let (store, rx) = capturing_store(ChecksumMode::default(), None);
+            let metadata = HashMap::from([("dbop-sha256".to_string(), "ab".to_string())]);
+            let _ = store
+                .put_new(
+                    "k",
+                    Bytes::from_static(b"x"),
+                    "application/zstd",
+                    metadata,
+                    conditional,
+                )
+                .await;
+            let headers = headers_of(rx);
+            let has = |k: &str, v: &str| headers.contains(&(k.into(), v.into()));
+            assert!(has("x-amz-meta-dbop-sha256", "ab"), "{headers:?}");
+            assert_eq!(has("if-none-match", "*"), conditional, "{headers:?}");
+        }
     }
 
     #[tokio::test]
