@@ -155,6 +155,11 @@ fn initdb(bin: &Path, dir: &Path, ids: Option<(u32, u32)>) -> PathBuf {
 
 impl Pg {
     pub fn start() -> Pg {
+        Self::start_with(&[])
+    }
+
+    /// A server with extra settings (`-c name=value`), e.g. `archive_mode`.
+    pub fn start_with(settings: &[(&str, &str)]) -> Pg {
         let bin = pg_bin_dir();
         let dir = tempfile::Builder::new()
             .prefix("dbop-pg-")
@@ -188,6 +193,9 @@ impl Pg {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .current_dir(dir.path());
+        for (name, value) in settings {
+            cmd.arg("-c").arg(format!("{name}={value}"));
+        }
         as_owner(&mut cmd, ids);
         let mut child = cmd.spawn().expect("postgres");
         wait_for_port(port, &mut child, "postgres");

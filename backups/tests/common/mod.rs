@@ -4,6 +4,7 @@
 //! naming `backups/install-test-deps.sh`; nothing is skipped.
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 
@@ -277,15 +278,30 @@ impl S3Server {
     }
 
     pub fn put(&self, key: &str, body: Vec<u8>) {
+        self.put_with_metadata(key, body, Default::default())
+    }
+
+    /// Stores `body` under `key` with user metadata (`x-amz-meta-*`).
+    pub fn put_with_metadata(&self, key: &str, body: Vec<u8>, metadata: HashMap<String, String>) {
         let key = key.to_string();
         self.sdk(|c| async move {
             c.put_object()
                 .bucket(BUCKET)
                 .key(key)
+                .set_metadata(Some(metadata))
                 .body(body.into())
                 .send()
                 .await
                 .expect("put");
+        })
+    }
+
+    /// An object's user metadata.
+    pub fn metadata(&self, key: &str) -> HashMap<String, String> {
+        let key = key.to_string();
+        self.sdk(|c| async move {
+            let out = c.head_object().bucket(BUCKET).key(key).send().await;
+            out.expect("head").metadata().cloned().unwrap_or_default()
         })
     }
 
