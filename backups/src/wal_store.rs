@@ -53,6 +53,7 @@ pub enum Pushed {
 }
 
 /// The local file: its bytes and what identifies them.
+#[derive(Clone)]
 struct Local {
     file: WalFile,
     plain: Bytes,
@@ -179,7 +180,11 @@ impl WalStore {
             PushVerdict::CompareContent => return self.compare_content(&key, local).await,
             PushVerdict::Upload => {}
         }
-        let (body, stored) = self.encode(local)?;
+        // Compression is CPU work: off the runtime's threads, so read-ahead uploads overlap it.
+        let (this, copy) = (self.clone(), local.clone());
+        let (body, stored) = tokio::task::spawn_blocking(move || this.encode(&copy))
+            .await
+            .map_err(|e| Error::io("compression stopped", std::io::Error::other(e)))??;
         let put = |conditional| {
             self.store.put_new(
                 &key,
