@@ -19,6 +19,7 @@ use tracing::warn;
 use self::caches::Caches;
 use crate::error::Error;
 use crate::ops::metrics::Metrics;
+use crate::release::Turns;
 use crate::settings::Settings;
 
 /// An object's key for the failure count: (a namespace, optionally prefixed by the kind, and a
@@ -33,6 +34,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// The watch caches observe reads from (filled by the controllers' watches).
     pub caches: Caches,
+    /// The release turns this process granted (`release::Turns`).
+    pub release_turns: Turns,
     /// Consecutive failures per object, for exponential backoff; reset on success.
     failures: Mutex<HashMap<FailureKey, u32>>,
 }
@@ -49,6 +52,7 @@ impl Context {
             settings,
             metrics: Arc::new(Metrics::new()),
             caches,
+            release_turns: Turns::default(),
             failures: Mutex::new(HashMap::new()),
         }
     }

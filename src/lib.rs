@@ -8,6 +8,8 @@
 //! - `settings`: the operator's settings (`dbop run`'s flags) and their defaults;
 //! - `maintenance`: a Database's maintenance window and the gate it puts on restarts (pure);
 //! - `resources`: pure builders of every object dbop makes, on one Job skeleton;
+//! - `release`: an operator release rolled out to the Databases in waves (pure, but for the
+//!   turns one process granted);
 //! - `ops` (metrics, the HTTP endpoints, the leader lease), beside `context` (what every
 //!   reconcile shares, the retry backoff), which records into its metrics;
 //! - `kube_io`: the one place that writes (apply what drifted, create once, merge patches,
@@ -39,6 +41,7 @@ pub mod objects;
 pub mod operator;
 pub mod ops;
 pub mod plugin;
+pub mod release;
 pub mod resources;
 pub mod runtime;
 pub mod settings;

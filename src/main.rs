@@ -45,6 +45,18 @@ struct RunArgs {
     /// cluster-wide.
     #[arg(long, env = "DBOP_WATCH_NODES", default_value_t = true, action = clap::ArgAction::Set)]
     watch_nodes: bool,
+    /// At most this many Databases restart at once onto this operator's instance manager (a
+    /// wave), each in its maintenance window; the next when one of them is healthy on it.
+    #[arg(long, env = "DBOP_RELEASE_WAVE", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    release_wave: u32,
+    /// This release is urgent (a security fix): it restarts Databases outside their
+    /// maintenance windows, and those without one, still in waves.
+    #[arg(long, env = "DBOP_RELEASE_URGENT", default_value_t = false, action = clap::ArgAction::Set)]
+    release_urgent: bool,
+    /// Seconds a Database may take to be healthy again on this release; one that takes longer
+    /// (or whose pod fails) is rolled back, and the release stops.
+    #[arg(long, env = "DBOP_RELEASE_TIMEOUT", default_value_t = 600, value_parser = clap::value_parser!(u64).range(30..))]
+    release_timeout: u64,
     /// The PostgreSQL image of a version: `{version}` becomes the Database's `MAJOR.MINOR`
     /// (a value without `{version}` is a repository, tagged with the version). A Database's
     /// `spec.image` overrides it.
@@ -185,6 +197,11 @@ async fn run(args: RunArgs) -> ExitCode {
             .unwrap_or_else(dbop::settings::default_database_resources),
         database_pod_security: args.database_pod_security,
         watch_nodes: args.watch_nodes,
+        release: dbop::settings::ReleasePolicy {
+            wave: args.release_wave,
+            urgent: args.release_urgent,
+            timeout: Duration::from_secs(args.release_timeout),
+        },
     };
     let process = ProcessSettings {
         metrics_addr: args.metrics_addr,

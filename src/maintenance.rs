@@ -184,6 +184,11 @@ impl Gate {
         matches!(self, Gate::Open { .. })
     }
 
+    /// The Database's window cannot be read.
+    pub fn is_invalid(&self) -> bool {
+        matches!(self, Gate::Invalid { .. })
+    }
+
     /// How long until the window opens or closes (None: it never will by itself).
     pub fn next_change(&self, now: DateTime<Utc>) -> Option<Duration> {
         match self {

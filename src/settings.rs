@@ -1,6 +1,8 @@
 //! The operator's settings: what `dbop run` is told (flags or environment) that the builders
 //! and the controllers use, with their defaults. Pure data.
 
+use std::time::Duration;
+
 use k8s_openapi::api::core::v1::ResourceRequirements;
 
 use crate::api::PodSecuritySpec;
@@ -28,6 +30,31 @@ pub struct Settings {
     /// Watch the nodes (cordoned or not): a primary on a node being drained hands over first.
     /// Off where dbop may read nothing cluster-wide (the chart's watchNamespaces mode).
     pub watch_nodes: bool,
+    /// How the operator moves Databases onto its own instance manager (the `release` module).
+    pub release: ReleasePolicy,
+}
+
+/// How an operator release reaches the Databases (the `release` module).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReleasePolicy {
+    /// At most this many Databases restart onto a new release at once (at least 1).
+    pub wave: u32,
+    /// The release may restart Databases outside their maintenance windows, and those without
+    /// one (a security fix): still in waves.
+    pub urgent: bool,
+    /// A Database not healthy this long after it started on the release failed it: it is rolled
+    /// back and the release stops.
+    pub timeout: Duration,
+}
+
+impl Default for ReleasePolicy {
+    fn default() -> Self {
+        Self {
+            wave: 1,
+            urgent: false,
+            timeout: Duration::from_secs(600),
+        }
+    }
 }
 
 /// Where a release publishes the operator's image (release.env, read by build.rs).
@@ -52,6 +79,7 @@ impl Default for Settings {
             database_resources: default_database_resources(),
             database_pod_security: None,
             watch_nodes: true,
+            release: ReleasePolicy::default(),
         }
     }
 }

@@ -582,6 +582,7 @@ fn facts() -> BoxedStrategy<Facts> {
                 stuck_pods: vec![],
                 tls: Default::default(),
                 roles: Default::default(),
+                release: Default::default(),
                 accounts: Default::default(),
             },
         )

@@ -35,10 +35,13 @@ pub enum ConditionType {
     NetworkPolicyReady,
     /// Changes that restart the pods wait for `spec.maintenanceWindow` (absent without one).
     MaintenancePending,
+    /// The operator's own release waits to restart the pods, or restarts them, or failed on
+    /// them (absent when their instance manager is the running operator's).
+    ReleasePending,
 }
 
 impl ConditionType {
-    pub const ALL: [ConditionType; 11] = [
+    pub const ALL: [ConditionType; 12] = [
         ConditionType::Ready,
         ConditionType::StorageReady,
         ConditionType::Initialized,
@@ -50,6 +53,7 @@ impl ConditionType {
         ConditionType::AccountsReady,
         ConditionType::NetworkPolicyReady,
         ConditionType::MaintenancePending,
+        ConditionType::ReleasePending,
     ];
 
     pub fn label(self) -> &'static str {
@@ -65,6 +69,7 @@ impl ConditionType {
             ConditionType::AccountsReady => "AccountsReady",
             ConditionType::NetworkPolicyReady => "NetworkPolicyReady",
             ConditionType::MaintenancePending => "MaintenancePending",
+            ConditionType::ReleasePending => "ReleasePending",
         }
     }
 }

@@ -21,7 +21,7 @@ use serde_json::json;
 use tracing::{debug, info};
 
 use super::build::{Desired, TlsWrites};
-use super::events::{maintenance_events, transition_events};
+use super::events::{maintenance_events, release_events, transition_events};
 use super::facts::Observed;
 use super::roles::SECRETS_SEEN_ANNOTATION;
 use super::status::Applied;
@@ -548,6 +548,7 @@ pub async fn update_status(ctx: &Context, db: &Database, status: DatabaseStatus)
         .into_iter()
         .chain(upgrade_events(&previous, &status))
         .chain(maintenance_events(&previous, &status))
+        .chain(release_events(&previous, &status))
     {
         publish(ctx, db, &event).await;
     }

@@ -29,6 +29,7 @@ use crate::api::{Database, DatabaseBackup, InstanceRole};
 use crate::backup::job::verify_job;
 use crate::backup::verify::VerifyPlan;
 use crate::objects::EventSpec;
+use crate::release;
 use crate::resources::accounts::{accounts_secret, application_secret, password_sources};
 use crate::resources::cert_manager::{self, Certificate};
 use crate::resources::credentials::{generated_secret, secret_name, superuser_name};
@@ -308,6 +309,7 @@ fn statefulset(
     let claims = observed.and_then(|s| s.spec.volume_claim_templates.clone());
     let mut desired = statefulset_running(db, settings, claims, &decision.pod_run);
     template_origin::settle(&mut desired, observed, &decision.template);
+    release::settle(&mut desired, observed, &decision.release);
     restart::record(&mut desired, &decision.restart_pending, observed);
     // A scale-down keeps the primary's pod until it has handed over (`roles::handover`).
     desired.spec.replicas = Some(decision.roles.statefulset_replicas.max(db.spec.instances));

@@ -12,11 +12,14 @@
 use super::accounts::{self, AccountsPlan};
 use std::time::Duration;
 
+use kube::ResourceExt;
+
 use crate::api::Phase;
 use crate::api::conditions::{self, ConditionStatus, ConditionType};
 use crate::api::{BootstrapStatus, Database, InstanceRole, NetworkPolicySpec};
 use crate::api::{UpgradeStage, UpgradeStatus};
 use crate::maintenance::{self, Gate};
+use crate::release::{self, Health, Progress, Turn};
 use crate::resources::statefulset::PodRun;
 use crate::resources::template_origin::{self, TemplateChoice};
 use crate::resources::{Names, check_version, quantity};
@@ -91,6 +94,8 @@ pub struct Decision {
     pub restart_pending: Vec<String>,
     /// Whether the pod template built now replaces the observed one (`template_origin`).
     pub template: TemplateChoice,
+    /// This pass's step in the operator's release (`crate::release`).
+    pub release: release::Step,
     /// The next `status.upgrade`.
     pub upgrade: Option<UpgradeStatus>,
     /// The primary, the replication Secret, each instance's status (`roles`).
@@ -130,7 +135,10 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
     steps.apply_statefulset = true;
     let now = facts.backups.now;
     let gate = Gate::of(db, now);
-    let (upgrade, template) = pod_template(db, facts, settings, &gate);
+    let turn = release_turn(db, facts, settings);
+    let (upgrade, template) = pod_template(db, facts, settings, &gate, turn == Turn::Go);
+    let release = release_step(&template, facts, settings);
+    let release_waits = release_waits(&template, facts, settings, &gate);
     let roles = roles::plan(
         db,
         &RolesFact {
@@ -149,6 +157,9 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
     // earlier revision is replaced, or the fixed template would never reach it.
     if !upgrade.active {
         steps.delete_pods.extend(facts.stuck_pods.iter().cloned());
+        steps.delete_pods.extend(rolled_back_pods(facts, settings));
+        steps.delete_pods.sort();
+        steps.delete_pods.dedup();
     }
     let rollout = Rollout::of(db, facts, &upgrade);
     let init = decide_init(db, facts, rollout.server_has_run());
@@ -176,6 +187,12 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
         upgrade.requeue_after,
         roles.look_again,
         gate.next_change(now),
+        release::look_again(
+            facts.release.marker.as_ref(),
+            &release.release,
+            &turn,
+            release_waits,
+        ),
     ]
     .into_iter()
     .flatten()
@@ -200,6 +217,12 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
         ])
         .chain(network_policy_condition(db))
         .chain(maintenance::condition(&gate, &waiting))
+        .chain(release::condition(
+            &release,
+            facts.release.marker.as_ref(),
+            &turn,
+            release_waits,
+        ))
         .collect(),
         steps,
         current_version: rollout.new_version(&upgrade),
@@ -210,6 +233,7 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
         pod_run: upgrade.template,
         restart_pending,
         template,
+        release,
         upgrade: upgrade.status,
         roles,
         accounts: accounts::plan(&facts.accounts),
@@ -225,6 +249,7 @@ fn pod_template(
     facts: &Facts,
     settings: &Settings,
     gate: &Gate,
+    release_turn: bool,
 ) -> (UpgradePlan, TemplateChoice) {
     let mut upgrade = plan_upgrade(&UpgradeInput {
         db,
@@ -234,12 +259,110 @@ fn pod_template(
         gate,
     });
     let run = upgrade.template.origin();
-    let template = template_origin::choose(facts.template.as_ref(), db, run, settings, gate);
+    let template = template_origin::choose(
+        facts.template.as_ref(),
+        db,
+        run,
+        settings,
+        gate,
+        release_turn,
+    );
     let kept_image = facts.statefulset.as_ref().and_then(|s| s.image.clone());
     if let (TemplateChoice::Hold(_), Some(image)) = (&template, kept_image) {
         upgrade.template.image = image;
     }
     (upgrade, template)
+}
+
+/// The Database's turn in the operator's release (`crate::release`): it starts only while
+/// healthy, and only in its wave.
+fn release_turn(db: &Database, facts: &Facts, settings: &Settings) -> Turn {
+    let key = release::key(&db.namespace().unwrap_or_default(), &db.name());
+    release::turn(
+        &key,
+        serving_settled(facts),
+        &facts.release.fleet,
+        settings.release.wave,
+    )
+}
+
+/// Every pod runs the latest template and is ready.
+fn serving_settled(facts: &Facts) -> bool {
+    facts
+        .statefulset
+        .as_ref()
+        .is_some_and(|s| s.rolled_out && s.ready_replicas >= s.replicas)
+}
+
+/// This pass's step in the release: it starts when the template choice says so, and otherwise
+/// moves on as the Database's health says.
+fn release_step(template: &TemplateChoice, facts: &Facts, settings: &Settings) -> release::Step {
+    let name = template_origin::builder(settings);
+    let on_release = facts
+        .template
+        .as_ref()
+        .is_some_and(|t| t.built_by.as_deref() == Some(name.as_str()));
+    let progress = match template {
+        TemplateChoice::Release => Progress::Start,
+        _ => release::progress(
+            facts.release.marker.as_ref(),
+            &name,
+            &Health {
+                on_release,
+                healthy: serving_settled(facts),
+                trouble: facts
+                    .instance_failure
+                    .as_ref()
+                    .map(|f| format!("pod {}: {}", f.pod, f.message)),
+            },
+            facts.backups.now,
+            settings.release.timeout,
+        ),
+    };
+    release::Step {
+        progress,
+        release: name,
+        at: facts.backups.now,
+    }
+}
+
+/// After the release failed here and was rolled back, the pods still on its template: the
+/// StatefulSet controller does not replace a pod that is not ready ("forced rollback").
+fn rolled_back_pods(facts: &Facts, settings: &Settings) -> Vec<String> {
+    let release = template_origin::builder(settings);
+    let failed = facts
+        .release
+        .marker
+        .as_ref()
+        .is_some_and(|m| m.release == release && m.state == release::State::Failed);
+    match failed {
+        true => facts.release.unready_elsewhere.clone(),
+        false => vec![],
+    }
+}
+
+/// Whether the release waits to restart this Database: another operator built its template,
+/// and the release would restart it now (its window is open, or the release is urgent) or has
+/// stopped.
+fn release_waits(
+    template: &TemplateChoice,
+    facts: &Facts,
+    settings: &Settings,
+    gate: &Gate,
+) -> bool {
+    let name = template_origin::builder(settings);
+    let others = facts
+        .template
+        .as_ref()
+        .and_then(|t| t.built_by.as_deref())
+        .is_some_and(|b| b != name);
+    let failed_here = facts
+        .release
+        .marker
+        .as_ref()
+        .is_some_and(|m| m.release == name && m.state == release::State::Failed);
+    let would_restart = gate.is_open() || settings.release.urgent || failed_here;
+    others && would_restart && !template.builds()
 }
 
 /// What waits for the maintenance window, in words: what the held template keeps from the pods
@@ -316,6 +439,7 @@ fn blocked(db: &Database, blocker: &Blocker, current_version: Option<String>) ->
         },
         restart_pending: Vec::new(),
         template: TemplateChoice::Build,
+        release: release::Step::default(),
         upgrade: db.status.as_ref().and_then(|s| s.upgrade.clone()),
         roles: RolesPlan {
             primary: roles::primary(db),
@@ -965,6 +1089,72 @@ mod tests {
                 .ends_with(": image mirror/postgres:16.4-patched"),
             "{}",
             pending.message
+        );
+    }
+
+    /// A new operator's release in an urgent wave of one: a healthy Database on the old
+    /// operator's template restarts onto it when the wave has room, says why it waits when it
+    /// has none, and stops for everyone once it failed somewhere.
+    #[test]
+    fn an_urgent_release_restarts_a_database_in_its_wave() {
+        use crate::release::Fleet;
+        let old = Settings {
+            agent_image: "dbop:old".into(),
+            ..Settings::default()
+        };
+        let mut new = Settings {
+            agent_image: "dbop:new".into(),
+            ..Settings::default()
+        };
+        new.release.urgent = true;
+        let mut db = with_status(testing::minimal(), Some("16.4"), true);
+        db.metadata.namespace = Some("ns".into());
+        let mut applied = crate::resources::statefulset::statefulset(&db, &old, None);
+        template_origin::settle(&mut applied, None, &TemplateChoice::Build);
+        let with_fleet = |fleet: Fleet| Facts {
+            statefulset: Some(sts(1, true, IMAGE)),
+            template: Some(template_origin::TemplateRecord::of(&applied)),
+            volume: bound("1Gi"),
+            release: super::super::facts::ReleaseFact {
+                fleet,
+                ..Default::default()
+            },
+            ..facts()
+        };
+        let d = decide(&db, &with_fleet(Fleet::default()), &new);
+        assert_eq!(d.template, TemplateChoice::Release);
+        assert_eq!(d.release.progress, Progress::Start);
+        assert_eq!(cond(&d, ConditionType::ReleasePending).reason, "RollingOut");
+
+        let mut full = Fleet::default();
+        full.rolling.insert("ns/other".into());
+        let d = decide(&db, &with_fleet(full.clone()), &new);
+        assert_eq!(d.template, TemplateChoice::Keep);
+        assert_eq!(d.release.progress, Progress::Carry);
+        let waiting = cond(&d, ConditionType::ReleasePending);
+        assert_eq!(waiting.reason, "WaitingForWave");
+        assert!(waiting.message.contains("ns/other"), "{}", waiting.message);
+        assert_eq!(d.requeue_after, release::LOOK_AGAIN);
+
+        let mut failed = Fleet::default();
+        failed
+            .failed
+            .insert("ns/other".into(), "a pod fails".into());
+        let d = decide(&db, &with_fleet(failed), &new);
+        assert_eq!(d.template, TemplateChoice::Keep);
+        assert_eq!(
+            cond(&d, ConditionType::ReleasePending).reason,
+            "ReleasePaused"
+        );
+
+        // Not urgent and no window: the release leaves it alone, and says nothing.
+        new.release.urgent = false;
+        let d = decide(&db, &with_fleet(Fleet::default()), &new);
+        assert_eq!(d.template, TemplateChoice::Keep);
+        assert!(
+            !d.conditions
+                .iter()
+                .any(|c| c.type_ == ConditionType::ReleasePending)
         );
     }
 

@@ -1,11 +1,13 @@
 //! Which Events a status change deserves: one on every phase transition (Warning when the new
 //! phase needs attention), one when the reason a Database is blocked changes, and one when what
-//! waits for the maintenance window changes (Warning when the window cannot be read). Pure.
+//! waits for the maintenance window changes (Warning when the window cannot be read), and one
+//! at each step of the operator's release (Warning when it failed or stopped). Pure.
 
 use crate::api::conditions::{ConditionType, find};
 use crate::api::{DatabaseStatus, Phase};
 use crate::maintenance::INVALID;
 use crate::objects::EventSpec;
+use crate::release;
 
 /// The Events that describe the move from `old` to `new`.
 pub fn transition_events(old: &DatabaseStatus, new: &DatabaseStatus) -> Vec<EventSpec> {
@@ -67,6 +69,44 @@ pub fn maintenance_events(old: &DatabaseStatus, new: &DatabaseStatus) -> Vec<Eve
         return event(false, "MaintenanceWindowOpened");
     }
     vec![]
+}
+
+/// The Event for a new `ReleasePending` state: the operator's release started restarting the
+/// Database (Normal), finished (Normal), failed on it (Warning), or stopped because it failed
+/// elsewhere (Warning).
+pub fn release_events(old: &DatabaseStatus, new: &DatabaseStatus) -> Vec<EventSpec> {
+    let reason = |s: &DatabaseStatus| {
+        find(&s.conditions, ConditionType::ReleasePending)
+            .map(|c| (c.reason.clone(), c.message.clone()))
+    };
+    let (before, now) = (reason(old), reason(new));
+    if before.as_ref().map(|b| &b.0) == now.as_ref().map(|n| &n.0) {
+        return vec![];
+    }
+    let event = |warning: bool, reason: &str, note: String| {
+        vec![EventSpec {
+            warning,
+            reason: reason.to_string(),
+            note,
+        }]
+    };
+    match (before, now) {
+        (_, Some((reason, note))) if reason == release::ROLLING_OUT => {
+            event(false, "ReleaseStarted", note)
+        }
+        (_, Some((reason, note))) if reason == release::FAILED => {
+            event(true, reason.as_str(), note)
+        }
+        (_, Some((reason, note))) if reason == release::PAUSED => {
+            event(true, reason.as_str(), note)
+        }
+        (Some((reason, note)), None) if reason == release::ROLLING_OUT => event(
+            false,
+            "ReleaseFinished",
+            format!("healthy again after {note}"),
+        ),
+        _ => vec![],
+    }
 }
 
 #[cfg(test)]
@@ -157,6 +197,45 @@ mod tests {
                 Utc.timestamp_opt(0, 0).unwrap(),
             ),
             ..DatabaseStatus::default()
+        }
+    }
+
+    fn releasing(reason: Option<&str>) -> DatabaseStatus {
+        let conditions: Vec<ConditionStatus> = reason
+            .map(|r| ConditionStatus::new(ConditionType::ReleasePending, true, r, "why"))
+            .into_iter()
+            .collect();
+        DatabaseStatus {
+            conditions: merge(&[], &conditions, Some(1), Utc.timestamp_opt(0, 0).unwrap()),
+            ..DatabaseStatus::default()
+        }
+    }
+
+    #[test]
+    fn release_events_table() {
+        let (none, waiting) = (releasing(None), releasing(Some("WaitingForWave")));
+        let rolling = releasing(Some(release::ROLLING_OUT));
+        let (failed, paused) = (
+            releasing(Some(release::FAILED)),
+            releasing(Some(release::PAUSED)),
+        );
+        let table = [
+            (&none, &waiting, vec![]),
+            (&waiting, &rolling, vec![(false, "ReleaseStarted")]),
+            (&rolling, &rolling, vec![]),
+            (&rolling, &none, vec![(false, "ReleaseFinished")]),
+            (&rolling, &failed, vec![(true, "ReleaseFailed")]),
+            (&failed, &paused, vec![(true, "ReleasePaused")]),
+            (&paused, &paused, vec![]),
+            (&waiting, &none, vec![]),
+        ];
+        for (old, new, want) in table {
+            let got: Vec<_> = release_events(old, new)
+                .into_iter()
+                .map(|e| (e.warning, e.reason))
+                .collect();
+            let want: Vec<_> = want.into_iter().map(|(w, r)| (w, r.to_string())).collect();
+            assert_eq!(got, want);
         }
     }
 

@@ -20,13 +20,14 @@ use super::accounts::AccountsFact;
 use super::restart::RestartFact;
 use super::restore::{self, BootstrapFact, RestoreObjects};
 use super::roles::{PodFact, RolesFact};
-use super::stuck::stuck_pods;
+use super::stuck::{stuck_pods, unready_on_another_revision};
 use super::tls::{OwnCertificateFact, TlsFact};
 use crate::api::{Database, DatabaseBackup, TlsSpec};
 use crate::backup::plan::BackupHistory;
 use crate::backup::s3_secret::{S3SecretProblem, s3_secret_problem};
 use crate::backup::schedule::BackupRecord;
 use crate::objects::{JobState, job_state, owned_by, to_chrono};
+use crate::release::{Fleet, Marker};
 use crate::resources::cert_manager::Certificate;
 use crate::resources::credentials::{self, SecretProblem};
 use crate::resources::owner_reference;
@@ -79,6 +80,9 @@ pub struct Observed {
     pub primary_lease: Option<Lease>,
     /// The nodes of `instance_pods` that are cordoned (from the cache): a drain's first step.
     pub cordoned_nodes: BTreeSet<String>,
+    /// Where every Database stands in this operator's release (`crate::release`): the
+    /// StatefulSets in the cache, and the turns this process granted since.
+    pub release_fleet: Fleet,
     /// The data claims of ordinals 0..instances that exist.
     pub data_claims: Vec<PersistentVolumeClaim>,
     /// The `DatabaseBackup` objects of this Database (scheduled and on demand).
@@ -216,8 +220,21 @@ pub struct Facts {
     pub tls: TlsFact,
     /// The instances' pods and the replication Secret (`roles`).
     pub roles: RolesFact,
+    /// This Database's part in the operator's release, and the fleet's (`crate::release`).
+    pub release: ReleaseFact,
     /// The application's and the accounts Secrets, the role passwords (`accounts`).
     pub accounts: AccountsFact,
+}
+
+/// A Database's part in the operator's release, and where the others stand.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReleaseFact {
+    /// Its StatefulSet's marker (`release::MARKER_ANNOTATION`).
+    pub marker: Option<Marker>,
+    pub fleet: Fleet,
+    /// Database pods not ready on a revision the StatefulSet has moved on from: after a
+    /// rollback, those on the release's template (`stuck::unready_on_another_revision`).
+    pub unready_elsewhere: Vec<String>,
 }
 
 /// A database pod the scheduler found no node for (`PodScheduled` False, `Unschedulable`).
@@ -252,6 +269,14 @@ impl Facts {
             unschedulable: snap.database_pods.iter().find_map(unschedulable_fact),
             restart: RestartFact::of(snap.statefulset.as_ref()),
             template: snap.statefulset.as_ref().map(TemplateRecord::of),
+            release: ReleaseFact {
+                marker: snap.statefulset.as_ref().and_then(Marker::of),
+                fleet: snap.release_fleet.clone(),
+                unready_elsewhere: unready_on_another_revision(
+                    snap.statefulset.as_ref(),
+                    &snap.database_pods,
+                ),
+            },
             stuck_pods: stuck_pods(snap.statefulset.as_ref(), &snap.database_pods),
             roles: RolesFact {
                 pods: snap.instance_pods.iter().map(PodFact::of).collect(),
@@ -497,6 +522,7 @@ impl Facts {
             stuck_pods: vec![],
             tls: Default::default(),
             roles: Default::default(),
+            release: Default::default(),
             accounts: Default::default(),
         }
     }

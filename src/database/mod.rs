@@ -68,6 +68,9 @@ pub async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> 
         .during(Step::Observe)?;
     let facts = facts::Facts::from_observed(db, &observed);
     let decision = decide::decide(db, &facts, &ctx.settings);
+    if !release_turn_taken(ctx, db, &facts, &decision) {
+        return Ok(Action::requeue(crate::release::LOOK_AGAIN));
+    }
     // Logged once per reason: the status's Ready condition says it from the next pass on.
     if let Some(wait) = &decision.roles.failover_waits {
         let said = db.status.as_ref().is_some_and(|s| {
@@ -130,6 +133,28 @@ pub async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> 
     Ok(Action::requeue(
         verify_requeue.map_or(decision.requeue_after, |v| v.min(decision.requeue_after)),
     ))
+}
+
+/// A Database the release restarts in this pass takes its turn (`release::Turns`): false when
+/// another reconcile took the last one since this pass observed (the pass then writes nothing
+/// and looks again).
+fn release_turn_taken(
+    ctx: &Context,
+    db: &Database,
+    facts: &facts::Facts,
+    decision: &decide::Decision,
+) -> bool {
+    if decision.template != crate::resources::template_origin::TemplateChoice::Release {
+        return true;
+    }
+    let key = crate::release::key(&db.namespace_or_default(), &db.name_any());
+    let taken = ctx
+        .release_turns
+        .take(&key, &facts.release.fleet, ctx.settings.release.wave);
+    if !taken {
+        tracing::debug!("another Database took the release's last turn first; looking again");
+    }
+    taken
 }
 
 /// Backup verification (`spec.backup.verify`): observe its Jobs, decide. None while the

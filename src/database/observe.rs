@@ -24,9 +24,11 @@ use crate::context::caches::{cordoned, get, list};
 use crate::error::Error;
 use crate::kube_io::job_pods;
 use crate::objects::{JobState, job_state};
+use crate::release::Fleet;
 use crate::resources::cert_manager::Certificate;
 use crate::resources::credentials::{self};
 use crate::resources::primary_lease::has_standbys;
+use crate::resources::template_origin;
 use crate::resources::tls::{CA_KEY, external_certificate};
 use crate::resources::{LABEL_INSTANCE, Names, selector_labels};
 use dbop_contract::instance::TLS_CA_FILE;
@@ -154,6 +156,7 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         ),
         services: services(ctx, &ns, &names),
         cordoned_nodes: cordoned_nodes(ctx, &instance_pods),
+        release_fleet: release_fleet(ctx),
         instance_pods,
         positions,
         replication_secret: secret_metadata(ctx, &ns, &names.replication_secret()),
@@ -403,4 +406,15 @@ async fn ca_found(client: &Client, ns: &str, ca: &CaSource) -> Result<Option<boo
         }));
     }
     Ok(None)
+}
+
+/// Where every Database stands in this operator's release: the StatefulSets' markers in the
+/// cache, and the turns this process granted that the cache does not show yet.
+fn release_fleet(ctx: &Context) -> Fleet {
+    let release = template_origin::builder(&ctx.settings);
+    let statefulsets = ctx.caches.statefulsets.state();
+    let mut fleet = Fleet::of(statefulsets.iter().map(|s| s.as_ref()), &release);
+    let pending = ctx.release_turns.pending(&fleet);
+    fleet.rolling.extend(pending);
+    fleet
 }

@@ -51,6 +51,16 @@ pub fn status(
             .conditions
             .retain(|c| c.type_ != ConditionType::NetworkPolicyReady.label());
     }
+    // The release has nothing to say about it: no ReleasePending.
+    if !decision
+        .conditions
+        .iter()
+        .any(|c| c.type_ == ConditionType::ReleasePending)
+    {
+        status
+            .conditions
+            .retain(|c| c.type_ != ConditionType::ReleasePending.label());
+    }
     // No maintenance window: no MaintenancePending.
     if db.spec.maintenance_window.is_none() {
         status

@@ -37,6 +37,23 @@ pub fn stuck_pods(sts: Option<&StatefulSet>, pods: &[Pod]) -> Vec<String> {
         .collect()
 }
 
+/// The pods of `pods` not ready on a revision `sts` has moved on from, by name, however they
+/// wait: after a release was rolled back (`crate::release`), the revision they run is known to
+/// be the one that did not become ready, so even a pod still running on it is replaced.
+pub fn unready_on_another_revision(sts: Option<&StatefulSet>, pods: &[Pod]) -> Vec<String> {
+    let Some(current) = sts.and_then(settled_update_revision) else {
+        return vec![];
+    };
+    pods.iter()
+        .filter(|p| {
+            pod_fact(p).is_some_and(|f| {
+                !f.terminating && !f.ready && f.revision.as_deref().is_some_and(|r| r != current)
+            })
+        })
+        .filter_map(|p| p.metadata.name.clone())
+        .collect()
+}
+
 /// The revision the StatefulSet's pods should run, once its controller has seen the latest
 /// template (before that, `updateRevision` may still name the template being replaced).
 fn settled_update_revision(sts: &StatefulSet) -> Option<&str> {
@@ -123,6 +140,21 @@ mod tests {
         let going: Pod = serde_json::from_value(going).unwrap();
         assert!(stuck_pods(Some(&sts(2, 2)), &[going]).is_empty());
         assert!(stuck_pods(None, &[crash_looping]).is_empty());
+    }
+
+    #[test]
+    fn after_a_rollback_any_unready_pod_on_another_revision_goes() {
+        let running = pod("orders-old", false, None);
+        let s = sts(2, 2);
+        assert_eq!(
+            unready_on_another_revision(Some(&s), std::slice::from_ref(&running)),
+            ["orders-0"]
+        );
+        assert!(unready_on_another_revision(Some(&s), &[pod("orders-old", true, None)]).is_empty());
+        assert!(
+            unready_on_another_revision(Some(&s), &[pod("orders-new", false, None)]).is_empty()
+        );
+        assert!(unready_on_another_revision(Some(&sts(3, 2)), &[running]).is_empty());
     }
 
     #[test]

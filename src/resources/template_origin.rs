@@ -173,6 +173,16 @@ pub enum TemplateChoice {
     /// The template built now differs only by changes that wait for the maintenance window:
     /// keep the observed one, and its record, until it opens.
     Hold(Held),
+    /// Another operator built the observed template, and this operator's release restarts the
+    /// Database now (the `release` module): apply the template built now, as `Build` does.
+    Release,
+}
+
+impl TemplateChoice {
+    /// The template built now is applied.
+    pub fn builds(&self) -> bool {
+        matches!(self, TemplateChoice::Build | TemplateChoice::Release)
+    }
 }
 
 /// The changes a held template keeps from the pods (besides restart-needing parameters, which
@@ -198,17 +208,22 @@ impl Held {
 }
 
 /// Decides whether the template built now replaces the observed one, given the maintenance
-/// window's `gate`. A window that is closed holds a new operator's instance manager, a new
-/// image for the same version and a change of `spec.postgresql`; any other change of the
-/// template (a version, resources, a restart request) is built now and carries them with it.
-/// Without a window, another operator's template waits for the Database's next rollout; in an
-/// open window it is rebuilt.
+/// window's `gate` and whether the operator's release may restart this Database now
+/// (`release_turn`: its turn in the release's wave, the `release` module).
+///
+/// A window that is closed holds a new operator's instance manager, a new image for the same
+/// version and a change of `spec.postgresql`; any other change of the template (a version,
+/// resources, a restart request) is built now and carries them with it. Another operator's
+/// template with nothing else changed is the release's to replace ([`TemplateChoice::Release`]):
+/// in an open window, or anywhere for an urgent release, on the Database's turn; without a
+/// window it otherwise waits for the Database's next rollout.
 pub fn choose(
     observed: Option<&TemplateRecord>,
     db: &Database,
     run: Run<'_>,
     settings: &Settings,
     gate: &Gate,
+    release_turn: bool,
 ) -> TemplateChoice {
     let Some(observed) = observed else {
         return TemplateChoice::Build;
@@ -223,25 +238,25 @@ pub fn choose(
     ) else {
         return TemplateChoice::Build;
     };
-    let instance_manager = (!ours).then(|| builder(settings));
-    if *recorded == now {
+    let same = *recorded == now;
+    if ours && same {
         // Our own template is rebuilt on every pass, so a hand edit is undone.
-        return match (ours, gate) {
-            (true, _) => TemplateChoice::Build,
-            (false, Gate::Open { .. }) => TemplateChoice::Build,
-            (false, Gate::NoWindow) => TemplateChoice::Keep,
-            (false, _) => TemplateChoice::Hold(Held {
-                instance_manager,
-                image: None,
-            }),
-        };
-    }
-    if !gate.holds() || without_deferrable(recorded) != without_deferrable(&now) {
         return TemplateChoice::Build;
+    }
+    if !same && (!gate.holds() || without_deferrable(recorded) != without_deferrable(&now)) {
+        return TemplateChoice::Build;
+    }
+    // What remains: another operator's template, or changes a closed window holds.
+    let release_may_restart = gate.is_open() || (settings.release.urgent && !gate.is_invalid());
+    if !ours && release_may_restart && release_turn {
+        return TemplateChoice::Release;
+    }
+    if same && !gate.holds() {
+        return TemplateChoice::Keep;
     }
     let image = (recorded.get("image") != now.get("image")).then(|| run.image.to_string());
     TemplateChoice::Hold(Held {
-        instance_manager,
+        instance_manager: (!ours).then(|| builder(settings)),
         image,
     })
 }
@@ -276,7 +291,7 @@ pub fn record(db: &Database, run: Run<'_>, settings: &Settings) -> BTreeMap<Stri
 /// pod template replaces the new one when it is kept, with the record that goes with it.
 pub fn settle(desired: &mut StatefulSet, observed: Option<&StatefulSet>, choice: &TemplateChoice) {
     let Some(observed) = observed else { return };
-    if *choice == TemplateChoice::Build {
+    if choice.builds() {
         return;
     }
     desired.spec.template = observed.spec.template.clone();
@@ -336,7 +351,7 @@ mod tests {
     ) -> TemplateChoice {
         let record = observed.map(TemplateRecord::of);
         let run = PodRun::of_spec(db, s);
-        let choice = choose(record.as_ref(), db, run.origin(), s, gate);
+        let choice = choose(record.as_ref(), db, run.origin(), s, gate, true);
         settle(desired, observed, &choice);
         choice
     }
@@ -530,7 +545,7 @@ mod tests {
         let (rolled, choice) = upgrade_at(&db, &db, "dbop:1", "dbop:2", &open());
         assert_eq!(
             (copy_image(&rolled).as_deref(), choice),
-            (Some("dbop:2"), TemplateChoice::Build)
+            (Some("dbop:2"), TemplateChoice::Release)
         );
         let new = settings("dbop:2");
         let mut after = statefulset(&db, &new, None);
@@ -539,6 +554,49 @@ mod tests {
             (copy_image(&after).as_deref(), choice),
             (Some("dbop:2"), TemplateChoice::Build)
         );
+    }
+
+    /// The choice for an unchanged `db` whose template the operator of `dbop:1` built, made by
+    /// the operator of `dbop:2` (`urgent` or not) under `gate`, on the Database's turn or not.
+    fn release_choice(gate: &Gate, urgent: bool, turn: bool) -> TemplateChoice {
+        let db = testing::minimal();
+        let observed = applied(&db, &settings("dbop:1"));
+        let mut new = settings("dbop:2");
+        new.release.urgent = urgent;
+        let run = PodRun::of_spec(&db, &new);
+        let record = TemplateRecord::of(&observed);
+        choose(Some(&record), &db, run.origin(), &new, gate, turn)
+    }
+
+    #[test]
+    fn the_release_restarts_a_database_only_on_its_turn_and_in_its_window_unless_urgent() {
+        let held = TemplateChoice::Hold(Held {
+            instance_manager: Some(builder(&settings("dbop:2"))),
+            image: None,
+        });
+        let invalid = Gate::Invalid {
+            message: "bad".into(),
+        };
+        let cases = [
+            // (gate, urgent, turn) → choice
+            (open(), false, true, TemplateChoice::Release),
+            (open(), false, false, TemplateChoice::Keep),
+            (Gate::NoWindow, false, true, TemplateChoice::Keep),
+            (closed(), false, true, held.clone()),
+            (Gate::NoWindow, true, true, TemplateChoice::Release),
+            (Gate::NoWindow, true, false, TemplateChoice::Keep),
+            (closed(), true, true, TemplateChoice::Release),
+            (closed(), true, false, held.clone()),
+            // A window that cannot be read holds even an urgent release.
+            (invalid, true, true, held),
+        ];
+        for (gate, urgent, turn, expected) in cases {
+            assert_eq!(
+                release_choice(&gate, urgent, turn),
+                expected,
+                "{gate:?}, urgent {urgent}, turn {turn}"
+            );
+        }
     }
 
     #[test]
