@@ -127,7 +127,8 @@ fn axes() -> Vec<Axis> {
             vec![
                 json!({}),
                 json!({"api": {"qps": 0, "burst": 10}, "reconcileConcurrency": 0,
-                    "logFormat": "text", "logLevel": "dbop=debug,info"}),
+                    "logFormat": "text", "logLevel": "dbop=debug,info",
+                    "release": {"wave": 3, "urgent": true, "timeoutSeconds": 900}}),
                 json!({"jobResources": {"requests": {"cpu": "50m", "memory": "64Mi"},
                     "limits": {"memory": "256Mi"}},
                     "extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}],
