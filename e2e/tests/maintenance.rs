@@ -338,3 +338,222 @@ async fn a_window_that_cannot_be_read_holds_and_says_what_to_fix() {
     bed.wait_for_phase(&ns, "mars", Phase::Ready, WAIT).await;
     wait_event(&bed, &ns, "mars", "InvalidMaintenanceWindow").await;
 }
+
+/// The release marker on `name`'s StatefulSet: its state (`rolling`, `done`, `failed`) and the
+/// release it belongs to.
+async fn release_marker(bed: &TestBed, ns: &str, name: &str) -> Option<(String, String)> {
+    let sets: Api<StatefulSet> = Api::namespaced(bed.client.clone(), ns);
+    let sts = sets.get(name).await.ok()?;
+    let text = sts.metadata.annotations?.get("dbop.dev/release")?.clone();
+    let marker: Value = serde_json::from_str(&text).ok()?;
+    Some((
+        marker["state"].as_str()?.to_string(),
+        marker["release"].as_str()?.to_string(),
+    ))
+}
+
+/// When each of `name`'s release Events happened (reason → time), from events.k8s.io.
+async fn release_event_times(
+    bed: &TestBed,
+    ns: &str,
+    name: &str,
+) -> Vec<(String, chrono::DateTime<Utc>)> {
+    let events: Api<Event> = Api::namespaced(bed.client.clone(), ns);
+    let list = events
+        .list(&ListParams::default().fields(&format!("regarding.name={name}")))
+        .await
+        .expect("events");
+    list.items
+        .into_iter()
+        .filter_map(|e| {
+            let reason = e.reason?;
+            let at = e.event_time?.0;
+            let at = chrono::DateTime::from_timestamp_micros(at.as_microsecond())?;
+            reason.starts_with("Release").then_some((reason, at))
+        })
+        .collect()
+}
+
+/// The most Databases restarting onto a release at once, from each one's `ReleaseStarted` and
+/// `ReleaseFinished` Events (panics when one lacks either).
+async fn most_at_once(bed: &TestBed, ns: &str, names: &[&str], release: &str) -> usize {
+    let mut edges = Vec::new();
+    for name in names {
+        let times = release_event_times(bed, ns, name).await;
+        let at = |reason: &str| {
+            times
+                .iter()
+                .filter(|(r, _)| r == reason)
+                .map(|(_, t)| *t)
+                .max()
+                .unwrap_or_else(|| panic!("{name}: no {reason} Event for {release}: {times:?}"))
+        };
+        // A start sorts before a finish at the same instant: overlaps are never hidden.
+        edges.push((at("ReleaseStarted"), 0, 1i32));
+        edges.push((at("ReleaseFinished"), 1, -1i32));
+    }
+    edges.sort();
+    let mut now = 0;
+    let mut most = 0;
+    for (_, _, change) in edges {
+        now += change;
+        most = most.max(now);
+    }
+    most as usize
+}
+
+/// An operator upgrade with six Databases and a wave of two: the four in an open window restart
+/// onto the new instance manager two at a time (never more, by the markers watched throughout
+/// and by their Events), one whose window is closed and one without a window keep theirs; an
+/// urgent release then takes both, still in waves.
+#[tokio::test]
+async fn an_operator_release_restarts_databases_in_waves_inside_their_windows() {
+    const NEWER_AGENT: &str = "dbop.local/dbop:maintenance-newer";
+    let bed = testbed().await;
+    let ns = bed.namespace("waves").await;
+    let old = bed.operator_binary_with_env(&ns, &[("DBOP_AGENT_IMAGE", OLD_AGENT)]);
+    let windowed = ["w1", "w2", "w3", "w4"];
+    for name in windowed {
+        let extra = json!({"maintenanceWindow": open_window()});
+        bed.apply_database(&ns, database_manifest(name, extra))
+            .await;
+    }
+    let closed = json!({"maintenanceWindow": closed_window()});
+    bed.apply_database(&ns, database_manifest("closed", closed))
+        .await;
+    bed.apply_database(&ns, database_manifest("plain", json!({})))
+        .await;
+    let everyone = ["w1", "w2", "w3", "w4", "closed", "plain"];
+    for name in everyone {
+        bed.wait_for_phase(&ns, name, Phase::Ready, WAIT).await;
+        assert_eq!(template(&bed, &ns, name).await.0, OLD_AGENT, "{name}");
+    }
+
+    drop(old);
+    let wave = [("DBOP_RELEASE_WAVE", "2")];
+    let new = bed.operator_binary_with_env(&ns, &[("DBOP_AGENT_IMAGE", NEW_AGENT), wave[0]]);
+    let most_rolling = std::sync::atomic::AtomicUsize::new(0);
+    wait_until("the windowed Databases take the release", WAIT, || async {
+        let mut rolling = 0;
+        let mut done = 0;
+        for name in windowed {
+            match release_marker(&bed, &ns, name).await {
+                Some((state, _)) if state == "rolling" => rolling += 1,
+                Some((state, _)) if state == "done" => done += 1,
+                _ => {}
+            }
+        }
+        most_rolling.fetch_max(rolling, std::sync::atomic::Ordering::Relaxed);
+        (done == windowed.len()).then_some(())
+    })
+    .await;
+    let most_rolling = most_rolling.into_inner();
+    assert!(
+        most_rolling <= 2,
+        "{most_rolling} Databases restarted at once"
+    );
+    assert!(
+        most_at_once(&bed, &ns, &windowed, NEW_AGENT).await <= 2,
+        "the Events show more than two Databases restarting at once"
+    );
+    for name in windowed {
+        assert_eq!(template(&bed, &ns, name).await.0, NEW_AGENT, "{name}");
+        bed.wait_for_phase(&ns, name, Phase::Ready, WAIT).await;
+    }
+    for name in ["closed", "plain"] {
+        assert_eq!(template(&bed, &ns, name).await.0, OLD_AGENT, "{name}");
+        assert_eq!(release_marker(&bed, &ns, name).await, None, "{name}");
+    }
+
+    // An urgent release: outside windows too, still two at a time.
+    drop(new);
+    let _newer = bed.operator_binary_with_env(
+        &ns,
+        &[
+            ("DBOP_AGENT_IMAGE", NEWER_AGENT),
+            wave[0],
+            ("DBOP_RELEASE_URGENT", "true"),
+        ],
+    );
+    wait_until("every Database takes the urgent release", WAIT, || async {
+        for name in everyone {
+            if template(&bed, &ns, name).await.0 != NEWER_AGENT {
+                return None;
+            }
+            let (state, release) = release_marker(&bed, &ns, name).await?;
+            (state == "done" && release.ends_with(NEWER_AGENT)).then_some(())?;
+        }
+        Some(())
+    })
+    .await;
+    assert!(
+        most_at_once(&bed, &ns, &everyone, NEWER_AGENT).await <= 2,
+        "the Events show more than two Databases restarting at once"
+    );
+}
+
+/// A release whose instance manager never gets a pod ready (`never-ready` in its image: the
+/// test bed's kwok keeps such pods unready): the first Database to take it is not healthy within
+/// the timeout, is rolled back to the template it had and serves again, and the release stops —
+/// the others keep theirs and say why, with Events.
+#[tokio::test]
+async fn a_release_that_fails_on_one_database_is_rolled_back_and_stops() {
+    const BROKEN_AGENT: &str = "dbop.local/dbop:never-ready";
+    let bed = testbed().await;
+    let ns = bed.namespace("waves-fail").await;
+    let old = bed.operator_binary_with_env(&ns, &[("DBOP_AGENT_IMAGE", OLD_AGENT)]);
+    let names = ["f1", "f2", "f3"];
+    for name in names {
+        let extra = json!({"maintenanceWindow": open_window()});
+        bed.apply_database(&ns, database_manifest(name, extra))
+            .await;
+    }
+    for name in names {
+        bed.wait_for_phase(&ns, name, Phase::Ready, WAIT).await;
+    }
+    drop(old);
+    let _broken = bed.operator_binary_with_env(
+        &ns,
+        &[
+            ("DBOP_AGENT_IMAGE", BROKEN_AGENT),
+            ("DBOP_RELEASE_TIMEOUT", "30"),
+        ],
+    );
+    let failed = wait_until("the release fails on one Database", WAIT, || async {
+        for name in names {
+            if let Some((state, _)) = release_marker(&bed, &ns, name).await
+                && state == "failed"
+            {
+                return Some(name);
+            }
+        }
+        None
+    })
+    .await;
+    // Rolled back: the old template, serving again.
+    wait_until(
+        "the failed Database is back on its template",
+        WAIT,
+        || async { (template(&bed, &ns, failed).await.0 == OLD_AGENT).then_some(()) },
+    )
+    .await;
+    bed.wait_for_phase(&ns, failed, Phase::Ready, WAIT).await;
+    wait_event(&bed, &ns, failed, "ReleaseFailed").await;
+    // The others never started, and say why.
+    for name in names.iter().filter(|n| **n != failed) {
+        let said = wait_until(
+            &format!("{name} says the release stopped"),
+            WAIT,
+            || async {
+                let db = bed.databases(&ns).get(name).await.ok()?;
+                let (_, reason) = condition(&db, "ReleasePending")?;
+                (reason == "ReleasePaused").then(|| message(&db, "ReleasePending"))
+            },
+        )
+        .await;
+        assert!(said.contains(failed), "{said}");
+        assert_eq!(template(&bed, &ns, name).await.0, OLD_AGENT, "{name}");
+        assert_eq!(release_marker(&bed, &ns, name).await, None, "{name}");
+        wait_event(&bed, &ns, name, "ReleasePaused").await;
+    }
+}
