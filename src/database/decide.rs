@@ -12,14 +12,12 @@
 use super::accounts::{self, AccountsPlan};
 use std::time::Duration;
 
-use kube::ResourceExt;
-
 use crate::api::Phase;
 use crate::api::conditions::{self, ConditionStatus, ConditionType};
 use crate::api::{BootstrapStatus, Database, InstanceRole, NetworkPolicySpec};
 use crate::api::{UpgradeStage, UpgradeStatus};
 use crate::maintenance::{self, Gate};
-use crate::release::{self, Health, Progress, Turn};
+use crate::release::{self, Turn};
 use crate::resources::statefulset::PodRun;
 use crate::resources::template_origin::{self, TemplateChoice};
 use crate::resources::{Names, check_version, quantity};
@@ -36,6 +34,7 @@ use super::init::{InitOutcome, decide_init};
 use super::restart;
 use super::roles::{self, RolesFact, RolesPlan, VersionUpgrade};
 use super::tls::{self, TlsSteps};
+use super::wave;
 use dbop_contract::InstanceFailure;
 
 /// What to do to the world. Every step is idempotent; `apply` skips writes that change nothing.
@@ -135,10 +134,10 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
     steps.apply_statefulset = true;
     let now = facts.backups.now;
     let gate = Gate::of(db, now);
-    let turn = release_turn(db, facts, settings);
+    let turn = wave::turn(db, facts, settings);
     let (upgrade, template) = pod_template(db, facts, settings, &gate, turn == Turn::Go);
-    let release = release_step(&template, facts, settings);
-    let release_waits = release_waits(&template, facts, settings, &gate);
+    let release = wave::step(&template, facts, settings);
+    let release_waits = wave::waits(&template, facts, settings, &gate);
     let roles = roles::plan(
         db,
         &RolesFact {
@@ -157,7 +156,9 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
     // earlier revision is replaced, or the fixed template would never reach it.
     if !upgrade.active {
         steps.delete_pods.extend(facts.stuck_pods.iter().cloned());
-        steps.delete_pods.extend(rolled_back_pods(facts, settings));
+        steps
+            .delete_pods
+            .extend(wave::rolled_back_pods(facts, settings));
         steps.delete_pods.sort();
         steps.delete_pods.dedup();
     }
@@ -174,10 +175,7 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
     let backup = plan_backups(db, &facts.backups, phase);
     // Ready too: while the only pod is replaced, the StatefulSet controller counts 0 of 0 pods
     // ready and moves currentRevision on before the new pod has started.
-    let restarted = facts
-        .statefulset
-        .as_ref()
-        .is_some_and(|s| s.rolled_out && s.ready_replicas >= s.replicas);
+    let restarted = wave::serving_settled(facts);
     let restart_pending = restart::pending(db, &facts.restart, restarted);
     steps.tls = tls::steps(db, &facts.tls, facts.backups.now);
     let tls_ready = tls::condition(db, &facts.tls, &steps.tls, restarted);
@@ -272,97 +270,6 @@ fn pod_template(
         upgrade.template.image = image;
     }
     (upgrade, template)
-}
-
-/// The Database's turn in the operator's release (`crate::release`): it starts only while
-/// healthy, and only in its wave.
-fn release_turn(db: &Database, facts: &Facts, settings: &Settings) -> Turn {
-    let key = release::key(&db.namespace().unwrap_or_default(), &db.name());
-    release::turn(
-        &key,
-        serving_settled(facts),
-        &facts.release.fleet,
-        settings.release.wave,
-    )
-}
-
-/// Every pod runs the latest template and is ready.
-fn serving_settled(facts: &Facts) -> bool {
-    facts
-        .statefulset
-        .as_ref()
-        .is_some_and(|s| s.rolled_out && s.ready_replicas >= s.replicas)
-}
-
-/// This pass's step in the release: it starts when the template choice says so, and otherwise
-/// moves on as the Database's health says.
-fn release_step(template: &TemplateChoice, facts: &Facts, settings: &Settings) -> release::Step {
-    let name = template_origin::builder(settings);
-    let on_release = facts
-        .template
-        .as_ref()
-        .is_some_and(|t| t.built_by.as_deref() == Some(name.as_str()));
-    let progress = match template {
-        TemplateChoice::Release => Progress::Start,
-        _ => release::progress(
-            facts.release.marker.as_ref(),
-            &name,
-            &Health {
-                on_release,
-                healthy: serving_settled(facts),
-                trouble: facts
-                    .instance_failure
-                    .as_ref()
-                    .map(|f| format!("pod {}: {}", f.pod, f.message)),
-            },
-            facts.backups.now,
-            settings.release.timeout,
-        ),
-    };
-    release::Step {
-        progress,
-        release: name,
-        at: facts.backups.now,
-    }
-}
-
-/// After the release failed here and was rolled back, the pods still on its template: the
-/// StatefulSet controller does not replace a pod that is not ready ("forced rollback").
-fn rolled_back_pods(facts: &Facts, settings: &Settings) -> Vec<String> {
-    let release = template_origin::builder(settings);
-    let failed = facts
-        .release
-        .marker
-        .as_ref()
-        .is_some_and(|m| m.release == release && m.state == release::State::Failed);
-    match failed {
-        true => facts.release.unready_elsewhere.clone(),
-        false => vec![],
-    }
-}
-
-/// Whether the release waits to restart this Database: another operator built its template,
-/// and the release would restart it now (its window is open, or the release is urgent) or has
-/// stopped.
-fn release_waits(
-    template: &TemplateChoice,
-    facts: &Facts,
-    settings: &Settings,
-    gate: &Gate,
-) -> bool {
-    let name = template_origin::builder(settings);
-    let others = facts
-        .template
-        .as_ref()
-        .and_then(|t| t.built_by.as_deref())
-        .is_some_and(|b| b != name);
-    let failed_here = facts
-        .release
-        .marker
-        .as_ref()
-        .is_some_and(|m| m.release == name && m.state == release::State::Failed);
-    let would_restart = gate.is_open() || settings.release.urgent || failed_here;
-    others && would_restart && !template.builds()
 }
 
 /// What waits for the maintenance window, in words: what the held template keeps from the pods
@@ -1097,7 +1004,7 @@ mod tests {
     /// has none, and stops for everyone once it failed somewhere.
     #[test]
     fn an_urgent_release_restarts_a_database_in_its_wave() {
-        use crate::release::Fleet;
+        use crate::release::{Fleet, Progress};
         let old = Settings {
             agent_image: "dbop:old".into(),
             ..Settings::default()

@@ -21,6 +21,8 @@
 //!   Secret, each instance's status line;
 //! - `restart` decides whether the pods must restart for `spec.postgresql` (`RestartPending`);
 //! - `tls` decides the CA and server certificate (`TLSReady`), `certificates` makes them;
+//! - `wave` decides the Database's part in the operator's release (its turn in the wave, a
+//!   rollback), a part of `decide`;
 //! - `restore` decides a restore from a backup (`spec.bootstrap.fromBackup`), which takes the
 //!   init SQL's place.
 //!
@@ -49,6 +51,7 @@ pub mod status;
 pub mod stuck;
 pub mod tls;
 pub mod verification;
+pub mod wave;
 
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
