@@ -463,10 +463,15 @@ fn archive_script(dir: &Path, s3: &S3Server) -> PathBuf {
     };
     let id = file("access-key-id", S3_ACCESS_KEY);
     let secret = file("secret-access-key", S3_SECRET_KEY);
+    // The agent from here: PostgreSQL runs as the postgres user when the tests run as root, and
+    // the build's own directory may sit in one only root can enter (a clone in `mktemp -d`).
+    let agent = dir.join("dbop-backup");
+    std::fs::copy(env!("CARGO_BIN_EXE_dbop-backup"), &agent).unwrap();
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
     let script = format!(
         "#!/bin/sh\nexec env -i PATH=/usr/bin:/bin AWS_ENDPOINT_URL={} AWS_REGION=us-east-1 AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null AWS_EC2_METADATA_DISABLED=true DBOP_BACKUP_BUCKET={BUCKET} DBOP_BACKUP_PATH_STYLE=true DBOP_BACKUP_PREFIX={PREFIX} DBOP_BACKUP_DATABASE={DATABASE} DBOP_BACKUP_S3_ACCESS_KEY_ID_FILE={id} DBOP_BACKUP_S3_SECRET_ACCESS_KEY_FILE={secret} {} wal-push \"$1\" \"$2\"\n",
         s3.endpoint(),
-        env!("CARGO_BIN_EXE_dbop-backup"),
+        agent.display(),
     );
     PathBuf::from(file("archive.sh", &script))
 }
