@@ -13,7 +13,7 @@ use super::accounts::{self, AccountsPlan};
 use std::time::Duration;
 
 use crate::api::Phase;
-use crate::api::conditions::{self, ConditionStatus, ConditionType};
+use crate::api::conditions::{ConditionStatus, ConditionType};
 use crate::api::{BootstrapStatus, Database, InstanceRole, NetworkPolicySpec};
 use crate::api::{UpgradeStage, UpgradeStatus};
 use crate::maintenance::{self, Gate};
@@ -27,15 +27,13 @@ use crate::upgrade::plan::{Input as UpgradeInput, UpgradePlan, plan as plan_upgr
 use crate::backup::plan::{BackupPlan, plan_backups};
 
 use super::blocker::Blocker;
-use super::facts::{
-    CredentialsFact, Facts, InstanceFailureFact, StatefulSetFact, UnschedulableFact,
-};
-use super::init::{InitOutcome, decide_init};
+use super::facts::{CredentialsFact, Facts};
+use super::init::decide_init;
 use super::restart;
 use super::roles::{self, RolesFact, RolesPlan, VersionUpgrade};
+use super::stage::{REQUEUE_FAILED, REQUEUE_WAITING_ON_USER, Rollout, Stage, stage_outcome};
 use super::tls::{self, TlsSteps};
 use super::wave;
-use dbop_contract::InstanceFailure;
 
 /// What to do to the world. Every step is idempotent; `apply` skips writes that change nothing.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -112,16 +110,7 @@ impl Decision {
     }
 }
 
-/// Nothing is watched that would wake us (a user's Secret or ConfigMap): look again soon.
-pub const REQUEUE_WAITING_ON_USER: Duration = Duration::from_secs(30);
-/// Something we watch is moving: its events wake us; this is only a safety net.
-pub const REQUEUE_IN_PROGRESS: Duration = Duration::from_secs(60);
-/// Steady state: an occasional look, which writes nothing when nothing drifted.
-pub const REQUEUE_STEADY: Duration = Duration::from_secs(300);
-/// Only a spec change helps, and a spec change wakes us anyway.
-pub const REQUEUE_FAILED: Duration = Duration::from_secs(3600);
-
-use ConditionType::{Initialized, Ready, StorageReady, Upgrading};
+use ConditionType::{Ready, StorageReady};
 
 /// Decides the next step of a Database that is not being deleted.
 pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
@@ -383,356 +372,6 @@ fn version_upgrade(upgrade: &UpgradePlan) -> VersionUpgrade {
     }
 }
 
-/// Where the StatefulSet stands against the spec.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Rollout {
-    /// The version every instance ran when the last rollout settled.
-    current_version: Option<String>,
-    /// Enough instances are ready.
-    serving: bool,
-    /// Serving, and every pod runs the desired template.
-    settled: bool,
-    /// The spec's version differs from the one that ran.
-    version_changed: bool,
-    /// A rollout of a Database that has served once (new version, resources, undone hand edit).
-    upgrading: bool,
-    /// `Initialized` was True before this pass.
-    already_initialized: bool,
-    /// The version the pod template runs.
-    template_version: String,
-    /// The image every instance ran when the last rollout settled.
-    current_image: Option<String>,
-    /// The image the pod template runs.
-    template_image: String,
-}
-
-impl Rollout {
-    /// Where the StatefulSet stands against what the upgrade plan says the pods run. A version
-    /// upgrade under way is `upgrade.active`; a stopped or refused one leaves the pods on the
-    /// old version, which is then not a rollout.
-    fn of(db: &Database, facts: &Facts, upgrade: &UpgradePlan) -> Rollout {
-        let status = db.status.clone().unwrap_or_default();
-        let current_version = status.current_version;
-        let was_ready_once = current_version.is_some();
-        let sts = facts.statefulset.as_ref();
-        let serving = sts.is_some_and(|s| s.ready_replicas >= db.spec.instances);
-        let rolled_out = sts.is_some_and(|s| is_rolled_out(s, &upgrade.template.image));
-        // A new template on its way to the pods. A lost pod is not one: the StatefulSet
-        // recreates it from the same template, and the Database is Degraded until it serves.
-        let template_change = was_ready_once
-            && upgrade.condition.is_none()
-            && sts.is_some_and(|s| is_template_rolling(s, &upgrade.template.image));
-        Rollout {
-            serving,
-            settled: serving && rolled_out && !upgrade.active,
-            version_changed: upgrade.active,
-            upgrading: upgrade.active || template_change,
-            already_initialized: conditions::is_true(&status.conditions, Initialized),
-            current_version,
-            template_version: upgrade.template.version.clone(),
-            current_image: status.current_image,
-            template_image: upgrade.template.image.clone(),
-        }
-    }
-
-    fn was_ready_once(&self) -> bool {
-        self.current_version.is_some()
-    }
-
-    /// Init runs once, after the first time the server is serving on the desired spec.
-    fn server_has_run(&self) -> bool {
-        self.settled || self.already_initialized || self.was_ready_once()
-    }
-
-    /// The version to record: a verified upgrade's target; the template's once settled on it;
-    /// else the one that ran. (A verified upgrade does not wait for the StatefulSet's own
-    /// revision bookkeeping: seen as not yet current, it would be started again.)
-    fn new_version(&self, upgrade: &UpgradePlan) -> Option<String> {
-        let verified = upgrade
-            .status
-            .as_ref()
-            .filter(|u| u.stage == crate::api::UpgradeStage::Complete);
-        if let Some(u) = verified.filter(|u| u.to == self.template_version) {
-            Some(u.to.clone())
-        } else if self.settled && !upgrade.active {
-            Some(self.template_version.clone())
-        } else {
-            self.current_version.clone()
-        }
-    }
-
-    /// The image to record, settled as the version is (`new_version`).
-    fn new_image(&self, upgrade: &UpgradePlan) -> Option<String> {
-        let verified = upgrade
-            .status
-            .as_ref()
-            .is_some_and(|u| u.stage == crate::api::UpgradeStage::Complete);
-        if (verified
-            && upgrade
-                .status
-                .as_ref()
-                .is_some_and(|u| u.to == self.template_version))
-            || (self.settled && !upgrade.active)
-        {
-            Some(self.template_image.clone())
-        } else {
-            self.current_image.clone()
-        }
-    }
-
-    fn message(&self, db: &Database) -> String {
-        if self.version_changed {
-            format!(
-                "rolling out version {} (from {})",
-                db.spec.version,
-                self.current_version.as_deref().unwrap_or("?")
-            )
-        } else {
-            "rolling out a change of the pod template".to_string()
-        }
-    }
-
-    /// The `Upgrading` condition.
-    fn condition(&self, db: &Database) -> ConditionStatus {
-        if self.upgrading && !self.settled {
-            ConditionStatus::new(Upgrading, true, "RollingOut", self.message(db))
-        } else {
-            ConditionStatus::new(
-                Upgrading,
-                false,
-                "NoUpgrade",
-                "running the requested version",
-            )
-        }
-    }
-}
-
-/// The phase a Database is in, before it is worded.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Stage {
-    /// The init SQL's source is missing: the user must act.
-    InitBlocked {
-        reason: &'static str,
-        message: String,
-    },
-    InitFailed {
-        reason: &'static str,
-        message: String,
-    },
-    /// A pod's instance manager stopped for a reason only a spec change fixes.
-    InstanceFailed(InstanceFailureFact),
-    Upgrading,
-    Degraded,
-    Provisioning,
-    Initializing,
-    Ready,
-}
-
-impl Stage {
-    fn of(
-        init: &InitOutcome,
-        rollout: &Rollout,
-        instance_failure: Option<&InstanceFailureFact>,
-    ) -> Stage {
-        if let Some(failure) = instance_failure.filter(|_| !rollout.serving) {
-            return Stage::InstanceFailed(failure.clone());
-        }
-        match (init, rollout.serving, rollout.settled) {
-            (InitOutcome::Blocked { reason, message }, _, _) => Stage::InitBlocked {
-                reason,
-                message: message.clone(),
-            },
-            (InitOutcome::Failed { reason, message }, _, _) => Stage::InitFailed {
-                reason,
-                message: message.clone(),
-            },
-            (_, _, false) if rollout.upgrading => Stage::Upgrading,
-            (_, false, _) if rollout.was_ready_once() => Stage::Degraded,
-            (_, false, _) | (_, true, false) => Stage::Provisioning,
-            (InitOutcome::Pending, true, true) => Stage::Initializing,
-            (InitOutcome::Done, true, true) => Stage::Ready,
-        }
-    }
-}
-
-/// The phase, the `Ready` condition and when to look again, for a stage.
-fn stage_outcome(
-    db: &Database,
-    stage: &Stage,
-    rollout: &Rollout,
-    facts: &Facts,
-    roles: &RolesPlan,
-) -> (Phase, ConditionStatus, Duration) {
-    let names = Names::of(db);
-    let sts = facts.statefulset.as_ref();
-    let not_ready =
-        |reason: &str, message: String| ConditionStatus::new(Ready, false, reason, message);
-    // A pod no node takes: the scheduler's reason says more than a count of ready pods. Pods
-    // are not watched, so look again for its next word.
-    let phase = match stage {
-        Stage::Provisioning => Some(Phase::Provisioning),
-        Stage::Degraded => Some(Phase::Degraded),
-        _ => None,
-    };
-    if let (Some(phase), Some(pod)) = (phase, &facts.unschedulable) {
-        let reason = not_ready("Unschedulable", unschedulable_message(pod));
-        return (phase, reason, REQUEUE_IN_PROGRESS);
-    }
-    match stage {
-        Stage::InitBlocked { reason, message } => (
-            Phase::Pending,
-            not_ready(reason, message.clone()),
-            REQUEUE_WAITING_ON_USER,
-        ),
-        Stage::InitFailed { reason, message } => (
-            Phase::Failed,
-            not_ready(reason, message.clone()),
-            REQUEUE_FAILED,
-        ),
-        Stage::InstanceFailed(failure) => (
-            Phase::Failed,
-            not_ready(
-                instance_failure_reason(failure.failure),
-                format!("pod {}: {}", failure.pod, failure.message),
-            ),
-            // Pods are not watched: look again for the pod that replaces it.
-            REQUEUE_IN_PROGRESS,
-        ),
-        // Ready says whether the database serves, throughout an upgrade.
-        Stage::Upgrading if rollout.serving => (
-            Phase::Upgrading,
-            ready_condition(db, &names),
-            REQUEUE_IN_PROGRESS,
-        ),
-        Stage::Upgrading => (
-            Phase::Upgrading,
-            not_ready("RollingOut", rollout.message(db)),
-            REQUEUE_IN_PROGRESS,
-        ),
-        Stage::Degraded => (
-            Phase::Degraded,
-            not_ready(degraded_reason(roles), degraded_message(db, sts, roles)),
-            REQUEUE_IN_PROGRESS,
-        ),
-        Stage::Provisioning => (
-            Phase::Provisioning,
-            not_ready("Provisioning", provisioning_message(&names, sts)),
-            REQUEUE_IN_PROGRESS,
-        ),
-        Stage::Initializing => (
-            Phase::Initializing,
-            not_ready("Initializing", initializing_message(db, &names)),
-            REQUEUE_IN_PROGRESS,
-        ),
-        Stage::Ready => (Phase::Ready, ready_condition(db, &names), REQUEUE_STEADY),
-    }
-}
-
-/// The `Ready` condition's reason for an instance manager's failure.
-fn instance_failure_reason(failure: InstanceFailure) -> &'static str {
-    match failure {
-        InstanceFailure::NoUserEntry => "ImageUserNotFound",
-    }
-}
-
-/// What an initialising Database is doing: restoring its backup, or running its init SQL.
-fn initializing_message(db: &Database, names: &Names) -> String {
-    match &db.spec.bootstrap {
-        Some(_) => format!(
-            "restore Job {} is restoring the backup (spec.bootstrap.fromBackup)",
-            names.restore_job()
-        ),
-        None => format!("init Job {} is running the init SQL", names.init_job()),
-    }
-}
-
-fn ready_condition(db: &Database, names: &Names) -> ConditionStatus {
-    let endpoint = format!(
-        "{}:{}",
-        names.endpoint(&db.namespace_or_default()),
-        crate::resources::POSTGRES_PORT
-    );
-    ConditionStatus::new(
-        Ready,
-        true,
-        "DatabaseReady",
-        format!("accepting connections at {endpoint}"),
-    )
-}
-
-fn is_rolled_out(sts: &StatefulSetFact, desired_image: &str) -> bool {
-    sts.rolled_out && sts.image.as_deref() == Some(desired_image)
-}
-
-fn is_template_rolling(sts: &StatefulSetFact, desired_image: &str) -> bool {
-    sts.template_rolling || !sts.observed_current || sts.image.as_deref() != Some(desired_image)
-}
-
-fn provisioning_message(names: &Names, sts: Option<&StatefulSetFact>) -> String {
-    match sts {
-        None => format!("creating StatefulSet {}", names.statefulset()),
-        Some(s) => format!(
-            "waiting for StatefulSet {}: {}/{} ready, {} updated",
-            names.statefulset(),
-            s.ready_replicas,
-            s.replicas,
-            s.updated_replicas
-        ),
-    }
-}
-
-/// A pod no node can take: the scheduler's reason, and what in the spec decides it.
-fn unschedulable_message(pod: &UnschedulableFact) -> String {
-    format!(
-        "pod {} cannot be scheduled: {} (the nodes it may use come from spec.placement, what it needs from spec.resources)",
-        pod.pod,
-        pod.message.trim_end_matches('.')
-    )
-}
-
-/// `StandbyNotReady` while the primary serves and only standbys are missing; `NotServing`
-/// otherwise.
-fn degraded_reason(roles: &RolesPlan) -> &'static str {
-    if roles.failover_waits.is_some() {
-        return "FailoverWaiting";
-    }
-    let primary_ready = roles
-        .instances
-        .iter()
-        .any(|i| i.role == InstanceRole::Primary && i.ready);
-    if primary_ready {
-        "StandbyNotReady"
-    } else {
-        "NotServing"
-    }
-}
-
-fn degraded_message(db: &Database, sts: Option<&StatefulSetFact>, roles: &RolesPlan) -> String {
-    let message = instances_message(db, sts, roles);
-    match &roles.failover_waits {
-        Some(wait) => format!("{message}; {wait}"),
-        None => message,
-    }
-}
-
-fn instances_message(db: &Database, sts: Option<&StatefulSetFact>, roles: &RolesPlan) -> String {
-    let not_ready = roles::not_ready(roles);
-    match sts {
-        None => format!("StatefulSet {} is missing; recreating it", db.name()),
-        Some(s) if not_ready.is_empty() => format!(
-            "{}/{} instances ready; see the pods' events and logs",
-            s.ready_replicas, db.spec.instances
-        ),
-        // A standby is ready only while it streams from the primary.
-        Some(s) => format!(
-            "{}/{} instances ready; not ready: {} (a standby is ready only while it streams from the primary: see the pod's log)",
-            s.ready_replicas,
-            db.spec.instances,
-            not_ready.join(", ")
-        ),
-    }
-}
-
 fn storage_condition(db: &Database, facts: &Facts) -> ConditionStatus {
     let claim = Names::of(db).data_pvc(0);
     let Some(volume) = &facts.volume else {
@@ -806,7 +445,10 @@ fn volume_to_expand(db: &Database, facts: &Facts) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::facts::InitSourceFact;
+    use super::super::facts::{
+        InitSourceFact, InstanceFailureFact, StatefulSetFact, UnschedulableFact,
+    };
+    use super::super::stage::REQUEUE_IN_PROGRESS;
     use super::*;
     use crate::api::DatabaseStatus;
     use crate::api::conditions::merge;
@@ -814,7 +456,9 @@ mod tests {
     use crate::resources::VersionProblem;
     use crate::resources::credentials::SecretProblem;
     use crate::resources::testing;
+    use ConditionType::{Initialized, Upgrading};
     use chrono::{TimeZone, Utc};
+    use dbop_contract::InstanceFailure;
 
     const IMAGE: &str = "docker.io/library/postgres:16.4";
 
@@ -1714,95 +1358,6 @@ mod tests {
             assert_eq!(d.steps, Steps::default(), "{blocker:?} writes nothing");
             assert_eq!(d.current_version.as_deref(), Some("16.4"));
         }
-    }
-
-    #[test]
-    fn stage_table() {
-        let rollout = |serving, settled, upgrading, ran: bool| Rollout {
-            current_version: ran.then(|| "16.4".to_string()),
-            serving,
-            settled,
-            version_changed: false,
-            upgrading,
-            already_initialized: false,
-            template_version: "16.4".into(),
-            current_image: None,
-            template_image: "pg:16.4".into(),
-        };
-        let blocked = InitOutcome::Blocked {
-            reason: "InitConfigMapNotFound",
-            message: "m".into(),
-        };
-        let failed = InitOutcome::Failed {
-            reason: "InitFailed",
-            message: "m".into(),
-        };
-        let table = [
-            (
-                "init blocked wins",
-                &blocked,
-                rollout(true, true, false, true),
-                "InitBlocked",
-            ),
-            (
-                "init failed",
-                &failed,
-                rollout(false, false, true, true),
-                "InitFailed",
-            ),
-            (
-                "upgrading",
-                &InitOutcome::Done,
-                rollout(true, false, true, true),
-                "Upgrading",
-            ),
-            (
-                "degraded",
-                &InitOutcome::Done,
-                rollout(false, false, false, true),
-                "Degraded",
-            ),
-            (
-                "first start",
-                &InitOutcome::Pending,
-                rollout(false, false, false, false),
-                "Provisioning",
-            ),
-            (
-                "serving, rolling out",
-                &InitOutcome::Done,
-                rollout(true, false, false, false),
-                "Provisioning",
-            ),
-            (
-                "init running",
-                &InitOutcome::Pending,
-                rollout(true, true, false, false),
-                "Initializing",
-            ),
-            (
-                "ready",
-                &InitOutcome::Done,
-                rollout(true, true, false, true),
-                "Ready",
-            ),
-        ];
-        for (name, init, rollout, want) in table {
-            let stage = format!("{:?}", Stage::of(init, &rollout, None));
-            assert!(stage.starts_with(want), "{name}: {stage}");
-        }
-        // A pod that cannot start for a reason the spec fixes, until the Database serves.
-        let failure = InstanceFailureFact {
-            pod: "orders-0".into(),
-            failure: InstanceFailure::NoUserEntry,
-            message: "no entry".into(),
-        };
-        let not_serving = rollout(false, false, false, false);
-        let stage = Stage::of(&InitOutcome::Pending, &not_serving, Some(&failure));
-        assert_eq!(stage, Stage::InstanceFailed(failure.clone()));
-        let serving = rollout(true, true, false, true);
-        let stage = Stage::of(&InitOutcome::Done, &serving, Some(&failure));
-        assert_eq!(stage, Stage::Ready);
     }
 
     #[test]

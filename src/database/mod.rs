@@ -14,6 +14,7 @@
 //! - `verification` reads the verify Jobs `backup::verify` decides from;
 //! - `deletion` decides the deletion policy (pure); `cleanup` is the finalizer's I/O for it,
 //!   and makes it wait while an upgrade's pods change version;
+//! - `stage` decides where the rollout stands and the phase it gives, a part of `decide`;
 //! - `init` decides the init SQL (`Initialized`), a part of `decide`;
 //! - `accounts` decides the application's Secret and the accounts Secret the instances mount
 //!   (the application role, its database, the declared roles);
@@ -47,6 +48,7 @@ pub mod positions;
 pub mod restart;
 pub mod restore;
 pub mod roles;
+pub mod stage;
 pub mod status;
 pub mod stuck;
 pub mod tls;
