@@ -18,6 +18,7 @@
 //! - `init` decides the init SQL (`Initialized`), a part of `decide`;
 //! - `accounts` decides the application's Secret and the accounts Secret the instances mount
 //!   (the application role, its database, the declared roles);
+//! - `instances` holds what the roles are decided from (each pod, the positions, the Lease);
 //! - `roles` decides the instances' roles: the primary, the pods' role labels, the replication
 //!   Secret, each instance's status line;
 //! - `restart` decides whether the pods must restart for `spec.postgresql` (`RestartPending`);
@@ -43,6 +44,7 @@ pub mod deletion;
 pub mod events;
 pub mod facts;
 pub mod init;
+pub mod instances;
 pub mod observe;
 pub mod positions;
 pub mod restart;
