@@ -510,6 +510,9 @@ fn clones_streams_fails_over_repoints_and_rewinds_the_old_primary() {
     drop(running_a);
 
     phase("divergent writes on the old primary");
+    // As a manager that had already made it a standby leaves it (a demotion, then a crash):
+    // pg_rewind's crash recovery runs in single-user mode, which refuses standby mode.
+    std::fs::write(a.pgdata().join("standby.signal"), b"").unwrap();
     // It rejoins the new primary: rewound, then streaming; its divergent rows are gone.
     let out = a.must("rejoin", &a.upstream_args(&b));
     assert!(out.contains("rejoined: Rewound"), "{out}");

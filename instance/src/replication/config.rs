@@ -19,6 +19,8 @@ pub const REPLICATION_ROLE: &str = "dbop_replication";
 pub const MANAGED_FILE: &str = "dbop-replication.conf";
 /// The file whose presence makes the server start as a standby.
 pub const STANDBY_SIGNAL: &str = "standby.signal";
+/// The file that starts a server in targeted recovery (dbop does not write it; a restore may).
+pub const RECOVERY_SIGNAL: &str = "recovery.signal";
 /// Every slot dbop makes starts with this; dbop never touches another slot.
 pub const SLOT_PREFIX: &str = "dbop_";
 /// The longest slot name PostgreSQL takes (NAMEDATALEN - 1).

@@ -264,12 +264,7 @@ pub fn write_standby_config(pgdata: &Path, upstream: Option<&Upstream>) -> Resul
     let signal = pgdata.join(config::STANDBY_SIGNAL);
     match upstream {
         Some(_) => write_atomically(&signal, b"", 0o600),
-        None => match std::fs::remove_file(&signal) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(Fatal(format!("cannot remove {}: {e}", signal.display())))
-            }
-            _ => Ok(()),
-        },
+        None => remove_if_present(&signal),
     }
 }
 
@@ -435,6 +430,13 @@ pub fn rewind(
         upstream.host, upstream.port
     );
     write_atomically(&marker, started.as_bytes(), 0o600)?;
+    // pg_rewind finishes the target's crash recovery in single-user mode, which refuses to
+    // start in standby mode ("standby mode is not supported by single-user servers"): a former
+    // primary already set up as a standby that did not stop cleanly would fail the rewind, and
+    // be refused for good. The standby settings are written again once it has rewound.
+    for signal in [config::STANDBY_SIGNAL, config::RECOVERY_SIGNAL] {
+        remove_if_present(&pgdata.join(signal))?;
+    }
     // pg_rewind reads the source's timeline from its control file, which a promotion updates
     // only at its next checkpoint: ask for one (the replication role may, from PostgreSQL 15:
     // pg_checkpoint). Best effort; the report is checked below either way.
@@ -483,6 +485,16 @@ pub fn rewind(
     }
     std::fs::remove_file(&marker).map_err(|e| Fatal(format!("cannot remove the marker: {e}")))?;
     Ok(rejoin::rewound(&report))
+}
+
+/// Removes `path`; one that is not there is fine.
+fn remove_if_present(path: &Path) -> Result<(), Fatal> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(Fatal(format!("cannot remove {}: {e}", path.display())))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Whether a postmaster runs on `pgdata` (its `postmaster.pid` names a live process).
