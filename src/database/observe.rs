@@ -156,7 +156,7 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         ),
         services: services(ctx, &ns, &names),
         cordoned_nodes: cordoned_nodes(ctx, &instance_pods),
-        release_fleet: release_fleet(ctx),
+        release_fleet: release_fleet(ctx, statefulset.as_ref()),
         instance_pods,
         positions,
         replication_secret: secret_metadata(ctx, &ns, &names.replication_secret()),
@@ -409,9 +409,15 @@ async fn ca_found(client: &Client, ns: &str, ca: &CaSource) -> Result<Option<boo
 }
 
 /// Where every Database stands in this operator's release: the StatefulSets' markers in the
-/// cache, and the turns this process granted that the cache does not show yet.
-fn release_fleet(ctx: &Context) -> Fleet {
+/// cache, and the turns this process granted that the cache does not show yet. Read only for a
+/// Database whose pods another operator built: the release decides nothing about the others,
+/// and a pass of every Database need not look at every other one.
+fn release_fleet(ctx: &Context, statefulset: Option<&StatefulSet>) -> Fleet {
     let release = template_origin::builder(&ctx.settings);
+    let record = statefulset.map(template_origin::TemplateRecord::of);
+    if record.is_none_or(|r| r.built_by.as_deref() == Some(release.as_str())) {
+        return Fleet::default();
+    }
     let statefulsets = ctx.caches.statefulsets.state();
     let mut fleet = Fleet::of(statefulsets.iter().map(|s| s.as_ref()), &release);
     let pending = ctx.release_turns.pending(&fleet);
