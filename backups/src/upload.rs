@@ -1,5 +1,5 @@
 //! The streaming half of a dump: pg_dump's output compressed with zstd (frames with content
-//! checksums) and its SHA-256 taken on the fly (`compress`, `read_through`), cut into parts
+//! checksums) and its SHA-256 taken on the fly (`compress`, `compress_observed`), cut into parts
 //! (`PartSink`) and uploaded at most `concurrency` at a time (`upload_parts`), with bounded
 //! buffers whatever the database's size.
 
@@ -138,12 +138,31 @@ pub(crate) type Sealing = Option<(Key, String)>;
 /// in the archive on the way. Reaching EOF says nothing about success: the caller checks
 /// pg_dump's exit.
 pub(crate) fn compress(
-    mut src: std::fs::File,
-    (level, threads): (i32, u32),
+    src: std::fs::File,
+    level_threads: (i32, u32),
     part_size: usize,
     sealing: Sealing,
     tx: mpsc::Sender<Bytes>,
 ) -> std::io::Result<(Compressed, StreamCounts)> {
+    let mut counter = RowCounter::new();
+    // After an error the counter only repeats it: stop spending time on it.
+    let mut counting = true;
+    let mut observe = |chunk: &[u8]| counting = counting && counter.feed(chunk).is_ok();
+    let compressed = compress_observed(src, level_threads, part_size, sealing, tx, &mut observe)?;
+    Ok((compressed, counter.finish()))
+}
+
+/// Reads `src` until EOF into one zstd frame with a content checksum (encrypted on its way to
+/// the parts when `sealing` says so), showing every chunk read to `observe` (the dump's row
+/// counter, the base backup's tar reader).
+pub(crate) fn compress_observed(
+    mut src: impl Read,
+    (level, threads): (i32, u32),
+    part_size: usize,
+    sealing: Sealing,
+    tx: mpsc::Sender<Bytes>,
+    observe: &mut dyn FnMut(&[u8]),
+) -> std::io::Result<Compressed> {
     let sink = PartSink {
         buf: Vec::with_capacity(part_size),
         part_size,
@@ -162,39 +181,26 @@ pub(crate) fn compress(
         // Small jobs keep zstd's buffers (and so the agent's memory) small.
         enc.set_parameter(zstd::zstd_safe::CParameter::JobSize(ZSTD_JOB_SIZE))?;
     }
-    let mut counter = RowCounter::new();
-    let raw_bytes = read_through(&mut src, &mut enc, &mut counter)?;
-    let mut sink = enc.finish()?.finish()?;
-    if !sink.buf.is_empty() {
-        sink.send()?;
-    }
-    let compressed = Compressed {
-        raw_bytes,
-        size_bytes: sink.total,
-        sha256: hex::encode(sink.hasher.finalize()),
-    };
-    Ok((compressed, counter.finish()))
-}
-
-/// Copies `src` to `dst` until EOF, feeding the row counter; returns the bytes copied.
-pub(crate) fn read_through(
-    src: &mut impl Read,
-    dst: &mut impl Write,
-    counter: &mut RowCounter,
-) -> std::io::Result<u64> {
     let mut buf = vec![0u8; READ_CHUNK];
     let mut raw_bytes = 0u64;
-    let mut counting = true;
     loop {
         let n = match src.read(&mut buf) {
-            Ok(0) => return Ok(raw_bytes),
+            Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
         raw_bytes += n as u64;
-        // After an error the counter only repeats it: stop spending time on it.
-        counting = counting && counter.feed(&buf[..n]).is_ok();
-        dst.write_all(&buf[..n])?;
+        observe(&buf[..n]);
+        enc.write_all(&buf[..n])?;
     }
+    let mut sink = enc.finish()?.finish()?;
+    if !sink.buf.is_empty() {
+        sink.send()?;
+    }
+    Ok(Compressed {
+        raw_bytes,
+        size_bytes: sink.total,
+        sha256: hex::encode(sink.hasher.finalize()),
+    })
 }
