@@ -48,6 +48,12 @@ pub enum Command {
     WalPush(WalPushArgs),
     /// Bring one archived WAL file back (`restore_command = 'dbop-backup wal-fetch %f %p'`).
     WalFetch(WalFetchArgs),
+    /// A physical base backup of the whole instance: pg_basebackup's tar → zstd → S3, then
+    /// its record (prints the record).
+    BaseBackup(BaseBackupArgs),
+    /// Unpack the base backup for a recovery target into an empty data directory and write
+    /// the recovery settings; PostgreSQL started on it replays archived WAL to the target.
+    BaseRestore(BaseRestoreArgs),
 }
 
 #[derive(Debug, Args, Clone)]
@@ -331,6 +337,77 @@ pub struct WalFetchArgs {
     pub path: PathBuf,
     #[command(flatten)]
     pub wal: WalArgs,
+}
+
+/// The PostgreSQL checksum algorithms of a backup manifest.
+const MANIFEST_CHECKSUMS: [&str; 6] = ["NONE", "CRC32C", "SHA224", "SHA256", "SHA384", "SHA512"];
+
+#[derive(Debug, Args)]
+pub struct BaseBackupArgs {
+    /// Database whose backups folder holds the base backups, `<prefix>/<database>/base/`
+    /// (default: PGDATABASE); the backup is of the whole instance.
+    #[arg(long, env = "DBOP_BACKUP_DATABASE")]
+    pub database: Option<String>,
+    /// Backup id (default: the UTC start time, YYYYMMDDTHHMMSSZ). If a complete base backup
+    /// with this id exists, it is reported without taking another.
+    #[arg(long, env = "DBOP_BACKUP_ID")]
+    pub backup_id: Option<String>,
+    /// Ask for an immediate checkpoint (default: a spread one, gentler on a busy server).
+    #[arg(long, env = "DBOP_BACKUP_FAST_CHECKPOINT")]
+    pub fast_checkpoint: bool,
+    /// Checksum algorithm of PostgreSQL's backup manifest.
+    #[arg(long, env = "DBOP_BACKUP_MANIFEST_CHECKSUMS", default_value = "CRC32C",
+          value_parser = clap::builder::PossibleValuesParser::new(MANIFEST_CHECKSUMS))]
+    pub manifest_checksums: String,
+    /// zstd worker threads (0: compress in the reading thread).
+    #[arg(long, env = "DBOP_BACKUP_COMPRESSION_THREADS", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(0..=8))]
+    pub compression_threads: u32,
+    /// Size of each uploaded part (at most 10,000 parts: 8MiB parts hold 78 GiB compressed).
+    #[arg(long, env = "DBOP_BACKUP_PART_SIZE", default_value = "8MiB", value_parser = parse_part_size)]
+    pub part_size: u64,
+    /// Parts uploaded at once.
+    #[arg(long, env = "DBOP_BACKUP_UPLOAD_CONCURRENCY", default_value_t = 2,
+          value_parser = clap::value_parser!(u16).range(1..=16))]
+    pub upload_concurrency: u16,
+    #[command(flatten)]
+    pub encode: EncodeArgs,
+    #[command(flatten)]
+    pub keys: KeyArgs,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+    #[command(flatten)]
+    pub pg: PgArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct BaseRestoreArgs {
+    /// The data directory to restore into: absent or empty.
+    pub data_dir: PathBuf,
+    /// Database whose backups folder holds the base backups and WAL (default: PGDATABASE).
+    #[arg(long, env = "DBOP_BACKUP_DATABASE")]
+    pub database: Option<String>,
+    /// Restore this base backup (default: the newest that ends before the target).
+    #[arg(long, env = "DBOP_BACKUP_ID")]
+    pub backup_id: Option<String>,
+    /// Recover to this moment (RFC 3339, e.g. 2025-01-02T03:04:05.123Z) and promote.
+    #[arg(long, env = "DBOP_BACKUP_TARGET_TIME", group = "target")]
+    pub target_time: Option<chrono::DateTime<chrono::Utc>>,
+    /// Recover to this WAL location (X/Y) and promote.
+    #[arg(long, env = "DBOP_BACKUP_TARGET_LSN", group = "target")]
+    pub target_lsn: Option<String>,
+    /// Recover to this restore point (`pg_create_restore_point`) and promote.
+    #[arg(long, env = "DBOP_BACKUP_TARGET_NAME", group = "target")]
+    pub target_name: Option<String>,
+    /// The agent PostgreSQL runs as `restore_command` (default: this executable).
+    #[arg(long, env = "DBOP_BACKUP_AGENT_PATH")]
+    pub agent_path: Option<PathBuf>,
+    #[command(flatten)]
+    pub keys: KeyArgs,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+    #[command(flatten)]
+    pub pg: PgArgs,
 }
 
 #[cfg(test)]

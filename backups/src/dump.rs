@@ -523,7 +523,7 @@ fn spawn_pg_dump(
 }
 
 /// The stored object must have exactly the bytes that were uploaded.
-async fn check_stored_size(store: &Store, key: &str, uploaded: u64) -> Result<()> {
+pub(crate) async fn check_stored_size(store: &Store, key: &str, uploaded: u64) -> Result<()> {
     let stored = store.head(key).await?;
     if stored != Some(uploaded) {
         return Err(Error::Integrity {

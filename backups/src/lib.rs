@@ -1,14 +1,17 @@
 //! dbop's backup agent as a library: the data path between PostgreSQL and S3-compatible storage.
 //!
 //! The pure parts hold every decision and format and are unit-tested table by table:
-//! `manifest`, `archive` (row counts from pg_dump's archive stream) and `wal` (WAL file names,
-//! keys, idempotence) here, and `layout`, `retention`, `result` and `units` from
+//! `manifest`, `archive` (row counts from pg_dump's archive stream), `wal` (WAL file names,
+//! keys, idempotence), `base` (base backup records, which one for a recovery target, recovery
+//! settings) and `tar` (pg_basebackup's tar stream) here, and `layout`, `retention`, `result` and `units` from
 //! `dbop_contract`, which the operator links too; the I/O parts (`s3`, `pg`, `dump`, `restore`,
-//! `globals`, `catalog`, `wal_store`) only move bytes and call those decisions.
+//! `globals`, `catalog`, `wal_store`, `base_store`) only move bytes and call those decisions.
 //! `result::BackupResult` is the contract with the operator, which reads it from the Job's
 //! termination message.
 
 pub mod archive;
+pub mod base;
+pub mod base_store;
 pub mod catalog;
 pub mod cli;
 pub mod crypto;
@@ -24,6 +27,7 @@ pub mod run;
 pub mod s3;
 pub mod secrets;
 pub mod signals;
+pub mod tar;
 pub mod upload;
 pub mod verify;
 pub mod wal;

@@ -30,13 +30,19 @@ fn main() -> ExitCode {
         Command::Restore(a) => a.output.result_file.clone(),
         Command::Verify(a) => a.output.result_file.clone(),
         Command::Prune(a) => a.output.result_file.clone(),
-        Command::List(_) | Command::WalPush(_) | Command::WalFetch(_) => None,
+        Command::List(_)
+        | Command::WalPush(_)
+        | Command::WalFetch(_)
+        | Command::BaseBackup(_)
+        | Command::BaseRestore(_) => None,
     };
     // The password and user files become libpq's environment before any thread starts.
     let pg = match &cli.command {
         Command::Dump(a) => Some(&a.pg),
         Command::Restore(a) => Some(&a.pg),
         Command::Verify(a) => Some(&a.pg),
+        Command::BaseBackup(a) => Some(&a.pg),
+        Command::BaseRestore(a) => Some(&a.pg),
         Command::Prune(_) | Command::List(_) | Command::WalPush(_) | Command::WalFetch(_) => None,
     };
     let setup = |pg: &dbop_backup::cli::PgArgs| {

@@ -1,14 +1,16 @@
 //! Dispatch: turns parsed arguments into an operation, runs it, and shapes its result summary.
 //! Also `list` and `prune`, which only read and delete objects according to `catalog` and
 //! `retention`, and `wal-push`/`wal-fetch`, which print no summary: PostgreSQL reads only their
-//! exit code.
+//! exit code. `base-backup` and `base-restore` print the base backup's record as one JSON line.
 
 use chrono::Utc;
 
+use crate::base::{Lsn, Target};
+use crate::base_store::{self, BaseBackupOptions, BaseRestoreOptions};
 use crate::catalog::{self, BackupEntry};
 use crate::cli::{
-    Command, DumpArgs, EncodeArgs, KeyArgs, ListArgs, PgArgs, PruneArgs, RestoreArgs, StorageArgs,
-    VerifyArgs, WalArgs, WalFetchArgs, WalPushArgs,
+    BaseBackupArgs, BaseRestoreArgs, Command, DumpArgs, EncodeArgs, KeyArgs, ListArgs, PgArgs,
+    PruneArgs, RestoreArgs, StorageArgs, VerifyArgs, WalArgs, WalFetchArgs, WalPushArgs,
 };
 use crate::crypto::{Key, KeyRing};
 use crate::dump::{self, DumpOptions};
@@ -86,6 +88,8 @@ pub async fn run(command: Command, interrupt: Interrupt) -> RunOutput {
         }
         Command::WalPush(a) => wal_push_command(&a).await,
         Command::WalFetch(a) => wal_fetch_command(&a).await,
+        Command::BaseBackup(a) => base_backup_command(&a, &interrupt).await,
+        Command::BaseRestore(a) => base_restore_command(&a).await,
         Command::List(a) => match list_command(&a).await {
             Ok(()) => RunOutput {
                 summary: None,
@@ -319,6 +323,119 @@ async fn wal_fetch_command(a: &WalFetchArgs) -> RunOutput {
     }
     .await;
     wal_exit(outcome, &a.file_name)
+}
+
+/// The exit code of a base backup command; its record as one JSON line on stdout.
+fn base_exit(outcome: Result<crate::base::BaseRecord>, what: &str) -> RunOutput {
+    let exit_code = match outcome {
+        Ok(record) => {
+            println!("{}", serde_json::to_string(&record).unwrap_or_default());
+            0
+        }
+        Err(e) => {
+            tracing::error!(kind = e.label(), "{what}: {e}");
+            e.exit_code()
+        }
+    };
+    RunOutput {
+        summary: None,
+        exit_code,
+    }
+}
+
+async fn base_backup_command(a: &BaseBackupArgs, interrupt: &Interrupt) -> RunOutput {
+    let outcome = async {
+        let database = database_or_env(a.database.as_deref(), "whose base backups these are")?;
+        let key = write_key(&a.keys, &a.encode, "no base backup was taken")?;
+        let (store, layout) = store_for(&a.storage).await?;
+        let opts = BaseBackupOptions {
+            database,
+            backup_id: a.backup_id.clone(),
+            key,
+            compression_level: a.encode.compression_level,
+            compression_threads: a.compression_threads,
+            part_size: a.part_size as usize,
+            concurrency: a.upload_concurrency as usize,
+            fast_checkpoint: a.fast_checkpoint,
+            manifest_checksums: a.manifest_checksums.clone(),
+        };
+        base_store::base_backup(&store, &layout, &pg_tools(&a.pg), &opts, interrupt).await
+    }
+    .await;
+    base_exit(outcome, "base backup failed")
+}
+
+/// The target of `--target-time`/`--target-lsn`/`--target-name` (none: the latest).
+fn restore_target(a: &BaseRestoreArgs) -> Result<Target> {
+    Ok(match (&a.target_time, &a.target_lsn, &a.target_name) {
+        (Some(t), _, _) => Target::Time(*t),
+        (_, Some(l), _) => Target::Lsn(Lsn::parse(l).map_err(Error::Usage)?),
+        (_, _, Some(n)) => Target::Name(n.clone()),
+        _ => Target::Latest,
+    })
+}
+
+/// The flags `wal-fetch` needs to find the same WAL: names and file paths, never a secret.
+/// The endpoint and region come from PostgreSQL's environment (`AWS_*`), as for `wal-push`.
+fn wal_fetch_flags(a: &BaseRestoreArgs, database: &str) -> Vec<(String, Option<String>)> {
+    let s = &a.storage;
+    let path = |p: &Option<std::path::PathBuf>| p.as_ref().map(|p| p.display().to_string());
+    let mut flags = vec![
+        ("--bucket", Some(s.bucket.clone())),
+        ("--prefix", Some(s.prefix.clone())),
+        ("--database", Some(database.to_string())),
+        (
+            "--s3-checksums",
+            clap::ValueEnum::to_possible_value(&s.s3_checksums).map(|v| v.get_name().to_string()),
+        ),
+    ];
+    if s.path_style {
+        flags.push(("--path-style", None));
+    }
+    for (flag, value) in [
+        ("--ca-file", path(&s.ca_file)),
+        ("--s3-access-key-id-file", path(&s.s3_access_key_id_file)),
+        (
+            "--s3-secret-access-key-file",
+            path(&s.s3_secret_access_key_file),
+        ),
+        ("--s3-session-token-file", path(&s.s3_session_token_file)),
+        ("--encryption-key-dir", path(&a.keys.encryption_key_dir)),
+    ] {
+        if value.is_some() {
+            flags.push((flag, value));
+        }
+    }
+    flags.into_iter().map(|(f, v)| (f.to_string(), v)).collect()
+}
+
+async fn base_restore_command(a: &BaseRestoreArgs) -> RunOutput {
+    let outcome = async {
+        let database = database_or_env(a.database.as_deref(), "whose base backups these are")?;
+        let target = restore_target(a)?;
+        let agent = match &a.agent_path {
+            Some(p) => p.clone(),
+            None => {
+                std::env::current_exe().map_err(|e| Error::io("cannot find this executable", e))?
+            }
+        };
+        let restore_command = crate::base::restore_command(
+            &agent.display().to_string(),
+            &wal_fetch_flags(a, &database),
+        );
+        let (store, layout) = store_for(&a.storage).await?;
+        let opts = BaseRestoreOptions {
+            database,
+            backup_id: a.backup_id.clone(),
+            target,
+            data_dir: a.data_dir.clone(),
+            keys: key_ring(&a.keys),
+            restore_command,
+        };
+        base_store::base_restore(&store, &layout, &pg_tools(&a.pg), &opts).await
+    }
+    .await;
+    base_exit(outcome, "base restore failed")
 }
 
 async fn prune_command(a: &PruneArgs, result: &mut BackupResult) -> Result<()> {

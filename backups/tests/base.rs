@@ -1,0 +1,361 @@
+//! Physical base backups and point-in-time restore through real PostgreSQL and s3s-fs: a
+//! server archives its WAL through the agent (`wal-push`), `base-backup` stores the instance,
+//! more rows are written with their commit times, and `base-restore` into a new data directory
+//! plus PostgreSQL's own recovery (WAL through `wal-fetch`) gives exactly the rows committed
+//! before the target, or all of them for the latest point. A target before the oldest base
+//! backup fails naming the earliest restorable point; a tampered object is refused and the
+//! data directory left empty; a non-empty data directory is refused.
+
+mod common;
+use common::*;
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const DATABASE: &str = "app";
+const PREFIX: &str = "pfx";
+
+/// The agent and its settings in a directory PostgreSQL (the `postgres` user when the tests run
+/// as root) can read: `agent.sh` runs the agent with the test server's settings, the S3 key in
+/// files (nothing secret in a command line or PostgreSQL's environment).
+fn agent_script(dir: &Path, s3: &S3Server) -> PathBuf {
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let file = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p.display().to_string()
+    };
+    let id = file("access-key-id", S3_ACCESS_KEY);
+    let secret = file("secret-access-key", S3_SECRET_KEY);
+    let agent = dir.join("dbop-backup");
+    std::fs::copy(env!("CARGO_BIN_EXE_dbop-backup"), &agent).unwrap();
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = format!(
+        "#!/bin/sh\nexec env -i PATH=/usr/bin:/bin AWS_ENDPOINT_URL={} AWS_REGION=us-east-1 AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null AWS_EC2_METADATA_DISABLED=true DBOP_BACKUP_BUCKET={BUCKET} DBOP_BACKUP_PATH_STYLE=true DBOP_BACKUP_PREFIX={PREFIX} DBOP_BACKUP_DATABASE={DATABASE} DBOP_BACKUP_S3_ACCESS_KEY_ID_FILE={id} DBOP_BACKUP_S3_SECRET_ACCESS_KEY_FILE={secret} {} \"$@\"\n",
+        s3.endpoint(),
+        agent.display(),
+    );
+    PathBuf::from(file("agent.sh", &script))
+}
+
+/// A server that archives through the agent, its S3 server and the agent's directory.
+struct Source {
+    s3: S3Server,
+    _dir: tempfile::TempDir,
+    script: PathBuf,
+    pg: Pg,
+}
+
+impl Source {
+    fn start() -> Source {
+        let s3 = S3Server::start(S3Kind::S3sFs);
+        let dir = tempfile::tempdir().unwrap();
+        let script = agent_script(dir.path(), &s3);
+        let command = format!("{} wal-push %p %f", script.display());
+        let pg = Pg::start_with(&[("archive_mode", "on"), ("archive_command", &command)]);
+        pg.psql(
+            "postgres",
+            "CREATE TABLE t (id int PRIMARY KEY, at timestamptz DEFAULT clock_timestamp())",
+        );
+        Source {
+            s3,
+            _dir: dir,
+            script,
+            pg,
+        }
+    }
+
+    fn env(&self) -> Vec<(String, String)> {
+        let mut env = env_of(&self.pg, "postgres", &self.s3);
+        env.extend([
+            ("DBOP_BACKUP_DATABASE".into(), DATABASE.into()),
+            ("DBOP_BACKUP_PREFIX".into(), PREFIX.into()),
+        ]);
+        env
+    }
+
+    /// `base-backup` with an immediate checkpoint: its record.
+    fn base_backup(&self) -> serde_json::Value {
+        let run = agent(&["base-backup", "--fast-checkpoint"], &self.env());
+        run.assert_no_secrets();
+        assert_eq!(run.code, Some(0), "base-backup failed:\n{}", run.stderr);
+        serde_json::from_str(run.stdout.lines().last().unwrap_or("")).expect("a record")
+    }
+
+    /// Inserts one row per id, each in its own transaction.
+    fn insert(&self, ids: std::ops::RangeInclusive<u32>) {
+        for id in ids {
+            self.pg
+                .psql("postgres", &format!("INSERT INTO t (id) VALUES ({id})"));
+        }
+    }
+
+    /// The server's clock, as RFC 3339 in UTC.
+    fn now(&self) -> String {
+        self.pg.psql(
+            "postgres",
+            r#"SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"#,
+        )
+    }
+
+    /// Closes the current segment and waits until it is archived.
+    fn switch_and_wait(&self) {
+        let current = self
+            .pg
+            .psql("postgres", "SELECT pg_walfile_name(pg_current_wal_lsn())");
+        self.pg.psql("postgres", "SELECT pg_switch_wal()");
+        wait_until(30, "the last segment to be archived", || {
+            self.pg.psql(
+                "postgres",
+                "SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver",
+            ) >= current
+        });
+    }
+
+    /// `base-restore <data dir> <args…>` with the agent script as `restore_command`.
+    fn restore(&self, data: &Path, args: &[&str]) -> AgentRun {
+        let data = data.display().to_string();
+        let script = self.script.display().to_string();
+        let mut all = vec!["base-restore", &data, "--agent-path", &script];
+        all.extend_from_slice(args);
+        let run = agent(&all, &self.env());
+        run.assert_no_secrets();
+        run
+    }
+}
+
+fn postgres_ids() -> Option<(u32, u32)> {
+    let id = |args: &[&str]| -> String {
+        let out = Command::new("id").args(args).output().expect("id");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    (id(&["-u"]) == "0").then(|| {
+        (
+            id(&["-u", "postgres"]).parse().unwrap(),
+            id(&["-g", "postgres"]).parse().unwrap(),
+        )
+    })
+}
+
+/// PostgreSQL started on a restored data directory: it recovers through `wal-fetch`.
+struct Restored {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Restored {
+    fn start(data: &Path) -> Restored {
+        let parent = data.parent().unwrap();
+        std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let ids = postgres_ids();
+        if ids.is_some() {
+            let out = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(parent)
+                .output()
+                .unwrap();
+            assert!(out.status.success());
+        }
+        let port = free_port();
+        let log = parent.join("restored.log");
+        let mut cmd = Command::new(pg_bin_dir().join("postgres"));
+        cmd.arg("-D")
+            .arg(data)
+            .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1"])
+            .arg("-c")
+            .arg(format!("unix_socket_directories={}", parent.display()))
+            .args(["-c", "archive_mode=off", "-c", "fsync=off"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .current_dir(parent);
+        if let Some((uid, gid)) = ids {
+            cmd.uid(uid).gid(gid);
+        }
+        let child = cmd.spawn().expect("postgres");
+        Restored { child, port, log }
+    }
+
+    fn try_psql(&self, sql: &str) -> Result<String, String> {
+        let out = Command::new(pg_bin_dir().join("psql"))
+            .args(["-X", "-w", "-q", "-A", "-t", "-c", sql])
+            .env_clear()
+            .envs([
+                ("PGHOST", "127.0.0.1".to_string()),
+                ("PGPORT", self.port.to_string()),
+                ("PGUSER", PG_USER.into()),
+                ("PGPASSWORD", PG_PASSWORD.into()),
+                ("PGDATABASE", "postgres".into()),
+            ])
+            .output()
+            .map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).to_string())
+        }
+    }
+
+    /// Waits until recovery ended and the server promoted; the ids in `t`.
+    fn ids_after_promotion(&mut self) -> String {
+        let deadline = Instant::now() + Duration::from_secs(40);
+        loop {
+            if self.try_psql("SELECT pg_is_in_recovery()").as_deref() == Ok("f") {
+                return self
+                    .try_psql("SELECT string_agg(id::text, ',' ORDER BY id) FROM t")
+                    .unwrap();
+            }
+            let exited = self.child.try_wait().unwrap();
+            let log = || std::fs::read_to_string(&self.log).unwrap_or_default();
+            assert!(exited.is_none(), "the restored server exited:\n{}", log());
+            assert!(
+                Instant::now() < deadline,
+                "no promotion within 40 s:\n{}",
+                log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Restored {
+    fn drop(&mut self) {
+        // SAFETY: signalling our own child (SIGINT: a fast shutdown).
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A fresh directory for a data directory to restore into (not created).
+fn new_data_dir() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    (dir, data)
+}
+
+#[test]
+fn a_restore_to_a_moment_between_two_commits_has_exactly_the_rows_committed_before_it() {
+    let src = Source::start();
+    src.insert(1..=3);
+    let record = src.base_backup();
+    src.insert(4..=5);
+    let target = src.now();
+    std::thread::sleep(Duration::from_millis(50));
+    src.insert(6..=7);
+    src.switch_and_wait();
+
+    let (_keep, data) = new_data_dir();
+    let run = src.restore(&data, &["--target-time", &target]);
+    assert_eq!(run.code, Some(0), "base-restore failed:\n{}", run.stderr);
+    assert!(
+        run.stdout.contains(record["backupId"].as_str().unwrap()),
+        "{}",
+        run.stdout
+    );
+    let auto = std::fs::read_to_string(data.join("postgresql.auto.conf")).unwrap();
+    assert!(
+        auto.contains("recovery_target_action = 'promote'"),
+        "{auto}"
+    );
+    assert!(data.join("recovery.signal").exists());
+    let mut restored = Restored::start(&data);
+    assert_eq!(restored.ids_after_promotion(), "1,2,3,4,5");
+    drop(restored);
+
+    // The latest point: every committed row.
+    let (_keep, data) = new_data_dir();
+    let run = src.restore(&data, &[]);
+    assert_eq!(run.code, Some(0), "base-restore failed:\n{}", run.stderr);
+    let mut restored = Restored::start(&data);
+    assert_eq!(restored.ids_after_promotion(), "1,2,3,4,5,6,7");
+}
+
+#[test]
+fn the_record_holds_the_wal_range_and_bad_targets_objects_and_directories_are_refused() {
+    let src = Source::start();
+    src.insert(1..=2);
+    let record = src.base_backup();
+    let id = record["backupId"].as_str().unwrap().to_string();
+    let sysid = src.pg.psql(
+        "postgres",
+        "SELECT system_identifier FROM pg_control_system()",
+    );
+    assert_eq!(record["systemIdentifier"], sysid.as_str());
+    assert_eq!(
+        (record["timeline"].as_u64(), record["backupFrom"].as_str()),
+        (Some(1), Some("primary"))
+    );
+    assert!(record["startLsn"].as_str().unwrap() <= record["stopLsn"].as_str().unwrap());
+    let tar_key = format!("{PREFIX}/{DATABASE}/base/{id}/base.tar.zst");
+    let keys = src.s3.keys(&format!("{PREFIX}/{DATABASE}/base/"));
+    assert_eq!(
+        keys,
+        vec![
+            format!("{PREFIX}/{DATABASE}/base/{id}/backup.json"),
+            tar_key.clone()
+        ]
+    );
+
+    // A target before the oldest base backup names the earliest restorable point.
+    let (_keep, data) = new_data_dir();
+    let run = src.restore(&data, &["--target-time", "2001-01-01T00:00:00Z"]);
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("the earliest restorable point is"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains(&format!("base backup {id}")),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains(record["stopLsn"].as_str().unwrap()),
+        "{}",
+        run.stderr
+    );
+
+    // A data directory that is not empty is refused, and left as it was.
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("PG_VERSION"), "15\n").unwrap();
+    let run = src.restore(&data, &[]);
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(run.stderr.contains("is not empty"), "{}", run.stderr);
+    assert_eq!(
+        std::fs::read_to_string(data.join("PG_VERSION")).unwrap(),
+        "15\n"
+    );
+
+    // A flipped byte in the stored tar is refused, and nothing is left in the directory.
+    let file = src.s3.root.join(BUCKET).join(&tar_key);
+    let mut body = std::fs::read(&file).unwrap();
+    let mid = body.len() / 2;
+    body[mid] ^= 0x55;
+    std::fs::write(&file, &body).unwrap();
+    let (_keep, data) = new_data_dir();
+    let run = src.restore(&data, &[]);
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("integrity check failed"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        std::fs::read_dir(&data).unwrap().count(),
+        0,
+        "the data directory was emptied"
+    );
+}
