@@ -56,7 +56,12 @@ impl Source {
         let dir = tempfile::tempdir().unwrap();
         let script = agent_script(dir.path(), &s3);
         let command = format!("{} wal-push %p %f", script.display());
-        let pg = Pg::start_with(&[("archive_mode", "on"), ("archive_command", &command)]);
+        // A standby's base backup needs the primary's full-page writes (the harness turns them off).
+        let pg = Pg::start_with(&[
+            ("archive_mode", "on"),
+            ("archive_command", &command),
+            ("full_page_writes", "on"),
+        ]);
         pg.psql(
             "postgres",
             "CREATE TABLE t (id int PRIMARY KEY, at timestamptz DEFAULT clock_timestamp())",
@@ -197,6 +202,21 @@ impl Restored {
             Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
         } else {
             Err(String::from_utf8_lossy(&out.stderr).to_string())
+        }
+    }
+
+    /// Waits until `sql` answers `want`.
+    fn wait_for(&mut self, sql: &str, want: &str) {
+        let deadline = Instant::now() + Duration::from_secs(40);
+        while self.try_psql(sql).as_deref() != Ok(want) {
+            let log = || std::fs::read_to_string(&self.log).unwrap_or_default();
+            assert!(
+                self.child.try_wait().unwrap().is_none(),
+                "exited:\n{}",
+                log()
+            );
+            assert!(Instant::now() < deadline, "{sql} ≠ {want}:\n{}", log());
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
 
@@ -358,4 +378,48 @@ fn the_record_holds_the_wal_range_and_bad_targets_objects_and_directories_are_re
         0,
         "the data directory was emptied"
     );
+}
+
+#[test]
+fn a_base_backup_taken_from_a_standby_restores() {
+    let src = Source::start();
+    src.insert(1..=2);
+    // A streaming standby of the source, made the usual way.
+    let (_keep_standby, standby_data) = new_data_dir();
+    let out = Command::new(pg_bin_dir().join("pg_basebackup"))
+        .arg("-D")
+        .arg(&standby_data)
+        .args(["-R", "-X", "stream", "-c", "fast", "-w"])
+        .env_clear()
+        .envs(src.pg.env("postgres"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut standby = Restored::start(&standby_data);
+    src.insert(3..=3);
+    standby.wait_for("SELECT count(*) FROM t", "3");
+    standby.wait_for("SELECT pg_is_in_recovery()", "t");
+
+    let env = with_env(src.env(), "PGPORT", &standby.port.to_string());
+    let run = agent(&["base-backup", "--fast-checkpoint"], &env);
+    assert_eq!(
+        run.code,
+        Some(0),
+        "base-backup of the standby failed:\n{}",
+        run.stderr
+    );
+    let record: serde_json::Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    assert_eq!(record["backupFrom"], "standby");
+    src.insert(4..=4);
+    src.switch_and_wait();
+
+    let (_keep, data) = new_data_dir();
+    let run = src.restore(&data, &[]);
+    assert_eq!(run.code, Some(0), "base-restore failed:\n{}", run.stderr);
+    let mut restored = Restored::start(&data);
+    assert_eq!(restored.ids_after_promotion(), "1,2,3,4");
 }
