@@ -265,41 +265,54 @@ fn new_data_dir() -> (tempfile::TempDir, PathBuf) {
     (dir, data)
 }
 
+/// `base-restore` with `args`, PostgreSQL started on the result: the ids it has once promoted.
+fn restore_and_start(src: &Source, args: &[&str]) -> String {
+    let (_keep, data) = new_data_dir();
+    let run = src.restore(&data, args);
+    assert_eq!(
+        run.code,
+        Some(0),
+        "base-restore {args:?} failed:\n{}",
+        run.stderr
+    );
+    let auto = std::fs::read_to_string(data.join("postgresql.auto.conf")).unwrap();
+    assert!(
+        auto.contains("recovery_target_timeline = 'latest'"),
+        "{auto}"
+    );
+    assert!(data.join("recovery.signal").exists());
+    let mut restored = Restored::start(&data);
+    restored.ids_after_promotion()
+}
+
 #[test]
 fn a_restore_to_a_moment_between_two_commits_has_exactly_the_rows_committed_before_it() {
     let src = Source::start();
     src.insert(1..=3);
     let record = src.base_backup();
+    assert!(record["backupId"].is_string(), "{record}");
     src.insert(4..=5);
-    let target = src.now();
+    // Three ways to name the moment after the fifth commit: the server's clock, the WAL
+    // position, a restore point.
+    let time = src.now();
+    let lsn = src
+        .pg
+        .psql("postgres", "SELECT pg_current_wal_insert_lsn()");
+    src.pg
+        .psql("postgres", "SELECT pg_create_restore_point('after-5')");
     std::thread::sleep(Duration::from_millis(50));
     src.insert(6..=7);
     src.switch_and_wait();
 
-    let (_keep, data) = new_data_dir();
-    let run = src.restore(&data, &["--target-time", &target]);
-    assert_eq!(run.code, Some(0), "base-restore failed:\n{}", run.stderr);
-    assert!(
-        run.stdout.contains(record["backupId"].as_str().unwrap()),
-        "{}",
-        run.stdout
-    );
-    let auto = std::fs::read_to_string(data.join("postgresql.auto.conf")).unwrap();
-    assert!(
-        auto.contains("recovery_target_action = 'promote'"),
-        "{auto}"
-    );
-    assert!(data.join("recovery.signal").exists());
-    let mut restored = Restored::start(&data);
-    assert_eq!(restored.ids_after_promotion(), "1,2,3,4,5");
-    drop(restored);
-
-    // The latest point: every committed row.
-    let (_keep, data) = new_data_dir();
-    let run = src.restore(&data, &[]);
-    assert_eq!(run.code, Some(0), "base-restore failed:\n{}", run.stderr);
-    let mut restored = Restored::start(&data);
-    assert_eq!(restored.ids_after_promotion(), "1,2,3,4,5,6,7");
+    let cases: [(&[&str], &str); 4] = [
+        (&["--target-time", &time], "1,2,3,4,5"),
+        (&["--target-lsn", &lsn], "1,2,3,4,5"),
+        (&["--target-name", "after-5"], "1,2,3,4,5"),
+        (&[], "1,2,3,4,5,6,7"),
+    ];
+    for (args, want) in cases {
+        assert_eq!(restore_and_start(&src, args), want, "{args:?}");
+    }
 }
 
 #[test]
@@ -422,4 +435,56 @@ fn a_base_backup_taken_from_a_standby_restores() {
     assert_eq!(run.code, Some(0), "base-restore failed:\n{}", run.stderr);
     let mut restored = Restored::start(&data);
     assert_eq!(restored.ids_after_promotion(), "1,2,3,4");
+}
+
+#[test]
+fn an_encrypted_base_backup_is_unreadable_and_restores_only_with_its_key() {
+    let src = Source::start();
+    src.pg.psql(
+        "postgres",
+        "INSERT INTO t (id, at) SELECT 1, now(); CREATE TABLE secret (v text); INSERT INTO secret VALUES ('visible-only-with-the-key')",
+    );
+    let keys = tempfile::tempdir().unwrap();
+    let raw: Vec<u8> = (0..32u8).map(|i| i.wrapping_mul(29) ^ 0xa5).collect();
+    let key_text = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, raw);
+    std::fs::write(keys.path().join("k1"), &key_text).unwrap();
+    let key_dir = keys.path().display().to_string();
+    let env = with_env(src.env(), "DBOP_BACKUP_ENCRYPTION_KEY_DIR", &key_dir);
+    let run = agent(
+        &["base-backup", "--fast-checkpoint", "--encryption-key", "k1"],
+        &env,
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(!run.stderr.contains(&key_text) && !run.stdout.contains(&key_text));
+    let record: serde_json::Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    assert_eq!(record["encryption"]["keyName"], "k1");
+    let id = record["backupId"].as_str().unwrap();
+    let stored = src
+        .s3
+        .get(&format!("{PREFIX}/{DATABASE}/base/{id}/base.tar.zst"));
+    assert!(stored.starts_with(b"DBOPENC1"), "encrypted");
+    assert!(
+        !stored
+            .windows(25)
+            .any(|w| w == b"visible-only-with-the-key"),
+        "no plaintext"
+    );
+
+    // Without the key: refused, naming it, nothing left behind.
+    let (_keep, data) = new_data_dir();
+    let run = src.restore(&data, &[]);
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(run.stderr.contains("\"k1\""), "{}", run.stderr);
+    assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0);
+    // With it: unpacked and accepted by pg_verifybackup.
+    let data_arg = data.display().to_string();
+    let script = src.script.display().to_string();
+    let run = agent(&["base-restore", &data_arg, "--agent-path", &script], &env);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(data.join("PG_VERSION").is_file() && data.join("recovery.signal").is_file());
+    let auto = std::fs::read_to_string(data.join("postgresql.auto.conf")).unwrap();
+    assert!(
+        auto.contains(&format!("--encryption-key-dir {key_dir}")),
+        "{auto}"
+    );
 }
