@@ -5,12 +5,13 @@
 //! keys, idempotence), `base` (base backup records, which one for a recovery target, recovery
 //! settings) and `tar` (pg_basebackup's tar stream) here, and `layout`, `retention`, `result` and `units` from
 //! `dbop_contract`, which the operator links too; the I/O parts (`s3`, `pg`, `dump`, `restore`,
-//! `globals`, `catalog`, `wal_store`, `base_store`) only move bytes and call those decisions.
+//! `globals`, `catalog`, `wal_store`, `base_store`, `base_restore`) only move bytes and call those decisions.
 //! `result::BackupResult` is the contract with the operator, which reads it from the Job's
 //! termination message.
 
 pub mod archive;
 pub mod base;
+pub mod base_restore;
 pub mod base_store;
 pub mod catalog;
 pub mod cli;

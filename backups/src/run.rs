@@ -6,7 +6,8 @@
 use chrono::Utc;
 
 use crate::base::{Lsn, Target};
-use crate::base_store::{self, BaseBackupOptions, BaseRestoreOptions};
+use crate::base_restore::{self, BaseRestoreOptions};
+use crate::base_store::{self, BaseBackupOptions};
 use crate::catalog::{self, BackupEntry};
 use crate::cli::{
     BaseBackupArgs, BaseRestoreArgs, Command, DumpArgs, EncodeArgs, KeyArgs, ListArgs, PgArgs,
@@ -432,7 +433,7 @@ async fn base_restore_command(a: &BaseRestoreArgs) -> RunOutput {
             keys: key_ring(&a.keys),
             restore_command,
         };
-        base_store::base_restore(&store, &layout, &pg_tools(&a.pg), &opts).await
+        base_restore::base_restore(&store, &layout, &pg_tools(&a.pg), &opts).await
     }
     .await;
     base_exit(outcome, "base restore failed")
