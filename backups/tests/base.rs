@@ -310,8 +310,16 @@ fn a_restore_to_a_moment_between_two_commits_has_exactly_the_rows_committed_befo
         (&["--target-name", "after-5"], "1,2,3,4,5"),
         (&[], "1,2,3,4,5,6,7"),
     ];
-    for (args, want) in cases {
-        assert_eq!(restore_and_start(&src, args), want, "{args:?}");
+    // Each into its own directory and server, at once.
+    let got: Vec<String> = std::thread::scope(|scope| {
+        let runs: Vec<_> = cases
+            .iter()
+            .map(|(args, _)| scope.spawn(|| restore_and_start(&src, args)))
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    for ((args, want), got) in cases.iter().zip(got) {
+        assert_eq!(got, *want, "{args:?}");
     }
 }
 
