@@ -11,6 +11,8 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use aws_sdk_s3::error::DisplayErrorContext;
+use aws_sdk_s3::primitives::ByteStream;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
@@ -21,6 +23,7 @@ use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::pg::{self, PgTools};
 use crate::s3::Store;
+use crate::signals::Interrupt;
 use crate::tar::{self, Entry, Kind, Visitor};
 
 /// How a base backup is restored.
@@ -62,6 +65,7 @@ pub async fn base_restore(
     layout: &Layout,
     tools: &PgTools,
     opts: &BaseRestoreOptions,
+    interrupt: &Interrupt,
 ) -> Result<BaseRecord> {
     prepare_data_dir(&opts.data_dir)?;
     let all = records(store, layout, &opts.database).await?;
@@ -71,8 +75,12 @@ pub async fn base_restore(
     tracing::info!(backup_id = record.backup_id, stop = %record.stop_lsn, "restoring base backup");
     let restored = async {
         let key = decryption_key(&record, opts.keys.as_ref())?;
-        unpack(store, layout, &record, key, &opts.data_dir).await?;
-        verify_manifest(tools, &record, &opts.data_dir).await?;
+        // The unpacking stops on a signal by itself, so nothing writes after the clean-up.
+        unpack(store, layout, &record, key, &opts.data_dir, interrupt).await?;
+        tokio::select! {
+            r = verify_manifest(tools, &record, &opts.data_dir) => r?,
+            s = interrupt.wait() => return Err(Error::Interrupted(s)),
+        }
         write_recovery(&opts.data_dir, &record, opts)
     }
     .await;
@@ -157,9 +165,10 @@ async fn unpack(
     record: &BaseRecord,
     key: Option<Key>,
     dir: &Path,
+    interrupt: &Interrupt,
 ) -> Result<()> {
     let object = base::tar_key(layout, &record.database, &record.backup_id);
-    let (mut body, _) = store.get_stream(&object).await?;
+    let (body, _) = store.get_stream(&object).await?;
     let (tx, mut rx) = mpsc::channel::<Bytes>(4);
     let mut writer = Unpacker::new(
         dir,
@@ -172,32 +181,22 @@ async fn unpack(
         }
         writer.finish()
     });
-    let mut failed = None;
-    while let Some(chunk) = body.next().await {
-        match chunk {
-            Ok(c) => {
-                if tx.send(c).await.is_err() {
-                    break;
-                }
-            }
-            Err(e) => {
-                failed = Some(aws_sdk_s3::error::DisplayErrorContext(&e).to_string());
-                break;
-            }
-        }
-    }
-    drop(tx);
+    let stopped = download(body, tx, interrupt).await;
     let outcome = worker
         .await
         .map_err(|e| Error::io("unpacking", std::io::Error::other(e.to_string())))?;
-    if let Some(detail) = failed {
-        return Err(Error::S3 {
-            operation: "GetObject",
-            endpoint: store.endpoint.clone(),
-            bucket: store.bucket.clone(),
-            key: Some(object),
-            detail,
-        });
+    match stopped {
+        Some(Stopped::Signal(s)) => return Err(Error::Interrupted(s)),
+        Some(Stopped::S3(detail)) => {
+            return Err(Error::S3 {
+                operation: "GetObject",
+                endpoint: store.endpoint.clone(),
+                bucket: store.bucket.clone(),
+                key: Some(object),
+                detail,
+            });
+        }
+        None => {}
     }
     let integrity = |detail: String| Error::Integrity {
         key: object.clone(),
@@ -216,6 +215,36 @@ async fn unpack(
         )));
     }
     Ok(())
+}
+
+/// Why the download stopped before the end of the object.
+enum Stopped {
+    S3(String),
+    Signal(&'static str),
+}
+
+/// Hands the object's chunks to the unpacking thread until the end, a failure, a signal, or
+/// the thread stopping (it failed: its own error says why); dropping `tx` ends the thread.
+async fn download(
+    mut body: ByteStream,
+    tx: mpsc::Sender<Bytes>,
+    interrupt: &Interrupt,
+) -> Option<Stopped> {
+    loop {
+        let next = tokio::select! {
+            chunk = body.next() => chunk,
+            s = interrupt.wait() => return Some(Stopped::Signal(s)),
+        };
+        match next {
+            None => return None,
+            Some(Ok(chunk)) => {
+                if tx.send(chunk).await.is_err() {
+                    return None;
+                }
+            }
+            Some(Err(e)) => return Some(Stopped::S3(DisplayErrorContext(&e).to_string())),
+        }
+    }
 }
 
 /// Stored bytes → SHA-256 → decryption → zstd → tar → files.

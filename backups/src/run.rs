@@ -90,7 +90,7 @@ pub async fn run(command: Command, interrupt: Interrupt) -> RunOutput {
         Command::WalPush(a) => wal_push_command(&a).await,
         Command::WalFetch(a) => wal_fetch_command(&a).await,
         Command::BaseBackup(a) => base_backup_command(&a, &interrupt).await,
-        Command::BaseRestore(a) => base_restore_command(&a).await,
+        Command::BaseRestore(a) => base_restore_command(&a, &interrupt).await,
         Command::List(a) => match list_command(&a).await {
             Ok(()) => RunOutput {
                 summary: None,
@@ -410,7 +410,7 @@ fn wal_fetch_flags(a: &BaseRestoreArgs, database: &str) -> Vec<(String, Option<S
     flags.into_iter().map(|(f, v)| (f.to_string(), v)).collect()
 }
 
-async fn base_restore_command(a: &BaseRestoreArgs) -> RunOutput {
+async fn base_restore_command(a: &BaseRestoreArgs, interrupt: &Interrupt) -> RunOutput {
     let outcome = async {
         let database = database_or_env(a.database.as_deref(), "whose base backups these are")?;
         let target = restore_target(a)?;
@@ -433,7 +433,7 @@ async fn base_restore_command(a: &BaseRestoreArgs) -> RunOutput {
             keys: key_ring(&a.keys),
             restore_command,
         };
-        base_restore::base_restore(&store, &layout, &pg_tools(&a.pg), &opts).await
+        base_restore::base_restore(&store, &layout, &pg_tools(&a.pg), &opts, interrupt).await
     }
     .await;
     base_exit(outcome, "base restore failed")
