@@ -2,10 +2,11 @@
 //! server archives its WAL through the agent (`wal-push`), `base-backup` stores the instance,
 //! more rows are written with their commit times, and `base-restore` into a new data directory
 //! plus PostgreSQL's own recovery (WAL through `wal-fetch`) gives exactly the rows committed
-//! before the target, or all of them for the latest point. A target before the oldest base
-//! backup fails naming the earliest restorable point; a tampered object is refused and the
-//! data directory left empty; a non-empty data directory is refused.
-
+//! before the target (a time, an LSN, a restore point), or all of them for the latest point. A
+//! base backup taken from a standby restores; an encrypted one only with its key. A target
+//! before the oldest base backup fails naming the earliest restorable point; a tampered object
+//! is refused and the data directory left empty; a non-empty data directory is refused; a
+//! failed pg_basebackup leaves no record and no unfinished upload.
 mod common;
 use common::*;
 
@@ -494,5 +495,37 @@ fn an_encrypted_base_backup_is_unreadable_and_restores_only_with_its_key() {
     assert!(
         auto.contains(&format!("--encryption-key-dir {key_dir}")),
         "{auto}"
+    );
+}
+
+#[test]
+fn a_failed_base_backup_leaves_no_record_and_no_unfinished_upload() {
+    let s3 = S3Server::start(S3Kind::S3sFs);
+    // No WAL senders: psql works, pg_basebackup's replication connection is refused after the
+    // upload has begun.
+    let pg = Pg::start_with(&[("max_wal_senders", "0")]);
+    let mut env = env_of(&pg, "postgres", &s3);
+    env.extend([
+        ("DBOP_BACKUP_DATABASE".into(), DATABASE.into()),
+        ("DBOP_BACKUP_PREFIX".into(), PREFIX.into()),
+    ]);
+    let run = agent(&["base-backup", "--fast-checkpoint"], &env);
+    run.assert_no_secrets();
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("pg_basebackup failed"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("multipart upload aborted"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(s3.keys(""), Vec::<String>::new(), "nothing stored");
+    assert_eq!(
+        s3.s3s_upload_files(),
+        Vec::<String>::new(),
+        "no unfinished upload"
     );
 }
