@@ -484,6 +484,77 @@ mod tests {
     }
 
     #[test]
+    fn parses_the_base_backup_commands() {
+        let cli = Cli::try_parse_from([
+            "dbop-backup",
+            "base-backup",
+            "--bucket",
+            "b",
+            "--fast-checkpoint",
+        ])
+        .unwrap();
+        let Command::BaseBackup(b) = cli.command else {
+            panic!("not a base-backup")
+        };
+        assert!(b.fast_checkpoint);
+        assert_eq!(
+            (b.manifest_checksums.as_str(), b.part_size),
+            ("CRC32C", 8 << 20)
+        );
+        let cli = Cli::try_parse_from([
+            "dbop-backup",
+            "base-restore",
+            "/var/lib/postgresql/data",
+            "--bucket",
+            "b",
+            "--target-time",
+            "2025-01-02T03:04:05.5+01:00",
+        ])
+        .unwrap();
+        let Command::BaseRestore(r) = cli.command else {
+            panic!("not a base-restore")
+        };
+        assert_eq!(r.data_dir, PathBuf::from("/var/lib/postgresql/data"));
+        assert_eq!(
+            r.target_time.map(|t| t.to_rfc3339()),
+            Some("2025-01-02T02:04:05.500+00:00".to_string())
+        );
+        for args in [
+            vec![
+                "dbop-backup",
+                "base-restore",
+                "d",
+                "--bucket",
+                "b",
+                "--target-time",
+                "x",
+            ],
+            vec![
+                "dbop-backup",
+                "base-restore",
+                "d",
+                "--bucket",
+                "b",
+                "--target-lsn",
+                "0/1",
+                "--target-name",
+                "n",
+            ],
+            vec!["dbop-backup", "base-restore", "--bucket", "b"],
+            vec![
+                "dbop-backup",
+                "base-backup",
+                "--bucket",
+                "b",
+                "--manifest-checksums",
+                "MD5",
+            ],
+        ] {
+            assert!(Cli::try_parse_from(&args).is_err(), "{args:?}");
+        }
+    }
+
+    #[test]
     fn rejects_bad_values() {
         for args in [
             vec![
