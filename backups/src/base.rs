@@ -173,6 +173,57 @@ pub fn wal_range(label: &[u8], manifest: &[u8]) -> Result<WalRange, String> {
     })
 }
 
+/// One file PostgreSQL's backup manifest lists: its path in the data directory and size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestFile {
+    pub path: String,
+    pub size: u64,
+}
+
+#[derive(Deserialize)]
+struct ManifestFiles {
+    #[serde(rename = "Files")]
+    files: Vec<ManifestEntry>,
+}
+
+#[derive(Deserialize)]
+struct ManifestEntry {
+    #[serde(rename = "Path")]
+    path: Option<String>,
+    /// A name that is not UTF-8, in hex.
+    #[serde(rename = "Encoded-Path")]
+    encoded_path: Option<String>,
+    #[serde(rename = "Size")]
+    size: u64,
+}
+
+/// The files a backup manifest lists (for the checks made when `pg_verifybackup` is missing).
+pub fn manifest_files(manifest: &[u8]) -> Result<Vec<ManifestFile>, String> {
+    let m: ManifestFiles = serde_json::from_slice(manifest)
+        .map_err(|e| format!("backup_manifest has no readable file list: {e}"))?;
+    m.files
+        .into_iter()
+        .map(|f| {
+            let path = match (f.path, f.encoded_path) {
+                (Some(p), _) => p,
+                (None, Some(hex_path)) => hex::decode(&hex_path)
+                    .ok()
+                    .and_then(|b| String::from_utf8(b).ok())
+                    .ok_or_else(|| {
+                        format!("backup_manifest lists a path {hex_path:?} this agent cannot read")
+                    })?,
+                (None, None) => return Err("backup_manifest lists a file without a path".into()),
+            };
+            if path.starts_with('/') || path.split('/').any(|p| p == "..") {
+                return Err(format!(
+                    "backup_manifest lists a path {path:?} outside the data directory"
+                ));
+            }
+            Ok(ManifestFile { path, size: f.size })
+        })
+        .collect()
+}
+
 /// The encryption of a base backup: the key's name and fingerprint (never the key).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -445,6 +496,25 @@ mod tests {
                 .unwrap_err()
                 .contains("START WAL")
         );
+    }
+
+    #[test]
+    fn the_manifest_lists_files_with_their_sizes() {
+        let m = br#"{"PostgreSQL-Backup-Manifest-Version": 1, "Files": [
+            { "Path": "backup_label", "Size": 225, "Last-Modified": "2025-01-01 00:00:00 GMT", "Checksum-Algorithm": "CRC32C", "Checksum": "a1b2c3d4" },
+            { "Encoded-Path": "626173652f312f31323539", "Size": 8192 }],
+            "WAL-Ranges": []}"#;
+        let files = manifest_files(m).unwrap();
+        let got: Vec<(&str, u64)> = files.iter().map(|f| (f.path.as_str(), f.size)).collect();
+        assert_eq!(got, [("backup_label", 225), ("base/1/1259", 8192)]);
+        for bad in [
+            r#"{"Files": [{ "Size": 1 }]}"#,
+            r#"{"Files": [{ "Path": "../x", "Size": 1 }]}"#,
+            r#"{"Files": [{ "Encoded-Path": "zz", "Size": 1 }]}"#,
+            r#"{"Files": 3}"#,
+        ] {
+            assert!(manifest_files(bad.as_bytes()).is_err(), "{bad}");
+        }
     }
 
     fn rec(id: &str, stop_lsn: u64, stop_secs: i64) -> BaseRecord {

@@ -378,7 +378,8 @@ impl Visitor for Files {
 }
 
 /// `pg_verifybackup --no-parse-wal`: every file the manifest lists, with its size and
-/// checksum (the WAL is not in the backup; recovery checks it as it replays).
+/// checksum (the WAL is not in the backup; recovery checks it as it replays). Without
+/// `pg_verifybackup` (not installed), every listed file is checked for its size only.
 async fn verify_manifest(tools: &PgTools, record: &BaseRecord, dir: &Path) -> Result<()> {
     let major = record
         .engine_version
@@ -387,19 +388,51 @@ async fn verify_manifest(tools: &PgTools, record: &BaseRecord, dir: &Path) -> Re
         .and_then(|m| m.parse().ok());
     let mut cmd = tools.command("pg_verifybackup", major);
     cmd.args(["--no-parse-wal", "--quiet"]).arg(dir);
-    let out = cmd.output().await.map_err(|e| {
-        pg::pg_error(
-            "pg_verifybackup",
-            "(instance)",
-            format!("cannot run {}: {e} (it comes with the PostgreSQL server packages; --pg-bin-dir names their directory)", tools.path("pg_verifybackup", major).display()),
-        )
-    })?;
+    let refused = |detail: String| Error::Integrity {
+        key: format!("base backup {}", record.backup_id),
+        detail: format!("the restored files do not match its backup_manifest: {detail}"),
+    };
+    let out = match cmd.output().await {
+        Ok(out) => out,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            tracing::warn!(
+                tool = %tools.path("pg_verifybackup", major).display(),
+                "pg_verifybackup not found: checking that every file of the backup manifest is there with its size (not its checksum)"
+            );
+            return check_sizes(dir).map_err(refused);
+        }
+        Err(e) => {
+            return Err(pg::pg_error(
+                "pg_verifybackup",
+                "(instance)",
+                format!("cannot run it: {e}"),
+            ));
+        }
+    };
     if !out.status.success() {
         let detail = pg::tail_text(&String::from_utf8_lossy(&out.stderr));
-        return Err(Error::Integrity {
-            key: format!("base backup {}", record.backup_id),
-            detail: format!("pg_verifybackup refused the restored files: {detail}"),
-        });
+        return Err(refused(format!("pg_verifybackup: {detail}")));
+    }
+    Ok(())
+}
+
+/// Every file the manifest lists exists with its size.
+fn check_sizes(dir: &Path) -> std::result::Result<(), String> {
+    let manifest = std::fs::read(dir.join("backup_manifest"))
+        .map_err(|e| format!("cannot read backup_manifest: {e}"))?;
+    for f in base::manifest_files(&manifest)? {
+        match std::fs::symlink_metadata(dir.join(&f.path)) {
+            Ok(m) if m.is_file() && m.len() == f.size => {}
+            Ok(m) => {
+                return Err(format!(
+                    "{} has {} bytes, the manifest says {}",
+                    f.path,
+                    m.len(),
+                    f.size
+                ));
+            }
+            Err(e) => return Err(format!("{} is missing: {e}", f.path)),
+        }
     }
     Ok(())
 }
@@ -433,4 +466,36 @@ fn write_recovery(dir: &Path, record: &BaseRecord, opts: &BaseRestoreOptions) ->
         .open(dir.join("recovery.signal"))
         .map_err(io)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_pg_verifybackup_every_listed_file_must_have_its_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(
+            d.join("backup_manifest"),
+            r#"{"Files": [{ "Path": "PG_VERSION", "Size": 3 }, { "Path": "base/1/1259", "Size": 4 }]}"#,
+        )
+        .unwrap();
+        std::fs::write(d.join("PG_VERSION"), "15\n").unwrap();
+        std::fs::create_dir_all(d.join("base/1")).unwrap();
+        std::fs::write(d.join("base/1/1259"), "abcd").unwrap();
+        check_sizes(d).unwrap();
+        std::fs::write(d.join("base/1/1259"), "abc").unwrap();
+        let e = check_sizes(d).unwrap_err();
+        assert!(
+            e.contains("base/1/1259 has 3 bytes, the manifest says 4"),
+            "{e}"
+        );
+        std::fs::remove_file(d.join("PG_VERSION")).unwrap();
+        assert!(
+            check_sizes(d)
+                .unwrap_err()
+                .contains("PG_VERSION is missing")
+        );
+    }
 }

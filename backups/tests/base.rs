@@ -381,6 +381,18 @@ fn the_record_holds_the_wal_range_and_bad_targets_objects_and_directories_are_re
         "15\n"
     );
 
+    // Without pg_verifybackup, the files are checked against the manifest's sizes.
+    let no_tools = tempfile::tempdir().unwrap();
+    let no_tools = no_tools.path().display().to_string();
+    let (_keep, unchecked) = new_data_dir();
+    let run = src.restore(&unchecked, &["--pg-bin-dir", &no_tools]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("pg_verifybackup not found"),
+        "{}",
+        run.stderr
+    );
+
     // A flipped byte in the stored tar is refused, and nothing is left in the directory.
     let file = src.s3.root.join(BUCKET).join(&tar_key);
     let mut body = std::fs::read(&file).unwrap();
