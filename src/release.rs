@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
+use kube::Resource;
 use serde::{Deserialize, Serialize};
 
 use crate::api::conditions::{ConditionStatus, ConditionType};
@@ -65,8 +66,8 @@ pub struct Marker {
 
 impl Marker {
     /// The marker a StatefulSet carries (None: none, or unreadable).
-    pub fn of(sts: &StatefulSet) -> Option<Marker> {
-        let text = sts.metadata.annotations.as_ref()?.get(MARKER_ANNOTATION)?;
+    pub fn of<S: Resource>(sts: &S) -> Option<Marker> {
+        let text = sts.meta().annotations.as_ref()?.get(MARKER_ANNOTATION)?;
         serde_json::from_str(text).ok()
     }
 }
@@ -91,16 +92,19 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    /// The fleet in `statefulsets` (the watch cache) for `release`.
-    pub fn of<'a>(statefulsets: impl IntoIterator<Item = &'a StatefulSet>, release: &str) -> Fleet {
+    /// The fleet in `statefulsets` (the watch cache: their metadata) for `release`.
+    pub fn of<'a, S: Resource + 'a>(
+        statefulsets: impl IntoIterator<Item = &'a S>,
+        release: &str,
+    ) -> Fleet {
         let mut fleet = Fleet::default();
         for sts in statefulsets {
             let Some(marker) = Marker::of(sts).filter(|m| m.release == release) else {
                 continue;
             };
             let key = key(
-                sts.metadata.namespace.as_deref().unwrap_or_default(),
-                sts.metadata.name.as_deref().unwrap_or_default(),
+                sts.meta().namespace.as_deref().unwrap_or_default(),
+                sts.meta().name.as_deref().unwrap_or_default(),
             );
             match marker.state {
                 State::Rolling => {

@@ -1,7 +1,9 @@
 //! The watch caches both controllers read instead of the API server: one reflector store per
 //! kind, filled by the controllers' own watches (`runtime::watches`: one watch per kind,
-//! shared by both controllers), slimmed to what readers look at (`Slim`). A read here is a
-//! lookup in memory.
+//! shared by both controllers), slimmed to what readers look at (`Slim`), and the owned kinds
+//! whose whole object a reconcile compares (StatefulSets, Services, claims...) kept packed
+//! (`Packed`: metadata as is, the rest deflated JSON, unpacked by `get_unpacked`). A read here
+//! is a lookup in memory.
 //!
 //! A cache can lag the API server by the events still in flight; each of those events triggers
 //! another reconcile, which then sees it. Objects dbop does not label (the user's Secrets and
@@ -28,6 +30,10 @@ use kube::runtime::watcher;
 use tokio::sync::watch;
 
 use crate::api::{Database, DatabaseBackup};
+
+pub use self::packed::Packed;
+
+mod packed;
 
 /// What wakes a controller: every object one watch of `runtime::watches` sees (never an
 /// error: the watch logs and retries those itself).
@@ -67,21 +73,23 @@ macro_rules! caches {
 caches! {
     databases: DeserializeGuard<Database>,
     backups: DatabaseBackup,
-    statefulsets: StatefulSet,
-    services: Service,
+    // Packed (`Packed`): the drift check compares the whole object, the pod template is most
+    // of it, and a pass unpacks only its own Database's.
+    statefulsets: Packed<StatefulSet>,
+    services: Packed<Service>,
     // Metadata only: a generated Secret's data is never read, only its owner.
     secrets: PartialObjectMeta<Secret>,
     jobs: Job,
-    claims: PersistentVolumeClaim,
+    claims: Packed<PersistentVolumeClaim>,
     // The server configuration dbop ships (`<name>-config`) and the inline init SQL.
-    config_maps: ConfigMap,
+    config_maps: Packed<ConfigMap>,
     // The database pods (component `database`), slimmed to their role label, node and
     // readiness: which instance is which.
     pods: Pod,
     // The database pods' PodDisruptionBudgets.
-    disruption_budgets: PodDisruptionBudget,
+    disruption_budgets: Packed<PodDisruptionBudget>,
     // The database pods' NetworkPolicies (`spec.networkPolicy`).
-    network_policies: NetworkPolicy,
+    network_policies: Packed<NetworkPolicy>,
     // The primary Leases: read by every pass, never a trigger (a primary renews its Lease
     // every two seconds; a pass looks when the Lease would expire).
     leases: Lease,
@@ -142,6 +150,14 @@ where
         .map(|found| K::clone(&found))
 }
 
+/// The packed object `name` in `namespace`, unpacked (`Packed`).
+pub fn get_unpacked<K>(store: &Store<Packed<K>>, namespace: &str, name: &str) -> Option<K>
+where
+    K: Resource<DynamicType = ()> + serde::Serialize + serde::de::DeserializeOwned + 'static,
+{
+    store.get(&ObjectRef::new(name).within(namespace))?.unpack()
+}
+
 /// Every object of the store in `namespace` that `keep` accepts, cloned.
 pub fn list<K>(store: &Store<K>, namespace: &str, keep: impl Fn(&K) -> bool) -> Vec<K>
 where
@@ -176,14 +192,10 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 impl Slim for DeserializeGuard<Database> {}
 impl Slim for DatabaseBackup {}
-impl Slim for StatefulSet {}
-impl Slim for Service {}
 impl Slim for PartialObjectMeta<Secret> {}
-impl Slim for PersistentVolumeClaim {}
-impl Slim for ConfigMap {}
-impl Slim for PodDisruptionBudget {}
-impl Slim for NetworkPolicy {}
 impl Slim for Lease {}
+/// A packed object's metadata is slimmed; the rest is kept whole (packed).
+impl<K: Resource<DynamicType = ()>> Slim for Packed<K> {}
 
 /// A Job keeps its metadata and status only: readers ask whether it ran and when (`job_state`,
 /// `finished_at`, its owner); dbop creates a Job once and never compares its spec, and the pod
@@ -260,7 +272,9 @@ mod tests {
         let mut service = Service::default();
         service.metadata.name = Some("orders-rw".into());
         service.metadata.namespace = Some("shop".into());
-        writers.services.apply_watcher_event(&Event::Apply(service));
+        writers
+            .services
+            .apply_watcher_event(&Event::Apply(Packed::new(service)));
         assert!(get(&caches.services, "shop", "orders-rw").is_some());
         assert!(get(&caches.services, "other", "orders-rw").is_none());
         assert_eq!(list(&caches.services, "shop", |_| true).len(), 1);
@@ -312,12 +326,18 @@ mod tests {
 
     #[test]
     fn other_kinds_keep_their_spec() {
-        let mut statefulset: StatefulSet = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "orders", "managedFields": [{"manager": "dbop"}]},
+        let (caches, mut writers) = caches();
+        let mut statefulset: Packed<StatefulSet> = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "orders", "namespace": "shop",
+                         "managedFields": [{"manager": "dbop"}]},
             "spec": {"selector": {}, "serviceName": "orders-hl", "template": {}},
         }))
         .unwrap();
         slim(&mut statefulset);
+        writers
+            .statefulsets
+            .apply_watcher_event(&Event::Apply(statefulset));
+        let statefulset = get_unpacked(&caches.statefulsets, "shop", "orders").unwrap();
         assert_eq!(statefulset.spec.service_name.as_deref(), Some("orders-hl"));
         assert_eq!(statefulset.metadata.managed_fields, None);
     }

@@ -20,7 +20,7 @@ use super::tls::TlsSteps;
 use crate::api::conditions::{self, ConditionType};
 use crate::api::{CaSource, Database, DatabaseBackup, TlsSpec};
 use crate::context::Context;
-use crate::context::caches::{cordoned, get, list};
+use crate::context::caches::{cordoned, get, get_unpacked, list};
 use crate::error::Error;
 use crate::kube_io::job_pods;
 use crate::objects::{JobState, job_state};
@@ -88,7 +88,7 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         None => None,
     };
     let data_claims = (0..db.spec.instances.max(1))
-        .filter_map(|ordinal| get(&caches.claims, &ns, &names.data_pvc(ordinal)))
+        .filter_map(|ordinal| get_unpacked(&caches.claims, &ns, &names.data_pvc(ordinal)))
         .collect();
     let name = db.name();
     let backups = list(&caches.backups, &ns, |b| b.spec.database == name);
@@ -112,7 +112,7 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         None => None,
     };
     let restore = restore_objects(client, db).await?;
-    let statefulset = get(&caches.statefulsets, &ns, &names.statefulset());
+    let statefulset = get_unpacked(&caches.statefulsets, &ns, &names.statefulset());
     let instance_pods = instance_pods(ctx, &ns, &name);
     // The Lease before the positions: a primary releases it, or lets it run out, only after its
     // server stopped or fenced itself, so positions read after a Lease that says so are final —
@@ -149,7 +149,7 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
             None => None,
         },
         init_config_map,
-        server_config: get(
+        server_config: get_unpacked(
             &caches.config_maps,
             &ns,
             &crate::resources::server_config::config_map_name(db),
@@ -166,9 +166,14 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         primary_lease,
         disruption_budgets: [names.standby_budget(), names.primary_budget()]
             .into_iter()
-            .filter_map(|n| Some((n.clone(), get(&caches.disruption_budgets, &ns, &n)?)))
+            .filter_map(|n| {
+                Some((
+                    n.clone(),
+                    get_unpacked(&caches.disruption_budgets, &ns, &n)?,
+                ))
+            })
             .collect(),
-        network_policy: get(&caches.network_policies, &ns, &names.statefulset()),
+        network_policy: get_unpacked(&caches.network_policies, &ns, &names.statefulset()),
         database_pods: database_pods(client, db, statefulset.as_ref()).await?,
         statefulset,
         init_job: get(&caches.jobs, &ns, &names.init_job()),
@@ -186,7 +191,7 @@ fn services(ctx: &Context, ns: &str, names: &Names) -> Vec<Service> {
         names.r_service(),
     ]
     .iter()
-    .filter_map(|name| get(&ctx.caches.services, ns, name))
+    .filter_map(|name| get_unpacked(&ctx.caches.services, ns, name))
     .collect()
 }
 

@@ -1,7 +1,8 @@
 //! The watches of both controllers: one per kind and watched namespace (or one per kind for
 //! all namespaces), each kind's watches filling its one store in the watch caches
-//! (`context::caches`, slimmed: `Slim`; `merge` keeps several namespaces' lists in one
-//! store) and handing every object they see — added, changed or deleted — at once to each
+//! (`context::caches`, slimmed: `Slim`, the owned kinds a pass compares whole decoded straight
+//! into their packed form: `Packed`; `merge` keeps several namespaces' lists in one store) and
+//! handing every object they see — added, changed or deleted — at once to each
 //! controller that kind triggers. Owned objects are selected by dbop's label; Secrets are
 //! watched as metadata only.
 //!
@@ -27,7 +28,7 @@ use tokio::task::JoinHandle;
 use tracing::warn;
 
 use crate::api::DatabaseBackup;
-use crate::context::caches::{Slim, SyncedMarker, Trigger, Writers, slim};
+use crate::context::caches::{Packed, Slim, SyncedMarker, Trigger, Writers, slim};
 use crate::database::controller::Triggers as DatabaseTriggers;
 use crate::resources::{DATABASE_POD_SELECTOR, MANAGED_SELECTOR};
 
@@ -136,21 +137,21 @@ pub fn start(
     let c = (client, scopes.as_slice());
     let [databases] = watches.spawn(watch(c, &all), databases, m1, Clone::clone);
     let backups = watches.spawn(watch(c, &all), backups, m2, Clone::clone);
-    let [statefulsets] = watches.spawn(watch(c, &managed), statefulsets, m3, meta);
-    let [services] = watches.spawn(watch(c, &managed), services, m4, meta);
+    let [statefulsets] = watches.spawn(watch(c, &managed), statefulsets, m3, packed_meta);
+    let [services] = watches.spawn(watch(c, &managed), services, m4, packed_meta);
     let secrets_meta = watch::<PartialObjectMeta<Secret>>(c, &managed);
     let [secrets] = watches.spawn(secrets_meta, secrets, m5, meta);
     let jobs = watches.spawn(watch(c, &managed), jobs, m6, meta);
-    let [claims] = watches.spawn(watch(c, &managed), claims, m7, meta);
+    let [claims] = watches.spawn(watch(c, &managed), claims, m7, packed_meta);
     // Cached only (no trigger): a reconcile reads its ConfigMaps and rewrites what drifted.
-    let [] = watches.spawn(watch(c, &managed), config_maps, m8, meta);
+    let [] = watches.spawn(watch(c, &managed), config_maps, m8, packed_meta);
     // The database pods: their roles and readiness (a new pod is labelled at once).
     let database_pods = all.clone().labels(DATABASE_POD_SELECTOR);
     let [pods] = watches.spawn(watch(c, &database_pods), pods, m9, meta);
     let budgets = watch(c, &managed);
-    let [disruption_budgets] = watches.spawn(budgets, disruption_budgets, m10, meta);
+    let [disruption_budgets] = watches.spawn(budgets, disruption_budgets, m10, packed_meta);
     let policies = watch(c, &managed);
-    let [network_policies] = watches.spawn(policies, network_policies, m12, meta);
+    let [network_policies] = watches.spawn(policies, network_policies, m12, packed_meta);
     // The primary Leases are renewed every two seconds: only a release wakes the Database (its
     // primary's server stopped, and a failover must come before the old primary is back).
     let [leases] = watches.spawn(watch(c, &managed), leases, m11, released);
@@ -301,7 +302,16 @@ fn released(lease: &Lease) -> Option<Meta<Lease>> {
 
 /// The trigger of an owned object: its name, namespace, owners and labels.
 fn meta<K: Resource>(object: &K) -> Meta<K> {
-    let m = object.meta();
+    meta_of(object.meta())
+}
+
+/// The trigger of a packed owned object (`Packed`): that of the object it packs.
+fn packed_meta<K: Resource<DynamicType = ()>>(object: &Packed<K>) -> Meta<K> {
+    meta_of(object.meta())
+}
+
+/// A trigger of kind `K` from an object's metadata: its name, namespace, owners and labels.
+fn meta_of<K>(m: &ObjectMeta) -> Meta<K> {
     PartialObjectMeta {
         types: None,
         metadata: ObjectMeta {
