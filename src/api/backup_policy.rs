@@ -80,6 +80,15 @@ pub struct BackupSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify: Option<VerifySpec>,
 
+    /// Continuous archiving of the write-ahead log to the same bucket (under the Database's
+    /// prefix, in `physical/wal/<timeline>/`): every completed WAL file is compressed,
+    /// checksummed and encrypted with `encryption`'s key, never stored over a different object
+    /// of the same name. A commit is archived at most `archiveTimeout` after it was made, which
+    /// bounds what a lost volume loses. Enabling or disabling it restarts the pods (PostgreSQL
+    /// reads `archive_mode` at start). Off when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wal_archiving: Option<WalArchivingSpec>,
+
     /// Where the backup and verify Jobs run: replaces `spec.placement` for them as a whole
     /// (e.g. to keep dumps off the database's node pool). Default: `spec.placement`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -89,6 +98,26 @@ pub struct BackupSpec {
     /// else the operator's `--job-resources`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+}
+
+/// How the write-ahead log is archived (`spec.backup.walArchiving`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WalArchivingSpec {
+    /// The longest a commit waits before its WAL file is archived on a quiet server
+    /// (PostgreSQL's `archive_timeout`: a partly filled file is closed and archived), as a
+    /// duration such as `60s` or `5m` (default `60s`; at least `10s`). A busy server fills
+    /// files sooner. Shorter means a smaller loss when the volume is lost, and more objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]{1,6}[smhdw])+$"), length(max = 32))]
+    pub archive_timeout: Option<String>,
+
+    /// WAL files uploaded at once when PostgreSQL has several ready (1 to 32, default 4): a
+    /// busy primary keeps up with read-ahead instead of one upload after another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 32))]
+    #[schemars(transform = no_unsigned_format)]
+    pub parallel: Option<u16>,
 }
 
 /// The key the backups are encrypted with: `keyName` in the Secret `secretName`.

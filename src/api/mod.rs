@@ -23,7 +23,7 @@ pub use backup::{
 };
 pub use backup_policy::{
     BackupEncryption, BackupSpec, BackupStatus, CaSource, Compression, EncryptionKeysRef,
-    RetentionSpec, S3CredentialsRef, S3Spec, VerificationStatus, VerifySpec,
+    RetentionSpec, S3CredentialsRef, S3Spec, VerificationStatus, VerifySpec, WalArchivingSpec,
 };
 pub use database::{BootstrapSpec, BootstrapStatus, FromBackupSpec};
 pub use database::{

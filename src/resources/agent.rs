@@ -88,18 +88,25 @@ pub fn agent_env(db: &Database, s3: &S3Spec, app_name: &str) -> Vec<EnvVar> {
             &format!("{PG_CREDENTIALS_DIR}/{PASSWORD_KEY}"),
         ),
     ];
-    vars.extend(s3_credentials_env(s3));
+    vars.extend(s3_env(s3));
+    vars.push(env("DBOP_BACKUP_LOG_FORMAT", "json"));
+    vars.extend(super::tls::client_env(db));
+    vars
+}
+
+/// How the AWS SDK in the agent reaches the bucket: the key's files (or the SDK's chain), the
+/// region and the endpoint. Nothing secret.
+pub fn s3_env(s3: &S3Spec) -> Vec<EnvVar> {
+    let mut vars = s3_credentials_env(s3);
     vars.extend([
         env("AWS_REGION", s3.region.as_deref().unwrap_or("us-east-1")),
         // No shared files: a static key from the Secret, or the chain's other sources.
         env("AWS_CONFIG_FILE", "/dev/null"),
         env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
-        env("DBOP_BACKUP_LOG_FORMAT", "json"),
     ]);
     if let Some(endpoint) = &s3.endpoint {
         vars.push(env("AWS_ENDPOINT_URL", endpoint));
     }
-    vars.extend(super::tls::client_env(db));
     vars
 }
 
@@ -148,6 +155,14 @@ pub fn agent_secrets(
         secret_volume("pg-credentials", &secret_name(db), None),
         mount("pg-credentials", PG_CREDENTIALS_DIR, true),
     )];
+    out.extend(storage_secrets(s3, encryption_keys));
+    out
+}
+
+/// The Secrets that reach the bucket, as volumes and their mounts: the S3 key's items under
+/// fixed file names and the encryption keys' Secret (whole). Read-only, mode 0440.
+pub fn storage_secrets(s3: &S3Spec, encryption_keys: Option<&str>) -> Vec<(Volume, VolumeMount)> {
+    let mut out = Vec::new();
     if let Some(keys) = &s3.credentials {
         let mut items = vec![
             (

@@ -27,6 +27,7 @@ pub mod services;
 pub mod statefulset;
 pub mod template_origin;
 pub mod tls;
+pub mod wal_archiving;
 
 use std::collections::BTreeMap;
 

@@ -135,7 +135,8 @@ fn memory_limit(db: &Database) -> Option<u128> {
 }
 
 /// Every parameter the server runs with from the spec: the memory defaults (when a memory
-/// limit is set), then `spec.postgresql.parameters` (which win), then the preloaded libraries.
+/// limit is set), then `spec.postgresql.parameters` (which win), then the preloaded libraries,
+/// then WAL archiving's (`spec.backup.walArchiving`).
 pub fn parameters(db: &Database) -> BTreeMap<String, String> {
     let spec = db.spec.postgresql.clone().unwrap_or_default();
     let max_connections = spec
@@ -153,6 +154,7 @@ pub fn parameters(db: &Database) -> BTreeMap<String, String> {
             spec.shared_preload_libraries.join(","),
         );
     }
+    all.extend(super::wal_archiving::parameters(db));
     all
 }
 

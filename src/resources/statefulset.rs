@@ -153,6 +153,7 @@ pub fn statefulset_running(
                 super::replication::add_to_pod_template(&mut template, db);
                 super::primary_lease::add_to_pod_template(&mut template, db);
                 super::accounts::add_to_pod_template(&mut template, db);
+                super::wal_archiving::add_to_pod_template(&mut template, db, settings);
                 template
             },
             volume_claim_templates: Some(
