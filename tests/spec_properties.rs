@@ -568,6 +568,7 @@ fn facts() -> BoxedStrategy<Facts> {
         .prop_map(
             |(credentials, init_source, statefulset, volume, init_job, backups)| Facts {
                 credentials,
+                archiver: None,
                 init_source,
                 statefulset,
                 volume,

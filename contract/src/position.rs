@@ -91,6 +91,40 @@ pub struct Position {
     /// `potential`, `async`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub sync_states: BTreeMap<String, String>,
+    /// A primary's WAL archiving (`pg_stat_archiver`), when its `archive_mode` is not off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archiver: Option<Archiver>,
+}
+
+/// How a primary's WAL archiving goes, as `pg_stat_archiver` counts it since the server
+/// started (or the statistics were reset). Times are Unix seconds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Archiver {
+    pub archived_count: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_archived_wal: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_archived_at: Option<i64>,
+    pub failed_count: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failed_wal: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failed_at: Option<i64>,
+    /// WAL files waiting for archiving (`.ready` in `pg_wal/archive_status`): what a failing
+    /// archive keeps on the volume.
+    pub waiting: u64,
+}
+
+impl Archiver {
+    /// The last attempt failed: a failure after the last success (or with none).
+    pub fn failing(&self) -> bool {
+        match (self.last_failed_at, self.last_archived_at) {
+            (Some(failed), Some(archived)) => failed >= archived,
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
+    }
 }
 
 impl Position {
@@ -140,6 +174,7 @@ mod tests {
             streaming: true,
             replay_lag_ms: BTreeMap::new(),
             sync_states: BTreeMap::new(),
+            archiver: None,
         };
         let json = standby.to_json();
         assert_eq!(

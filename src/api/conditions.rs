@@ -38,10 +38,12 @@ pub enum ConditionType {
     /// The operator's own release waits to restart the pods, or restarts them, or failed on
     /// them (absent when their instance manager is the running operator's).
     ReleasePending,
+    /// The primary archives its WAL (`spec.backup.walArchiving`; absent without it).
+    ContinuousArchiving,
 }
 
 impl ConditionType {
-    pub const ALL: [ConditionType; 12] = [
+    pub const ALL: [ConditionType; 13] = [
         ConditionType::Ready,
         ConditionType::StorageReady,
         ConditionType::Initialized,
@@ -54,6 +56,7 @@ impl ConditionType {
         ConditionType::NetworkPolicyReady,
         ConditionType::MaintenancePending,
         ConditionType::ReleasePending,
+        ConditionType::ContinuousArchiving,
     ];
 
     pub fn label(self) -> &'static str {
@@ -70,6 +73,7 @@ impl ConditionType {
             ConditionType::NetworkPolicyReady => "NetworkPolicyReady",
             ConditionType::MaintenancePending => "MaintenancePending",
             ConditionType::ReleasePending => "ReleasePending",
+            ConditionType::ContinuousArchiving => "ContinuousArchiving",
         }
     }
 }

@@ -173,6 +173,7 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
         backup.requeue_after,
         upgrade.requeue_after,
         roles.look_again,
+        super::archiving::look_again(db),
         gate.next_change(now),
         release::look_again(
             facts.release.marker.as_ref(),
@@ -203,6 +204,7 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
             accounts::condition(db, &facts.accounts),
         ])
         .chain(network_policy_condition(db))
+        .chain(super::archiving::condition(db, facts.archiver.as_ref()))
         .chain(maintenance::condition(&gate, &waiting))
         .chain(release::condition(
             &release,

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use dbop_contract::InstanceFailure;
-use dbop_contract::position::Position;
+use dbop_contract::position::{Archiver, Position};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -63,6 +63,9 @@ pub struct Observed {
     /// The WAL position of each database pod whose manager answered (`positions`; read only
     /// for a Database with standbys).
     pub positions: BTreeMap<String, Position>,
+    /// The primary's WAL archiving, as its manager reported it (read only for a Database that
+    /// archives its WAL; None when no primary answered).
+    pub archiver: Option<Archiver>,
     /// The database pods' PodDisruptionBudgets that exist, by name (from the cache).
     pub disruption_budgets: BTreeMap<String, PodDisruptionBudget>,
     /// The database pods' NetworkPolicy (from the cache).
@@ -198,6 +201,8 @@ pub enum InitSourceFact {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Facts {
     pub credentials: CredentialsFact,
+    /// The primary's WAL archiving (`Observed::archiver`).
+    pub archiver: Option<Archiver>,
     pub init_source: InitSourceFact,
     pub statefulset: Option<StatefulSetFact>,
     pub volume: Option<VolumeFact>,
@@ -258,6 +263,7 @@ impl Facts {
     pub fn from_observed(db: &Database, snap: &Observed) -> Facts {
         Facts {
             credentials: credentials_fact(db, snap.credentials_secret.as_ref()),
+            archiver: snap.archiver.clone(),
             init_source: init_source_fact(db, snap.init_config_map.as_ref()),
             statefulset: snap.statefulset.as_ref().map(statefulset_fact),
             volume: snap.data_claims.first().map(|pvc| volume_fact(db, pvc)),
@@ -508,6 +514,7 @@ impl Facts {
     pub fn nothing_made_yet() -> Facts {
         Facts {
             credentials: CredentialsFact::Usable,
+            archiver: None,
             init_source: InitSourceFact::Available,
             statefulset: None,
             volume: None,

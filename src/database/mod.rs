@@ -21,6 +21,7 @@
 //! - `instances` holds what the roles are decided from (each pod, the positions, the Lease);
 //! - `roles` decides the instances' roles: the primary, the pods' role labels, the replication
 //!   Secret, each instance's status line;
+//! - `archiving` decides `ContinuousArchiving` from the primary's WAL archiver;
 //! - `restart` decides whether the pods must restart for `spec.postgresql` (`RestartPending`);
 //! - `tls` decides the CA and server certificate (`TLSReady`), `certificates` makes them;
 //! - `wave` decides the Database's part in the operator's release (its turn in the wave, a
@@ -34,6 +35,7 @@
 
 pub mod accounts;
 pub mod apply;
+pub mod archiving;
 pub mod blocker;
 pub mod build;
 pub mod certificates;

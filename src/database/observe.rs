@@ -30,6 +30,7 @@ use crate::resources::credentials::{self};
 use crate::resources::primary_lease::has_standbys;
 use crate::resources::template_origin;
 use crate::resources::tls::{CA_KEY, external_certificate};
+use crate::resources::wal_archiving;
 use crate::resources::{LABEL_INSTANCE, Names, selector_labels};
 use dbop_contract::instance::TLS_CA_FILE;
 
@@ -121,10 +122,18 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
     // The Lease is judged as of its read: the positions below may take seconds, and a `now` from
     // after them made a renewing primary look lost.
     let observed_at = Utc::now();
-    let positions = match has_standbys(db) {
+    // A Database that archives its WAL without standbys: its one position, for the archiver.
+    let mut positions = match has_standbys(db) || wal_archiving::enabled(db).is_some() {
         true => super::positions::read(&instance_pods).await,
         false => Default::default(),
     };
+    let archiver = positions
+        .values()
+        .find(|p| !p.standby)
+        .and_then(|p| p.archiver.clone());
+    if !has_standbys(db) {
+        positions.clear();
+    }
     Ok(Observed {
         restore,
         backups,
@@ -159,6 +168,7 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         release_fleet: release_fleet(ctx, statefulset.as_ref()),
         instance_pods,
         positions,
+        archiver,
         replication_secret: secret_metadata(ctx, &ns, &names.replication_secret()),
         application_secret: secret_metadata(ctx, &ns, &names.application_secret()),
         accounts_secret: secret_metadata(ctx, &ns, &names.accounts_secret()),

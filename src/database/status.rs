@@ -61,6 +61,12 @@ pub fn status(
             .conditions
             .retain(|c| c.type_ != ConditionType::ReleasePending.label());
     }
+    // No WAL archiving: no ContinuousArchiving.
+    if crate::resources::wal_archiving::enabled(db).is_none() {
+        status
+            .conditions
+            .retain(|c| c.type_ != ConditionType::ContinuousArchiving.label());
+    }
     // No maintenance window: no MaintenancePending.
     if db.spec.maintenance_window.is_none() {
         status

@@ -299,13 +299,15 @@ fn statvfs(path: &Path) -> std::io::Result<(u64, u64)> {
 }
 
 /// The instance's WAL position for `GET /status`: `replication::status`'s query, and on a
-/// primary its standbys' replay lag and sync state, each in one session bounded by `STATUS_LIMIT`.
+/// primary its standbys' replay lag and sync state and its WAL archiving, each in one session
+/// bounded by `STATUS_LIMIT`.
 pub fn position(source: &Source) -> Result<Position, String> {
     let mut position = status::parse_status(&query(source, status::STATUS_QUERY)?)?.position();
     if !position.standby {
         let rows = status::parse_standby_rows(&query(source, status::REPLAY_LAG_QUERY)?)?;
         position.replay_lag_ms = rows.replay_lag_ms;
         position.sync_states = rows.sync_states;
+        position.archiver = status::parse_archiver(&query(source, status::ARCHIVER_QUERY)?)?;
     }
     Ok(position)
 }

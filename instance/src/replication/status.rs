@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use dbop_contract::position::Position;
+use dbop_contract::position::{Archiver, Position};
 pub use dbop_contract::position::{Lsn, lag_bytes};
 
 /// Primary or standby, as the server itself says (`pg_is_in_recovery()`).
@@ -87,6 +87,7 @@ impl Status {
                 streaming: false,
                 replay_lag_ms: BTreeMap::new(),
                 sync_states: BTreeMap::new(),
+                archiver: None,
             },
             Status::Standby {
                 timeline,
@@ -101,6 +102,7 @@ impl Status {
                 streaming: *streaming,
                 replay_lag_ms: BTreeMap::new(),
                 sync_states: BTreeMap::new(),
+                archiver: None,
             },
         }
     }
@@ -228,6 +230,57 @@ pub fn parse_standby_rows(output: &str) -> Result<StandbyRows, String> {
     Ok(rows)
 }
 
+/// A primary's WAL archiving, one row of 8 fields, or no row when `archive_mode` is off. The
+/// files waiting are counted in `pg_wal/archive_status` (superuser, as the manager connects).
+pub const ARCHIVER_QUERY: &str = "SELECT archived_count, last_archived_wal, \
+ extract(epoch FROM last_archived_time)::bigint, failed_count, last_failed_wal, \
+ extract(epoch FROM last_failed_time)::bigint, \
+ (SELECT count(*) FROM pg_ls_archive_statusdir() WHERE name LIKE '%.ready'), \
+ current_setting('archive_mode') \
+ FROM pg_stat_archiver WHERE current_setting('archive_mode') <> 'off'";
+
+/// Parses the row of `ARCHIVER_QUERY`: `None` when archiving is off.
+pub fn parse_archiver(output: &str) -> Result<Option<Archiver>, String> {
+    let Some(row) = output.lines().find(|l| !l.trim().is_empty()) else {
+        return Ok(None);
+    };
+    let f: Vec<&str> = row.split('|').map(str::trim).collect();
+    let [
+        archived,
+        last_archived,
+        archived_at,
+        failed,
+        last_failed,
+        failed_at,
+        waiting,
+        _mode,
+    ] = f[..]
+    else {
+        return Err(format!("an archiver row with {} fields", f.len()));
+    };
+    let count = |s: &str| {
+        s.parse::<i64>()
+            .map(|n| n.max(0) as u64)
+            .map_err(|_| format!("an archiver count that is not a number: {row:?}"))
+    };
+    let time = |s: &str| -> Result<Option<i64>, String> {
+        (!s.is_empty())
+            .then(|| s.parse::<i64>())
+            .transpose()
+            .map_err(|_| format!("an archiver time that is not a number: {row:?}"))
+    };
+    let name = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    Ok(Some(Archiver {
+        archived_count: count(archived)?,
+        last_archived_wal: name(last_archived),
+        last_archived_at: time(archived_at)?,
+        failed_count: count(failed)?,
+        last_failed_wal: name(last_failed),
+        last_failed_at: time(failed_at)?,
+        waiting: count(waiting)?,
+    }))
+}
+
 /// A replication slot on a server.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Slot {
@@ -299,6 +352,34 @@ pub fn plan_slots(existing: &[Slot], wanted: &[String]) -> SlotPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn archiver_rows() {
+        assert_eq!(parse_archiver("").unwrap(), None);
+        let fresh = parse_archiver("0|||0|||0|on\n").unwrap().unwrap();
+        assert_eq!(fresh, Archiver::default());
+        assert!(!fresh.failing());
+        let failing = parse_archiver(
+            "3|000000010000000000000003|1700000000|5|000000010000000000000004|1700000060|2|on",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(failing.archived_count, 3);
+        assert_eq!(
+            failing.last_failed_wal.as_deref(),
+            Some("000000010000000000000004")
+        );
+        assert_eq!(failing.waiting, 2);
+        assert!(failing.failing());
+        let recovered = parse_archiver(
+            "4|000000010000000000000004|1700000090|5|000000010000000000000004|1700000060|0|on",
+        )
+        .unwrap()
+        .unwrap();
+        assert!(!recovered.failing());
+        assert!(parse_archiver("1|2|3").is_err());
+        assert!(parse_archiver("x|||0|||0|on").is_err());
+    }
 
     #[test]
     fn replay_lags() {
