@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use dbop_contract::units::parse_duration;
-use k8s_openapi::api::core::v1::{EnvVar, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{EnvVar, PodTemplateSpec, Volume};
 
 use super::agent::{CA_DIR, CA_FILE, ENCRYPTION_KEYS_DIR, ca_volume, s3_env, storage_secrets};
 use super::backup_job::AGENT_PATH;
@@ -119,6 +119,9 @@ pub fn add_to_pod_template(template: &mut PodTemplateSpec, db: &Database, settin
     if let Some(ca) = &backup.s3.ca {
         secrets.push((ca_volume(ca), mount("s3-ca", CA_DIR, true)));
     }
+    for (volume, _) in &mut secrets {
+        optional(volume);
+    }
     let Some(postgres) = pod.containers.iter_mut().find(|c| c.name == "postgres") else {
         return;
     };
@@ -132,6 +135,18 @@ pub fn add_to_pod_template(template: &mut PodTemplateSpec, db: &Database, settin
             .get_or_insert_with(Vec::new)
             .push(volume_mount);
         pod.volumes.get_or_insert_with(Vec::new).push(volume);
+    }
+}
+
+/// A Secret or ConfigMap the database pod may start without: a missing S3 key or CA must not
+/// keep the server down (archiving fails, and says so, until it appears; the kubelet then
+/// fills the volume in).
+fn optional(volume: &mut Volume) {
+    if let Some(secret) = volume.secret.as_mut() {
+        secret.optional = Some(true);
+    }
+    if let Some(config_map) = volume.config_map.as_mut() {
+        config_map.optional = Some(true);
     }
 }
 
@@ -242,6 +257,21 @@ mod tests {
             ("s3-ca", CA_DIR),
         ] {
             assert_eq!(mounts[name], (path, Some(true)), "{name}");
+        }
+        // The server starts even while the S3 key, the keys or the CA are missing.
+        for name in ["s3-credentials", "encryption-keys", "s3-ca"] {
+            let volume = pod
+                .volumes
+                .iter()
+                .flatten()
+                .find(|v| v.name == name)
+                .unwrap();
+            let optional = volume
+                .secret
+                .as_ref()
+                .and_then(|s| s.optional)
+                .or(volume.config_map.as_ref().and_then(|c| c.optional));
+            assert_eq!(optional, Some(true), "{name}");
         }
         let volumes: Vec<_> = pod.volumes.iter().flatten().map(|v| &v.name).collect();
         let unique: std::collections::BTreeSet<_> = volumes.iter().collect();
