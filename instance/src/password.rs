@@ -124,9 +124,41 @@ pub fn ensure_database_sql(database: &str, owner: &str) -> String {
     )
 }
 
+/// What the primary asks once after its server started: a checkpoint. PostgreSQL 15's
+/// checkpointer starts while the server is still starting and then sleeps for up to
+/// `checkpoint_timeout` unless asked for a checkpoint; until it wakes it does not honour
+/// `archive_timeout`, so a quiet primary's WAL would wait up to 5 minutes instead of
+/// `archive_timeout` to be archived. After the server's own startup work the checkpoint has
+/// little to write.
+pub const WAKE_CHECKPOINTER_SQL: &str = "CHECKPOINT;\n";
+
+/// The primary's sync: the password, the application database, and on the first sync since
+/// the server started the checkpoint that wakes the checkpointer.
+pub fn sync_sql(role: &str, verifier: &str, first: bool) -> String {
+    let mut sql = alter_role_sql(role, verifier);
+    sql.push_str(&ensure_database_sql(role, role));
+    if first {
+        sql.push_str(WAKE_CHECKPOINTER_SQL);
+    }
+    sql
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_sync_wakes_the_checkpointer_and_later_ones_do_not() {
+        let first = sync_sql("app", "SCRAM", true);
+        assert!(
+            first.starts_with("ALTER ROLE \"app\" PASSWORD 'SCRAM';\n"),
+            "{first}"
+        );
+        assert!(first.contains("CREATE DATABASE"), "{first}");
+        assert!(first.ends_with("CHECKPOINT;\n"), "{first}");
+        let later = sync_sql("app", "SCRAM", false);
+        assert!(!later.contains("CHECKPOINT"), "{later}");
+    }
 
     #[test]
     fn sync_decisions() {

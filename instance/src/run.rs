@@ -596,8 +596,7 @@ impl<'a> Syncer<'a> {
             Err(e) => return self.problem(format!("no random salt: {e}")),
         };
         let verifier = password::scram_verifier(password, &salt, password::SCRAM_ITERATIONS);
-        let mut sql = password::alter_role_sql(self.user, &verifier);
-        sql.push_str(&password::ensure_database_sql(self.user, self.user));
+        let sql = password::sync_sql(self.user, &verifier, !self.database_made);
         match self.psql(&sql) {
             Ok(()) => {
                 log(
