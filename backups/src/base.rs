@@ -306,7 +306,7 @@ pub enum Target {
 }
 
 impl Target {
-    fn describe(&self) -> String {
+    pub fn describe(&self) -> String {
         match self {
             Target::Latest => "the latest point".into(),
             Target::Time(t) => format!("time {}", crate::result::format_time(t)),
@@ -326,32 +326,49 @@ fn ends_before(r: &BaseRecord, target: &Target) -> bool {
     }
 }
 
+/// Why no base backup serves a target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoBackup {
+    /// Every base backup ends after the target: the earliest and newest restorable points.
+    BeforeBackups(String),
+    /// None at all, or not the one asked for.
+    Unavailable(String),
+}
+
+impl std::fmt::Display for NoBackup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoBackup::BeforeBackups(m) | NoBackup::Unavailable(m) => f.write_str(m),
+        }
+    }
+}
+
 /// The base backup to restore for `target`: the one named by `id`, else the newest that ends
 /// before the target; for a restore point, the oldest (its position is unknown, and the oldest
 /// reaches every point the archive holds). A target no backup can reach fails with the
-/// earliest restorable point.
+/// earliest restorable point (the oldest backup's end) and the newest backup's end.
 pub fn choose<'a>(
     records: &'a [BaseRecord],
     target: &Target,
     id: Option<&str>,
-) -> Result<&'a BaseRecord, String> {
+) -> Result<&'a BaseRecord, NoBackup> {
     let mut sorted: Vec<&BaseRecord> = records.iter().collect();
     sorted.sort_by_key(|r| (r.stop_lsn, r.stop_time));
-    let Some(oldest) = sorted.first() else {
-        return Err("there is no complete base backup".into());
+    let (Some(oldest), Some(newest)) = (sorted.first(), sorted.last()) else {
+        return Err(NoBackup::Unavailable(
+            "there is no complete base backup".into(),
+        ));
     };
-    let earliest = oldest.restorable_from();
     if let Some(id) = id {
-        let r = sorted
-            .iter()
-            .find(|r| r.backup_id == id)
-            .ok_or_else(|| format!("there is no complete base backup {id:?}"))?;
+        let r = sorted.iter().find(|r| r.backup_id == id).ok_or_else(|| {
+            NoBackup::Unavailable(format!("there is no complete base backup {id:?}"))
+        })?;
         if !ends_before(r, target) {
-            return Err(format!(
+            return Err(NoBackup::Unavailable(format!(
                 "base backup {id} ends after {}: it can restore to {} or later",
                 target.describe(),
                 r.restorable_from()
-            ));
+            )));
         }
         return Ok(r);
     }
@@ -364,10 +381,12 @@ pub fn choose<'a>(
             .copied(),
     };
     chosen.ok_or_else(|| {
-        format!(
-            "no base backup ends before {}: the earliest restorable point is {earliest}",
-            target.describe()
-        )
+        NoBackup::BeforeBackups(format!(
+            "no base backup ends before {}: the earliest restorable point is {}; the newest base backup ends at {} (with the archived WAL, points up to the end of the archive are restorable)",
+            target.describe(),
+            oldest.restorable_from(),
+            newest.restorable_from()
+        ))
     })
 }
 
@@ -412,11 +431,14 @@ pub fn pg_time(t: &DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M:%S%.6f+00").to_string()
 }
 
+/// The first words of the comment above the recovery settings.
+pub const RECOVERY_COMMENT: &str = "# dbop-backup base-restore of base backup";
+
 /// The settings appended to `postgresql.auto.conf` (later lines win over the backup's own):
 /// where WAL comes from, where recovery stops, that it then promotes onto a new timeline.
 pub fn recovery_settings(backup_id: &str, restore_command: &str, target: &Target) -> String {
     let mut lines = vec![
-        format!("# dbop-backup base-restore of base backup {backup_id}: recovery settings"),
+        format!("{RECOVERY_COMMENT} {backup_id}: recovery settings"),
         format!("restore_command = {}", conf_quote(restore_command)),
         "recovery_target_timeline = 'latest'".to_string(),
     ];
@@ -549,8 +571,11 @@ mod tests {
             rec("a", 1000, 100),
             rec("c", 3000, 300),
         ];
-        let id =
-            |t: &Target, want: Option<&str>| choose(&records, t, want).map(|r| r.backup_id.clone());
+        let id = |t: &Target, want: Option<&str>| {
+            choose(&records, t, want)
+                .map(|r| r.backup_id.clone())
+                .map_err(|e| e.to_string())
+        };
         assert_eq!(id(&Target::Latest, None).unwrap(), "c");
         assert_eq!(id(&at(250), None).unwrap(), "b");
         assert_eq!(id(&at(200), None).unwrap(), "b");
@@ -564,10 +589,18 @@ mod tests {
         let e = id(&at(99), None).unwrap_err();
         assert!(
             e.contains(
-                "earliest restorable point is 2023-11-14T22:15:00Z (LSN 0/3E8, base backup a)"
+                "earliest restorable point is 2023-11-14T22:15:00Z (LSN 0/3E8, base backup a); the newest base backup ends at 2023-11-14T22:18:20Z (LSN 0/BB8, base backup c)"
             ),
             "{e}"
         );
+        assert!(matches!(
+            choose(&records, &at(99), None),
+            Err(NoBackup::BeforeBackups(_))
+        ));
+        assert!(matches!(
+            choose(&records, &at(250), Some("c")),
+            Err(NoBackup::Unavailable(_))
+        ));
         let e = id(&Target::Lsn(Lsn(5)), None).unwrap_err();
         assert!(e.contains("LSN 0/3E8"), "{e}");
         assert!(
@@ -583,6 +616,7 @@ mod tests {
         assert!(
             choose(&[], &Target::Latest, None)
                 .unwrap_err()
+                .to_string()
                 .contains("no complete")
         );
     }

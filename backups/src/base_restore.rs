@@ -70,7 +70,13 @@ pub async fn base_restore(
     prepare_data_dir(&opts.data_dir)?;
     let all = records(store, layout, &opts.database).await?;
     let record = base::choose(&all, &opts.target, opts.backup_id.as_deref())
-        .map_err(|e| Error::NotFound(format!("database {:?}: {e}", opts.database)))?
+        .map_err(|e| {
+            let message = format!("database {:?}: {e}", opts.database);
+            match e {
+                base::NoBackup::BeforeBackups(_) => Error::TargetBeforeBackups(message),
+                base::NoBackup::Unavailable(_) => Error::NotFound(message),
+            }
+        })?
         .clone();
     tracing::info!(backup_id = record.backup_id, stop = %record.stop_lsn, "restoring base backup");
     let restored = async {

@@ -54,6 +54,11 @@ pub enum Command {
     /// Unpack the base backup for a recovery target into an empty data directory and write
     /// the recovery settings; PostgreSQL started on it replays archived WAL to the target.
     BaseRestore(BaseRestoreArgs),
+    /// A whole point-in-time recovery into a data directory (absent or empty): base-restore
+    /// into `<data dir>.recovering`, PostgreSQL run there until it promoted, the recovery
+    /// settings removed, then renamed into place; prints the point reached. Run again on the
+    /// finished directory, it prints the same result and changes nothing.
+    Recover(RecoverArgs),
 }
 
 #[derive(Debug, Args, Clone)]
@@ -410,6 +415,14 @@ pub struct BaseRestoreArgs {
     pub pg: PgArgs,
 }
 
+#[derive(Debug, Args)]
+pub struct RecoverArgs {
+    #[command(flatten)]
+    pub restore: BaseRestoreArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -515,6 +528,26 @@ mod tests {
             panic!("not a base-restore")
         };
         assert_eq!(r.data_dir, PathBuf::from("/var/lib/postgresql/data"));
+        let cli = Cli::try_parse_from([
+            "dbop-backup",
+            "recover",
+            "/var/lib/postgresql/data",
+            "--bucket",
+            "b",
+            "--target-lsn",
+            "0/3000100",
+            "--result-file",
+            "/dev/termination-log",
+        ])
+        .unwrap();
+        let Command::Recover(v) = cli.command else {
+            panic!("not a recover")
+        };
+        assert_eq!(v.restore.target_lsn.as_deref(), Some("0/3000100"));
+        assert_eq!(
+            v.output.result_file,
+            Some(PathBuf::from("/dev/termination-log"))
+        );
         assert_eq!(
             r.target_time.map(|t| t.to_rfc3339()),
             Some("2025-01-02T02:04:05.500+00:00".to_string())
@@ -541,6 +574,17 @@ mod tests {
                 "n",
             ],
             vec!["dbop-backup", "base-restore", "--bucket", "b"],
+            vec![
+                "dbop-backup",
+                "recover",
+                "d",
+                "--bucket",
+                "b",
+                "--target-time",
+                "2025-01-01T00:00:00Z",
+                "--target-name",
+                "n",
+            ],
             vec![
                 "dbop-backup",
                 "base-backup",

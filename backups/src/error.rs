@@ -45,6 +45,14 @@ pub enum Error {
     /// written with: the message says which key and what to fix, never the key.
     #[error("{0}")]
     Key(String),
+    /// No base backup ends before the recovery target: the message gives the earliest and the
+    /// newest restorable points.
+    #[error("{0}")]
+    TargetBeforeBackups(String),
+    /// Recovery replayed every archived WAL file without reaching the target: the message
+    /// names the last point reached.
+    #[error("{0}")]
+    TargetUnreachable(String),
     /// SIGTERM or SIGINT arrived.
     #[error("interrupted by {0}")]
     Interrupted(&'static str),
@@ -76,6 +84,8 @@ impl Error {
             Error::NotFound(_) => "not-found",
             Error::Incompatible(_) => "incompatible-version",
             Error::Key(_) => "encryption-key",
+            Error::TargetBeforeBackups(_) => "target-before-backups",
+            Error::TargetUnreachable(_) => "target-unreachable",
             Error::Interrupted(_) => "interrupted",
             Error::Io { .. } => "io",
         }

@@ -3,9 +3,10 @@
 //! The pure parts hold every decision and format and are unit-tested table by table:
 //! `manifest`, `archive` (row counts from pg_dump's archive stream), `wal` (WAL file names,
 //! keys, idempotence), `base` (base backup records, which one for a recovery target, recovery
-//! settings) and `tar` (pg_basebackup's tar stream) here, and `layout`, `retention`, `result` and `units` from
+//! settings), `recovery` (a whole point-in-time recovery's paths, server settings and what
+//! PostgreSQL says) and `tar` (pg_basebackup's tar stream) here, and `layout`, `retention`, `result` and `units` from
 //! `dbop_contract`, which the operator links too; the I/O parts (`s3`, `pg`, `dump`, `restore`,
-//! `globals`, `catalog`, `wal_store`, `base_store`, `base_restore`) only move bytes and call those decisions.
+//! `globals`, `catalog`, `wal_store`, `base_store`, `base_restore`, `recover`) only move bytes and call those decisions.
 //! `result::BackupResult` is the contract with the operator, which reads it from the Job's
 //! termination message.
 
@@ -23,6 +24,8 @@ pub mod globals;
 pub mod manifest;
 pub mod pg;
 pub mod prune;
+pub mod recover;
+pub mod recovery;
 pub mod restore;
 pub mod run;
 pub mod s3;

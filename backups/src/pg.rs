@@ -32,6 +32,10 @@ pub const ROW_COUNT_SQL: &str = r#"SELECT coalesce(json_object_agg(t.name, t.n),
                     WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e')
 ) t;"#;
 
+/// psql's flags for one query (then the SQL): no psqlrc, no password prompt, quiet,
+/// unaligned, tuples only, stop at the first error.
+pub const QUERY_ARGS: [&str; 8] = ["-X", "-w", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c"];
+
 /// `host:port` for messages, from the libpq variables (never the password).
 pub fn server_label() -> String {
     let host = std::env::var("PGHOST")
@@ -158,17 +162,7 @@ impl PgTools {
     /// Runs one query with psql and returns its unaligned, tuples-only output.
     pub async fn query(&self, database: Option<&str>, sql: &str) -> Result<String> {
         let mut cmd = self.command("psql", None);
-        cmd.args([
-            "-X",
-            "-w",
-            "-q",
-            "-A",
-            "-t",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-c",
-            sql,
-        ]);
+        cmd.args(QUERY_ARGS).arg(sql);
         if let Some(db) = database {
             cmd.env("PGDATABASE", db);
         }

@@ -1,7 +1,8 @@
 //! Dispatch: turns parsed arguments into an operation, runs it, and shapes its result summary.
 //! Also `list` and `prune`, which only read and delete objects according to `catalog` and
 //! `retention`, and `wal-push`/`wal-fetch`, which print no summary: PostgreSQL reads only their
-//! exit code. `base-backup` and `base-restore` print the base backup's record as one JSON line.
+//! exit code. `base-backup` and `base-restore` print the base backup's record as one JSON line;
+//! `recover` prints a result summary like `dump` and `restore`.
 
 use chrono::Utc;
 
@@ -11,7 +12,8 @@ use crate::base_store::{self, BaseBackupOptions};
 use crate::catalog::{self, BackupEntry};
 use crate::cli::{
     BaseBackupArgs, BaseRestoreArgs, Command, DumpArgs, EncodeArgs, KeyArgs, ListArgs, PgArgs,
-    PruneArgs, RestoreArgs, StorageArgs, VerifyArgs, WalArgs, WalFetchArgs, WalPushArgs,
+    PruneArgs, RecoverArgs, RestoreArgs, StorageArgs, VerifyArgs, WalArgs, WalFetchArgs,
+    WalPushArgs,
 };
 use crate::crypto::{Key, KeyRing};
 use crate::dump::{self, DumpOptions};
@@ -19,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::pg::PgTools;
 use crate::prune::prune_database;
+use crate::recover;
 use crate::restore::{self, RestoreOptions};
 use crate::result::{BackupResult, Operation, Outcome};
 use crate::retention::Policy;
@@ -91,6 +94,7 @@ pub async fn run(command: Command, interrupt: Interrupt) -> RunOutput {
         Command::WalFetch(a) => wal_fetch_command(&a).await,
         Command::BaseBackup(a) => base_backup_command(&a, &interrupt).await,
         Command::BaseRestore(a) => base_restore_command(&a, &interrupt).await,
+        Command::Recover(a) => recover_command(&a, &interrupt).await,
         Command::List(a) => match list_command(&a).await {
             Ok(()) => RunOutput {
                 summary: None,
@@ -410,33 +414,55 @@ fn wal_fetch_flags(a: &BaseRestoreArgs, database: &str) -> Vec<(String, Option<S
     flags.into_iter().map(|(f, v)| (f.to_string(), v)).collect()
 }
 
+/// The store and options of a `base-restore` or `recover`.
+async fn base_restore_setup(a: &BaseRestoreArgs) -> Result<(Store, Layout, BaseRestoreOptions)> {
+    let database = database_or_env(a.database.as_deref(), "whose base backups these are")?;
+    let target = restore_target(a)?;
+    let agent = match &a.agent_path {
+        Some(p) => p.clone(),
+        None => std::env::current_exe().map_err(|e| Error::io("cannot find this executable", e))?,
+    };
+    let restore_command =
+        crate::base::restore_command(&agent.display().to_string(), &wal_fetch_flags(a, &database));
+    let (store, layout) = store_for(&a.storage).await?;
+    let opts = BaseRestoreOptions {
+        database,
+        backup_id: a.backup_id.clone(),
+        target,
+        data_dir: a.data_dir.clone(),
+        keys: key_ring(&a.keys),
+        restore_command,
+    };
+    Ok((store, layout, opts))
+}
+
 async fn base_restore_command(a: &BaseRestoreArgs, interrupt: &Interrupt) -> RunOutput {
     let outcome = async {
-        let database = database_or_env(a.database.as_deref(), "whose base backups these are")?;
-        let target = restore_target(a)?;
-        let agent = match &a.agent_path {
-            Some(p) => p.clone(),
-            None => {
-                std::env::current_exe().map_err(|e| Error::io("cannot find this executable", e))?
-            }
-        };
-        let restore_command = crate::base::restore_command(
-            &agent.display().to_string(),
-            &wal_fetch_flags(a, &database),
-        );
-        let (store, layout) = store_for(&a.storage).await?;
-        let opts = BaseRestoreOptions {
-            database,
-            backup_id: a.backup_id.clone(),
-            target,
-            data_dir: a.data_dir.clone(),
-            keys: key_ring(&a.keys),
-            restore_command,
-        };
+        let (store, layout, opts) = base_restore_setup(a).await?;
         base_restore::base_restore(&store, &layout, &pg_tools(&a.pg), &opts, interrupt).await
     }
     .await;
     base_exit(outcome, "base restore failed")
+}
+
+/// `recover`: a finished data directory is reported again before anything else is read.
+async fn recover_command(a: &RecoverArgs, interrupt: &Interrupt) -> RunOutput {
+    let mut result = BackupResult::new(Operation::Recover);
+    result.started_at = Some(Utc::now());
+    let outcome = async {
+        if let Some(done) = recover::finished(&a.restore.data_dir)? {
+            tracing::info!(data_dir = %a.restore.data_dir.display(), "the recovery is finished already");
+            result = done;
+            return Ok(());
+        }
+        let (store, layout, opts) = base_restore_setup(&a.restore).await?;
+        result.database = Some(opts.database.clone());
+        result.bucket = Some(store.bucket.clone());
+        let tools = pg_tools(&a.restore.pg);
+        recover::recover(&store, &layout, &tools, &opts, interrupt, &mut result).await
+    }
+    .await;
+    finish(result, outcome)
 }
 
 async fn prune_command(a: &PruneArgs, result: &mut BackupResult) -> Result<()> {

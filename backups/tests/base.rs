@@ -6,10 +6,15 @@
 //! base backup taken from a standby restores; an encrypted one only with its key. A target
 //! before the oldest base backup fails naming the earliest restorable point; a tampered object
 //! is refused and the data directory left empty; a non-empty data directory is refused; a
-//! failed pg_basebackup leaves no record and no unfinished upload.
+//! failed pg_basebackup leaves no record and no unfinished upload. `recover` leaves a promoted
+//! primary on timeline 2 with exactly the rows before the target and no recovery settings,
+//! cleans a killed run's scratch, reports a finished directory again without touching it, and
+//! refuses a target before the oldest base backup, one past the archived WAL and an occupied
+//! directory.
 mod common;
 use common::*;
 
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -108,6 +113,37 @@ impl Source {
         )
     }
 
+    /// Waits until the server's clock is past `time` (RFC 3339), so the next commit is later.
+    fn wait_past(&self, time: &str) {
+        wait_until(5, "the server's clock to pass the recorded time", || {
+            self.pg.psql(
+                "postgres",
+                &format!("SELECT clock_timestamp() > '{time}'::timestamptz"),
+            ) == "t"
+        });
+    }
+
+    /// `recover <data dir> <args…>`, run as PostgreSQL's user when the tests run as root (the
+    /// agent starts a server, which refuses root), by the agent's copy that user can run.
+    fn recover(&self, data: &Path, args: &[&str]) -> AgentRun {
+        give_to_postgres(data.parent().unwrap());
+        let data = data.display().to_string();
+        let script = self.script.display().to_string();
+        let mut all = vec!["recover", &data, "--agent-path", &script];
+        all.extend_from_slice(args);
+        let mut cmd = agent_command_at(
+            &self.script.with_file_name("dbop-backup"),
+            &all,
+            &self.env(),
+        );
+        if let Some((uid, gid)) = postgres_ids() {
+            cmd.uid(uid).gid(gid);
+        }
+        let run = parse_run(cmd.output().expect("run agent"));
+        run.assert_no_secrets();
+        run
+    }
+
     /// Closes the current segment and waits until it is archived.
     fn switch_and_wait(&self) {
         let current = self
@@ -147,6 +183,19 @@ fn postgres_ids() -> Option<(u32, u32)> {
     })
 }
 
+/// `dir` (mode 0755) and everything in it owned by PostgreSQL's user when the tests run as root.
+fn give_to_postgres(dir: &Path) {
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    if postgres_ids().is_some() {
+        let out = Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+    }
+}
+
 /// PostgreSQL started on a restored data directory: it recovers through `wal-fetch`.
 struct Restored {
     child: Child,
@@ -157,16 +206,8 @@ struct Restored {
 impl Restored {
     fn start(data: &Path) -> Restored {
         let parent = data.parent().unwrap();
-        std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755)).unwrap();
+        give_to_postgres(parent);
         let ids = postgres_ids();
-        if ids.is_some() {
-            let out = Command::new("chown")
-                .args(["-R", "postgres:postgres"])
-                .arg(parent)
-                .output()
-                .unwrap();
-            assert!(out.status.success());
-        }
         let port = free_port();
         let log = parent.join("restored.log");
         let mut cmd = Command::new(pg_bin_dir().join("postgres"));
@@ -301,7 +342,7 @@ fn a_restore_to_a_moment_between_two_commits_has_exactly_the_rows_committed_befo
         .psql("postgres", "SELECT pg_current_wal_insert_lsn()");
     src.pg
         .psql("postgres", "SELECT pg_create_restore_point('after-5')");
-    std::thread::sleep(Duration::from_millis(50));
+    src.wait_past(&time);
     src.insert(6..=7);
     src.switch_and_wait();
 
@@ -540,4 +581,171 @@ fn a_failed_base_backup_leaves_no_record_and_no_unfinished_upload() {
         Vec::<String>::new(),
         "no unfinished upload"
     );
+}
+
+/// Every file below `dir` with its size and modification time.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, u64, i64, i64)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let m = e.metadata().unwrap();
+            if m.is_dir() {
+                todo.push(e.path());
+            }
+            out.push((e.path(), m.len(), m.mtime(), m.mtime_nsec()));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn recover_to_a_moment_between_two_commits_leaves_a_promoted_primary_and_reruns_change_nothing() {
+    let src = Source::start();
+    src.insert(1..=3);
+    let record = src.base_backup();
+    src.insert(4..=5);
+    let time = src.now();
+    src.wait_past(&time);
+    src.insert(6..=7);
+    src.switch_and_wait();
+
+    // A killed run left its scratch: it is deleted first.
+    let (_keep, data) = new_data_dir();
+    let scratch = data.with_file_name("data.recovering");
+    std::fs::create_dir_all(scratch.join("base/1")).unwrap();
+    std::fs::write(scratch.join("PG_VERSION"), "15\n").unwrap();
+    std::fs::write(scratch.join("base/1/1259"), "half").unwrap();
+    // An empty data directory (a volume's subdirectory made by an init step) is fine.
+    std::fs::create_dir(&data).unwrap();
+
+    let run = src.recover(&data, &["--target-time", &time]);
+    let result = run.ok().clone();
+    assert_eq!(result.operation, dbop_backup::Operation::Recover);
+    assert_eq!(result.backup_id.as_deref(), record["backupId"].as_str());
+    assert_eq!(result.timeline, Some(2), "{}", run.stdout);
+    let target = chrono::DateTime::parse_from_rfc3339(&time).unwrap();
+    let reached = result.recovered_to.expect("a replayed commit");
+    assert!(reached <= target, "{reached} > {target}");
+    assert!(result.recovered_lsn.is_some(), "{}", run.stdout);
+    let line = run.stdout.lines().last().unwrap().to_string();
+    for field in [
+        r#""operation":"recover""#,
+        r#""timeline":2"#,
+        r#""recoveredTo":"#,
+        r#""recoveredLsn":"#,
+    ] {
+        assert!(line.contains(field), "{line}");
+    }
+    assert!(!scratch.exists(), "the scratch was renamed into place");
+    let marker = std::fs::read_to_string(data.join("dbop-recovery.json")).unwrap();
+    assert_eq!(marker, line);
+    let auto = std::fs::read_to_string(data.join("postgresql.auto.conf")).unwrap();
+    assert!(
+        !auto.contains("restore_command") && !auto.contains("recovery_target"),
+        "{auto}"
+    );
+    assert!(!data.join("recovery.signal").exists());
+
+    // Again on the finished directory: the same result, nothing touched.
+    let before = snapshot(&data);
+    let again = src.recover(&data, &["--target-time", &time]);
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
+    assert_eq!(again.stdout.lines().last(), Some(line.as_str()));
+    assert_eq!(
+        snapshot(&data),
+        before,
+        "the rerun changed the data directory"
+    );
+    assert!(!scratch.exists());
+
+    // Started as the database's pod would: a primary with exactly the rows before the target,
+    // that fetches nothing from the archive.
+    let mut restored = Restored::start(&data);
+    assert_eq!(restored.ids_after_promotion(), "1,2,3,4,5");
+    assert_eq!(
+        restored.try_psql("SELECT timeline_id FROM pg_control_checkpoint()"),
+        Ok("2".to_string())
+    );
+    let log = std::fs::read_to_string(&restored.log).unwrap();
+    assert!(!log.contains("restored log file"), "{log}");
+}
+
+#[test]
+fn recover_refuses_targets_outside_the_archive_and_occupied_directories_and_recovers_the_latest() {
+    let src = Source::start();
+    src.insert(1..=2);
+    let record = src.base_backup();
+    src.insert(3..=3);
+    src.switch_and_wait();
+
+    // Before the oldest base backup: refused before the backup is downloaded.
+    let (_keep, data) = new_data_dir();
+    let run = src.recover(&data, &["--target-time", "2001-01-01T00:00:00Z"]);
+    let failed = run.failed();
+    assert_eq!(
+        failed.failure_kind.as_deref(),
+        Some("target-before-backups")
+    );
+    let stop_time = chrono::DateTime::parse_from_rfc3339(record["stopTime"].as_str().unwrap())
+        .unwrap()
+        .with_timezone(&chrono::Utc);
+    let earliest = format!(
+        "the earliest restorable point is {} (LSN {}, base backup {})",
+        dbop_backup::result::format_time(&stop_time),
+        record["stopLsn"].as_str().unwrap(),
+        record["backupId"].as_str().unwrap()
+    );
+    let message = run.message();
+    assert!(message.contains(&earliest), "{message}");
+    assert!(
+        message.contains("the newest base backup ends at"),
+        "{message}"
+    );
+    assert!(!data.exists() && !data.with_file_name("data.recovering").exists());
+
+    // Past the end of the archived WAL: PostgreSQL stops, and the message says how far it got.
+    let run = src.recover(&data, &["--target-time", "2100-01-01T00:00:00Z"]);
+    let failed = run.failed();
+    assert_eq!(
+        failed.failure_kind.as_deref(),
+        Some("target-unreachable"),
+        "{}",
+        run.stdout
+    );
+    let message = run.message();
+    assert!(
+        message.contains("without reaching time 2100-01-01T00:00:00Z"),
+        "{message}"
+    );
+    assert!(
+        message.contains("the last replayed commit was at"),
+        "{message}"
+    );
+    assert!(!data.exists() && !data.with_file_name("data.recovering").exists());
+
+    // A data directory with anything else in it is refused and left alone.
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("PG_VERSION"), "15\n").unwrap();
+    let run = src.recover(&data, &[]);
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert_eq!(run.failed().failure_kind.as_deref(), Some("usage"));
+    assert!(
+        run.message().contains("holds PG_VERSION"),
+        "{}",
+        run.message()
+    );
+    assert_eq!(
+        std::fs::read_to_string(data.join("PG_VERSION")).unwrap(),
+        "15\n"
+    );
+
+    // The latest point: every row.
+    let (_keep, data) = new_data_dir();
+    let run = src.recover(&data, &[]);
+    assert_eq!(run.ok().timeline, Some(2), "{}", run.stdout);
+    let mut restored = Restored::start(&data);
+    assert_eq!(restored.ids_after_promotion(), "1,2,3");
 }

@@ -23,6 +23,8 @@ pub enum Operation {
     Restore,
     Verify,
     Prune,
+    /// A point-in-time recovery into a data directory (`recover`).
+    Recover,
 }
 
 impl Operation {
@@ -32,6 +34,7 @@ impl Operation {
             Operation::Restore => "restore",
             Operation::Verify => "verify",
             Operation::Prune => "prune",
+            Operation::Recover => "recover",
         }
     }
 }
@@ -74,10 +77,20 @@ pub struct BackupResult {
     pub started_at: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339_opt")]
     pub completed_at: Option<DateTime<Utc>>,
+    /// `recover`: the time of the last commit replayed (absent when none was).
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339_opt")]
+    pub recovered_to: Option<DateTime<Utc>>,
+    /// `recover`: the WAL location of the last record replayed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovered_lsn: Option<String>,
+    /// `recover`: the timeline the recovered server continues on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// On failure, the kind of failure as a short machine label (`not-found`, `integrity`,
-    /// `incompatible-version`, `s3`, `postgres`, `usage`, `interrupted`, `io`, `verify`), so
+    /// `incompatible-version`, `s3`, `postgres`, `usage`, `interrupted`, `io`, `verify`;
+    /// `recover` adds `target-before-backups` and `target-unreachable`), so
     /// the operator can name the cause in a condition without parsing `message`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_kind: Option<String>,
@@ -225,6 +238,9 @@ mod tests {
             databases: Some(3),
             started_at: Some(Utc.with_ymd_and_hms(2025, 1, 31, 2, 0, 0).unwrap()),
             completed_at: Some(Utc.with_ymd_and_hms(2025, 1, 31, 2, 1, 0).unwrap()),
+            recovered_to: Some(Utc.with_ymd_and_hms(2025, 1, 31, 1, 59, 0).unwrap()),
+            recovered_lsn: Some("0/3000100".into()),
+            timeline: Some(2),
             message: Some("ok".into()),
             failure_kind: Some("integrity".into()),
         }
@@ -249,6 +265,9 @@ mod tests {
             "databases",
             "startedAt",
             "completedAt",
+            "recoveredTo",
+            "recoveredLsn",
+            "timeline",
             "message",
             "failureKind",
         ];

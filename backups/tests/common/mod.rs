@@ -398,7 +398,12 @@ impl AgentRun {
 }
 
 pub fn agent_command(args: &[&str], env: &[(String, String)]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dbop-backup"));
+    agent_command_at(env!("CARGO_BIN_EXE_dbop-backup").as_ref(), args, env)
+}
+
+/// The agent at `bin` (a copy another user can run), with `args` and only `env`.
+pub fn agent_command_at(bin: &std::path::Path, args: &[&str], env: &[(String, String)]) -> Command {
+    let mut cmd = Command::new(bin);
     cmd.args(args)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
