@@ -414,6 +414,26 @@ async fn the_schema_refuses_what_it_can_judge() {
             "go with s3",
         ),
         ("bad-id", json!({"s3": s3(), "backupId": "a/b"}), "backupId"),
+        (
+            "pitr-from-dump",
+            json!({"databaseBackup": "b", "recoveryTarget": {"latest": true}}),
+            "recoveryTarget goes with s3",
+        ),
+        (
+            "two-targets",
+            json!({"s3": s3(), "recoveryTarget": {"lsn": "0/3000100", "restorePoint": "p"}}),
+            "exactly one of time, lsn, restorePoint or latest",
+        ),
+        (
+            "no-target",
+            json!({"s3": s3(), "recoveryTarget": {"latest": false}}),
+            "exactly one of time, lsn, restorePoint or latest",
+        ),
+        (
+            "bad-lsn",
+            json!({"s3": s3(), "recoveryTarget": {"lsn": "3000100"}}),
+            "lsn",
+        ),
     ];
     for (name, from, words) in refused {
         let mut manifest = restored(name, from);

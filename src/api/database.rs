@@ -11,9 +11,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::backup_policy::{
-    BackupSpec, BackupStatus, EncryptionKeysRef, S3Spec, VerificationStatus,
-};
+use super::backup_policy::{BackupSpec, BackupStatus, VerificationStatus};
+use super::bootstrap::{BootstrapSpec, BootstrapStatus};
 use super::placement::{PlacementSpec, ProbesSpec};
 use super::security::PodSecuritySpec;
 use super::shared::KeyRef;
@@ -707,90 +706,6 @@ impl Database {
     pub fn name(&self) -> String {
         self.metadata.name.clone().unwrap_or_default()
     }
-}
-
-// --- spec.bootstrap: restore into a new Database -----------------------------------------
-
-/// How a new Database gets its data. Immutable: it describes how the Database was created.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct BootstrapSpec {
-    /// Restore a backup into the new Database instead of running `init`: the server starts
-    /// empty, then a restore Job (`<name>-restore`) recreates the backup's roles and restores
-    /// its data in one transaction. `Initialized` turns True (reason `RestoredFromBackup`) only
-    /// when the restore succeeded.
-    pub from_backup: FromBackupSpec,
-}
-
-/// Which backup to restore: a `DatabaseBackup` in this namespace, or a location in S3.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = [
-    {
-        "rule": "has(self.databaseBackup) != has(self.s3)",
-        "message": "fromBackup needs exactly one of databaseBackup or s3"
-    },
-    {
-        "rule": "!has(self.databaseBackup) || (!has(self.backupId) && !has(self.database) && !has(self.namespace))",
-        "message": "backupId, database and namespace go with s3; a databaseBackup names its backup itself"
-    }
-]))]
-pub struct FromBackupSpec {
-    /// The name of a succeeded `DatabaseBackup` in this namespace. Its Database must still
-    /// exist: the bucket and credentials are read from its `spec.backup.s3`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
-    pub database_backup: Option<String>,
-
-    /// The bucket holding the backup, with the same fields as `spec.backup.s3` (the credentials
-    /// Secret and CA must be in this Database's namespace). Objects are read under
-    /// `<prefix>/<namespace>/<database>/`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub s3: Option<S3Spec>,
-
-    /// With `s3`: the backup id (as in `DatabaseBackup.status.backupId`), or `latest` (default)
-    /// for the newest complete backup.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 128), regex(pattern = r"^[A-Za-z0-9._-]+$"))]
-    pub backup_id: Option<String>,
-
-    /// With `s3`: the name of the Database whose backups to read (default: this Database's
-    /// name, e.g. to bring back a deleted Database under its old name).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(
-        length(min = 1, max = 63),
-        regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-    )]
-    pub database: Option<String>,
-
-    /// With `s3`: the namespace that Database was in (default: this Database's namespace).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(
-        length(min = 1, max = 63),
-        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-    )]
-    pub namespace: Option<String>,
-
-    /// The Secret holding the key(s) of an encrypted backup (in this Database's namespace).
-    /// Default with `databaseBackup`: its Database's `spec.backup.encryption.secretName`.
-    /// An encrypted backup without it is refused, saying which key it needs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub encryption: Option<EncryptionKeysRef>,
-}
-
-/// What the restore of `spec.bootstrap.fromBackup` did.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct BootstrapStatus {
-    /// The id of the backup that was restored (resolved when `latest` was asked for).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub restored_backup_id: Option<String>,
-    /// The object key of the restored dump.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub restored_key: Option<String>,
-    /// When the restore finished.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub restored_at: Option<DateTime<Utc>>,
 }
 
 #[cfg(test)]

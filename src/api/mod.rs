@@ -6,6 +6,7 @@
 pub mod accounts;
 pub mod backup;
 pub mod backup_policy;
+pub mod bootstrap;
 pub mod conditions;
 pub mod database;
 pub mod maintenance;
@@ -25,7 +26,7 @@ pub use backup_policy::{
     BackupEncryption, BackupSpec, BackupStatus, CaSource, Compression, EncryptionKeysRef,
     RetentionSpec, S3CredentialsRef, S3Spec, VerificationStatus, VerifySpec, WalArchivingSpec,
 };
-pub use database::{BootstrapSpec, BootstrapStatus, FromBackupSpec};
+pub use bootstrap::{BootstrapSpec, BootstrapStatus, FromBackupSpec, RecoveryTarget};
 pub use database::{
     CredentialsSpec, Database, DatabaseSpec, DatabaseStatus, DeletionPolicy, Engine, InitSpec,
     InstanceRole, InstanceStatus, Phase, PodMetadata, StorageSpec, SynchronousSpec, WhenTooFew,

@@ -333,13 +333,14 @@ async fn label_instances(ctx: &Context, ns: &str, pods: Vec<(String, InstanceRol
     Ok(())
 }
 
-/// The init Job (after the ConfigMap of its SQL) and the restore Job, created once.
+/// The init Job (after the ConfigMap of its SQL) and the restore Job (after the data claim a
+/// physical recovery writes into), created once.
 async fn write_jobs(
     ctx: &Context,
     db: &Database,
     jobs: &Api<Job>,
     init_job: Option<(Option<ConfigMap>, Job)>,
-    restore_job: Option<Job>,
+    restore_job: Option<(Option<PersistentVolumeClaim>, Job)>,
 ) -> Result<()> {
     if let Some((sql, job)) = init_job {
         // The SQL is mounted into the Job's pod as a file: its ConfigMap goes first, applied
@@ -352,7 +353,14 @@ async fn write_jobs(
         }
         create_once(jobs, &job).await?;
     }
-    if let Some(job) = restore_job {
+    if let Some((claim, job)) = restore_job {
+        if let Some(claim) = claim {
+            let claims = Api::<PersistentVolumeClaim>::namespaced(
+                ctx.client.clone(),
+                &db.namespace_or_default(),
+            );
+            create_once(&claims, &claim).await?;
+        }
         create_once(jobs, &job).await?;
     }
     Ok(())

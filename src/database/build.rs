@@ -12,7 +12,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, PersistentVolumeClaim, Secret, Service, ServiceAccount,
+};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
@@ -38,6 +40,7 @@ use crate::resources::init_job::{init_job, init_sql_config_map};
 use crate::resources::network_policy::network_policy;
 use crate::resources::preflight_job::preflight_job;
 use crate::resources::primary_lease;
+use crate::resources::recovery_job::{data_claim, recovery_job};
 use crate::resources::replication::topology_of;
 use crate::resources::replication::{disruption_budgets, replication_secret};
 use crate::resources::restore_job::restore_job;
@@ -100,7 +103,8 @@ pub struct Desired {
     pub claims_size: Option<String>,
     /// The init Job and the ConfigMap of its inline SQL (created first).
     pub init_job: Option<(Option<ConfigMap>, Job)>,
-    pub restore_job: Option<Job>,
+    /// The restore Job; a physical recovery's comes with the first data claim (created first).
+    pub restore_job: Option<(Option<PersistentVolumeClaim>, Job)>,
     pub scheduled_backup: Option<DatabaseBackup>,
     /// `DatabaseBackup`s the history policy drops.
     pub prune_backups: Vec<String>,
@@ -281,7 +285,10 @@ pub fn build(
         restore_job: create_restore_job
             .then(|| restore::source(db, &snap.restore).ok())
             .flatten()
-            .map(|source| restore_job(db, &source, settings)),
+            .map(|source| match source.target {
+                Some(_) => (Some(data_claim(db)), recovery_job(db, &source, settings)),
+                None => (None, restore_job(db, &source, settings)),
+            }),
         scheduled_backup: backup
             .and_then(|plan| plan.create.as_ref())
             .map(|new| scheduled_backup(db, &new.name, new.scheduled_at)),

@@ -28,7 +28,7 @@ use crate::backup::plan::{BackupPlan, plan_backups};
 
 use super::blocker::Blocker;
 use super::facts::{CredentialsFact, Facts};
-use super::init::decide_init;
+use super::init::{InitOutcome, decide_init};
 use super::restart;
 use super::roles::{self, RolesFact, RolesPlan, VersionUpgrade};
 use super::stage::{REQUEUE_FAILED, REQUEUE_WAITING_ON_USER, Rollout, Stage, stage_outcome};
@@ -156,7 +156,17 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
     // With spec.bootstrap, the restore Job takes the init Job's place.
     steps.create_init_job = init.create_job && db.spec.bootstrap.is_none();
     steps.create_restore_job = init.create_job && db.spec.bootstrap.is_some();
-    let stage = Stage::of(&init.outcome, &rollout, facts.instance_failure.as_ref());
+    // A physical recovery fills the first data volume before the server ever starts on it:
+    // while it runs, waits or failed there is no server (one would initialise an empty volume).
+    let physical = super::restore::is_physical(db) && init.outcome != InitOutcome::Done;
+    if physical {
+        steps.apply_statefulset = false;
+    }
+    let recovering = physical && init.outcome == InitOutcome::Pending;
+    let stage = match recovering {
+        true => Stage::Initializing,
+        false => Stage::of(&init.outcome, &rollout, facts.instance_failure.as_ref()),
+    };
     let (phase, ready, requeue_after) = stage_outcome(db, &stage, &rollout, facts, &roles);
 
     // Backups: the due run, the history and BackupHealthy; a run waits while the phase says
@@ -1024,6 +1034,65 @@ mod tests {
             d.bootstrap.unwrap().restored_backup_id.as_deref(),
             Some("b9")
         );
+    }
+
+    /// A recovery to a point in time: the StatefulSet waits for the Job that fills its first
+    /// volume (no server yet), and is applied once the recovery succeeded.
+    #[test]
+    fn a_physical_recovery_holds_the_statefulset_until_it_succeeded() {
+        use super::super::restore::{BootstrapFact, RestoreJobFact};
+        let mut db = testing::minimal();
+        db.spec.bootstrap = Some(
+            serde_json::from_value(serde_json::json!({"fromBackup": {
+                "s3": {"bucket": "backups", "credentials": {"secretName": "s3-creds"}},
+                "recoveryTarget": {"latest": true}}}))
+            .unwrap(),
+        );
+        let with = |job: Option<(JobState, &str)>| Facts {
+            bootstrap: Some(BootstrapFact {
+                source: Ok("the latest backup".into()),
+                job: job.map(|(state, result)| RestoreJobFact {
+                    state,
+                    result: dbop_contract::parse_termination_message(result),
+                    output: None,
+                }),
+            }),
+            ..facts()
+        };
+        let d = decide(&db, &with(None), &Settings::default());
+        assert!(d.steps.create_restore_job && !d.steps.apply_statefulset);
+        assert_eq!(d.phase, Phase::Initializing);
+        let d = decide(
+            &db,
+            &with(Some((JobState::Running, ""))),
+            &Settings::default(),
+        );
+        assert!(!d.steps.create_restore_job && !d.steps.apply_statefulset);
+        let failed = JobState::Failed {
+            reason: "BackoffLimitExceeded".into(),
+            detail: String::new(),
+        };
+        let unreachable =
+            r#"{"outcome":"Failed","failureKind":"target-unreachable","message":"m"}"#;
+        let d = decide(
+            &db,
+            &with(Some((failed, unreachable))),
+            &Settings::default(),
+        );
+        assert_eq!(d.phase, Phase::Failed);
+        assert!(
+            !d.steps.apply_statefulset,
+            "no server initialises the volume a failed recovery left"
+        );
+        let done = r#"{"outcome":"Succeeded","operation":"recover","backupId":"b9","timeline":2}"#;
+        let d = decide(
+            &db,
+            &with(Some((JobState::Succeeded, done))),
+            &Settings::default(),
+        );
+        assert!(d.steps.apply_statefulset && !d.steps.create_restore_job);
+        assert_eq!(cond(&d, Initialized).reason, "RecoveredToTarget");
+        assert_eq!(d.bootstrap.unwrap().timeline, Some(2));
     }
 
     #[test]

@@ -169,6 +169,7 @@ fn from_location(db: &Database, from: &FromBackupSpec) -> RestoreSource {
         backup: from.backup_id.clone().unwrap_or_else(|| "latest".into()),
         source_database: None,
         encryption_secret: from.encryption.as_ref().map(|e| e.secret_name.clone()),
+        target: from.recovery_target.clone(),
     }
 }
 
@@ -236,6 +237,7 @@ fn from_database_backup(name: &str, snap: &RestoreObjects) -> Result<RestoreSour
         prefix,
         s3,
         encryption_secret,
+        target: None,
     })
 }
 
@@ -303,8 +305,21 @@ impl RestoreDecision {
     }
 }
 
+/// Whether the Database recovers a physical backup to a point in time: a Job fills the data
+/// volume before the server first starts, so the StatefulSet waits for it.
+pub fn is_physical(db: &Database) -> bool {
+    db.spec
+        .bootstrap
+        .as_ref()
+        .is_some_and(|b| b.from_backup.recovery_target.is_some())
+}
+
 /// Decides the restore of a Database that is not initialised yet. `server_up`: the server has
 /// served on the desired spec; `data_predates`: the volume was kept by an earlier Database.
+///
+/// A physical recovery runs before the server and never over a kept volume's data: its agent
+/// refuses a data directory it did not make, saying so, rather than this guessing from the
+/// claim's age whether the volume holds data.
 pub fn decide_restore(
     db: &Database,
     fact: &BootstrapFact,
@@ -312,7 +327,9 @@ pub fn decide_restore(
     data_predates: bool,
 ) -> RestoreDecision {
     let job = Names::of(db).restore_job();
-    if data_predates && fact.job.is_none() {
+    let physical = is_physical(db);
+    let server_up = server_up || physical;
+    if data_predates && fact.job.is_none() && !physical {
         let c = ConditionStatus::new(
             ConditionType::Initialized,
             true,
@@ -322,11 +339,19 @@ pub fn decide_restore(
         return RestoreDecision::new(RestoreOutcome::Done, c);
     }
     match (&fact.job, &fact.source) {
+        (Some(j), _) if physical => from_recovery_job(db, &job, j),
         (Some(j), _) => from_job(&job, j),
         (None, _) if !server_up => {
             RestoreDecision::pending("WaitingForServer", "waiting for the server to start".into())
         }
         (None, Err(problem)) => blocked(problem),
+        (None, Ok(what)) if physical => RestoreDecision {
+            create_job: true,
+            ..RestoreDecision::pending(
+                "Recovering",
+                format!("starting recovery Job {job} from {what}"),
+            )
+        },
         (None, Ok(what)) => RestoreDecision {
             create_job: true,
             ..RestoreDecision::pending("Restoring", format!("starting restore Job {job} of {what}"))
@@ -369,6 +394,7 @@ fn from_job(job: &str, fact: &RestoreJobFact) -> RestoreDecision {
                     restored_backup_id: id,
                     restored_key: result.and_then(|r| r.key.clone()),
                     restored_at: result.and_then(|r| r.completed_at),
+                    ..BootstrapStatus::default()
                 }),
                 ..RestoreDecision::new(RestoreOutcome::Done, c)
             }
@@ -382,19 +408,86 @@ fn from_job(job: &str, fact: &RestoreJobFact) -> RestoreDecision {
                 }
                 (None, None) => JobState::failure_text(reason, detail),
             };
-            let message = format!(
-                "restore Job {job} failed: {why}. The data was not restored and the Database is not initialised; fix the cause, then delete the Job {job} to restore again"
-            );
             let reason = failure_reason(failed.and_then(|r| r.failure_kind.as_deref()));
+            let what_to_do = if reason.starts_with("RecoveryTarget") {
+                "spec.bootstrap cannot change: create the Database again with a recoveryTarget inside the restorable window".to_string()
+            } else {
+                format!("fix the cause, then delete the Job {job} to restore again")
+            };
+            let message = format!(
+                "restore Job {job} failed: {why}. The data was not restored and the Database is not initialised; {what_to_do}"
+            );
             let c = ConditionStatus::new(ConditionType::Initialized, false, reason, &message);
             RestoreDecision::new(RestoreOutcome::Failed { message }, c)
         }
     }
 }
 
+/// The recovery Job exists: while it runs the Database waits; once it succeeded the data
+/// volume holds a promoted server and `status.bootstrap` says which point it reached; a
+/// failure is the restore's (the agent's message names the restorable window).
+fn from_recovery_job(db: &Database, job: &str, fact: &RestoreJobFact) -> RestoreDecision {
+    let target = db
+        .spec
+        .bootstrap
+        .as_ref()
+        .and_then(|b| b.from_backup.recovery_target.as_ref())
+        .map(|t| t.describe())
+        .unwrap_or_default();
+    match (&fact.state, fact.result.as_ref()) {
+        (JobState::Running, _) => RestoreDecision::pending(
+            "Recovering",
+            format!("recovery Job {job} is replaying archived WAL to {target}"),
+        ),
+        (JobState::Succeeded, Some(result)) => recovered(target, result),
+        (JobState::Succeeded, None) => RestoreDecision::pending(
+            "Recovering",
+            format!("recovery Job {job} succeeded; reading its result"),
+        ),
+        (JobState::Failed { .. }, _) => from_job(job, fact),
+    }
+}
+
+/// What a finished recovery reached, as the `Initialized` condition and `status.bootstrap`.
+fn recovered(target: String, result: &BackupResult) -> RestoreDecision {
+    let base = result.backup_id.clone().unwrap_or_else(|| "?".into());
+    let reached = match (&result.recovered_to, &result.recovered_lsn) {
+        (Some(time), _) => format!(
+            "the last transaction replayed committed at {}",
+            time.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+        ),
+        (None, Some(lsn)) => format!("no transaction replayed, promoted at {lsn}"),
+        (None, None) => "the agent reported no point".into(),
+    };
+    let timeline = result
+        .timeline
+        .map(|t| format!(", timeline {t}"))
+        .unwrap_or_default();
+    let c = ConditionStatus::new(
+        ConditionType::Initialized,
+        true,
+        "RecoveredToTarget",
+        format!("recovered base backup {base} with archived WAL to {target}: {reached}{timeline}"),
+    );
+    RestoreDecision {
+        status: Some(BootstrapStatus {
+            restored_backup_id: result.backup_id.clone(),
+            restored_key: result.key.clone(),
+            restored_at: result.completed_at,
+            recovery_target: Some(target),
+            recovered_to: result.recovered_to,
+            recovered_lsn: result.recovered_lsn.clone(),
+            timeline: result.timeline,
+        }),
+        ..RestoreDecision::new(RestoreOutcome::Done, c)
+    }
+}
+
 /// The condition reason of an agent's failure kind.
 pub fn failure_reason(kind: Option<&str>) -> &'static str {
     match kind {
+        Some("target-before-backups") => "RecoveryTargetBeforeBackups",
+        Some("target-unreachable") => "RecoveryTargetUnreachable",
         Some("not-found") => "BackupNotFound",
         Some("integrity") => "BackupChecksumMismatch",
         Some("incompatible-version") => "BackupFromNewerMajor",
@@ -781,6 +874,87 @@ mod tests {
                     .contains("delete the Job orders-restore"),
             "{}",
             d.condition.message
+        );
+    }
+
+    #[test]
+    fn a_physical_recovery_starts_without_a_server_and_records_the_point_reached() {
+        let db = from_backup(serde_json::json!({
+            "s3": s3_json(), "recoveryTarget": {"time": "2026-12-04T10:00:00Z"}
+        }));
+        assert!(is_physical(&db));
+        let ok = BootstrapFact {
+            source: Ok("b".into()),
+            job: None,
+        };
+        // No server yet, and a claim made for the recovery is not "existing data".
+        let start = decide_restore(&db, &ok, false, false);
+        assert!(start.create_job);
+        assert_eq!(start.condition.reason, "Recovering");
+        let kept = decide_restore(&db, &ok, false, true);
+        assert!(
+            kept.create_job,
+            "the agent, not the claim's age, refuses a kept volume"
+        );
+        let job = |state: JobState, result: &str| BootstrapFact {
+            job: Some(RestoreJobFact {
+                state,
+                result: parse_termination_message(result),
+                output: None,
+            }),
+            ..ok.clone()
+        };
+        let done = decide_restore(
+            &db,
+            &job(
+                JobState::Succeeded,
+                r#"{"outcome":"Succeeded","operation":"recover","backupId":"20261204T090000Z","recoveredTo":"2026-12-04T09:59:58.5Z","recoveredLsn":"0/5000128","timeline":2}"#,
+            ),
+            false,
+            false,
+        );
+        assert_eq!(done.outcome, RestoreOutcome::Done);
+        assert_eq!(done.condition.reason, "RecoveredToTarget");
+        assert!(
+            done.condition.message.contains("20261204T090000Z")
+                && done.condition.message.contains("2026-12-04T09:59:58.500Z")
+                && done.condition.message.contains("timeline 2"),
+            "{}",
+            done.condition.message
+        );
+        let status = done.status.unwrap();
+        assert_eq!(
+            status.recovery_target.as_deref(),
+            Some("time 2026-12-04T10:00:00Z")
+        );
+        assert_eq!(status.recovered_lsn.as_deref(), Some("0/5000128"));
+        assert_eq!(status.timeline, Some(2));
+        let failed = JobState::Failed {
+            reason: "BackoffLimitExceeded".into(),
+            detail: String::new(),
+        };
+        let early = decide_restore(
+            &db,
+            &job(
+                failed,
+                r#"{"outcome":"Failed","operation":"recover","failureKind":"target-before-backups","message":"the earliest restorable point is 2026-12-04T09:00:00Z"}"#,
+            ),
+            false,
+            false,
+        );
+        assert_eq!(early.condition.reason, "RecoveryTargetBeforeBackups");
+        assert!(matches!(early.outcome, RestoreOutcome::Failed { .. }));
+        assert!(
+            early
+                .condition
+                .message
+                .contains("earliest restorable point")
+                && early
+                    .condition
+                    .message
+                    .contains("create the Database again"),
+            "{}",
+            early.condition.message
         );
     }
 

@@ -281,6 +281,11 @@ fn instance_failure_reason(failure: InstanceFailure) -> &'static str {
 /// What an initialising Database is doing: restoring its backup, or running its init SQL.
 fn initializing_message(db: &Database, names: &Names) -> String {
     match &db.spec.bootstrap {
+        Some(b) if b.from_backup.recovery_target.is_some() => format!(
+            "recovery Job {} is recovering a base backup and the archived WAL \
+             (spec.bootstrap.fromBackup.recoveryTarget); the server starts when it is done",
+            names.restore_job()
+        ),
         Some(_) => format!(
             "restore Job {} is restoring the backup (spec.bootstrap.fromBackup)",
             names.restore_job()

@@ -20,6 +20,7 @@ pub mod pod;
 pub mod preflight_job;
 pub mod primary_lease;
 pub mod quantity;
+pub mod recovery_job;
 pub mod replication;
 pub mod restore_job;
 pub mod server_config;

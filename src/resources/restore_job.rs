@@ -15,7 +15,7 @@ use super::agent::{CA_FILE, TERMINATION_LOG, agent_env, agent_secrets, encryptio
 use super::job::{AgentRun, JobParts, agent_pod, job};
 use super::placement::JobClass;
 use super::{Names, image, job_pod_labels, owned_meta};
-use crate::api::{Database, S3Spec};
+use crate::api::{Database, RecoveryTarget, S3Spec};
 use crate::settings::Settings;
 
 /// The name of the restore container (the one whose termination message holds the result).
@@ -41,6 +41,8 @@ pub struct RestoreSource {
     /// The Secret holding the keys an encrypted backup may need (mounted whole; the agent
     /// picks the key the manifest names).
     pub encryption_secret: Option<String>,
+    /// With a target, a physical recovery (`recovery_job`) instead of a dump's restore.
+    pub target: Option<RecoveryTarget>,
 }
 
 /// The key prefix of a Database's backups in a bucket: `<prefix>/<namespace>/<database>`.
@@ -122,6 +124,7 @@ mod tests {
             backup: "latest".into(),
             source_database: Some("postgres".into()),
             encryption_secret: None,
+            target: None,
         }
     }
 

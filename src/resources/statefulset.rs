@@ -30,7 +30,8 @@ use super::{
 use crate::api::{Database, DeletionPolicy, ProbeTiming};
 use crate::settings::Settings;
 
-const DATA_MOUNT: &str = "/var/lib/postgresql/data";
+/// Where the data volume is mounted in the database pod (and the recovery Job).
+pub const DATA_MOUNT: &str = "/var/lib/postgresql/data";
 /// PGDATA is a subdirectory: the volume's root may hold `lost+found`, which initdb refuses.
 pub const PGDATA: &str = "/var/lib/postgresql/data/pgdata";
 /// The server's Unix socket directory (Debian's default, so `psql` in the pod finds it).
@@ -165,7 +166,8 @@ pub fn statefulset_running(
     }
 }
 
-fn data_claim_template(db: &Database) -> PersistentVolumeClaim {
+/// The data volume's claim template (`data`: the claims are `data-<name>-<ordinal>`).
+pub(super) fn data_claim_template(db: &Database) -> PersistentVolumeClaim {
     PersistentVolumeClaim {
         metadata: ObjectMeta {
             name: Some("data".into()),
