@@ -77,8 +77,13 @@ pub struct BackupResult {
     pub started_at: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339_opt")]
     pub completed_at: Option<DateTime<Utc>>,
-    /// `recover`: the time of the last commit replayed (absent when none was).
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339_opt")]
+    /// `recover`: the time of the last commit replayed (absent when none was), to the
+    /// microsecond: a time target is judged against it.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "rfc3339_micros_opt"
+    )]
     pub recovered_to: Option<DateTime<Utc>>,
     /// `recover`: the WAL location of the last record replayed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -195,6 +200,23 @@ pub fn format_time(t: &DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
+/// Like [`rfc3339_opt`], with the microseconds PostgreSQL's commit times have.
+pub mod rfc3339_micros_opt {
+    use chrono::{DateTime, SecondsFormat, Utc};
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(t: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
+        match t {
+            Some(t) => s.serialize_str(&t.to_rfc3339_opts(SecondsFormat::Micros, true)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
+        super::rfc3339_opt::deserialize(d)
+    }
+}
+
 pub mod rfc3339_opt {
     use chrono::{DateTime, Utc};
     use serde::{Deserialize, Deserializer, Serializer};
@@ -244,6 +266,25 @@ mod tests {
             message: Some("ok".into()),
             failure_kind: Some("integrity".into()),
         }
+    }
+
+    #[test]
+    fn a_recovery_point_keeps_its_microseconds() {
+        let at = Utc.with_ymd_and_hms(2025, 1, 31, 1, 59, 0).unwrap()
+            + chrono::Duration::microseconds(123_456);
+        let result = BackupResult {
+            recovered_to: Some(at),
+            ..BackupResult::new(Operation::Recover)
+        };
+        let line = result.to_summary_line();
+        assert!(
+            line.contains(r#""recoveredTo":"2025-01-31T01:59:00.123456Z""#),
+            "{line}"
+        );
+        assert_eq!(
+            parse_termination_message(&line).unwrap().recovered_to,
+            Some(at)
+        );
     }
 
     #[test]
