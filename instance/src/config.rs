@@ -34,8 +34,10 @@ pub fn pg_hba(extra: &str, tls: bool) -> String {
     let network = if tls { "hostssl" } else { "host" };
     let mut text = format!(
         "# Written by dbop-instance at every start and reload: edits here are lost.\n\
-         # The local socket is inside the pod only: peer authentication, mapped to the superuser.\n\
-         local all all peer map={IDENT_MAP}\n"
+         # The local socket is inside the pod only: peer authentication, mapped to the superuser\n\
+         # (replication too: a base backup taken in the pod streams over it).\n\
+         local all all peer map={IDENT_MAP}\n\
+         local replication all peer map={IDENT_MAP}\n"
     );
     text.push_str(&crate::replication::config::hba_lines(network));
     text.push_str("# The Database's rules (spec.postgresql.pgHba): network rules only.\n");
@@ -184,6 +186,7 @@ mod tests {
             rules,
             [
                 "local all all peer map=dbop",
+                "local replication all peer map=dbop",
                 "host replication dbop_replication 0.0.0.0/0 scram-sha-256",
                 "host replication dbop_replication ::/0 scram-sha-256",
                 "host all all 0.0.0.0/0 scram-sha-256",
@@ -201,9 +204,10 @@ mod tests {
         let hba = pg_hba(extra, false);
         let rules: Vec<&str> = hba.lines().filter(|l| !l.starts_with('#')).collect();
         assert_eq!(rules[0], "local all all peer map=dbop");
-        assert!(rules[1].starts_with("host replication dbop_replication"));
-        assert_eq!(rules[3], "host all all 10.0.0.0/8 reject");
-        assert_eq!(rules[4], "host all all 0.0.0.0/0 scram-sha-256");
+        assert_eq!(rules[1], "local replication all peer map=dbop");
+        assert!(rules[2].starts_with("host replication dbop_replication"));
+        assert_eq!(rules[4], "host all all 10.0.0.0/8 reject");
+        assert_eq!(rules[5], "host all all 0.0.0.0/0 scram-sha-256");
         assert!(!hba.contains("trust"), "{hba}");
     }
 
@@ -215,6 +219,7 @@ mod tests {
             rules,
             [
                 "local all all peer map=dbop",
+                "local replication all peer map=dbop",
                 "hostssl replication dbop_replication 0.0.0.0/0 scram-sha-256",
                 "hostssl replication dbop_replication ::/0 scram-sha-256",
                 "host all all 10.0.0.0/8 scram-sha-256",
