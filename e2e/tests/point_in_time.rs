@@ -1,0 +1,209 @@
+//! Point-in-time recovery for real, on the test bed's real node. A Database archives its WAL
+//! to an S3 server in a pod; a base backup is taken in its pod by the agent (over the local
+//! socket); rows are committed before and after a recorded moment and the WAL holding them is
+//! archived. A new Database with `spec.bootstrap.fromBackup.recoveryTarget.time` at that moment
+//! then has exactly the rows committed before it, runs on timeline 2, and says in
+//! `status.bootstrap` which base backup it started from and which commit it reached. A target
+//! before every base backup is refused with the earliest restorable point, and no server
+//! starts on the volume.
+
+use std::time::Duration;
+
+use dbop::api::{Database, Phase};
+use dbop_e2e::node::{REAL_NODE_STORAGE_CLASS, real_node_placement};
+use dbop_e2e::{TestBed, condition, testbed, wait_until, wait_until_or_none};
+use kube::Api;
+use serde_json::{Value, json};
+
+/// A real server: initdb, start, init Job on a busy 2-core machine.
+const READY_WAIT: Duration = Duration::from_secs(240);
+/// A recovery: the Job's pod, the base backup's download, WAL replay, then the server's start.
+const RECOVERED_WAIT: Duration = Duration::from_secs(300);
+/// An archived file shows in `pg_stat_archiver` after one upload (the file is switched).
+const ARCHIVED_WAIT: Duration = Duration::from_secs(90);
+
+/// The server's clock, in RFC 3339 (as the API takes a target time).
+const NOW: &str = "select to_char(clock_timestamp() at time zone 'UTC', \
+                   'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')";
+
+fn s3(endpoint: &str) -> Value {
+    json!({"endpoint": endpoint, "bucket": "backups", "forcePathStyle": true,
+           "credentials": {"secretName": "s3-creds"}})
+}
+
+/// A Database recovered from `ledger`'s archive to `target`.
+fn recovered(name: &str, endpoint: &str, target: Value) -> Value {
+    json!({"metadata": {"name": name}, "spec": {
+        "version": "15.20",
+        "storage": {"size": "1Gi", "storageClassName": REAL_NODE_STORAGE_CLASS},
+        "placement": real_node_placement(),
+        "bootstrap": {"fromBackup": {"s3": s3(endpoint), "database": "ledger",
+                                     "recoveryTarget": target}},
+    }})
+}
+
+/// Runs SQL on `ledger` through the client pod; its single-line output.
+async fn sql(bed: &TestBed, ns: &str, pod: &str, query: &str) -> String {
+    bed.psql_until_ok(ns, pod, "app", query, READY_WAIT).await
+}
+
+/// Waits until `file` (or a later one) is archived with no failure since.
+async fn wait_archived(bed: &TestBed, ns: &str, file: &str) {
+    let query = "select coalesce(last_archived_wal, '') from pg_stat_archiver";
+    let archived = wait_until_or_none(ARCHIVED_WAIT, || {
+        let (ok, out, _) = bed.psql(ns, "client", "app", query);
+        async move { (ok && out.trim() >= file).then_some(()) }
+    })
+    .await;
+    assert!(
+        archived.is_some(),
+        "{file} not archived within {ARCHIVED_WAIT:?}"
+    );
+}
+
+/// Waits until the Database's `Initialized` condition has `reason`; the Database.
+async fn wait_initialized(bed: &TestBed, ns: &str, name: &str, reason: &str) -> Database {
+    let api: Api<Database> = Api::namespaced(bed.client.clone(), ns);
+    wait_until(
+        &format!("{name}: Initialized {reason}"),
+        RECOVERED_WAIT,
+        || {
+            let api = api.clone();
+            async move {
+                let db = api.get(name).await.ok()?;
+                let found = condition(&db, "Initialized")?;
+                (found.1 == reason).then_some(db)
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_new_database_has_exactly_the_rows_committed_before_the_target() {
+    let bed = testbed().await;
+    bed.require_real_node().await;
+    let ns = bed.real_node_namespace("pitr").await;
+    let _operator = bed.operator_for_real_node(&ns);
+    let endpoint = bed.s3_server(&ns, "backups", None).await;
+    bed.apply_database(
+        &ns,
+        json!({"metadata": {"name": "ledger"}, "spec": {
+            "version": "15.20",
+            "storage": {"size": "1Gi", "storageClassName": REAL_NODE_STORAGE_CLASS},
+            "placement": real_node_placement(),
+            "backup": {"schedule": "@yearly", "s3": s3(&endpoint),
+                       "walArchiving": {"archiveTimeout": "10s"}},
+        }}),
+    )
+    .await;
+    bed.wait_for_phase(&ns, "ledger", Phase::Ready, READY_WAIT)
+        .await;
+    bed.psql_client(&ns, "client", "ledger", "ledger-credentials")
+        .await;
+    let before_backups = sql(&bed, &ns, "client", NOW).await;
+    sql(
+        &bed,
+        &ns,
+        "client",
+        "create table entries (n int primary key); insert into entries select generate_series(1, 3)",
+    )
+    .await;
+
+    // The base backup, taken in the pod by the agent the Database already runs for archiving.
+    let script = "PGHOST=/var/run/postgresql exec /dbop/dbop-backup base-backup --fast-checkpoint";
+    let (ok, out, err) = bed.exec(&ns, "ledger-0", &["sh", "-c", script]);
+    assert!(ok, "base backup failed: {out}{err}");
+
+    // Rows 4 and 5 commit before the target, 6 and 7 after it; each commit is its own.
+    for n in [4, 5] {
+        sql(
+            &bed,
+            &ns,
+            "client",
+            &format!("insert into entries values ({n})"),
+        )
+        .await;
+    }
+    let target = sql(&bed, &ns, "client", NOW).await;
+    let later = format!("select clock_timestamp() > '{target}'::timestamptz");
+    wait_until("the server's clock past the target", READY_WAIT, || {
+        let (ok, out, _) = bed.psql(&ns, "client", "app", &later);
+        async move { (ok && out.trim() == "t").then_some(()) }
+    })
+    .await;
+    for n in [6, 7] {
+        sql(
+            &bed,
+            &ns,
+            "client",
+            &format!("insert into entries values ({n})"),
+        )
+        .await;
+    }
+    let last = sql(
+        &bed,
+        &ns,
+        "client",
+        "select pg_walfile_name(pg_switch_wal())",
+    )
+    .await;
+    wait_archived(&bed, &ns, &last).await;
+
+    bed.apply_database(
+        &ns,
+        recovered("ledger-pitr", &endpoint, json!({"time": target})),
+    )
+    .await;
+    let db = wait_initialized(&bed, &ns, "ledger-pitr", "RecoveredToTarget").await;
+    let status = db.status.clone().unwrap_or_default();
+    let bootstrap = status.bootstrap.expect("status.bootstrap");
+    assert_eq!(bootstrap.timeline, Some(2), "{bootstrap:?}");
+    let target_time: chrono::DateTime<chrono::Utc> =
+        target.parse().unwrap_or_else(|e| panic!("{target}: {e}"));
+    let reached = bootstrap.recovered_to.expect("recoveredTo");
+    assert!(
+        reached <= target_time,
+        "reached {reached} after {target_time}"
+    );
+    assert!(bootstrap.restored_backup_id.is_some(), "{bootstrap:?}");
+
+    bed.wait_for_phase(&ns, "ledger-pitr", Phase::Ready, READY_WAIT)
+        .await;
+    bed.psql_client(&ns, "client-pitr", "ledger-pitr", "ledger-pitr-credentials")
+        .await;
+    let rows = sql(
+        &bed,
+        &ns,
+        "client-pitr",
+        "select string_agg(n::text, ',' order by n) from entries",
+    )
+    .await;
+    assert_eq!(rows, "1,2,3,4,5", "rows committed before {target}");
+    let timeline = sql(
+        &bed,
+        &ns,
+        "client-pitr",
+        "select timeline_id from pg_control_checkpoint()",
+    )
+    .await;
+    assert_eq!(timeline, "2");
+
+    // Before every base backup: refused with the window, and no server on the volume.
+    bed.apply_database(
+        &ns,
+        recovered("too-early", &endpoint, json!({"time": before_backups})),
+    )
+    .await;
+    let db = wait_initialized(&bed, &ns, "too-early", "RecoveryTargetBeforeBackups").await;
+    let message = db
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Initialized"))
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(message.contains("earliest"), "{message}");
+    assert_eq!(db.status.and_then(|s| s.phase), Some(Phase::Failed));
+    let (_, out, _) = bed.kubectl(&["-n", &ns, "get", "statefulset", "too-early", "-o", "name"]);
+    assert!(out.trim().is_empty(), "a StatefulSet was made: {out}");
+}
