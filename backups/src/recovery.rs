@@ -495,7 +495,7 @@ mod tests {
         let line = r.to_summary_line();
         assert!(
             line.contains(
-                r#""recoveredTo":"2026-12-04T22:30:01Z","recoveredLsn":"0/3000100","timeline":2"#
+                r#""recoveredTo":"2026-12-04T22:30:01.000000Z","recoveredLsn":"0/3000100","timeline":2"#
             ),
             "{line}"
         );
