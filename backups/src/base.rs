@@ -173,6 +173,125 @@ pub fn wal_range(label: &[u8], manifest: &[u8]) -> Result<WalRange, String> {
     })
 }
 
+/// The replication commands whose answers identify the server (psql runs each in turn, on a
+/// replication connection, which a LOGIN REPLICATION role may open without any SQL access).
+pub const IDENTIFY_COMMANDS: [&str; 3] = [
+    "IDENTIFY_SYSTEM",
+    "SHOW server_version",
+    "SHOW server_version_num",
+];
+
+/// What a server says of itself before a base backup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerIdentity {
+    pub system_identifier: String,
+    pub timeline: u32,
+    /// `server_version`, e.g. `15.10 (Debian 15.10-1.pgdg120+1)`.
+    pub version: String,
+    /// `server_version_num`, e.g. `150010`.
+    pub version_num: String,
+}
+
+/// Reads psql's unaligned, tuples-only answers to [`IDENTIFY_COMMANDS`]: `systemid|timeline|
+/// xlogpos|dbname`, then the version, then its number.
+pub fn parse_identity(text: &str) -> Result<ServerIdentity, String> {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let [system, version, version_num] = lines.as_slice() else {
+        return Err(format!(
+            "unexpected answer to IDENTIFY_SYSTEM and SHOW: {} lines",
+            lines.len()
+        ));
+    };
+    let mut fields = system.split('|');
+    let (Some(system_identifier), Some(timeline)) = (fields.next(), fields.next()) else {
+        return Err("IDENTIFY_SYSTEM answered without a system identifier and timeline".into());
+    };
+    if system_identifier.is_empty() || !system_identifier.bytes().all(|b| b.is_ascii_digit()) {
+        return Err("IDENTIFY_SYSTEM answered a malformed system identifier".into());
+    }
+    let timeline = timeline
+        .parse()
+        .map_err(|_| "IDENTIFY_SYSTEM answered a malformed timeline".to_string())?;
+    if !version_num.bytes().all(|b| b.is_ascii_digit()) || version_num.is_empty() {
+        return Err("SHOW server_version_num answered a malformed number".into());
+    }
+    Ok(ServerIdentity {
+        system_identifier: system_identifier.to_string(),
+        timeline,
+        version: version.to_string(),
+        version_num: version_num.to_string(),
+    })
+}
+
+/// The UTC offset of a time zone as PostgreSQL prints it in a `backup_label` (`%Z` of the
+/// server's `log_timezone`): `UTC`, `GMT`, or a numeric `+03`/`-0530`; None for a named
+/// zone, whose abbreviation is ambiguous.
+fn zone_offset(zone: &str) -> Option<chrono::Duration> {
+    if matches!(zone, "UTC" | "GMT" | "UCT" | "Z") {
+        return Some(chrono::Duration::zero());
+    }
+    let (sign, digits) = match zone.as_bytes().first()? {
+        b'+' => (1, &zone[1..]),
+        b'-' => (-1, &zone[1..]),
+        _ => return None,
+    };
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let (h, m) = match digits.len() {
+        2 => (digits.parse::<i64>().ok()?, 0),
+        4 => (
+            digits[..2].parse::<i64>().ok()?,
+            digits[2..].parse::<i64>().ok()?,
+        ),
+        _ => return None,
+    };
+    (h <= 15 && m < 60).then(|| chrono::Duration::minutes(sign * (h * 60 + m)))
+}
+
+/// The server's clock when the backup started, from the `START TIME` line of its
+/// `backup_label` (whole seconds), when its zone is unambiguous.
+pub fn label_start_time(label: &[u8]) -> Option<DateTime<Utc>> {
+    let label = std::str::from_utf8(label).ok()?;
+    let text = label
+        .lines()
+        .find_map(|l| l.strip_prefix("START TIME:"))?
+        .trim();
+    let (local, zone) = text.rsplit_once(' ')?;
+    let naive = chrono::NaiveDateTime::parse_from_str(local, "%Y-%m-%d %H:%M:%S").ok()?;
+    Some(naive.and_utc() - zone_offset(zone)?)
+}
+
+/// When the backup ended, for the record: the agent's clock after pg_basebackup ended (a
+/// replication connection cannot ask the server's clock: the two must agree, as NTP keeps
+/// them), never before the server's own start time from the `backup_label`. A recovery target
+/// at or after it is past the backup's consistency point.
+pub fn stop_time(local_after: DateTime<Utc>, label_start: Option<DateTime<Utc>>) -> DateTime<Utc> {
+    label_start.map_or(local_after, |start| start.max(local_after))
+}
+
+/// The one-line account of a base backup in its result: where its WAL starts and stops.
+pub fn summary(record: &BaseRecord, taken_now: bool) -> String {
+    let how = if taken_now {
+        "taken"
+    } else {
+        "already complete, not taken again"
+    };
+    format!(
+        "base backup {} {how}: WAL from {} to {} on timeline {} (from the {}), {} files",
+        record.backup_id,
+        record.start_lsn,
+        record.stop_lsn,
+        record.timeline,
+        record.backup_from,
+        record.files
+    )
+}
+
 /// One file PostgreSQL's backup manifest lists: its path in the data directory and size.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ManifestFile {
@@ -243,10 +362,11 @@ pub struct BaseRecord {
     pub start_lsn: Lsn,
     pub stop_lsn: Lsn,
     pub timeline: u32,
-    /// The server's clock before pg_basebackup started.
+    /// The server's clock when the backup started (its `backup_label`, whole seconds; the
+    /// agent's clock when the label's zone is not UTC or numeric).
     pub start_time: DateTime<Utc>,
-    /// The server's clock after pg_basebackup ended: at or after the stop point, so a target
-    /// time at or after it is always past consistency.
+    /// The agent's clock after pg_basebackup ended (`stop_time`): at or after the stop point
+    /// while the clocks agree, so a target time at or after it is past consistency.
     pub stop_time: DateTime<Utc>,
     /// `primary` or `standby`.
     pub backup_from: String,
@@ -459,6 +579,69 @@ pub fn recovery_settings(backup_id: &str, restore_command: &str, target: &Target
 mod tests {
     use super::*;
     use chrono::TimeZone;
+
+    #[test]
+    fn the_identity_is_read_from_the_replication_answers() {
+        let text = "7312345678901234567|1|0/3000060|\n15.10 (Debian 15.10-1.pgdg120+1)\n150010\n";
+        assert_eq!(
+            parse_identity(text),
+            Ok(ServerIdentity {
+                system_identifier: "7312345678901234567".into(),
+                timeline: 1,
+                version: "15.10 (Debian 15.10-1.pgdg120+1)".into(),
+                version_num: "150010".into(),
+            })
+        );
+        for bad in [
+            "",
+            "7312|1|0/1|\n15.10\n",
+            "|1|0/1|\n15.10\n150010",
+            "x12|1|0/1|\n15.10\n150010",
+            "7312|one|0/1|\n15.10\n150010",
+            "7312\n15.10\n150010",
+            "7312|1|0/1|\n15.10\n15x",
+            "7312|1|0/1|\n15.10\n150010\nmore",
+        ] {
+            assert!(parse_identity(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_label_start_time_is_read_when_its_zone_is_unambiguous() {
+        let label = |time: &str| {
+            format!(
+                "START WAL LOCATION: 0/2000028 (file 000000010000000000000002)\nSTART TIME: {time}\nSTART TIMELINE: 1\n"
+            )
+        };
+        let at = Utc.with_ymd_and_hms(2025, 1, 31, 2, 0, 0).unwrap();
+        for (time, want) in [
+            ("2025-01-31 02:00:00 UTC", Some(at)),
+            ("2025-01-31 02:00:00 GMT", Some(at)),
+            ("2025-01-31 05:00:00 +03", Some(at)),
+            ("2025-01-30 20:30:00 -0530", Some(at)),
+            ("2025-01-31 03:00:00 CET", None),
+            ("2025-01-31 02:00:00", None),
+            ("2025-01-31 02:00:00 +3", None),
+            ("2025-01-31 02:00:00 +99", None),
+            ("2025-02-30 02:00:00 UTC", None),
+            ("", None),
+        ] {
+            assert_eq!(label_start_time(label(time).as_bytes()), want, "{time}");
+        }
+        assert_eq!(label_start_time(b"START WAL LOCATION: 0/1\n"), None);
+        assert_eq!(label_start_time(&[0xff, 0xfe]), None);
+    }
+
+    #[test]
+    fn the_stop_time_is_the_agents_clock_never_before_the_labels_start() {
+        let t = |s: i64| {
+            Utc.with_ymd_and_hms(2025, 1, 31, 2, 0, 0).unwrap() + chrono::Duration::seconds(s)
+        };
+        assert_eq!(stop_time(t(10), Some(t(3))), t(10));
+        assert_eq!(stop_time(t(10), None), t(10));
+        // The server's clock ahead of the agent's: not before the server's start.
+        assert_eq!(stop_time(t(10), Some(t(12))), t(12));
+    }
 
     #[test]
     fn keys_sit_under_the_database_and_never_pass_for_a_logical_backup() {

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use tokio::sync::mpsc;
 
 use crate::base::{self, BaseRecord};
@@ -46,35 +46,36 @@ struct Server {
     system_identifier: String,
 }
 
-const NOW_SQL: &str =
-    r#"SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"#;
-
-async fn server_now(tools: &PgTools) -> Result<DateTime<Utc>> {
-    let text = tools.query(None, NOW_SQL).await?;
-    text.parse().map_err(|e| {
-        pg::pg_error(
-            "psql",
-            &pg::database_label(None),
-            format!("bad time {text:?}: {e}"),
-        )
+/// The server's identity over a replication connection (`IDENTIFY_SYSTEM`, `SHOW`): no SQL,
+/// no database, no superuser; what pg_basebackup's own connection may do.
+async fn server_identity(tools: &PgTools) -> Result<Server> {
+    let mut cmd = tools.command("psql", None);
+    cmd.args(["-X", "-w", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"])
+        .args(["-d", "replication=true"]);
+    for command in base::IDENTIFY_COMMANDS {
+        cmd.arg("-c").arg(command);
+    }
+    let failed = |detail: String| pg::pg_error("psql", "(replication)", detail);
+    let out = cmd
+        .output()
+        .await
+        .map_err(|e| failed(format!("cannot run psql: {e}")))?;
+    if !out.status.success() {
+        return Err(failed(pg::tail_text(&String::from_utf8_lossy(&out.stderr))));
+    }
+    let identity = base::parse_identity(&String::from_utf8_lossy(&out.stdout)).map_err(failed)?;
+    Ok(Server {
+        version: pg::short_version(&identity.version),
+        major: pg::major_of_version_num(&identity.version_num),
+        system_identifier: identity.system_identifier,
     })
 }
 
-async fn server_facts(tools: &PgTools) -> Result<Server> {
-    let sql = "SELECT json_build_array(current_setting('server_version'), \
-               current_setting('server_version_num'), \
-               (SELECT system_identifier::text FROM pg_control_system()))::text";
-    let text = tools.query(None, sql).await?;
-    let bad = |e: String| pg::pg_error("psql", &pg::database_label(None), e);
-    let v: Vec<String> = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
-    let [version, num, system_identifier] = v.as_slice() else {
-        return Err(bad(format!("unexpected output {text:?}")));
-    };
-    Ok(Server {
-        version: pg::short_version(version),
-        major: pg::major_of_version_num(num),
-        system_identifier: system_identifier.clone(),
-    })
+/// A base backup's record and whether this run took it (else it was complete already).
+#[derive(Debug, Clone)]
+pub struct BaseBackupDone {
+    pub record: BaseRecord,
+    pub taken_now: bool,
 }
 
 /// An upload in progress, aborted if the backup fails.
@@ -87,7 +88,7 @@ pub async fn base_backup(
     tools: &PgTools,
     opts: &BaseBackupOptions,
     interrupt: &Interrupt,
-) -> Result<BaseRecord> {
+) -> Result<BaseBackupDone> {
     let pending: Pending = Arc::default();
     let outcome = tokio::select! {
         r = backup_inner(store, layout, tools, opts, &pending) => r,
@@ -109,34 +110,50 @@ pub async fn base_backup(
     outcome
 }
 
+/// The id of this run's backup: `--backup-id`, else the start time.
+fn backup_id(opts: &BaseBackupOptions) -> Result<String> {
+    match &opts.backup_id {
+        Some(id) => layout::validate_backup_id(id)
+            .map(|()| id.clone())
+            .map_err(Error::Usage),
+        None => Ok(layout::backup_id_at(Utc::now())),
+    }
+}
+
+/// The record of a complete base backup `id`, if there is one.
+async fn complete_record(store: &Store, record_key: &str) -> Result<Option<BaseRecord>> {
+    let Some(bytes) = store.get_small(record_key, base::MAX_RECORD_BYTES).await? else {
+        return Ok(None);
+    };
+    BaseRecord::parse(&bytes)
+        .map(Some)
+        .map_err(|detail| Error::Integrity {
+            key: record_key.to_string(),
+            detail,
+        })
+}
+
 async fn backup_inner(
     store: &Store,
     layout: &Layout,
     tools: &PgTools,
     opts: &BaseBackupOptions,
     pending: &Pending,
-) -> Result<BaseRecord> {
-    let server = server_facts(tools).await?;
-    let start_time = server_now(tools).await?;
-    let id = match &opts.backup_id {
-        Some(id) => layout::validate_backup_id(id)
-            .map(|()| id.clone())
-            .map_err(Error::Usage)?,
-        None => layout::backup_id_at(start_time),
-    };
+) -> Result<BaseBackupDone> {
+    let id = backup_id(opts)?;
     let record_key = base::record_key(layout, &opts.database, &id);
     store.check_bucket().await?;
-    if let Some(bytes) = store.get_small(&record_key, base::MAX_RECORD_BYTES).await? {
-        let r = BaseRecord::parse(&bytes).map_err(|detail| Error::Integrity {
-            key: record_key.clone(),
-            detail,
-        })?;
+    if let Some(record) = complete_record(store, &record_key).await? {
         tracing::info!(
             backup_id = id,
             "base backup already complete; not taken again"
         );
-        return Ok(r);
+        return Ok(BaseBackupDone {
+            record,
+            taken_now: false,
+        });
     }
+    let server = server_identity(tools).await?;
     if let Some(major) = server.major {
         tools
             .check_version("pg_basebackup", major, "(instance)")
@@ -144,8 +161,10 @@ async fn backup_inner(
     }
     let key = base::tar_key(layout, &opts.database, &id);
     tracing::info!(backup_id = id, key, "base backup starting");
+    let local_before = Utc::now();
     let (compressed, captured) =
         stream_base(store, tools, opts, &server, (&key, &id), pending).await?;
+    let local_after = Utc::now();
     let [Some(label), Some(manifest)] = captured.files.as_slice() else {
         return Err(pg::pg_error(
             "pg_basebackup",
@@ -155,7 +174,17 @@ async fn backup_inner(
     };
     let range = base::wal_range(label, manifest)
         .map_err(|e| pg::pg_error("pg_basebackup", "(instance)", e))?;
-    let stop_time = server_now(tools).await?;
+    let label_start = base::label_start_time(label);
+    if label_start.is_none() {
+        tracing::warn!(
+            "backup_label has no START TIME in UTC or a numeric zone: the record's start time is this agent's clock"
+        );
+    }
+    if label_start.is_some_and(|start| start > local_after) {
+        tracing::warn!(
+            "the server's clock is ahead of this agent's: the record's stop time may be early; keep the clocks in sync (NTP)"
+        );
+    }
     let record = BaseRecord {
         record_version: base::RECORD_VERSION,
         backup_id: id,
@@ -163,8 +192,8 @@ async fn backup_inner(
         start_lsn: range.start_lsn,
         stop_lsn: range.stop_lsn,
         timeline: range.timeline,
-        start_time,
-        stop_time,
+        start_time: label_start.unwrap_or(local_before),
+        stop_time: base::stop_time(local_after, label_start),
         backup_from: range.backup_from,
         raw_bytes: compressed.raw_bytes,
         size_bytes: compressed.size_bytes,
@@ -185,7 +214,10 @@ async fn backup_inner(
         .put(&record_key, Bytes::from(json), "application/json")
         .await?;
     tracing::info!(backup_id = record.backup_id, start = %record.start_lsn, stop = %record.stop_lsn, raw_bytes = record.raw_bytes, size_bytes = record.size_bytes, "base backup complete");
-    Ok(record)
+    Ok(BaseBackupDone {
+        record,
+        taken_now: true,
+    })
 }
 
 /// pg_basebackup's tar stream → zstd (→ cipher) → multipart upload, the tar read on the way.

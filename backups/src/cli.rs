@@ -49,7 +49,8 @@ pub enum Command {
     /// Bring one archived WAL file back (`restore_command = 'dbop-backup wal-fetch %f %p'`).
     WalFetch(WalFetchArgs),
     /// A physical base backup of the whole instance: pg_basebackup's tar → zstd → S3, then
-    /// its record (prints the record).
+    /// its record; prints a result summary like `dump`. It connects for replication only
+    /// (a LOGIN REPLICATION role suffices), and a complete backup's id is reported again.
     BaseBackup(BaseBackupArgs),
     /// Unpack the base backup for a recovery target into an empty data directory and write
     /// the recovery settings; PostgreSQL started on it replays archived WAL to the target.
@@ -382,6 +383,8 @@ pub struct BaseBackupArgs {
     #[command(flatten)]
     pub storage: StorageArgs,
     #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
     pub pg: PgArgs,
 }
 
@@ -504,12 +507,18 @@ mod tests {
             "--bucket",
             "b",
             "--fast-checkpoint",
+            "--result-file",
+            "/dev/termination-log",
         ])
         .unwrap();
         let Command::BaseBackup(b) = cli.command else {
             panic!("not a base-backup")
         };
         assert!(b.fast_checkpoint);
+        assert_eq!(
+            b.output.result_file,
+            Some(PathBuf::from("/dev/termination-log"))
+        );
         assert_eq!(
             (b.manifest_checksums.as_str(), b.part_size),
             ("CRC32C", 8 << 20)

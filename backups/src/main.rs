@@ -31,11 +31,10 @@ fn main() -> ExitCode {
         Command::Verify(a) => a.output.result_file.clone(),
         Command::Prune(a) => a.output.result_file.clone(),
         Command::Recover(a) => a.output.result_file.clone(),
-        Command::List(_)
-        | Command::WalPush(_)
-        | Command::WalFetch(_)
-        | Command::BaseBackup(_)
-        | Command::BaseRestore(_) => None,
+        Command::BaseBackup(a) => a.output.result_file.clone(),
+        Command::List(_) | Command::WalPush(_) | Command::WalFetch(_) | Command::BaseRestore(_) => {
+            None
+        }
     };
     // The password and user files become libpq's environment before any thread starts.
     let pg = match &cli.command {
@@ -54,7 +53,8 @@ fn main() -> ExitCode {
         Ok(dir) => dir.flatten(),
         Err(e) => {
             eprintln!("dbop-backup: {e}");
-            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(1));
+            let output = run::failed_before_start(&cli.command, e);
+            return report(&output, result_file.as_deref());
         }
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -81,10 +81,15 @@ fn main() -> ExitCode {
     let Some(output) = output else {
         return ExitCode::from(1);
     };
+    report(&output, result_file.as_deref())
+}
+
+/// Prints the result summary and writes it into the result file; the exit code.
+fn report(output: &run::RunOutput, result_file: Option<&std::path::Path>) -> ExitCode {
     if let Some(summary) = &output.summary {
         let line = summary.to_summary_line();
         println!("{line}");
-        if let Some(path) = &result_file
+        if let Some(path) = result_file
             && let Err(e) = std::fs::write(path, &line)
         {
             eprintln!(

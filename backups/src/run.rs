@@ -1,8 +1,8 @@
 //! Dispatch: turns parsed arguments into an operation, runs it, and shapes its result summary.
 //! Also `list` and `prune`, which only read and delete objects according to `catalog` and
 //! `retention`, and `wal-push`/`wal-fetch`, which print no summary: PostgreSQL reads only their
-//! exit code. `base-backup` and `base-restore` print the base backup's record as one JSON line;
-//! `recover` prints a result summary like `dump` and `restore`.
+//! exit code. `base-restore` prints the base backup's record as one JSON line; `base-backup`
+//! and `recover` print a result summary like `dump` and `restore`.
 
 use chrono::Utc;
 
@@ -76,6 +76,33 @@ fn finish(mut result: BackupResult, outcome: Result<()>) -> RunOutput {
     RunOutput {
         summary: Some(result),
         exit_code,
+    }
+}
+
+/// The operation of a command that reports a result summary.
+pub fn operation_of(command: &Command) -> Option<Operation> {
+    match command {
+        Command::Dump(_) => Some(Operation::Dump),
+        Command::Restore(_) => Some(Operation::Restore),
+        Command::Verify(_) => Some(Operation::Verify),
+        Command::Prune(_) => Some(Operation::Prune),
+        Command::Recover(_) => Some(Operation::Recover),
+        Command::BaseBackup(_) => Some(Operation::BaseBackup),
+        Command::List(_) | Command::WalPush(_) | Command::WalFetch(_) | Command::BaseRestore(_) => {
+            None
+        }
+    }
+}
+
+/// A command that failed before it ran (its user or password file): its failed result, for a
+/// command that reports one.
+pub fn failed_before_start(command: &Command, e: Error) -> RunOutput {
+    match operation_of(command) {
+        Some(operation) => finish(BackupResult::new(operation), Err(e)),
+        None => RunOutput {
+            summary: None,
+            exit_code: e.exit_code(),
+        },
     }
 }
 
@@ -348,9 +375,34 @@ fn base_exit(outcome: Result<crate::base::BaseRecord>, what: &str) -> RunOutput 
     }
 }
 
+/// A base backup's result: what the operator reads of it (the same whether this run took it
+/// or found it complete).
+pub fn base_backup_result(
+    result: &mut BackupResult,
+    done: &base_store::BaseBackupDone,
+    tar_key: String,
+) {
+    let r = &done.record;
+    result.backup_id = Some(r.backup_id.clone());
+    result.database = Some(r.database.clone());
+    result.key = Some(tar_key);
+    result.size_bytes = Some(r.size_bytes);
+    result.raw_bytes = Some(r.raw_bytes);
+    result.sha256 = Some(r.sha256.clone());
+    result.engine_version = Some(r.engine_version.clone());
+    result.started_at = Some(r.start_time);
+    result.completed_at = Some(r.stop_time);
+    result.message = Some(crate::base::summary(r, done.taken_now));
+}
+
 async fn base_backup_command(a: &BaseBackupArgs, interrupt: &Interrupt) -> RunOutput {
+    let mut result = BackupResult::new(Operation::BaseBackup);
+    result.started_at = Some(Utc::now());
+    result.backup_id = a.backup_id.clone();
+    result.bucket = Some(a.storage.bucket.clone());
     let outcome = async {
         let database = database_or_env(a.database.as_deref(), "whose base backups these are")?;
+        result.database = Some(database.clone());
         let key = write_key(&a.keys, &a.encode, "no base backup was taken")?;
         let (store, layout) = store_for(&a.storage).await?;
         let opts = BaseBackupOptions {
@@ -364,10 +416,14 @@ async fn base_backup_command(a: &BaseBackupArgs, interrupt: &Interrupt) -> RunOu
             fast_checkpoint: a.fast_checkpoint,
             manifest_checksums: a.manifest_checksums.clone(),
         };
-        base_store::base_backup(&store, &layout, &pg_tools(&a.pg), &opts, interrupt).await
+        let done =
+            base_store::base_backup(&store, &layout, &pg_tools(&a.pg), &opts, interrupt).await?;
+        let tar_key = crate::base::tar_key(&layout, &opts.database, &done.record.backup_id);
+        base_backup_result(&mut result, &done, tar_key);
+        Ok(())
     }
     .await;
-    base_exit(outcome, "base backup failed")
+    finish(result, outcome)
 }
 
 /// The target of `--target-time`/`--target-lsn`/`--target-name` (none: the latest).
@@ -496,6 +552,102 @@ async fn prune_command(a: &PruneArgs, result: &mut BackupResult) -> Result<()> {
 mod tests {
     use super::*;
     use chrono::TimeZone;
+
+    fn record(id: &str) -> crate::base::BaseRecord {
+        let t = Utc.with_ymd_and_hms(2025, 1, 1, 0, 0, 0).unwrap();
+        crate::base::BaseRecord {
+            record_version: 1,
+            backup_id: id.into(),
+            database: "physical".into(),
+            start_lsn: Lsn(0x2000028),
+            stop_lsn: Lsn(0x2000100),
+            timeline: 1,
+            start_time: t,
+            stop_time: t + chrono::Duration::seconds(3),
+            backup_from: "standby".into(),
+            raw_bytes: 100,
+            size_bytes: 10,
+            sha256: "ab".repeat(32),
+            files: 7,
+            engine_version: "15.10".into(),
+            system_identifier: "1".into(),
+            compression: "zstd".into(),
+            agent_version: "0".into(),
+            encryption: None,
+        }
+    }
+
+    #[test]
+    fn a_base_backup_result_is_the_same_whether_taken_now_or_before() {
+        let results: Vec<BackupResult> = [true, false]
+            .into_iter()
+            .map(|taken_now| {
+                let done = base_store::BaseBackupDone {
+                    record: record("b1"),
+                    taken_now,
+                };
+                let mut result = BackupResult::new(Operation::BaseBackup);
+                base_backup_result(&mut result, &done, "k/base.tar.zst".into());
+                finish(result, Ok(())).summary.unwrap()
+            })
+            .collect();
+        let r = &results[0];
+        assert_eq!(r.outcome, Outcome::Succeeded);
+        assert_eq!(
+            (
+                r.backup_id.as_deref(),
+                r.key.as_deref(),
+                r.size_bytes,
+                r.raw_bytes
+            ),
+            (Some("b1"), Some("k/base.tar.zst"), Some(10), Some(100))
+        );
+        assert_eq!(r.completed_at, Some(record("b1").stop_time));
+        let m = r.message.as_deref().unwrap();
+        assert!(
+            m.contains("0/2000028") && m.contains("0/2000100") && m.contains("timeline 1"),
+            "{m}"
+        );
+        let again = &results[1];
+        assert!(
+            again
+                .message
+                .as_deref()
+                .unwrap()
+                .contains("already complete")
+        );
+        assert_eq!(
+            BackupResult {
+                message: None,
+                ..again.clone()
+            },
+            BackupResult {
+                message: None,
+                ..r.clone()
+            }
+        );
+    }
+
+    #[test]
+    fn a_failure_before_the_run_is_reported_for_commands_with_a_result() {
+        use clap::Parser;
+        let parse = |args: &[&str]| crate::cli::Cli::try_parse_from(args).unwrap().command;
+        let base = parse(&["dbop-backup", "base-backup", "--bucket", "b"]);
+        let out = failed_before_start(&base, Error::Usage("--password-file: bad".into()));
+        let r = out.summary.unwrap();
+        assert_eq!(
+            (
+                r.outcome,
+                r.operation,
+                r.failure_kind.as_deref(),
+                out.exit_code
+            ),
+            (Outcome::Failed, Operation::BaseBackup, Some("usage"), 2)
+        );
+        let fetch = parse(&["dbop-backup", "wal-fetch", "f", "p", "--bucket", "b"]);
+        let out = failed_before_start(&fetch, Error::Usage("x".into()));
+        assert!(out.summary.is_none());
+    }
 
     #[test]
     fn table_renders_aligned() {

@@ -13,6 +13,7 @@
 //! directory.
 mod common;
 use common::*;
+use dbop_backup::BackupResult;
 
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::fs::PermissionsExt;
@@ -93,8 +94,7 @@ impl Source {
     fn base_backup(&self) -> serde_json::Value {
         let run = agent(&["base-backup", "--fast-checkpoint"], &self.env());
         run.assert_no_secrets();
-        assert_eq!(run.code, Some(0), "base-backup failed:\n{}", run.stderr);
-        serde_json::from_str(run.stdout.lines().last().unwrap_or("")).expect("a record")
+        stored_record(&self.s3, &run)
     }
 
     /// Inserts one row per id, each in its own transaction.
@@ -168,6 +168,15 @@ impl Source {
         run.assert_no_secrets();
         run
     }
+}
+
+/// The record of the base backup a successful `base-backup` run reports, as stored.
+fn stored_record(s3: &S3Server, run: &AgentRun) -> serde_json::Value {
+    let result = run.ok();
+    assert_eq!(result.operation, dbop_backup::Operation::BaseBackup);
+    let id = result.backup_id.as_deref().expect("a backup id");
+    let record = s3.get(&format!("{PREFIX}/{DATABASE}/base/{id}/backup.json"));
+    serde_json::from_slice(&record).expect("a record")
 }
 
 fn postgres_ids() -> Option<(u32, u32)> {
@@ -481,13 +490,7 @@ fn a_base_backup_taken_from_a_standby_restores() {
 
     let env = with_env(src.env(), "PGPORT", &standby.port.to_string());
     let run = agent(&["base-backup", "--fast-checkpoint"], &env);
-    assert_eq!(
-        run.code,
-        Some(0),
-        "base-backup of the standby failed:\n{}",
-        run.stderr
-    );
-    let record: serde_json::Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    let record = stored_record(&src.s3, &run);
     assert_eq!(record["backupFrom"], "standby");
     src.insert(4..=4);
     src.switch_and_wait();
@@ -516,9 +519,8 @@ fn an_encrypted_base_backup_is_unreadable_and_restores_only_with_its_key() {
         &["base-backup", "--fast-checkpoint", "--encryption-key", "k1"],
         &env,
     );
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert!(!run.stderr.contains(&key_text) && !run.stdout.contains(&key_text));
-    let record: serde_json::Value = serde_json::from_str(run.stdout.trim()).unwrap();
+    let record = stored_record(&src.s3, &run);
     assert_eq!(record["encryption"]["keyName"], "k1");
     let id = record["backupId"].as_str().unwrap();
     let stored = src
@@ -554,19 +556,35 @@ fn an_encrypted_base_backup_is_unreadable_and_restores_only_with_its_key() {
 #[test]
 fn a_failed_base_backup_leaves_no_record_and_no_unfinished_upload() {
     let s3 = S3Server::start(S3Kind::S3sFs);
-    // No WAL senders: psql works, pg_basebackup's replication connection is refused after the
-    // upload has begun.
-    let pg = Pg::start_with(&[("max_wal_senders", "0")]);
+    let pg = Pg::start();
+    // The server answers, then pg_basebackup fails after the upload has begun.
+    let bin = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(pg_bin_dir().join("psql"), bin.path().join("psql")).unwrap();
+    let fake = bin.path().join("pg_basebackup");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = --version ] && exec {} --version\necho 'pg_basebackup: error: the connection broke' >&2\nexit 1\n",
+            pg_bin_dir().join("pg_basebackup").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut env = env_of(&pg, "postgres", &s3);
     env.extend([
         ("DBOP_BACKUP_DATABASE".into(), DATABASE.into()),
         ("DBOP_BACKUP_PREFIX".into(), PREFIX.into()),
+        (
+            "DBOP_BACKUP_PG_BIN_DIR".into(),
+            bin.path().display().to_string(),
+        ),
     ]);
     let run = agent(&["base-backup", "--fast-checkpoint"], &env);
-    run.assert_no_secrets();
+    let result = run.failed();
     assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert_eq!(result.failure_kind.as_deref(), Some("postgres"));
     assert!(
-        run.stderr.contains("pg_basebackup failed"),
+        run.stderr.contains("pg_basebackup failed") && run.message().contains("connection broke"),
         "{}",
         run.stderr
     );
@@ -748,4 +766,212 @@ fn recover_refuses_targets_outside_the_archive_and_occupied_directories_and_reco
     assert_eq!(run.ok().timeline, Some(2), "{}", run.stdout);
     let mut restored = Restored::start(&data);
     assert_eq!(restored.ids_after_promotion(), "1,2,3");
+}
+
+/// The password of the replication role of the tests below.
+const REPLICATION_PASSWORD: &str = "repl-Secr3t-never-printed";
+
+/// A server whose `dbop_replication` role (LOGIN REPLICATION, no superuser) may open only
+/// replication connections, as dbop's pg_hba allows it, and the environment of dbop's
+/// base-backup Job: libpq variables for that role over TCP and its password in a file.
+struct ReplicationSource {
+    s3: S3Server,
+    pg: Pg,
+    dir: tempfile::TempDir,
+}
+
+impl ReplicationSource {
+    fn start() -> ReplicationSource {
+        let s3 = S3Server::start(S3Kind::S3sFs);
+        let pg = Pg::start();
+        pg.psql(
+            "postgres",
+            &format!(
+                "CREATE ROLE dbop_replication LOGIN REPLICATION NOSUPERUSER PASSWORD '{REPLICATION_PASSWORD}'"
+            ),
+        );
+        let hba = pg.psql("postgres", "SHOW hba_file");
+        std::fs::write(
+            &hba,
+            format!(
+                "host all {PG_USER} 127.0.0.1/32 scram-sha-256\nhost replication {PG_USER} 127.0.0.1/32 scram-sha-256\nhost replication dbop_replication 127.0.0.1/32 scram-sha-256\n"
+            ),
+        )
+        .unwrap();
+        pg.psql("postgres", "SELECT pg_reload_conf()");
+        let src = ReplicationSource {
+            s3,
+            pg,
+            dir: tempfile::tempdir().unwrap(),
+        };
+        // The role has no SQL access once the server has read the rules.
+        wait_until(10, "pg_hba.conf to be reloaded", || {
+            let out = Command::new(pg_bin_dir().join("psql"))
+                .args(["-X", "-w", "-c", "SELECT 1", "-d", "postgres"])
+                .env_clear()
+                .envs(src.env(REPLICATION_PASSWORD))
+                .env("PGPASSWORD", REPLICATION_PASSWORD)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stderr).contains("no pg_hba.conf entry")
+        });
+        src
+    }
+
+    /// The Job's environment, with `password` in the password file.
+    fn env(&self, password: &str) -> Vec<(String, String)> {
+        let file = self.dir.path().join("password");
+        std::fs::write(&file, password).unwrap();
+        let mut env = self.s3.env();
+        env.retain(|(k, _)| !k.starts_with("DBOP_BACKUP_"));
+        env.extend(
+            [
+                // A standby's host, then the -rw Service's, as dbop gives them.
+                ("PGHOST", "127.0.0.1,127.0.0.1".to_string()),
+                ("PGTARGETSESSIONATTRS", "prefer-standby".into()),
+                ("PGCONNECT_TIMEOUT", "10".into()),
+                ("PGPORT", self.pg.port.to_string()),
+                ("PGUSER", "dbop_replication".into()),
+                ("PGAPPNAME", "dbop-backup".into()),
+                ("DBOP_BACKUP_PASSWORD_FILE", file.display().to_string()),
+            ]
+            .map(|(k, v)| (k.to_string(), v)),
+        );
+        env
+    }
+
+    /// `base-backup` as the Job runs it, with `password`: the run and its result file's text.
+    fn base_backup(&self, id: &str, password: &str) -> (AgentRun, String) {
+        let result_file = self.dir.path().join("termination-log");
+        let _ = std::fs::remove_file(&result_file);
+        let args = [
+            "base-backup".to_string(),
+            format!("--bucket={BUCKET}"),
+            "--prefix=shop/orders".into(),
+            "--database=physical".into(),
+            format!("--backup-id={id}"),
+            format!("--result-file={}", result_file.display()),
+            "--fast-checkpoint".into(),
+            "--path-style".into(),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let run = agent(&args, &self.env(password));
+        run.assert_no_secrets();
+        let written = std::fs::read_to_string(&result_file).unwrap_or_default();
+        for text in [&run.stdout, &run.stderr, &written] {
+            assert!(
+                !text.contains(REPLICATION_PASSWORD) && !text.contains(password),
+                "a password in the output:\n{text}"
+            );
+        }
+        (run, written)
+    }
+}
+
+#[test]
+fn a_replication_role_backs_up_into_its_result_file_and_a_rerun_reports_the_same_backup() {
+    let src = ReplicationSource::start();
+    let id = "20261204T000000Z";
+    let (run, written) = src.base_backup(id, REPLICATION_PASSWORD);
+    assert_eq!(run.code, Some(0), "base-backup failed:\n{}", run.stderr);
+    let result = dbop_backup::result::parse_termination_message(&written).expect("a result");
+    assert_eq!(run.result.as_ref(), Some(&result), "stdout's last line");
+    assert_eq!(
+        (result.outcome, result.operation),
+        (
+            dbop_backup::Outcome::Succeeded,
+            dbop_backup::Operation::BaseBackup
+        )
+    );
+    assert!(
+        written.contains(r#""operation":"base-backup""#),
+        "{written}"
+    );
+    let key = format!("shop/orders/physical/base/{id}/base.tar.zst");
+    assert_eq!(
+        (
+            result.backup_id.as_deref(),
+            result.database.as_deref(),
+            result.bucket.as_deref(),
+            result.key.as_deref()
+        ),
+        (Some(id), Some("physical"), Some(BUCKET), Some(key.as_str()))
+    );
+    let stored = src.s3.get(&key);
+    assert_eq!(result.size_bytes, Some(stored.len() as u64));
+    let sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&stored));
+    assert_eq!(result.sha256.as_deref(), Some(sha.as_str()));
+    assert!(result.raw_bytes.unwrap() > result.size_bytes.unwrap());
+    let version = src.pg.psql("postgres", "SHOW server_version");
+    assert!(
+        version.starts_with(result.engine_version.as_deref().unwrap()),
+        "{version}"
+    );
+    assert!(result.started_at.unwrap() <= result.completed_at.unwrap());
+    let message = result.message.clone().unwrap();
+    assert!(
+        message.contains("timeline 1") && message.contains(" taken"),
+        "{message}"
+    );
+    let record_key = format!("shop/orders/physical/base/{id}/backup.json");
+    let record = src.s3.get(&record_key);
+
+    // Again with the same id: the same backup, nothing taken or stored again.
+    let (again, written) = src.base_backup(id, REPLICATION_PASSWORD);
+    assert_eq!(again.code, Some(0), "the rerun failed:\n{}", again.stderr);
+    let rerun = dbop_backup::result::parse_termination_message(&written).expect("a result");
+    assert_eq!(
+        rerun
+            .message
+            .as_deref()
+            .map(|m| m.contains("already complete")),
+        Some(true),
+        "{written}"
+    );
+    assert_eq!(
+        BackupResult {
+            message: None,
+            ..rerun
+        },
+        BackupResult {
+            message: None,
+            ..result
+        }
+    );
+    assert_eq!(src.s3.get(&key), stored, "the stored backup is untouched");
+    assert_eq!(src.s3.get(&record_key), record);
+    assert_eq!(
+        src.s3.keys("shop/"),
+        vec![record_key.clone(), key.clone()],
+        "nothing else stored"
+    );
+}
+
+#[test]
+fn a_wrong_replication_password_fails_as_postgres_without_the_password() {
+    let src = ReplicationSource::start();
+    let wrong = "wrong-pw-also-secret";
+    let (run, written) = src.base_backup("20261204T000001Z", wrong);
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    let result = dbop_backup::result::parse_termination_message(&written).expect("a result");
+    assert_eq!(run.result.as_ref(), Some(&result), "stdout's last line");
+    assert_eq!(
+        (
+            result.outcome,
+            result.operation,
+            result.failure_kind.as_deref()
+        ),
+        (
+            dbop_backup::Outcome::Failed,
+            dbop_backup::Operation::BaseBackup,
+            Some("postgres")
+        )
+    );
+    let message = result.message.unwrap_or_default();
+    assert!(
+        message.contains("password authentication failed"),
+        "{message}"
+    );
+    assert_eq!(src.s3.keys(""), Vec::<String>::new(), "nothing stored");
+    assert_eq!(src.s3.s3s_upload_files(), Vec::<String>::new());
 }

@@ -25,6 +25,9 @@ pub enum Operation {
     Prune,
     /// A point-in-time recovery into a data directory (`recover`).
     Recover,
+    /// A physical base backup of the whole instance (`base-backup`).
+    #[serde(rename = "base-backup")]
+    BaseBackup,
 }
 
 impl Operation {
@@ -35,6 +38,7 @@ impl Operation {
             Operation::Verify => "verify",
             Operation::Prune => "prune",
             Operation::Recover => "recover",
+            Operation::BaseBackup => "base-backup",
         }
     }
 }
@@ -95,7 +99,7 @@ pub struct BackupResult {
     pub message: Option<String>,
     /// On failure, the kind of failure as a short machine label (`not-found`, `integrity`,
     /// `incompatible-version`, `s3`, `postgres`, `usage`, `interrupted`, `io`, `verify`;
-    /// `recover` adds `target-before-backups` and `target-unreachable`), so
+    /// `encryption-key`; `recover` adds `target-before-backups` and `target-unreachable`), so
     /// the operator can name the cause in a condition without parsing `message`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_kind: Option<String>,
@@ -319,6 +323,23 @@ mod tests {
         assert_eq!(v["outcome"], "Succeeded");
         assert_eq!(v["operation"], "dump");
         assert_eq!(v["startedAt"], "2025-01-31T02:00:00Z");
+    }
+
+    #[test]
+    fn operations_serialize_as_their_labels() {
+        for op in [
+            Operation::Dump,
+            Operation::Restore,
+            Operation::Verify,
+            Operation::Prune,
+            Operation::Recover,
+            Operation::BaseBackup,
+        ] {
+            let line = BackupResult::new(op).to_summary_line();
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(v["operation"], op.label(), "{line}");
+            assert_eq!(parse_termination_message(&line).unwrap().operation, op);
+        }
     }
 
     #[test]
