@@ -89,6 +89,7 @@ fn backup(name: &str) -> DatabaseBackup {
         DatabaseBackupSpec {
             database: "orders".into(),
             reason: BackupReason::Scheduled,
+            method: dbop::api::BackupMethod::Logical,
         },
     );
     b.metadata.namespace = Some("shop".into());

@@ -727,6 +727,7 @@ fn scheduled_backup_job(db: &Database, d: &Decision) -> Result<Option<String>, T
         DatabaseBackupSpec {
             database: db.name(),
             reason: Default::default(),
+            method: dbop::api::BackupMethod::Logical,
         },
     );
     b.metadata.namespace = Some("shop".into());
@@ -898,14 +899,18 @@ fn backup_facts() -> BoxedStrategy<BackupFacts> {
             )),
             any::<bool>(),
             s3_problem(),
+            any::<bool>(),
         )
             .prop_map(
-                |(phase, has_backup_spec, spec_problem, has_run, s3_problem)| DatabaseFacts {
-                    phase,
-                    has_backup_spec,
-                    spec_problem,
-                    has_run,
-                    s3_problem,
+                |(phase, has_backup_spec, spec_problem, has_run, s3_problem, archives_wal)| {
+                    DatabaseFacts {
+                        phase,
+                        has_backup_spec,
+                        archives_wal,
+                        spec_problem,
+                        has_run,
+                        s3_problem,
+                    }
                 },
             ),
     );

@@ -25,6 +25,9 @@ pub const TOPOLOGY_FILE: &str = "topology";
 /// Where the operator mounts the replication role's credentials (the Secret
 /// `<name>-replication`), and the file in it with the password.
 pub const REPLICATION_DIR: &str = "/etc/dbop/replication";
+/// The role standbys (and physical backups) connect as: LOGIN REPLICATION, not a superuser;
+/// the primary's instance manager gives it the mounted password.
+pub const REPLICATION_ROLE: &str = "dbop_replication";
 pub const REPLICATION_PASSWORD_FILE: &str = "password";
 
 /// One instance: its name (the pod's) and the address its peers reach it at.

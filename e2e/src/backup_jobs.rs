@@ -12,7 +12,7 @@ use serde_json::json;
 
 use dbop::api::{BackupPhase, DatabaseBackup};
 
-use crate::{TestBed, WAIT, wait_until};
+use crate::{TestBed, WAIT, wait_until, wait_until_or_none};
 
 /// Creates the Secret `s3-creds` with test S3 keys (nothing reads them on kwok).
 pub async fn s3_secret(bed: &TestBed, ns: &str) {
@@ -118,4 +118,40 @@ pub async fn fail_every_pod_until_failed(bed: &TestBed, ns: &str, backup: &str, 
         },
     )
     .await;
+}
+
+/// The DatabaseBackup of `ns` named `name` (any, when `None`) once it finished; panics with the
+/// namespace's backups, Jobs and pods if none did within `timeout`, or with its message if it
+/// failed.
+pub async fn succeeded_backup(
+    bed: &TestBed,
+    ns: &str,
+    name: Option<&str>,
+    timeout: std::time::Duration,
+) -> DatabaseBackup {
+    let api: Api<DatabaseBackup> = Api::namespaced(bed.client.clone(), ns);
+    let backup = wait_until_or_none(timeout, || async {
+        let list = api.list(&ListParams::default()).await.ok()?.items;
+        list.into_iter().find(|b| {
+            name.is_none_or(|n| b.metadata.name.as_deref() == Some(n))
+                && b.status
+                    .as_ref()
+                    .and_then(|s| s.phase)
+                    .is_some_and(BackupPhase::is_finished)
+        })
+    })
+    .await;
+    let Some(backup) = backup else {
+        let (_, out, _) =
+            bed.kubectl(&["-n", ns, "get", "databasebackups,jobs,pods", "-o", "wide"]);
+        panic!("no backup {name:?} finished in {ns} within {timeout:?}:\n{out}");
+    };
+    let status = backup.status.clone().unwrap_or_default();
+    assert_eq!(
+        status.phase,
+        Some(BackupPhase::Succeeded),
+        "{:?}",
+        status.message
+    );
+    backup
 }

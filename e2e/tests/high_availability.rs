@@ -159,6 +159,7 @@ async fn three_instances_stream_from_one_primary() {
         DatabaseBackupSpec {
             database: "orders".into(),
             reason: BackupReason::Manual,
+            method: dbop::api::BackupMethod::Logical,
         },
     );
     backups

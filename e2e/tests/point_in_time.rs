@@ -1,24 +1,29 @@
 //! Point-in-time recovery for real, on the test bed's real node. A Database archives its WAL
-//! to an S3 server in a pod; a base backup is taken in its pod by the agent (over the local
-//! socket); rows are committed before and after a recorded moment and the WAL holding them is
-//! archived. A new Database with `spec.bootstrap.fromBackup.recoveryTarget.time` at that moment
-//! then has exactly the rows committed before it, runs on timeline 2, and says in
-//! `status.bootstrap` which base backup it started from and which commit it reached. A target
-//! before every base backup is refused with the earliest restorable point, and no server
-//! starts on the volume.
+//! to an S3 server in a pod; a `DatabaseBackup` of method `Physical` takes a base backup (the
+//! agent's `base-backup` in a Job, as the replication role); rows are committed before and
+//! after a recorded moment and the WAL holding them is archived. A new Database recovering
+//! that DatabaseBackup with `recoveryTarget.time` at that moment has exactly the rows
+//! committed before it, runs on timeline 2, and says in `status.bootstrap` which base backup
+//! it started from and which commit it reached. A target before every base backup (named by
+//! the bucket's location) is refused with the earliest restorable point, and no server starts
+//! on the volume.
 
 use std::time::Duration;
 
-use dbop::api::{Database, Phase};
+use dbop::api::{BackupMethod, BackupReason, Database, DatabaseBackup, DatabaseBackupSpec, Phase};
+use dbop_e2e::backup_jobs::succeeded_backup;
 use dbop_e2e::node::{REAL_NODE_STORAGE_CLASS, real_node_placement};
 use dbop_e2e::{TestBed, condition, testbed, wait_until, wait_until_or_none};
 use kube::Api;
+use kube::api::PostParams;
 use serde_json::{Value, json};
 
 /// A real server: initdb, start, init Job on a busy 2-core machine.
 const READY_WAIT: Duration = Duration::from_secs(240);
 /// A recovery: the Job's pod, the base backup's download, WAL replay, then the server's start.
 const RECOVERED_WAIT: Duration = Duration::from_secs(300);
+/// A base backup Job: its pod, the image, a checkpoint and the upload of a small instance.
+const BACKUP_WAIT: Duration = Duration::from_secs(240);
 /// An archived file shows in `pg_stat_archiver` after one upload (the file is switched).
 const ARCHIVED_WAIT: Duration = Duration::from_secs(90);
 
@@ -31,15 +36,31 @@ fn s3(endpoint: &str) -> Value {
            "credentials": {"secretName": "s3-creds"}})
 }
 
-/// A Database recovered from `ledger`'s archive to `target`.
-fn recovered(name: &str, endpoint: &str, target: Value) -> Value {
+/// A Database recovered as `from_backup` says.
+fn recovered(name: &str, from_backup: Value) -> Value {
     json!({"metadata": {"name": name}, "spec": {
         "version": "15.20",
         "storage": {"size": "1Gi", "storageClassName": REAL_NODE_STORAGE_CLASS},
         "placement": real_node_placement(),
-        "bootstrap": {"fromBackup": {"s3": s3(endpoint), "database": "ledger",
-                                     "recoveryTarget": target}},
+        "bootstrap": {"fromBackup": from_backup},
     }})
+}
+
+/// Takes a physical backup of `ledger` and waits until it succeeded.
+async fn physical_backup(bed: &TestBed, ns: &str, name: &str) -> DatabaseBackup {
+    let api: Api<DatabaseBackup> = Api::namespaced(bed.client.clone(), ns);
+    let backup = DatabaseBackup::new(
+        name,
+        DatabaseBackupSpec {
+            database: "ledger".into(),
+            reason: BackupReason::Manual,
+            method: BackupMethod::Physical,
+        },
+    );
+    api.create(&PostParams::default(), &backup)
+        .await
+        .unwrap_or_else(|e| panic!("DatabaseBackup {name} refused: {e}"));
+    succeeded_backup(bed, ns, Some(name), BACKUP_WAIT).await
 }
 
 /// Runs SQL on `ledger` through the client pod; its single-line output.
@@ -110,10 +131,11 @@ async fn a_new_database_has_exactly_the_rows_committed_before_the_target() {
     )
     .await;
 
-    // The base backup, taken in the pod by the agent the Database already runs for archiving.
-    let script = "PGHOST=/var/run/postgresql exec /dbop/dbop-backup base-backup --fast-checkpoint";
-    let (ok, out, err) = bed.exec(&ns, "ledger-0", &["sh", "-c", script]);
-    assert!(ok, "base backup failed: {out}{err}");
+    // The base backup: a DatabaseBackup of method Physical (the agent's base-backup in a Job,
+    // connected as the replication role).
+    let backup = physical_backup(&bed, &ns, "ledger-base").await;
+    let key = backup.status.and_then(|s| s.key).unwrap_or_default();
+    assert!(key.contains("/ledger/physical/base/"), "{key}");
 
     // Rows 4 and 5 commit before the target, 6 and 7 after it; each commit is its own.
     for n in [4, 5] {
@@ -152,7 +174,10 @@ async fn a_new_database_has_exactly_the_rows_committed_before_the_target() {
 
     bed.apply_database(
         &ns,
-        recovered("ledger-pitr", &endpoint, json!({"time": target})),
+        recovered(
+            "ledger-pitr",
+            json!({"databaseBackup": "ledger-base", "recoveryTarget": {"time": target}}),
+        ),
     )
     .await;
     let db = wait_initialized(&bed, &ns, "ledger-pitr", "RecoveredToTarget").await;
@@ -192,7 +217,11 @@ async fn a_new_database_has_exactly_the_rows_committed_before_the_target() {
     // Before every base backup: refused with the window, and no server on the volume.
     bed.apply_database(
         &ns,
-        recovered("too-early", &endpoint, json!({"time": before_backups})),
+        recovered(
+            "too-early",
+            json!({"s3": s3(&endpoint), "database": "ledger",
+                   "recoveryTarget": {"time": before_backups}}),
+        ),
     )
     .await;
     let db = wait_initialized(&bed, &ns, "too-early", "RecoveryTargetBeforeBackups").await;

@@ -415,11 +415,6 @@ async fn the_schema_refuses_what_it_can_judge() {
         ),
         ("bad-id", json!({"s3": s3(), "backupId": "a/b"}), "backupId"),
         (
-            "pitr-from-dump",
-            json!({"databaseBackup": "b", "recoveryTarget": {"latest": true}}),
-            "recoveryTarget goes with s3",
-        ),
-        (
             "two-targets",
             json!({"s3": s3(), "recoveryTarget": {"lsn": "0/3000100", "restorePoint": "p"}}),
             "exactly one of time, lsn, restorePoint or latest",

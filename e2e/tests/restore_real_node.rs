@@ -9,11 +9,11 @@
 
 use std::time::Duration;
 
-use dbop::api::{BackupPhase, DatabaseBackup, Phase};
+use dbop::api::Phase;
+use dbop_e2e::backup_jobs::succeeded_backup;
 use dbop_e2e::node::{REAL_NODE_STORAGE_CLASS, real_node_placement};
 use dbop_e2e::{TestBed, condition, testbed, wait_until_or_none};
 use kube::Api;
-use kube::api::ListParams;
 use serde_json::{Value, json};
 
 /// A real server: initdb, start, init or restore Job on a busy 2-core machine.
@@ -51,34 +51,6 @@ fn database(name: &str, extra: Value) -> Value {
     json!({"metadata": {"name": name}, "spec": spec})
 }
 
-/// The first DatabaseBackup of the namespace that finished; panics if it failed.
-async fn first_finished_backup(bed: &TestBed, ns: &str) -> DatabaseBackup {
-    let api: Api<DatabaseBackup> = Api::namespaced(bed.client.clone(), ns);
-    let backup = wait_until_or_none(BACKUP_WAIT, || async {
-        let list = api.list(&ListParams::default()).await.ok()?.items;
-        list.into_iter().find(|b| {
-            b.status
-                .as_ref()
-                .and_then(|s| s.phase)
-                .is_some_and(BackupPhase::is_finished)
-        })
-    })
-    .await;
-    let Some(backup) = backup else {
-        let (_, out, _) =
-            bed.kubectl(&["-n", ns, "get", "databasebackups,jobs,pods", "-o", "wide"]);
-        panic!("no backup finished in {ns} within {BACKUP_WAIT:?}:\n{out}");
-    };
-    let status = backup.status.clone().unwrap_or_default();
-    assert_eq!(
-        status.phase,
-        Some(BackupPhase::Succeeded),
-        "{:?}",
-        status.message
-    );
-    backup
-}
-
 #[tokio::test]
 async fn a_database_restored_from_another_databases_backup_holds_the_same_data() {
     let bed = testbed().await;
@@ -111,7 +83,7 @@ async fn a_database_restored_from_another_databases_backup_holds_the_same_data()
         "{source}"
     );
 
-    let backup = first_finished_backup(&bed, &ns).await;
+    let backup = succeeded_backup(&bed, &ns, None, BACKUP_WAIT).await;
     let name = backup.metadata.name.clone().unwrap();
     let id = backup.status.as_ref().and_then(|s| s.backup_id.clone());
     bed.apply_database(

@@ -69,6 +69,7 @@ async fn scheduled_backup(bed: &TestBed, ns: &str, db: &Database, name: &str) {
         dbop::api::DatabaseBackupSpec {
             database: db.metadata.name.clone().unwrap(),
             reason: BackupReason::Scheduled,
+            method: dbop::api::BackupMethod::Logical,
         },
     );
     backup.metadata.owner_references = Some(vec![db.controller_owner_ref(&()).unwrap()]);

@@ -81,6 +81,7 @@ async fn a_verified_backup_and_a_final_backup_that_restores_to_the_same_content(
         DatabaseBackupSpec {
             database: "ledger".into(),
             reason: BackupReason::Manual,
+            method: dbop::api::BackupMethod::Logical,
         },
     );
     api.create(&PostParams::default(), &manual).await.unwrap();

@@ -44,6 +44,7 @@ async fn succeeded_backup(bed: &TestBed, ns: &str, db: &Database, name: &str) {
         dbop::api::DatabaseBackupSpec {
             database: "checked".into(),
             reason: BackupReason::Scheduled,
+            method: dbop::api::BackupMethod::Logical,
         },
     );
     backup.metadata.owner_references = Some(vec![db.controller_owner_ref(&()).unwrap()]);

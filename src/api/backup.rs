@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
     doc = "One backup of a dbop Database.",
     printcolumn(name = "Database", type_ = "string", json_path = ".spec.database"),
     printcolumn(name = "Reason", type_ = "string", json_path = ".spec.reason"),
+    printcolumn(name = "Method", type_ = "string", json_path = ".spec.method"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(
         name = "Size",
@@ -48,6 +49,23 @@ pub struct DatabaseBackupSpec {
     /// Why this backup exists.
     #[serde(default)]
     pub reason: BackupReason,
+
+    /// `Logical` (default): a dump of every database, portable to newer major versions.
+    /// `Physical`: a base backup of the whole instance, streamed by `pg_basebackup` from a
+    /// healthy standby when there is one; with the archived WAL (`spec.backup.walArchiving`,
+    /// required) it restores to any point in time (`bootstrap.fromBackup.recoveryTarget`).
+    #[serde(default)]
+    pub method: BackupMethod,
+}
+
+/// What a backup holds and what it restores to.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum BackupMethod {
+    /// A dump (`pg_dump`) of every database, restored into a new Database.
+    #[default]
+    Logical,
+    /// A base backup (`pg_basebackup`) of the whole instance, recovered with archived WAL.
+    Physical,
 }
 
 /// Why a backup was taken.

@@ -30,10 +30,6 @@ pub struct BootstrapSpec {
     {
         "rule": "!has(self.databaseBackup) || (!has(self.backupId) && !has(self.database) && !has(self.namespace))",
         "message": "backupId, database and namespace go with s3; a databaseBackup names its backup itself"
-    },
-    {
-        "rule": "!has(self.recoveryTarget) || has(self.s3)",
-        "message": "recoveryTarget goes with s3: base backups and WAL are found in the bucket (a DatabaseBackup is a logical dump)"
     }
 ]))]
 pub struct FromBackupSpec {
@@ -84,7 +80,8 @@ pub struct FromBackupSpec {
     /// archived WAL of `<prefix>/<namespace>/<database>/physical/` up to the target and promotes
     /// it on a new timeline; the server starts only then. The source must have archived WAL
     /// (`spec.backup.walArchiving`) and base backups. A target no backup can reach fails with
-    /// the earliest and latest restorable points.
+    /// the earliest and latest restorable points. With `databaseBackup`, it must name a
+    /// physical backup (`method: Physical`), which is the base backup recovered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery_target: Option<RecoveryTarget>,
 }

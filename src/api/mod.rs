@@ -20,7 +20,8 @@ pub mod tls;
 
 pub use accounts::{ApplicationSpec, ManagedRoleSpec, RoleEnsure};
 pub use backup::{
-    BackupPhase, BackupReason, DatabaseBackup, DatabaseBackupSpec, DatabaseBackupStatus,
+    BackupMethod, BackupPhase, BackupReason, DatabaseBackup, DatabaseBackupSpec,
+    DatabaseBackupStatus,
 };
 pub use backup_policy::{
     BackupEncryption, BackupSpec, BackupStatus, CaSource, Compression, EncryptionKeysRef,

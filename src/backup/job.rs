@@ -107,6 +107,7 @@ pub(crate) mod tests {
             DatabaseBackupSpec {
                 database: "orders".into(),
                 reason: crate::api::BackupReason::Scheduled,
+                method: crate::api::BackupMethod::Logical,
             },
         );
         b.metadata.namespace = Some("shop".into());
@@ -231,6 +232,73 @@ pub(crate) mod tests {
             fs_group: Some(999),
         };
         assert_eq!(pod.security_context, Some(pod_security_context(ids)));
+    }
+
+    /// A physical backup: the agent's base-backup into the physical folder, connecting as the
+    /// replication role with only that role's password mounted (not the superuser's).
+    #[test]
+    fn a_physical_backup_runs_base_backup_as_the_replication_role() {
+        let db = with_backup(serde_json::json!({"walArchiving": {}}));
+        let mut b = backup("orders-base");
+        b.spec.method = crate::api::BackupMethod::Physical;
+        b.spec.reason = crate::api::BackupReason::Manual;
+        let job = backup_job(&db, &b, created(), &Settings::default()).unwrap();
+        let c = container(&job);
+        let args = c.args.clone().unwrap();
+        assert_eq!(args[0], "base-backup");
+        for want in [
+            "--database=physical",
+            "--prefix=team-a/shop/orders",
+            "--backup-id=20250301T020003Z-orders-base",
+            "--result-file=/dev/termination-log",
+            "--fast-checkpoint",
+        ] {
+            assert!(
+                args.iter().any(|a| a == want),
+                "{want} missing from {args:?}"
+            );
+        }
+        assert!(
+            !args.iter().any(|a| a.starts_with("--keep-last")),
+            "{args:?}"
+        );
+        let env = c.env.clone().unwrap();
+        let value = |n: &str| {
+            env.iter()
+                .find(|e| e.name == n)
+                .and_then(|e| e.value.clone())
+        };
+        assert_eq!(value("PGUSER").as_deref(), Some("dbop_replication"));
+        assert_eq!(
+            value("DBOP_BACKUP_PASSWORD_FILE").as_deref(),
+            Some("/etc/dbop/replication/password")
+        );
+        assert_eq!(value("DBOP_BACKUP_USER_FILE"), None);
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        let secrets: Vec<String> = pod
+            .volumes
+            .iter()
+            .flatten()
+            .filter_map(|v| v.secret.as_ref()?.secret_name.clone())
+            .collect();
+        assert!(
+            secrets.contains(&"orders-replication".to_string()),
+            "{secrets:?}"
+        );
+        assert!(
+            !secrets.contains(&"orders-credentials".to_string()),
+            "{secrets:?}"
+        );
+        // The schedule's base backups take a spread checkpoint, gentler on a busy server.
+        b.spec.reason = crate::api::BackupReason::Scheduled;
+        let job = backup_job(&db, &b, created(), &Settings::default()).unwrap();
+        assert!(
+            !container(&job)
+                .args
+                .unwrap()
+                .iter()
+                .any(|a| a == "--fast-checkpoint")
+        );
     }
 
     #[test]

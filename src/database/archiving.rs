@@ -12,8 +12,9 @@ use dbop_contract::position::Archiver;
 
 use crate::api::Database;
 use crate::api::conditions::{ConditionStatus, ConditionType};
+use crate::resources::agent::PHYSICAL_FOLDER;
 use crate::resources::backup_job::storage_prefix;
-use crate::resources::wal_archiving::{PHYSICAL_FOLDER, archive_timeout, enabled};
+use crate::resources::wal_archiving::{archive_timeout, enabled};
 
 /// How often a Database that archives is looked at (its primary's archiver read): a failing
 /// archive shows within this.

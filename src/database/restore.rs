@@ -9,7 +9,9 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 
 use crate::api::conditions::{ConditionStatus, ConditionType};
-use crate::api::{BackupPhase, BootstrapStatus, Database, DatabaseBackup, FromBackupSpec, S3Spec};
+use crate::api::{
+    BackupMethod, BackupPhase, BootstrapStatus, Database, DatabaseBackup, FromBackupSpec, S3Spec,
+};
 use crate::backup::s3_secret::{S3SecretProblem, s3_secret_problem};
 use crate::objects::{JobState, job_state, termination_message};
 use crate::resources::Names;
@@ -37,10 +39,25 @@ pub struct RestoreObjects {
 /// Why the backup cannot be restored yet (or at all).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SourceProblem {
-    BackupNotFound { name: String },
-    BackupNotReady { name: String, phase: String },
-    BackupFailed { name: String },
-    SourceGone { name: String, database: String },
+    BackupNotFound {
+        name: String,
+    },
+    BackupNotReady {
+        name: String,
+        phase: String,
+    },
+    BackupFailed {
+        name: String,
+    },
+    SourceGone {
+        name: String,
+        database: String,
+    },
+    /// A physical base backup named without a recovery target, or a dump with one.
+    MethodMismatch {
+        name: String,
+        physical: bool,
+    },
     S3(S3SecretProblem),
 }
 
@@ -51,6 +68,7 @@ impl SourceProblem {
             SourceProblem::BackupNotReady { .. } => "BackupNotReady",
             SourceProblem::BackupFailed { .. } => "BackupFailed",
             SourceProblem::SourceGone { .. } => "BackupSourceNotFound",
+            SourceProblem::MethodMismatch { .. } => "BackupMethodMismatch",
             SourceProblem::S3(p) => p.reason(),
         }
     }
@@ -68,6 +86,18 @@ impl SourceProblem {
             ),
             SourceProblem::SourceGone { name, database } => format!(
                 "Database {database} of DatabaseBackup {name} no longer exists or has no spec.backup, which says where the dump is: create this Database again with spec.bootstrap.fromBackup.s3 and the backup's id"
+            ),
+            SourceProblem::MethodMismatch {
+                name,
+                physical: true,
+            } => format!(
+                "DatabaseBackup {name} is a physical base backup, which is recovered to a point in time: create this Database again with spec.bootstrap.fromBackup.recoveryTarget (latest: true for the newest point archived)"
+            ),
+            SourceProblem::MethodMismatch {
+                name,
+                physical: false,
+            } => format!(
+                "DatabaseBackup {name} is a logical dump, restored as of when it was taken: create this Database again without recoveryTarget, or name a physical backup"
             ),
             SourceProblem::S3(p) => format!("restoring from backup: {p}"),
         }
@@ -145,7 +175,7 @@ pub fn source(db: &Database, snap: &RestoreObjects) -> Result<RestoreSource, Sou
         })?
         .from_backup;
     let mut resolved = match &from.database_backup {
-        Some(name) => from_database_backup(name, snap)?,
+        Some(name) => from_database_backup(name, from, snap)?,
         None => from_location(db, from),
     };
     if let Some(keys) = &from.encryption {
@@ -194,8 +224,13 @@ fn unreachable_s3(db: &Database) -> S3Spec {
     }
 }
 
-/// `fromBackup.databaseBackup`: a backup that succeeded, of a Database that still says where.
-fn from_database_backup(name: &str, snap: &RestoreObjects) -> Result<RestoreSource, SourceProblem> {
+/// `fromBackup.databaseBackup`: a backup that succeeded, of a Database that still says where,
+/// of the method the restore asks for (a recovery target needs a physical one).
+fn from_database_backup(
+    name: &str,
+    from: &FromBackupSpec,
+    snap: &RestoreObjects,
+) -> Result<RestoreSource, SourceProblem> {
     let backup = snap
         .backup
         .as_ref()
@@ -210,6 +245,13 @@ fn from_database_backup(name: &str, snap: &RestoreObjects) -> Result<RestoreSour
                 phase: phase.map_or("Pending", BackupPhase::label).into(),
             });
         }
+    }
+    let physical = backup.spec.method == BackupMethod::Physical;
+    if physical != from.recovery_target.is_some() {
+        return Err(SourceProblem::MethodMismatch {
+            name: name.into(),
+            physical,
+        });
     }
     let gone = || SourceProblem::SourceGone {
         name: name.into(),
@@ -237,7 +279,7 @@ fn from_database_backup(name: &str, snap: &RestoreObjects) -> Result<RestoreSour
         prefix,
         s3,
         encryption_secret,
-        target: None,
+        target: from.recovery_target.clone(),
     })
 }
 
@@ -363,7 +405,9 @@ fn blocked(problem: &SourceProblem) -> RestoreDecision {
     let (reason, message) = (problem.reason(), problem.message());
     let condition = ConditionStatus::new(ConditionType::Initialized, false, reason, &message);
     let outcome = match problem {
-        SourceProblem::BackupFailed { .. } => RestoreOutcome::Failed { message },
+        SourceProblem::BackupFailed { .. } | SourceProblem::MethodMismatch { .. } => {
+            RestoreOutcome::Failed { message }
+        }
         _ => RestoreOutcome::Blocked { reason, message },
     };
     RestoreDecision::new(outcome, condition)
@@ -536,6 +580,7 @@ mod tests {
             DatabaseBackupSpec {
                 database: "ledger".into(),
                 reason: crate::api::BackupReason::Scheduled,
+                method: crate::api::BackupMethod::Logical,
             },
         );
         b.status = Some(DatabaseBackupStatus {
@@ -615,6 +660,48 @@ mod tests {
         assert_eq!(s.prefix, "team/shop/ledger");
         assert_eq!(s.backup, "20260101T020000Z-ledger-202601010200");
         assert_eq!(s.source_database.as_deref(), Some("postgres"));
+    }
+
+    /// A physical DatabaseBackup is recovered to a target, from its own base backup; naming
+    /// one without a target (or a dump with one) fails, saying what to do.
+    #[test]
+    fn a_physical_database_backup_needs_a_target_and_a_dump_refuses_one() {
+        let mut physical = backup(Some(BackupPhase::Succeeded));
+        physical.spec.method = BackupMethod::Physical;
+        let snap = |b: DatabaseBackup| RestoreObjects {
+            backup: Some(b),
+            source_database: Some(source_db()),
+            s3_secret: Some(secret()),
+            ..RestoreObjects::default()
+        };
+        let with_target = from_backup(serde_json::json!({
+            "databaseBackup": "ledger-202601010200", "recoveryTarget": {"lsn": "0/5000000"}
+        }));
+        let s = source(&with_target, &snap(physical.clone())).unwrap();
+        assert_eq!(s.prefix, "team/shop/ledger");
+        assert_eq!(s.backup, "20260101T020000Z-ledger-202601010200");
+        assert_eq!(s.target.unwrap().lsn.as_deref(), Some("0/5000000"));
+        let without = from_backup(serde_json::json!({"databaseBackup": "ledger-202601010200"}));
+        let problem = source(&without, &snap(physical)).unwrap_err();
+        assert_eq!(problem.reason(), "BackupMethodMismatch");
+        assert!(
+            problem.message().contains("recoveryTarget"),
+            "{}",
+            problem.message()
+        );
+        let problem =
+            source(&with_target, &snap(backup(Some(BackupPhase::Succeeded)))).unwrap_err();
+        assert!(
+            problem.message().contains("logical dump"),
+            "{}",
+            problem.message()
+        );
+        let fact = BootstrapFact {
+            source: Err(problem),
+            job: None,
+        };
+        let d = decide_restore(&with_target, &fact, false, false);
+        assert!(matches!(d.outcome, RestoreOutcome::Failed { .. }) && !d.create_job);
     }
 
     #[test]

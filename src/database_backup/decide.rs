@@ -10,7 +10,9 @@ use chrono::{DateTime, Utc};
 use dbop_contract::{BackupResult, parse_termination_message};
 
 use super::facts::{BackupFacts, DatabaseFacts, JobFacts, name_of};
-use crate::api::{BackupPhase, BackupReason, DatabaseBackup, DatabaseBackupStatus, Phase};
+use crate::api::{
+    BackupMethod, BackupPhase, BackupReason, DatabaseBackup, DatabaseBackupStatus, Phase,
+};
 use crate::backup::s3_secret::S3SecretProblem;
 use crate::objects::{EventSpec, JobState, MAX_MESSAGE, truncate};
 use crate::resources::backup_job::job_name;
@@ -34,6 +36,8 @@ pub struct BackupDecision {
 pub enum Refusal {
     NoDatabase,
     NoBackupSpec,
+    /// A physical backup of a Database that does not archive its WAL could not be restored.
+    NoWalArchiving,
 }
 
 /// What a backup that has not started waits for.
@@ -120,6 +124,9 @@ pub fn start(
     if !db.has_backup_spec {
         return Start::Refused(Refusal::NoBackupSpec);
     }
+    if backup.spec.method == BackupMethod::Physical && !db.archives_wal {
+        return Start::Refused(Refusal::NoWalArchiving);
+    }
     let wait = if let Some(problem) = &db.spec_problem {
         Some(Wait::InvalidSpec(problem.clone()))
     } else if !db.has_run {
@@ -142,6 +149,9 @@ fn refusal_message(refusal: &Refusal, database: &str) -> String {
         Refusal::NoDatabase => format!("Database {database} does not exist in this namespace"),
         Refusal::NoBackupSpec => format!(
             "Database {database} has no spec.backup: set spec.backup.s3 to say where backups go"
+        ),
+        Refusal::NoWalArchiving => format!(
+            "a physical backup needs the WAL archived from its start on, and Database {database} has no spec.backup.walArchiving: set it, then create this backup again (or use method Logical)"
         ),
     }
 }
@@ -345,10 +355,31 @@ mod tests {
         DatabaseFacts {
             phase: Some(Phase::Ready),
             has_backup_spec: true,
+            archives_wal: false,
             spec_problem: None,
             has_run: true,
             s3_problem: None,
         }
+    }
+
+    /// A physical backup needs the WAL from its start on: without walArchiving it is refused
+    /// (failed, saying what to set); with it, it starts like a dump.
+    #[test]
+    fn a_physical_backup_needs_wal_archiving() {
+        let mut b = backup("orders-manual", BackupReason::Manual, None, 0);
+        b.spec.method = BackupMethod::Physical;
+        let d = decide(&b, &facts(Some(ready_db()), None));
+        assert_eq!(d.status.phase, Some(BackupPhase::Failed));
+        assert!(!d.create_job);
+        let message = d.status.message.unwrap_or_default();
+        assert!(message.contains("spec.backup.walArchiving"), "{message}");
+        let archiving = DatabaseFacts {
+            archives_wal: true,
+            ..ready_db()
+        };
+        let d = decide(&b, &facts(Some(archiving), None));
+        assert!(d.create_job);
+        assert_eq!(d.status.phase, Some(BackupPhase::Running));
     }
 
     fn facts(database: Option<DatabaseFacts>, job: Option<JobFacts>) -> BackupFacts {

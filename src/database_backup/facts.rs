@@ -32,6 +32,8 @@ pub struct BackupFacts {
 pub struct DatabaseFacts {
     pub phase: Option<Phase>,
     pub has_backup_spec: bool,
+    /// `spec.backup.walArchiving` is set: a physical backup has the WAL it needs.
+    pub archives_wal: bool,
     /// What does not parse in `spec.backup` (the message names the field).
     pub spec_problem: Option<String>,
     pub has_run: bool,
@@ -63,6 +65,7 @@ pub(super) fn database_facts(db: &Database, s3_problem: Option<S3SecretProblem>)
     DatabaseFacts {
         phase: status.phase,
         has_backup_spec: db.spec.backup.is_some(),
+        archives_wal: crate::resources::wal_archiving::enabled(db).is_some(),
         spec_problem: db
             .spec
             .backup

@@ -21,6 +21,7 @@ pub fn backup(
         DatabaseBackupSpec {
             database: "orders".into(),
             reason,
+            method: crate::api::BackupMethod::Logical,
         },
     );
     b.metadata.namespace = Some("shop".into());

@@ -437,6 +437,7 @@ pub async fn create_backup(
         DatabaseBackupSpec {
             database: database.into(),
             reason: BackupReason::Manual,
+            method: crate::api::BackupMethod::Logical,
         },
     );
     Api::<DatabaseBackup>::namespaced(client.clone(), ns)

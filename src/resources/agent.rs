@@ -23,6 +23,9 @@ pub const CA_DIR: &str = "/etc/dbop/s3-ca";
 pub const CA_FILE: &str = "/etc/dbop/s3-ca/ca.pem";
 /// Where the database credentials Secret is mounted (its `username` and `password` files).
 pub const PG_CREDENTIALS_DIR: &str = "/etc/dbop/pg-credentials";
+/// The folder of the Database's prefix that holds what is not one database's dump: the WAL
+/// (and the instance's physical base backups).
+pub const PHYSICAL_FOLDER: &str = "physical";
 /// Where the S3 key is mounted, as `access-key-id`, `secret-access-key` and `session-token`.
 pub const S3_CREDENTIALS_DIR: &str = "/etc/dbop/s3-credentials";
 /// Where the encryption keys' Secret is mounted: one file per key name.

@@ -20,16 +20,20 @@ use chrono::{DateTime, Utc};
 use dbop_contract::layout;
 use dbop_contract::units::format_duration;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{EnvVar, Volume, VolumeMount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 
+use super::Names;
 pub use super::agent::{CA_DIR, TERMINATION_LOG};
-use super::agent::{CA_FILE, agent_env, agent_secrets, dump_env, encryption_env};
+use super::agent::{CA_FILE, agent_env, agent_secrets, dump_env, encryption_env, storage_secrets};
 use super::job::{AgentRun, JobParts, agent_pod, job};
 use super::placement::JobClass;
+use super::pod::{env as env_var, mount, secret_volume};
 use super::{job_pod_labels, labels, owned_meta};
-use crate::api::{BackupSpec, Database, DatabaseBackup};
+use crate::api::{BackupMethod, BackupReason, BackupSpec, Database, DatabaseBackup};
 use crate::settings::Settings;
+use dbop_contract::topology::{REPLICATION_DIR, REPLICATION_PASSWORD_FILE, REPLICATION_ROLE};
 
 /// What `spec.backup` sets on an agent Job, parsed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,7 +51,8 @@ impl AgentLimits {
     }
 }
 
-/// The backup Job of `backup` (made at `created`), owned by it, running `image`.
+/// The backup Job of `backup` (made at `created`), owned by it, running `image`: the agent's
+/// `dump` for a logical backup, its `base-backup` for a physical one.
 pub fn backup_job(
     db: &Database,
     spec: &BackupSpec,
@@ -58,20 +63,11 @@ pub fn backup_job(
     settings: &Settings,
 ) -> Job {
     let backup_name = backup.metadata.name.clone().unwrap_or_default();
-    let mut args = vec!["dump".to_string()];
-    args.extend(s3_args(db, spec));
-    args.push(format!("--backup-id={}", backup_id(&backup_name, created)));
-    args.push(format!("--keep-last={}", limits.keep_last));
-    if let Some(max_age) = limits.max_age {
-        args.push(format!("--max-age={}", format_duration(max_age)));
-    }
-    // The key's name, not the key: the agent reads it from the mounted Secret.
-    if let Some(encryption) = &spec.encryption {
-        args.push(format!("--encryption-key={}", encryption.key_name));
-    }
-    let keys = encryption_secret(spec);
-    let mut env = dump_env(db, &spec.s3, backup.spec.reason);
-    env.extend(encryption_env(keys));
+    let id = backup_id(&backup_name, created);
+    let (args, env, secrets) = match backup.spec.method {
+        BackupMethod::Logical => dump_run(db, spec, limits, backup, id),
+        BackupMethod::Physical => base_backup_run(db, spec, backup, id),
+    };
     let run = AgentRun {
         container: BACKUP_CONTAINER,
         image,
@@ -79,7 +75,7 @@ pub fn backup_job(
         env,
         s3: &spec.s3,
         database_ca: super::tls::client_ca(db),
-        secrets: agent_secrets(db, &spec.s3, keys),
+        secrets,
     };
     let parts = JobParts {
         metadata: job_meta(db, backup, &backup_name),
@@ -91,6 +87,71 @@ pub fn backup_job(
         pod: agent_pod(settings, run),
     };
     job(db, settings, parts)
+}
+
+/// What a Job's agent container runs: its arguments, environment and Secret volumes.
+type Run = (Vec<String>, Vec<EnvVar>, Vec<(Volume, VolumeMount)>);
+
+/// `dump` with the Database's credentials, pruning its dumps by `spec.backup`'s retention.
+fn dump_run(
+    db: &Database,
+    spec: &BackupSpec,
+    limits: &AgentLimits,
+    backup: &DatabaseBackup,
+    id: String,
+) -> Run {
+    let mut args = vec!["dump".to_string()];
+    args.extend(s3_args(db, spec));
+    args.push(format!("--backup-id={id}"));
+    args.push(format!("--keep-last={}", limits.keep_last));
+    if let Some(max_age) = limits.max_age {
+        args.push(format!("--max-age={}", format_duration(max_age)));
+    }
+    args.extend(encryption_arg(spec));
+    let keys = encryption_secret(spec);
+    let mut env = dump_env(db, &spec.s3, backup.spec.reason);
+    env.extend(encryption_env(keys));
+    (args, env, agent_secrets(db, &spec.s3, keys))
+}
+
+/// `base-backup` into `<prefix>/physical/base/<id>/`, as the replication role (a replication
+/// connection, from a ready standby when there is one): its password is the only credential
+/// mounted. A backup someone waits for (not the schedule's) asks for an immediate checkpoint.
+fn base_backup_run(db: &Database, spec: &BackupSpec, backup: &DatabaseBackup, id: String) -> Run {
+    let mut args = vec!["base-backup".to_string()];
+    args.extend(s3_args(db, spec));
+    args.push(format!("--database={}", super::agent::PHYSICAL_FOLDER));
+    args.push(format!("--backup-id={id}"));
+    if backup.spec.reason != BackupReason::Scheduled {
+        args.push("--fast-checkpoint".into());
+    }
+    args.extend(encryption_arg(spec));
+    let keys = encryption_secret(spec);
+    let mut env: Vec<EnvVar> = dump_env(db, &spec.s3, backup.spec.reason)
+        .into_iter()
+        .filter(|v| {
+            !v.name.starts_with("DBOP_BACKUP_USER") && !v.name.starts_with("DBOP_BACKUP_PASSWORD")
+        })
+        .collect();
+    env.push(env_var("PGUSER", REPLICATION_ROLE));
+    env.push(env_var(
+        "DBOP_BACKUP_PASSWORD_FILE",
+        &format!("{REPLICATION_DIR}/{REPLICATION_PASSWORD_FILE}"),
+    ));
+    env.extend(encryption_env(keys));
+    let mut secrets = storage_secrets(&spec.s3, keys);
+    secrets.push((
+        secret_volume("replication", &Names::of(db).replication_secret(), None),
+        mount("replication", REPLICATION_DIR, true),
+    ));
+    (args, env, secrets)
+}
+
+/// The key's name, not the key: the agent reads it from the mounted Secret.
+fn encryption_arg(spec: &BackupSpec) -> Option<String> {
+    spec.encryption
+        .as_ref()
+        .map(|e| format!("--encryption-key={}", e.key_name))
 }
 
 /// The verify Job `name`, owned by the Database: `dbop-backup verify latest` restores the

@@ -16,6 +16,7 @@ fn spec(db: &Database, reason: BackupReason) -> DatabaseBackupSpec {
     DatabaseBackupSpec {
         database: db.name(),
         reason,
+        method: crate::api::BackupMethod::Logical,
     }
 }
 

@@ -17,7 +17,8 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaimVolumeSource, Volume};
 
 use super::agent::{
-    CA_FILE, PG_CREDENTIALS_DIR, TERMINATION_LOG, encryption_env, s3_env, storage_secrets,
+    CA_FILE, PG_CREDENTIALS_DIR, PHYSICAL_FOLDER, TERMINATION_LOG, encryption_env, s3_env,
+    storage_secrets,
 };
 use super::credentials::{USERNAME_KEY, secret_name};
 use super::job::{AgentRun, JobParts, agent_pod, job};
@@ -29,9 +30,6 @@ use super::{Names, image, job_pod_labels, owned_meta};
 use crate::api::{Database, RecoveryTarget};
 use crate::settings::Settings;
 
-/// The folder of a Database's physical backups under its prefix (`wal_archiving` writes the
-/// WAL to `<prefix>/physical/wal/`, the base backups are `<prefix>/physical/base/`).
-pub const PHYSICAL_FOLDER: &str = "physical";
 /// A Job pod lost with its node is retried; the agent resumes from scratch or reports a
 /// recovery that finished.
 const BACKOFF_LIMIT: i32 = 2;

@@ -153,9 +153,10 @@ pub fn disruption_budgets(db: &Database) -> [(String, Option<PodDisruptionBudget
     ]
 }
 
-/// Whether the Database needs the replication Secret: it has standbys.
+/// Whether the Database needs the replication Secret: it has standbys, or archives its WAL (its
+/// physical backups connect as the replication role).
 pub fn needs_replication_secret(db: &Database) -> bool {
-    db.spec.instances > 1
+    db.spec.instances > 1 || super::wal_archiving::enabled(db).is_some()
 }
 
 /// The role label's value a pod should carry.

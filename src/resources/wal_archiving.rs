@@ -17,15 +17,14 @@ use std::time::Duration;
 use dbop_contract::units::parse_duration;
 use k8s_openapi::api::core::v1::{EnvVar, PodTemplateSpec, Volume};
 
-use super::agent::{CA_DIR, CA_FILE, ENCRYPTION_KEYS_DIR, ca_volume, s3_env, storage_secrets};
+use super::agent::{
+    CA_DIR, CA_FILE, ENCRYPTION_KEYS_DIR, PHYSICAL_FOLDER, ca_volume, s3_env, storage_secrets,
+};
 use super::backup_job::AGENT_PATH;
 use super::pod::{copy_binary, env, mount};
 use crate::api::{BackupSpec, Database, WalArchivingSpec};
 use crate::settings::Settings;
 
-/// The folder of the Database's prefix that holds what is not one database's dump: the WAL
-/// (and the instance's physical base backups).
-pub const PHYSICAL_FOLDER: &str = "physical";
 /// `archive_timeout` when the spec does not say.
 pub const DEFAULT_ARCHIVE_TIMEOUT: Duration = Duration::from_secs(60);
 /// The shortest `archive_timeout` (each forced switch stores a whole 16 MiB file's object).

@@ -13,8 +13,7 @@
 
 use std::path::Path;
 
-/// The role standbys connect as, on the primary (replication connections and pg_rewind).
-pub const REPLICATION_ROLE: &str = "dbop_replication";
+pub use dbop_contract::topology::REPLICATION_ROLE;
 /// The managed file with the standby settings, in the data directory.
 pub const MANAGED_FILE: &str = "dbop-replication.conf";
 /// The file whose presence makes the server start as a standby.
