@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use dbop::api::BackupMethod;
 use dbop::plugin::output::{self, Format};
 use dbop::plugin::{kubectl, logs, psql, read, render, restore};
 
@@ -57,6 +58,10 @@ enum Command {
     /// Create an on-demand DatabaseBackup (reason Manual), optionally waiting for it.
     Backup {
         name: String,
+        /// A physical base backup (method Physical; needs spec.backup.walArchiving) instead of
+        /// a logical dump.
+        #[arg(long)]
+        physical: bool,
         /// Follow the backup until it succeeded (exit 0) or failed (exit 1).
         #[arg(long)]
         wait: bool,
@@ -185,9 +190,16 @@ async fn main() -> ExitCode {
         } => list(&client, (!all_namespaces).then_some(&*namespace), output).await,
         Command::Backup {
             name,
+            physical,
             wait,
             timeout,
-        } => backup(&client, &namespace, &name, wait.then_some(timeout)).await,
+        } => {
+            let method = match physical {
+                true => BackupMethod::Physical,
+                false => BackupMethod::Logical,
+            };
+            backup(&client, &namespace, &name, method, wait.then_some(timeout)).await
+        }
         Command::Restart { name } => restart(&client, &namespace, &name).await,
         Command::Reload { name } => reload(&client, &global, &namespace, &name).await,
         Command::Restore {
@@ -418,12 +430,13 @@ async fn backup(
     client: &kube::Client,
     ns: &str,
     name: &str,
+    method: BackupMethod,
     wait: Option<Duration>,
 ) -> Result<ExitCode, String> {
     read::database(client, ns, name)
         .await
         .map_err(|e| e.to_string())?;
-    let created = read::create_backup(client, ns, name, chrono::Utc::now())
+    let created = read::create_backup(client, ns, name, method, chrono::Utc::now())
         .await
         .map_err(|e| e.to_string())?;
     let backup = created.metadata.name.unwrap_or_default();

@@ -228,6 +228,42 @@ async fn backup_wait_exits_non_zero_with_the_message_when_the_backup_fails() {
     );
 }
 
+/// `--physical` asks for a base backup; of a Database that does not archive its WAL it fails
+/// at once, and the plugin says why.
+#[tokio::test]
+async fn backup_physical_of_a_database_without_wal_archiving_fails_saying_why() {
+    let bed = testbed().await;
+    let ns = ready_database_with_backups(&bed, "plugin-backup-physical").await;
+    let _operator = bed.operator_in_process(&ns).await;
+    bed.wait_for_phase(&ns, "orders", Phase::Ready, WAIT).await;
+
+    let child = plugin(
+        &bed,
+        &[
+            "backup",
+            "orders",
+            "-n",
+            &ns,
+            "--physical",
+            "--wait",
+            "--timeout",
+            "2m",
+        ],
+    );
+    let (out, _, stderr) = finished(child).await;
+
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("spec.backup.walArchiving"), "{stderr}");
+    let backups: Api<DatabaseBackup> = Api::namespaced(bed.client.clone(), &ns);
+    let made = backups
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .items;
+    assert_eq!(made.len(), 1);
+    assert_eq!(made[0].spec.method, dbop::api::BackupMethod::Physical);
+}
+
 #[tokio::test]
 async fn backup_of_a_missing_database_creates_nothing() {
     let bed = testbed().await;

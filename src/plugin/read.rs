@@ -16,7 +16,9 @@ use super::health::{PodHealth, figures};
 use super::logs;
 use super::render::{EventLine, StatusView, from_meta_time};
 use super::report::{self, Bundle};
-use crate::api::{BackupReason, Database, DatabaseBackup, DatabaseBackupSpec, MonitoringSpec};
+use crate::api::{
+    BackupMethod, BackupReason, Database, DatabaseBackup, DatabaseBackupSpec, MonitoringSpec,
+};
 use crate::resources::credentials::secret_name;
 use crate::resources::primary_lease::PROMOTE_ANNOTATION;
 use crate::resources::template_origin::RESTARTED_AT_ANNOTATION;
@@ -424,11 +426,12 @@ pub fn manual_backup_name(database: &str, now: DateTime<Utc>) -> String {
     format!("{database}-manual-{}", now.format("%Y%m%d%H%M%S"))
 }
 
-/// Creates a `Manual` DatabaseBackup of the (existing) Database.
+/// Creates a `Manual` DatabaseBackup of the (existing) Database, of `method`.
 pub async fn create_backup(
     client: &Client,
     ns: &str,
     database: &str,
+    method: BackupMethod,
     now: DateTime<Utc>,
 ) -> Result<DatabaseBackup, PluginError> {
     let name = manual_backup_name(database, now);
@@ -437,7 +440,7 @@ pub async fn create_backup(
         DatabaseBackupSpec {
             database: database.into(),
             reason: BackupReason::Manual,
-            method: crate::api::BackupMethod::Logical,
+            method,
         },
     );
     Api::<DatabaseBackup>::namespaced(client.clone(), ns)
