@@ -102,6 +102,8 @@ impl<'de> Deserialize<'de> for Lsn {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WalRange {
     pub start_lsn: Lsn,
+    /// The segment holding the start (`START WAL LOCATION: … (file …)`), when the label says.
+    pub start_wal_file: Option<String>,
     pub stop_lsn: Lsn,
     /// The timeline the backup ends on.
     pub timeline: u32,
@@ -109,8 +111,20 @@ pub struct WalRange {
     pub backup_from: String,
 }
 
+/// The segment name in `START WAL LOCATION: 0/2000028 (file 000000010000000000000002)`.
+fn label_start_file(location: &str) -> Option<String> {
+    let name = location.split_once("(file ")?.1.strip_suffix(')')?.trim();
+    crate::wal::WalFile::parse(name)
+        .ok()
+        .filter(|f| f.kind == crate::wal::WalKind::Segment)
+        .map(|f| f.name)
+}
+
+/// What a `backup_label` says: its start, start segment, timeline and `BACKUP FROM`.
+type Label = (Lsn, Option<String>, u32, String);
+
 /// Reads `START WAL LOCATION`, `START TIMELINE` and `BACKUP FROM` from a `backup_label`.
-fn parse_label(label: &str) -> Result<(Lsn, u32, String), String> {
+fn parse_label(label: &str) -> Result<Label, String> {
     let line = |name: &str| {
         label
             .lines()
@@ -118,13 +132,14 @@ fn parse_label(label: &str) -> Result<(Lsn, u32, String), String> {
             .map(str::trim)
             .ok_or_else(|| format!("backup_label has no {name:?} line"))
     };
-    let start = line("START WAL LOCATION:")?;
-    let start = Lsn::parse(start.split_whitespace().next().unwrap_or(""))?;
+    let location = line("START WAL LOCATION:")?;
+    let start = Lsn::parse(location.split_whitespace().next().unwrap_or(""))?;
+    let start_file = label_start_file(location);
     let timeline = line("START TIMELINE:")?
         .parse()
         .map_err(|_| "backup_label has a bad START TIMELINE".to_string())?;
     let from = line("BACKUP FROM:").unwrap_or("primary").to_string();
-    Ok((start, timeline, from))
+    Ok((start, start_file, timeline, from))
 }
 
 #[derive(Deserialize)]
@@ -147,7 +162,7 @@ struct ManifestRange {
 /// hold the stop LSN; a backup from a standby that saw a timeline switch has several ranges).
 pub fn wal_range(label: &[u8], manifest: &[u8]) -> Result<WalRange, String> {
     let label = std::str::from_utf8(label).map_err(|_| "backup_label is not UTF-8")?;
-    let (start, label_timeline, from) = parse_label(label)?;
+    let (start, start_file, label_timeline, from) = parse_label(label)?;
     let m: ManifestWal = serde_json::from_slice(manifest)
         .map_err(|e| format!("backup_manifest has no readable WAL-Ranges: {e}"))?;
     let (Some(first), Some(last)) = (m.wal_ranges.first(), m.wal_ranges.last()) else {
@@ -167,6 +182,7 @@ pub fn wal_range(label: &[u8], manifest: &[u8]) -> Result<WalRange, String> {
     }
     Ok(WalRange {
         start_lsn: start,
+        start_wal_file: start_file,
         stop_lsn: last.end,
         timeline: last.timeline,
         backup_from: from,
@@ -360,6 +376,10 @@ pub struct BaseRecord {
     pub backup_id: String,
     pub database: String,
     pub start_lsn: Lsn,
+    /// The WAL segment holding `start_lsn` (from the `backup_label`): WAL retention keeps every
+    /// segment from it on. Absent in records of agents before retention.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_wal_file: Option<String>,
     pub stop_lsn: Lsn,
     pub timeline: u32,
     /// The server's clock when the backup started (its `backup_label`, whole seconds; the
@@ -684,6 +704,7 @@ mod tests {
             r,
             WalRange {
                 start_lsn: Lsn(0x2000028),
+                start_wal_file: Some("000000010000000000000002".into()),
                 stop_lsn: Lsn(0x4000138),
                 timeline: 2,
                 backup_from: "standby".into()
@@ -696,6 +717,17 @@ mod tests {
                 .contains("backup_label starts")
         );
         assert!(wal_range(LABEL.as_bytes(), br#"{"WAL-Ranges": []}"#).is_err());
+        // A label without the segment's name, or with one that is not a segment's: none.
+        for odd in [
+            "(file 00000001.history)",
+            "(file x)",
+            "",
+            "(file 000000010000000000000002",
+        ] {
+            let label = LABEL.replace("(file 000000010000000000000002)", odd);
+            let r = wal_range(label.as_bytes(), manifest).unwrap();
+            assert_eq!(r.start_wal_file, None, "{odd}");
+        }
         assert!(
             wal_range(b"LABEL: x\n", manifest)
                 .unwrap_err()
@@ -729,6 +761,7 @@ mod tests {
             backup_id: id.into(),
             database: "app".into(),
             start_lsn: Lsn(stop_lsn - 10),
+            start_wal_file: None,
             stop_lsn: Lsn(stop_lsn),
             timeline: 1,
             start_time: t(stop_secs - 5),

@@ -190,6 +190,7 @@ async fn backup_inner(
         backup_id: id,
         database: opts.database.clone(),
         start_lsn: range.start_lsn,
+        start_wal_file: range.start_wal_file,
         stop_lsn: range.stop_lsn,
         timeline: range.timeline,
         start_time: label_start.unwrap_or(local_before),

@@ -171,6 +171,16 @@ pub struct RetentionArgs {
     pub incomplete_grace: Duration,
 }
 
+impl RetentionArgs {
+    /// The retention rule these flags set.
+    pub fn policy(&self) -> crate::retention::Policy {
+        crate::retention::Policy {
+            keep_last: self.keep_last,
+            max_age: self.max_age,
+        }
+    }
+}
+
 fn parse_part_size(s: &str) -> Result<u64, String> {
     let n = parse_size(s)?;
     if !(5 << 20..=5 << 30).contains(&n) {
@@ -376,6 +386,10 @@ pub struct BaseBackupArgs {
     #[arg(long, env = "DBOP_BACKUP_UPLOAD_CONCURRENCY", default_value_t = 2,
           value_parser = clap::value_parser!(u16).range(1..=16))]
     pub upload_concurrency: u16,
+    // With --keep-last/--max-age, after the backup: older base backups are deleted, and the
+    // archived WAL before the oldest retained one's start (`base_prune`).
+    #[command(flatten)]
+    pub retention: RetentionArgs,
     #[command(flatten)]
     pub encode: EncodeArgs,
     #[command(flatten)]
@@ -509,12 +523,21 @@ mod tests {
             "--fast-checkpoint",
             "--result-file",
             "/dev/termination-log",
+            "--keep-last",
+            "2",
         ])
         .unwrap();
         let Command::BaseBackup(b) = cli.command else {
             panic!("not a base-backup")
         };
         assert!(b.fast_checkpoint);
+        assert_eq!(
+            b.retention.policy(),
+            crate::retention::Policy {
+                keep_last: Some(2),
+                max_age: None
+            }
+        );
         assert_eq!(
             b.output.result_file,
             Some(PathBuf::from("/dev/termination-log"))

@@ -624,13 +624,7 @@ async fn prune_after(
         false,
     )
     .await;
-    Some(match pruned {
-        Ok(report) => report.to_string(),
-        Err(e) => {
-            tracing::error!(error = %e, "pruning after the dump failed");
-            format!("pruning failed: {e}")
-        }
-    })
+    Some(crate::prune::after_backup_message(pruned, "dump"))
 }
 
 #[cfg(test)]

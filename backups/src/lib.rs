@@ -3,16 +3,20 @@
 //! The pure parts hold every decision and format and are unit-tested table by table:
 //! `manifest`, `archive` (row counts from pg_dump's archive stream), `wal` (WAL file names,
 //! keys, idempotence), `base` (base backup records, which one for a recovery target, recovery
-//! settings), `recovery` (a whole point-in-time recovery's paths, server settings and what
-//! PostgreSQL says) and `tar` (pg_basebackup's tar stream) here, and `layout`, `retention`, `result` and `units` from
-//! `dbop_contract`, which the operator links too; the I/O parts (`s3`, `pg`, `dump`, `restore`,
-//! `globals`, `catalog`, `wal_store`, `base_store`, `base_restore`, `recover`) only move bytes and call those decisions.
+//! settings), `base_retention` (which base backups and WAL segments retention deletes),
+//! `recovery` (a whole point-in-time recovery's paths, server settings and what PostgreSQL
+//! says) and `tar` (pg_basebackup's tar stream) here, and `layout`, `retention`, `result` and
+//! `units` from `dbop_contract`, which the operator links too; the I/O parts (`s3`, `pg`,
+//! `dump`, `restore`, `globals`, `catalog`, `wal_store`, `base_store`, `base_prune`,
+//! `base_restore`, `recover`) only move bytes and call those decisions.
 //! `result::BackupResult` is the contract with the operator, which reads it from the Job's
 //! termination message.
 
 pub mod archive;
 pub mod base;
+pub mod base_prune;
 pub mod base_restore;
+pub mod base_retention;
 pub mod base_store;
 pub mod catalog;
 pub mod cli;

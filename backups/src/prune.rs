@@ -1,6 +1,7 @@
 //! `prune`: apply the retention rule (from `dbop_contract::retention`) to one database's
 //! backups in the bucket, and abort abandoned multipart uploads. Used by the `prune` command
-//! and by `dump --keep-last/--max-age` after a successful dump.
+//! and by `dump --keep-last/--max-age` after a successful dump; `base_prune` shares its upload
+//! clean-up and message.
 
 use std::fmt;
 use std::time::Duration;
@@ -92,29 +93,67 @@ pub async fn prune_database(
             }
         }
     }
-    match store.list_uploads(&prefix).await? {
-        Some(uploads) => {
-            report.uploads_listed = true;
-            for u in uploads {
-                if retention::upload_abandoned(u.initiated, grace, now) {
-                    tracing::info!(
-                        key = u.key,
-                        dry_run,
-                        "aborting an abandoned multipart upload"
-                    );
-                    if !dry_run {
-                        store.abort_upload(&u.key, &u.upload_id).await?;
-                    }
-                    report.uploads_aborted += 1;
-                }
-            }
-        }
-        None => tracing::warn!(
-            endpoint = store.endpoint,
-            "the server does not implement ListMultipartUploads: unfinished uploads not checked"
-        ),
+    if let Some(uploads) = abort_abandoned_uploads(store, &prefix, grace, dry_run).await? {
+        report.uploads_listed = true;
+        report.uploads_aborted = uploads.aborted;
     }
     Ok(report)
+}
+
+/// The unfinished multipart uploads under a prefix.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Uploads {
+    /// Started longer than the grace period ago: aborted.
+    pub aborted: usize,
+    /// Within the grace period: left alone (a backup may be being written).
+    pub in_progress: usize,
+}
+
+/// Aborts the multipart uploads under `prefix` started longer than `grace` ago; `None` when
+/// the server cannot list unfinished uploads.
+pub async fn abort_abandoned_uploads(
+    store: &Store,
+    prefix: &str,
+    grace: Duration,
+    dry_run: bool,
+) -> Result<Option<Uploads>> {
+    let now = Utc::now();
+    let Some(uploads) = store.list_uploads(prefix).await? else {
+        tracing::warn!(
+            endpoint = store.endpoint,
+            "the server does not implement ListMultipartUploads: unfinished uploads not checked"
+        );
+        return Ok(None);
+    };
+    let mut counts = Uploads::default();
+    for u in uploads {
+        if !retention::upload_abandoned(u.initiated, grace, now) {
+            counts.in_progress += 1;
+        } else {
+            tracing::info!(
+                key = u.key,
+                dry_run,
+                "aborting an abandoned multipart upload"
+            );
+            if !dry_run {
+                store.abort_upload(&u.key, &u.upload_id).await?;
+            }
+            counts.aborted += 1;
+        }
+    }
+    Ok(Some(counts))
+}
+
+/// The part of a backup's message that says what the prune after it did, or why it failed (a
+/// failed prune never fails the backup).
+pub fn after_backup_message<R: fmt::Display>(pruned: Result<R>, what: &str) -> String {
+    match pruned {
+        Ok(report) => report.to_string(),
+        Err(e) => {
+            tracing::error!(error = %e, "pruning after the {what} failed");
+            format!("pruning failed: {e}")
+        }
+    }
 }
 
 /// What the retention rule needs of a catalog entry.

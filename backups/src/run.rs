@@ -12,8 +12,8 @@ use crate::base_store::{self, BaseBackupOptions};
 use crate::catalog::{self, BackupEntry};
 use crate::cli::{
     BaseBackupArgs, BaseRestoreArgs, Command, DumpArgs, EncodeArgs, KeyArgs, ListArgs, PgArgs,
-    PruneArgs, RecoverArgs, RestoreArgs, StorageArgs, VerifyArgs, WalArgs, WalFetchArgs,
-    WalPushArgs,
+    PruneArgs, RecoverArgs, RestoreArgs, RetentionArgs, StorageArgs, VerifyArgs, WalArgs,
+    WalFetchArgs, WalPushArgs,
 };
 use crate::crypto::{Key, KeyRing};
 use crate::dump::{self, DumpOptions};
@@ -24,7 +24,6 @@ use crate::prune::prune_database;
 use crate::recover;
 use crate::restore::{self, RestoreOptions};
 use crate::result::{BackupResult, Operation, Outcome};
-use crate::retention::Policy;
 use crate::s3::{Encryption, S3Settings, Store};
 use crate::signals::Interrupt;
 use crate::verify::{self, VerifyOptions};
@@ -179,10 +178,7 @@ async fn dump_command(a: &DumpArgs, interrupt: &Interrupt) -> RunOutput {
             part_size: a.part_size as usize,
             concurrency: a.upload_concurrency as usize,
             backup_id: a.backup_id.clone(),
-            policy: Policy {
-                keep_last: a.retention.keep_last,
-                max_age: a.retention.max_age,
-            },
+            policy: a.retention.policy(),
             incomplete_grace: a.retention.incomplete_grace,
         };
         dump::dump(&store, &layout, &tools, &opts, interrupt, &mut result).await
@@ -420,10 +416,33 @@ async fn base_backup_command(a: &BaseBackupArgs, interrupt: &Interrupt) -> RunOu
             base_store::base_backup(&store, &layout, &pg_tools(&a.pg), &opts, interrupt).await?;
         let tar_key = crate::base::tar_key(&layout, &opts.database, &done.record.backup_id);
         base_backup_result(&mut result, &done, tar_key);
+        let just_taken = (opts.database.as_str(), done.record.backup_id.as_str());
+        if let Some(pruned) = prune_after_base(&store, &layout, &a.retention, just_taken).await {
+            let message = result.message.take().unwrap_or_default();
+            result.message = Some(format!("{message}; {pruned}"));
+        }
         Ok(())
     }
     .await;
     finish(result, outcome)
+}
+
+/// Applies `--keep-last`/`--max-age` to base backups and WAL after a successful base backup;
+/// a failed prune is reported in the message, never fails the backup.
+async fn prune_after_base(
+    store: &Store,
+    layout: &Layout,
+    retention: &RetentionArgs,
+    (database, backup_id): (&str, &str),
+) -> Option<String> {
+    let policy = retention.policy();
+    if policy.is_empty() {
+        return None;
+    }
+    let grace = retention.incomplete_grace;
+    let pruned =
+        crate::base_prune::prune_base(store, layout, database, (policy, grace), backup_id).await;
+    Some(crate::prune::after_backup_message(pruned, "base backup"))
 }
 
 /// The target of `--target-time`/`--target-lsn`/`--target-name` (none: the latest).
@@ -522,10 +541,7 @@ async fn recover_command(a: &RecoverArgs, interrupt: &Interrupt) -> RunOutput {
 }
 
 async fn prune_command(a: &PruneArgs, result: &mut BackupResult) -> Result<()> {
-    let policy = Policy {
-        keep_last: a.retention.keep_last,
-        max_age: a.retention.max_age,
-    };
+    let policy = a.retention.policy();
     let database = database_or_env(a.database.as_deref(), "to prune")?;
     result.database = Some(database.clone());
     if policy.is_empty() {
@@ -560,6 +576,7 @@ mod tests {
             backup_id: id.into(),
             database: "physical".into(),
             start_lsn: Lsn(0x2000028),
+            start_wal_file: None,
             stop_lsn: Lsn(0x2000100),
             timeline: 1,
             start_time: t,

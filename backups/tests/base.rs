@@ -10,7 +10,8 @@
 //! primary on timeline 2 with exactly the rows before the target and no recovery settings,
 //! cleans a killed run's scratch, reports a finished directory again without touching it, and
 //! refuses a target before the oldest base backup, one past the archived WAL and an occupied
-//! directory.
+//! directory. `base-backup --keep-last` deletes the older base backups and the WAL before the
+//! oldest kept one's start segment, and no more: the oldest kept one still recovers.
 mod common;
 use common::*;
 use dbop_backup::BackupResult;
@@ -92,9 +93,17 @@ impl Source {
 
     /// `base-backup` with an immediate checkpoint: its record.
     fn base_backup(&self) -> serde_json::Value {
-        let run = agent(&["base-backup", "--fast-checkpoint"], &self.env());
-        run.assert_no_secrets();
+        let run = self.base_backup_with(&[]);
         stored_record(&self.s3, &run)
+    }
+
+    /// `base-backup --fast-checkpoint <args…>`.
+    fn base_backup_with(&self, args: &[&str]) -> AgentRun {
+        let mut all = vec!["base-backup", "--fast-checkpoint"];
+        all.extend_from_slice(args);
+        let run = agent(&all, &self.env());
+        run.assert_no_secrets();
+        run
     }
 
     /// Inserts one row per id, each in its own transaction.
@@ -974,4 +983,112 @@ fn a_wrong_replication_password_fails_as_postgres_without_the_password() {
     );
     assert_eq!(src.s3.keys(""), Vec::<String>::new(), "nothing stored");
     assert_eq!(src.s3.s3s_upload_files(), Vec::<String>::new());
+}
+
+/// The position `XXXXXXXXYYYYYYYY` of a WAL segment object's name, whatever its timeline;
+/// `None` for every other object (history files, partial segments, odd names).
+fn segment_position(key: &str) -> Option<String> {
+    let name = key.rsplit('/').next()?.strip_suffix(".zst")?;
+    let hex = name.len() == 24 && name.bytes().all(|b| b.is_ascii_hexdigit());
+    hex.then(|| name[8..].to_string())
+}
+
+/// Deletes objects through the S3 API.
+fn delete_objects(s3: &S3Server, keys: &[String]) {
+    for key in keys {
+        let key = key.clone();
+        s3.sdk(|c| async move {
+            c.delete_object()
+                .bucket(BUCKET)
+                .key(key)
+                .send()
+                .await
+                .expect("delete")
+        });
+    }
+}
+
+#[test]
+fn keep_last_prunes_the_oldest_base_backup_and_only_the_wal_before_the_oldest_kept_one() {
+    let src = Source::start();
+    let wal = format!("{PREFIX}/{DATABASE}/wal/");
+    let base = |id: &str| src.s3.keys(&format!("{PREFIX}/{DATABASE}/base/{id}/"));
+    // Three base backups, rows and archived WAL before and between them.
+    let mut records = Vec::new();
+    for (row, id) in [(1, "b1"), (2, "b2")] {
+        src.insert(row..=row);
+        src.switch_and_wait();
+        records.push(stored_record(
+            &src.s3,
+            &src.base_backup_with(&["--backup-id", id]),
+        ));
+    }
+    src.insert(3..=3);
+    src.switch_and_wait();
+    // Objects retention must leave alone, and an old segment of another timeline.
+    let fakes = [
+        (format!("{wal}00000002/00000002.history.zst"), true),
+        (
+            format!("{wal}00000001/000000010000000000000001.partial.zst"),
+            true,
+        ),
+        (format!("{wal}00000001/notes.txt"), true),
+        (format!("{wal}00000002/000000020000000000000001.zst"), false),
+    ];
+    for (key, _) in &fakes {
+        src.s3.put(key, b"x".to_vec());
+    }
+    let before = src.s3.keys(&wal);
+
+    let run = src.base_backup_with(&["--backup-id", "b3", "--keep-last", "2"]);
+    let message = run.message();
+    let b2_start = records[1]["startWalFile"]
+        .as_str()
+        .expect("a start segment");
+    let boundary = &b2_start[8..];
+    let gone: Vec<&String> = before
+        .iter()
+        .filter(|k| segment_position(k).is_some_and(|p| p.as_str() < boundary))
+        .collect();
+    assert!(gone.len() >= 2, "{before:?}");
+    assert!(
+        message.contains("pruned 1 base backups [b1]")
+            && message.contains(&format!("pruned {} WAL files", gone.len())),
+        "{message}"
+    );
+    assert!(base("b1").is_empty(), "{:?}", base("b1"));
+    assert_eq!(base("b2").len(), 2);
+    assert_eq!(base("b3").len(), 2);
+    let after = src.s3.keys(&wal);
+    for key in &before {
+        assert_eq!(after.contains(key), !gone.contains(&key), "{key}");
+    }
+    assert!(
+        after.contains(&format!("{wal}00000001/{b2_start}.zst")),
+        "the segment holding b2's start is kept: {after:?}"
+    );
+    for (key, kept) in &fakes {
+        assert_eq!(after.contains(key), *kept, "{key}");
+    }
+
+    // A re-run finds b3 complete and has nothing left to prune.
+    let again = src.base_backup_with(&["--backup-id", "b3", "--keep-last", "2"]);
+    let message = again.message();
+    assert!(
+        message.contains("already complete")
+            && message.contains("pruned 0 base backups")
+            && message.contains("pruned 0 WAL files"),
+        "{message}"
+    );
+
+    // Nothing b2 needs was deleted: it recovers to the latest point.
+    let fake_keys: Vec<String> = fakes.into_iter().map(|(k, _)| k).collect();
+    delete_objects(&src.s3, &fake_keys);
+    src.insert(4..=4);
+    src.switch_and_wait();
+    let (_keep, data) = new_data_dir();
+    let run = src.recover(&data, &["--backup-id", "b2"]);
+    assert_eq!(run.ok().backup_id.as_deref(), Some("b2"), "{}", run.stdout);
+    let mut restored = Restored::start(&data);
+    assert_eq!(restored.ids_after_promotion(), "1,2,3,4");
 }
