@@ -66,7 +66,7 @@ pub fn backup_job(
     let id = backup_id(&backup_name, created);
     let (args, env, secrets) = match backup.spec.method {
         BackupMethod::Logical => dump_run(db, spec, limits, backup, id),
-        BackupMethod::Physical => base_backup_run(db, spec, backup, id),
+        BackupMethod::Physical => base_backup_run(db, spec, limits, backup, id),
     };
     let run = AgentRun {
         container: BACKUP_CONTAINER,
@@ -103,10 +103,7 @@ fn dump_run(
     let mut args = vec!["dump".to_string()];
     args.extend(s3_args(db, spec));
     args.push(format!("--backup-id={id}"));
-    args.push(format!("--keep-last={}", limits.keep_last));
-    if let Some(max_age) = limits.max_age {
-        args.push(format!("--max-age={}", format_duration(max_age)));
-    }
+    args.extend(retention_args(limits));
     args.extend(encryption_arg(spec));
     let keys = encryption_secret(spec);
     let mut env = dump_env(db, &spec.s3, backup.spec.reason);
@@ -117,11 +114,20 @@ fn dump_run(
 /// `base-backup` into `<prefix>/physical/base/<id>/`, as the replication role (a replication
 /// connection, from a ready standby when there is one): its password is the only credential
 /// mounted. A backup someone waits for (not the schedule's) asks for an immediate checkpoint.
-fn base_backup_run(db: &Database, spec: &BackupSpec, backup: &DatabaseBackup, id: String) -> Run {
+/// `spec.backup`'s retention applies to the base backups, and the agent then deletes the WAL
+/// only they needed.
+fn base_backup_run(
+    db: &Database,
+    spec: &BackupSpec,
+    limits: &AgentLimits,
+    backup: &DatabaseBackup,
+    id: String,
+) -> Run {
     let mut args = vec!["base-backup".to_string()];
     args.extend(s3_args(db, spec));
     args.push(format!("--database={}", super::agent::PHYSICAL_FOLDER));
     args.push(format!("--backup-id={id}"));
+    args.extend(retention_args(limits));
     if backup.spec.reason != BackupReason::Scheduled {
         args.push("--fast-checkpoint".into());
     }
@@ -145,6 +151,16 @@ fn base_backup_run(db: &Database, spec: &BackupSpec, backup: &DatabaseBackup, id
         mount("replication", REPLICATION_DIR, true),
     ));
     (args, env, secrets)
+}
+
+/// The agent's retention of what the Job stores: the newest `keep_last`, none older than
+/// `max_age`.
+fn retention_args(limits: &AgentLimits) -> Vec<String> {
+    let mut args = vec![format!("--keep-last={}", limits.keep_last)];
+    if let Some(max_age) = limits.max_age {
+        args.push(format!("--max-age={}", format_duration(max_age)));
+    }
+    args
 }
 
 /// The key's name, not the key: the agent reads it from the mounted Secret.
