@@ -12,10 +12,12 @@ use super::backup_policy::{EncryptionKeysRef, S3Spec};
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BootstrapSpec {
-    /// Restore a backup into the new Database instead of running `init`: the server starts
-    /// empty, then a restore Job (`<name>-restore`) recreates the backup's roles and restores
-    /// its data in one transaction. `Initialized` turns True (reason `RestoredFromBackup`) only
-    /// when the restore succeeded.
+    /// Restore a backup into the new Database instead of running `init`. A dump: the server
+    /// starts empty, then a restore Job (`<name>-restore`) recreates the backup's roles and
+    /// restores its data in one transaction; `Initialized` turns True (reason
+    /// `RestoredFromBackup`) only when the restore succeeded. With `recoveryTarget`: the Job
+    /// recovers a base backup and the archived WAL into the first volume before the server
+    /// first starts (reason `RecoveredToTarget`).
     pub from_backup: FromBackupSpec,
 }
 
