@@ -47,7 +47,8 @@ use kubelet::resolve;
 const SOURCE_NS: &str = "shop";
 const SOURCE_NAME: &str = "orders";
 
-fn agent_binary() -> PathBuf {
+/// The agent as built: `DBOP_BACKUP_BIN`, or beside the test executable.
+fn built_agent() -> PathBuf {
     if let Some(path) = std::env::var_os("DBOP_BACKUP_BIN") {
         return path.into();
     }
@@ -63,6 +64,27 @@ fn agent_binary() -> PathBuf {
         bin.display()
     );
     bin
+}
+
+/// Where the test's copy of the agent is (`install_agent`).
+static AGENT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Copies the built agent into `dir` (mode 0755), where PostgreSQL's user can run it: as
+/// `archive_command`, and as the pod's user. The build's own directory may be closed to other
+/// users (a clone in a private temporary directory, as CI makes one); there PostgreSQL could
+/// not archive, and the base backup waited for its WAL forever.
+fn install_agent(dir: &Path) {
+    let bin = dir.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    give_to_postgres(&bin);
+    let copy = bin.join("dbop-backup");
+    std::fs::copy(built_agent(), &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    AGENT.set(copy).expect("one test installs the agent");
+}
+
+fn agent_binary() -> PathBuf {
+    AGENT.get().expect("install_agent first").clone()
 }
 
 /// PostgreSQL's user when the tests run as root (a pod runs as the image's non-root user).
@@ -479,6 +501,7 @@ fn the_recovery_job_runs_the_agent_for_real_to_a_point_in_time() {
         .tempdir()
         .unwrap();
     give_to_postgres(dir.path());
+    install_agent(dir.path());
     let s3 = S3sFs::start();
 
     // The source: rows 1–3, a base backup, rows 4–5, the target, rows 6–7, all archived under
