@@ -23,7 +23,7 @@ fn init_logging(format: LogFormat) {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|e| exit_for_bad_flags(e));
     init_logging(cli.log_format);
     let result_file = match &cli.command {
         Command::Dump(a) => a.output.result_file.clone(),
@@ -82,6 +82,20 @@ fn main() -> ExitCode {
         return ExitCode::from(1);
     };
     report(&output, result_file.as_deref())
+}
+
+/// Prints clap's message and exits: with clap's code, except for `wal-fetch`, whose every
+/// failure but a missing file must stop PostgreSQL's recovery ([`run::WAL_FETCH_FAILED`]).
+fn exit_for_bad_flags(e: clap::Error) -> ! {
+    let shown = matches!(
+        e.kind(),
+        clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+    );
+    if shown || !std::env::args().skip(1).any(|a| a == "wal-fetch") {
+        e.exit()
+    }
+    let _ = e.print();
+    std::process::exit(run::WAL_FETCH_FAILED)
 }
 
 /// Prints the result summary and writes it into the result file; the exit code.

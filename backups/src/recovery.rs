@@ -272,15 +272,27 @@ pub fn exit_failure(target: &Target, scratch: &Path, status: &str, log: &str) ->
             log_tail(log)
         ));
     }
+    let why = match unfetched_wal(log) {
+        Some(file) => format!(
+            "fetching WAL file {file} from the archive failed, so recovery stopped there rather than end early without the commits after it; it can be run again once the archive answers. It stopped ({status})"
+        ),
+        None => format!("it stopped ({status}) before recovery ended and it promoted"),
+    };
     Error::Postgres {
         tool: "postgres".into(),
         database: "(instance)".into(),
         server: format!("data directory {}", scratch.display()),
-        detail: format!(
-            "it stopped ({status}) before recovery ended and it promoted. Server log: {}",
-            log_tail(log)
-        ),
+        detail: format!("{why}. Server log: {}", log_tail(log)),
     }
+}
+
+/// The WAL file whose `restore_command` failed and stopped recovery (`wal-fetch` exits above 125
+/// for anything but a missing file), from the server's log.
+fn unfetched_wal(log: &str) -> Option<String> {
+    log.lines().rev().find_map(|l| {
+        let rest = l.split_once("FATAL:  could not restore file \"")?.1;
+        Some(rest.split('"').next()?.to_string())
+    })
 }
 
 /// The result of a finished recovery.
@@ -462,6 +474,17 @@ mod tests {
         );
         assert_eq!(other.label(), "postgres");
         assert!(other.to_string().contains("x.conf"));
+        let unfetched = exit_failure(
+            &t,
+            Path::new("/d.recovering"),
+            "exit status: 1",
+            "2026-12-05 01:00:00 UTC FATAL:  could not restore file \"000000010000000000000004\" from archive: child process exited with exit code 200\n",
+        );
+        assert_eq!(unfetched.label(), "postgres");
+        assert!(
+            unfetched.to_string().contains("fetching WAL file 000000010000000000000004 from the archive failed, so recovery stopped there"),
+            "{unfetched}"
+        );
         assert_eq!(
             reached_in_log("LOG: starting\n"),
             "nothing past the base backup was replayed"

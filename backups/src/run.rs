@@ -296,6 +296,22 @@ fn database_or_env(flag: Option<&str>, purpose: &str) -> Result<String> {
 /// do not exist, such as the next timeline's history: that is no failure).
 pub const WAL_NOT_FOUND: i32 = 3;
 
+/// `wal-fetch`'s exit code when it fails for any reason but the file's absence (S3 down or
+/// refusing, a damaged or undecryptable object, a bad flag). PostgreSQL takes an exit code of
+/// 125 or less from `restore_command` as "no such file" and ends recovery there, promoting
+/// without every commit after it; above 125 it stops recovery instead, and a stopped recovery
+/// can be run again.
+pub const WAL_FETCH_FAILED: i32 = 200;
+
+/// `wal-fetch`'s exit code for a WAL command's: found, missing and a shutdown's SIGTERM (which
+/// PostgreSQL recognises) unchanged, every other failure [`WAL_FETCH_FAILED`].
+pub fn wal_fetch_exit_code(code: i32) -> i32 {
+    match code {
+        0 | WAL_NOT_FOUND | 143 => code,
+        _ => WAL_FETCH_FAILED,
+    }
+}
+
 /// The WAL store of a `wal-push` or `wal-fetch`, with the key it writes with.
 async fn wal_store(a: &WalArgs, key: Option<Key>, level: i32) -> Result<WalStore> {
     let database = database_or_env(a.database.as_deref(), "whose WAL this is")?;
@@ -350,7 +366,9 @@ async fn wal_fetch_command(a: &WalFetchArgs) -> RunOutput {
         ws.fetch(&a.file_name, &a.path).await
     }
     .await;
-    wal_exit(outcome, &a.file_name)
+    let mut output = wal_exit(outcome, &a.file_name);
+    output.exit_code = wal_fetch_exit_code(output.exit_code);
+    output
 }
 
 /// The exit code of a base backup command; its record as one JSON line on stdout.
@@ -643,6 +661,30 @@ mod tests {
                 ..r.clone()
             }
         );
+    }
+
+    #[test]
+    fn wal_fetch_stops_recovery_on_every_failure_but_a_missing_file() {
+        let exit = |outcome: Result<bool>| {
+            wal_fetch_exit_code(wal_exit(outcome, "000000010000000000000001").exit_code)
+        };
+        assert_eq!(exit(Ok(true)), 0);
+        assert_eq!(exit(Ok(false)), WAL_NOT_FOUND);
+        assert_eq!(exit(Err(Error::Interrupted("SIGTERM"))), 143);
+        let failures = [
+            Error::Usage("--bucket is missing".into()),
+            Error::Interrupted("SIGINT"),
+            Error::io("cannot write", std::io::Error::other("disk full")),
+            Error::Integrity {
+                key: "k".into(),
+                detail: "sha256 differs".into(),
+            },
+        ];
+        for failure in failures {
+            let label = failure.to_string();
+            let code = exit(Err(failure));
+            assert!(code > 125 && code < 256, "{label}: {code}");
+        }
     }
 
     #[test]

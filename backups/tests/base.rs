@@ -777,6 +777,46 @@ fn recover_refuses_targets_outside_the_archive_and_occupied_directories_and_reco
     assert_eq!(restored.ids_after_promotion(), "1,2,3");
 }
 
+#[test]
+fn a_wal_file_that_cannot_be_fetched_stops_recovery_instead_of_ending_it_early() {
+    let src = Source::start();
+    src.insert(1..=2);
+    src.base_backup();
+    src.insert(3..=3);
+    let damaged = src
+        .pg
+        .psql("postgres", "SELECT pg_walfile_name(pg_current_wal_lsn())");
+    src.switch_and_wait();
+    src.insert(4..=4);
+    src.switch_and_wait();
+
+    // The segment holding row 3 is stored, with its checksum, but no longer decodes.
+    let key = src
+        .s3
+        .keys(&format!("{PREFIX}/{DATABASE}/"))
+        .into_iter()
+        .find(|k| k.ends_with(&format!("/{damaged}.zst")))
+        .unwrap_or_else(|| panic!("{damaged} is not archived"));
+    let metadata = src.s3.metadata(&key);
+    let mut body = src.s3.get(&key);
+    let middle = body.len() / 2;
+    body[middle] ^= 0xff;
+    src.s3.put_with_metadata(&key, body, metadata);
+
+    // Taken as a missing file, recovery would end before row 3 and promote with rows 1 and 2.
+    let (_keep, data) = new_data_dir();
+    let run = src.recover(&data, &[]);
+    run.failed();
+    let message = run.message();
+    assert!(
+        message.contains(&format!(
+            "fetching WAL file {damaged} from the archive failed"
+        )),
+        "{message}"
+    );
+    assert!(!data.exists() && !data.with_file_name("data.recovering").exists());
+}
+
 /// The password of the replication role of the tests below.
 const REPLICATION_PASSWORD: &str = "repl-Secr3t-never-printed";
 

@@ -2,7 +2,8 @@
 //! as child processes on real WAL segments, the way PostgreSQL calls them (`%p` relative to
 //! the data directory). A round trip is byte-identical; a second push uploads nothing; a
 //! different or truncated object under the same name is refused and left intact; a corrupted
-//! object is refused on fetch with nothing written; a missing file gives its own exit code
+//! object is refused on fetch with nothing written, exiting with the code that stops recovery;
+//! a missing file gives its own exit code
 //! quietly; history files round-trip; read-ahead stores the other ready files and leaves
 //! markers that their own calls trust only for the same bytes; a stopped server fails within
 //! the deadline and leaves nothing; and PostgreSQL itself archives through the agent.
@@ -21,6 +22,8 @@ const DATABASE: &str = "app";
 const PREFIX: &str = "pfx";
 /// `wal-fetch`'s exit code for a file the archive does not have.
 const NOT_FOUND: i32 = dbop_backup::run::WAL_NOT_FOUND;
+/// `wal-fetch`'s exit code for every other failure: PostgreSQL stops recovery on it.
+const FETCH_FAILED: i32 = dbop_backup::run::WAL_FETCH_FAILED;
 
 /// Whole WAL segments written by a real PostgreSQL, made once per test process.
 struct Segments {
@@ -273,7 +276,7 @@ fn a_corrupted_object_is_refused_on_fetch_and_nothing_is_written() {
 
     for name in &names[..2] {
         let run = fetch(&env, name, &target);
-        assert_failed(&run, 1);
+        assert_failed(&run, FETCH_FAILED);
         assert!(
             run.stderr.contains("integrity check failed"),
             "{}",
@@ -305,7 +308,7 @@ fn a_missing_file_exits_with_the_not_found_code_quietly() {
     assert_eq!(leftovers(out.path(), &[]), Vec::<String>::new());
     // A name that is no WAL file is a usage error, whatever the archive holds.
     let run = fetch(&env, "../../etc/passwd", &out.path().join("x"));
-    assert_failed(&run, 2);
+    assert_failed(&run, FETCH_FAILED);
     assert!(run.stderr.contains("not a WAL file name"), "{}", run.stderr);
 }
 
@@ -350,7 +353,7 @@ fn a_timeline_history_file_round_trips_and_encrypted_wal_needs_its_key() {
     let out = tempfile::tempdir().unwrap();
     let target = out.path().join("RECOVERYHISTORY");
     let without = fetch(&plain_env, name, &target);
-    assert_failed(&without, 1);
+    assert_failed(&without, FETCH_FAILED);
     assert!(without.stderr.contains("k1"), "{}", without.stderr);
     assert!(!without.stderr.contains(&key_text));
     assert!(!target.exists());
