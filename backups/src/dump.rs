@@ -334,8 +334,24 @@ impl Target {
 }
 
 /// One transaction whose snapshot pg_dump imports; kept open until the dump is stored, so rows
-/// can still be counted in it should the archive not be readable.
+/// can still be counted in it should the archive not be readable. A session that could not
+/// connect for a passing reason is opened again (it is read-only: nothing ran).
 async fn open_snapshot(
+    tools: &PgTools,
+    database: Option<&str>,
+) -> Result<(PsqlSession, ServerFacts)> {
+    pg::patiently(&pg::database_label(database), || async {
+        match try_open_snapshot(tools, database).await {
+            Err(Error::Postgres { detail, .. }) if pg::never_connected_transiently(&detail) => {
+                Ok(Err(detail))
+            }
+            opened => opened.map(Ok),
+        }
+    })
+    .await
+}
+
+async fn try_open_snapshot(
     tools: &PgTools,
     database: Option<&str>,
 ) -> Result<(PsqlSession, ServerFacts)> {

@@ -2,12 +2,14 @@
 //! variable (`PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`, `PGPASSFILE`, `PGSSLMODE`, …) works as
 //! users expect and no secret is ever put on a command line. Owns: finding the tools that
 //! match the server's major version, a psql session that holds an exported snapshot, the row
-//! count query, and collecting a bounded tail of a tool's stderr for error messages.
+//! count query, running again a psql that could not connect for a passing reason, and
+//! collecting a bounded tail of a tool's stderr for error messages.
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
@@ -159,30 +161,100 @@ impl PgTools {
         }
     }
 
-    /// Runs one query with psql and returns its unaligned, tuples-only output.
+    /// Runs one query with psql and returns its unaligned, tuples-only output; a psql that
+    /// could not connect for a passing reason is run again ([`patiently`]).
     pub async fn query(&self, database: Option<&str>, sql: &str) -> Result<String> {
-        let mut cmd = self.command("psql", None);
-        cmd.args(QUERY_ARGS).arg(sql);
-        if let Some(db) = database {
-            cmd.env("PGDATABASE", db);
-        }
         let db_label = database_label(database);
-        let out = cmd
-            .output()
-            .await
-            .map_err(|e| pg_error("psql", &db_label, format!("cannot run psql: {e}")))?;
-        if !out.status.success() {
-            let detail = tail_text(&String::from_utf8_lossy(&out.stderr));
-            return Err(pg_error("psql", &db_label, detail));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        patiently(&db_label, || async {
+            let mut cmd = self.command("psql", None);
+            cmd.args(QUERY_ARGS).arg(sql);
+            if let Some(db) = database {
+                cmd.env("PGDATABASE", db);
+            }
+            let out = cmd
+                .output()
+                .await
+                .map_err(|e| pg_error("psql", &db_label, format!("cannot run psql: {e}")))?;
+            Ok(if out.status.success() {
+                Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+            } else {
+                Err(String::from_utf8_lossy(&out.stderr).to_string())
+            })
+        })
+        .await
+    }
+}
+
+/// How long a psql that never reached a server, for a reason that passes, is tried again: a
+/// name server that did not answer, a Service whose server is restarting or failing over, a
+/// network blip. Such a psql ran nothing, so running it again is safe whatever its SQL.
+pub const CONNECT_PATIENCE: Duration = Duration::from_secs(60);
+
+/// Whether psql's stderr says it never connected, for a reason that may pass: libpq's
+/// connection errors (not a lost connection, after which a statement may have run) that are
+/// not a refused login, a missing database or an unknown host name.
+pub fn never_connected_transiently(stderr: &str) -> bool {
+    const PASSING: [&str; 9] = [
+        "Temporary failure in name resolution",
+        "Connection refused",
+        "timeout expired",
+        "Connection timed out",
+        "No route to host",
+        "Network is unreachable",
+        "the database system is starting up",
+        "the database system is not yet accepting connections",
+        "the database system is shutting down",
+    ];
+    let connecting = stderr.contains("could not translate host name")
+        || stderr.contains("could not connect to server")
+        || (stderr.contains("connection to server ") && stderr.contains(" failed: "));
+    connecting && PASSING.iter().any(|p| stderr.contains(p))
+}
+
+/// Runs `psql` (one psql process: `Ok(output)` or `Err(its stderr)`) until it succeeds, fails
+/// for good, or [`CONNECT_PATIENCE`] has passed while it could not connect.
+pub async fn patiently<T, F, Fut>(database: &str, mut psql: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<std::result::Result<T, String>>>,
+{
+    let deadline = Instant::now() + CONNECT_PATIENCE;
+    let mut attempt = 0;
+    loop {
+        let stderr = match psql().await? {
+            Ok(output) => return Ok(output),
+            Err(stderr) => stderr,
+        };
+        attempt += 1;
+        let left = deadline.saturating_duration_since(Instant::now());
+        let wait = never_connected_transiently(&stderr)
+            .then(|| crate::wal::retry_wait(attempt, left))
+            .flatten();
+        let detail = tail_text(&stderr);
+        let Some(wait) = wait else {
+            return Err(pg_error("psql", database, detail));
+        };
+        tracing::warn!(
+            database,
+            "psql could not connect: {detail}; retrying in {wait:?}"
+        );
+        tokio::time::sleep(wait).await;
     }
 }
 
 impl PgTools {
     /// Runs a psql script (read from stdin, never a command line) against `database` in one
-    /// transaction that stops at the first error.
+    /// transaction that stops at the first error; a psql that could not connect for a passing
+    /// reason is run again ([`patiently`]).
     pub async fn run_script(&self, database: &str, script: &str) -> Result<()> {
+        patiently(database, || self.run_script_once(database, script)).await
+    }
+
+    async fn run_script_once(
+        &self,
+        database: &str,
+        script: &str,
+    ) -> Result<std::result::Result<(), String>> {
         let mut cmd = self.command("psql", None);
         cmd.args([
             "-X",
@@ -211,10 +283,7 @@ impl PgTools {
             .await
             .map_err(|e| pg_error("psql", database, e.to_string()))?;
         let tail = stderr.await.unwrap_or_default();
-        if !status.success() {
-            return Err(pg_error("psql", database, tail_text(&tail)));
-        }
-        Ok(())
+        Ok(if status.success() { Ok(()) } else { Err(tail) })
     }
 }
 
@@ -405,6 +474,31 @@ impl PsqlSession {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_connection_that_never_happened_for_a_passing_reason_is_retried() {
+        let passing = [
+            "psql: error: could not translate host name \"ledger-rw\" to address: Temporary failure in name resolution",
+            "psql: error: connection to server at \"10.0.0.7\", port 5432 failed: Connection refused\n\tIs the server running on that host and accepting TCP/IP connections?",
+            "psql: error: connection to server on socket \"/run/pg/.s.PGSQL.5432\" failed: FATAL:  the database system is starting up",
+            "psql: error: connection to server at \"db\" (10.0.0.7), port 5432 failed: timeout expired",
+            "psql: could not connect to server: Connection refused",
+        ];
+        for stderr in passing {
+            assert!(never_connected_transiently(stderr), "{stderr}");
+        }
+        let lasting = [
+            "psql: error: connection to server at \"db\" (10.0.0.7), port 5432 failed: FATAL:  password authentication failed for user \"app\"",
+            "psql: error: connection to server at \"db\" (10.0.0.7), port 5432 failed: FATAL:  database \"nosuch\" does not exist",
+            "psql: error: could not translate host name \"typo-rw\" to address: Name or service not known",
+            "server closed the connection unexpectedly\n\tThis probably means the server terminated abnormally",
+            "could not receive data from server: Connection timed out",
+            "ERROR:  relation \"t\" does not exist",
+        ];
+        for stderr in lasting {
+            assert!(!never_connected_transiently(stderr), "{stderr}");
+        }
+    }
 
     #[test]
     fn versions() {

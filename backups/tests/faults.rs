@@ -1,8 +1,11 @@
 //! Every fault, each its own test: a non-zero exit, a Failed result naming what failed (and no
-//! secret), the multipart upload aborted, no manifest; restores that commit nothing.
+//! secret), the multipart upload aborted, no manifest; restores that commit nothing. A server
+//! not listening yet is waited for, not a fault.
 
 mod common;
-use std::time::Duration;
+use std::io::{BufRead, BufReader};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -106,6 +109,70 @@ fn dump_fails_for_a_wrong_database_password() {
     );
     assert!(m.contains(&format!("127.0.0.1:{}", pg.port)), "{m}");
     assert_nothing_complete(&s3);
+}
+
+/// Forwards every connection to 127.0.0.1:`from` to 127.0.0.1:`to`, for the test's life.
+fn forward(from: u16, to: u16) {
+    let listener = TcpListener::bind(("127.0.0.1", from)).expect("bind the forwarded port");
+    std::thread::spawn(move || {
+        for client in listener.incoming().map_while(Result::ok) {
+            let Ok(server) = TcpStream::connect(("127.0.0.1", to)) else {
+                continue;
+            };
+            let pipe = |mut a: TcpStream, mut b: TcpStream| {
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut a, &mut b);
+                    let _ = b.shutdown(Shutdown::Write);
+                })
+            };
+            pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
+            pipe(server, client);
+        }
+    });
+}
+
+/// A server that does not listen yet (its pod restarting behind the Service, a name server that
+/// did not answer) is tried again: once it listens, the dump goes ahead.
+#[test]
+fn dump_waits_for_a_server_that_is_not_listening_yet() {
+    let pg = Pg::start();
+    let s3 = S3Server::start(S3Kind::S3sFs);
+    app(&pg);
+    let port = free_port();
+    let env = with_env(env_of(&pg, "app", &s3), "PGPORT", &port.to_string());
+    let mut child = agent_command(&["dump"], &env).spawn().expect("agent");
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let (lines, said) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in stderr.lines().map_while(Result::ok) {
+            all.push_str(&line);
+            all.push('\n');
+            let _ = lines.send(line);
+        }
+        all
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(line) = said.recv_timeout(left) else {
+            panic!(
+                "the agent did not say it retries: {}",
+                reader.join().unwrap()
+            );
+        };
+        if line.contains("psql could not connect") && line.contains("Connection refused") {
+            break;
+        }
+    }
+    forward(port, pg.port);
+    let mut out = child.wait_with_output().unwrap();
+    out.stderr = reader.join().unwrap().into_bytes();
+    let run = parse_run(out);
+    let key = run.ok().key.clone().unwrap_or_default();
+    assert!(key.ends_with("/dump.pgc.zst"), "{}", run.stdout);
+    assert!(run.stderr.contains("retrying in"), "{}", run.stderr);
+    run.assert_no_secrets();
 }
 
 #[test]
