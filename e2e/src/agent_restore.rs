@@ -20,7 +20,10 @@ impl TestBed {
         backup: &str,
         s3_endpoint: &str,
     ) {
-        let script = "createdb restored && exec /dbop/dbop-backup restore --bucket backups \
+        // createdb is tried a few times: the real node's DNS does not always answer at once
+        // (the agent retries its own connections).
+        let script = "for i in 1 2 3 4 5; do createdb restored && break; sleep 2; done; \
+                      exec /dbop/dbop-backup restore --bucket backups \
                       --prefix \"$0\" --source-database postgres --database app --path-style=true \"$1\"";
         let from_secret = |name: &str, secret: &str, key: &str| json!({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}});
         let credentials = format!("{host}-credentials");
