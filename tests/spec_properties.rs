@@ -278,11 +278,20 @@ fn backup(valid: bool) -> BoxedStrategy<Value> {
         ),
         s3(),
         retention(valid),
+        any::<bool>(),
     )
         .prop_map(
-            |(schedule, zone, suspend, (deadline, rpo, timeout), s3, retention)| {
+            |(schedule, zone, suspend, (deadline, rpo, timeout), s3, retention, physical)| {
+                // The API server takes method Physical only with WAL archiving.
+                let (method, archiving) = if physical {
+                    (json!("Physical"), json!({}))
+                } else {
+                    (Value::Null, Value::Null)
+                };
                 object(vec![
                     ("schedule", Value::String(schedule)),
+                    ("method", method),
+                    ("walArchiving", archiving),
                     ("timeZone", zone),
                     ("suspend", Value::Bool(suspend)),
                     ("startingDeadline", deadline),

@@ -62,6 +62,34 @@ async fn invalid_databases_are_refused_with_a_message() {
             "spec.backup.encryption.keyName",
         ),
         (
+            "scheduled base backups without WAL archiving",
+            database_manifest(
+                "m1",
+                json!({"backup": {"schedule": "@daily", "s3": {"bucket": "b"},
+                                  "method": "Physical"}}),
+            ),
+            "method Physical needs walArchiving",
+        ),
+        (
+            "scheduled base backups with dump verification",
+            database_manifest(
+                "m2",
+                json!({"backup": {"schedule": "@daily", "s3": {"bucket": "b"},
+                                  "method": "Physical", "walArchiving": {},
+                                  "verify": {"everyNthBackup": 1}}}),
+            ),
+            "verify restores dumps and cannot check base backups yet",
+        ),
+        (
+            "unknown backup method",
+            database_manifest(
+                "m3",
+                json!({"backup": {"schedule": "@daily", "s3": {"bucket": "b"},
+                                  "method": "Snapshot"}}),
+            ),
+            "spec.backup.method",
+        ),
+        (
             "unknown engine",
             database_manifest("e1", json!({"engine": "mysql"})),
             "spec.engine",

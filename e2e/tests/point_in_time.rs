@@ -1,5 +1,6 @@
 //! Point-in-time recovery for real, on the test bed's real node. A Database archives its WAL
-//! to an S3 server in a pod; a `DatabaseBackup` of method `Physical` takes a base backup (the
+//! to an S3 server in a pod; its schedule (`spec.backup.method: Physical`, every minute, then
+//! suspended) makes a `DatabaseBackup` of method `Physical` that takes a base backup (the
 //! agent's `base-backup` in a Job, as the replication role); rows are committed before and
 //! after a recorded moment and the WAL holding them is archived. A new Database recovering
 //! that DatabaseBackup with `recoveryTarget.time` at that moment has exactly the rows
@@ -10,20 +11,21 @@
 
 use std::time::Duration;
 
-use dbop::api::{BackupMethod, BackupReason, Database, DatabaseBackup, DatabaseBackupSpec, Phase};
+use dbop::api::{BackupMethod, BackupReason, Database, Phase};
 use dbop_e2e::backup_jobs::succeeded_backup;
 use dbop_e2e::node::{REAL_NODE_STORAGE_CLASS, real_node_placement};
 use dbop_e2e::{TestBed, condition, testbed, wait_until, wait_until_or_none};
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
 /// A real server: initdb, start, init Job on a busy 2-core machine.
 const READY_WAIT: Duration = Duration::from_secs(240);
 /// A recovery: the Job's pod, the base backup's download, WAL replay, then the server's start.
 const RECOVERED_WAIT: Duration = Duration::from_secs(300);
-/// A base backup Job: its pod, the image, a checkpoint and the upload of a small instance.
-const BACKUP_WAIT: Duration = Duration::from_secs(240);
+/// The next minute's scheduled base backup Job: its pod, the image, a checkpoint and the upload
+/// of a small instance.
+const BACKUP_WAIT: Duration = Duration::from_secs(300);
 /// An archived file shows in `pg_stat_archiver` after one upload (the file is switched).
 const ARCHIVED_WAIT: Duration = Duration::from_secs(90);
 
@@ -44,23 +46,6 @@ fn recovered(name: &str, from_backup: Value) -> Value {
         "placement": real_node_placement(),
         "bootstrap": {"fromBackup": from_backup},
     }})
-}
-
-/// Takes a physical backup of `ledger` and waits until it succeeded.
-async fn physical_backup(bed: &TestBed, ns: &str, name: &str) -> DatabaseBackup {
-    let api: Api<DatabaseBackup> = Api::namespaced(bed.client.clone(), ns);
-    let backup = DatabaseBackup::new(
-        name,
-        DatabaseBackupSpec {
-            database: "ledger".into(),
-            reason: BackupReason::Manual,
-            method: BackupMethod::Physical,
-        },
-    );
-    api.create(&PostParams::default(), &backup)
-        .await
-        .unwrap_or_else(|e| panic!("DatabaseBackup {name} refused: {e}"));
-    succeeded_backup(bed, ns, Some(name), BACKUP_WAIT).await
 }
 
 /// Runs SQL on `ledger` through the client pod; its single-line output.
@@ -113,16 +98,24 @@ async fn a_new_database_has_exactly_the_rows_committed_before_the_target() {
             "version": "15.20",
             "storage": {"size": "1Gi", "storageClassName": REAL_NODE_STORAGE_CLASS},
             "placement": real_node_placement(),
-            "backup": {"schedule": "@yearly", "s3": s3(&endpoint),
+            "backup": {"schedule": "* * * * *", "method": "Physical", "s3": s3(&endpoint),
                        "walArchiving": {"archiveTimeout": "10s"}},
         }}),
     )
     .await;
-    bed.wait_for_phase(&ns, "ledger", Phase::Ready, READY_WAIT)
+    let ready = bed
+        .wait_for_phase(&ns, "ledger", Phase::Ready, READY_WAIT)
         .await;
+    // No backup runs before the Database is Ready: its creation is before every base backup.
+    let created = ready
+        .metadata
+        .creation_timestamp
+        .expect("creationTimestamp");
+    let before_backups = chrono::DateTime::from_timestamp(created.0.as_second(), 0)
+        .expect("a time")
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     bed.psql_client(&ns, "client", "ledger", "ledger-credentials")
         .await;
-    let before_backups = sql(&bed, &ns, "client", NOW).await;
     sql(
         &bed,
         &ns,
@@ -131,9 +124,22 @@ async fn a_new_database_has_exactly_the_rows_committed_before_the_target() {
     )
     .await;
 
-    // The base backup: a DatabaseBackup of method Physical (the agent's base-backup in a Job,
-    // connected as the replication role).
-    let backup = physical_backup(&bed, &ns, "ledger-base").await;
+    // The base backup: the schedule's DatabaseBackup, of method Physical (the agent's
+    // base-backup in a Job, connected as the replication role). No more runs after it.
+    let backup = succeeded_backup(&bed, &ns, None, BACKUP_WAIT).await;
+    bed.databases(&ns)
+        .patch(
+            "ledger",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"backup": {"suspend": true}}})),
+        )
+        .await
+        .expect("suspend the schedule");
+    assert_eq!(
+        (backup.spec.reason, backup.spec.method),
+        (BackupReason::Scheduled, BackupMethod::Physical)
+    );
+    let base = backup.metadata.name.clone().expect("a name");
     let key = backup.status.and_then(|s| s.key).unwrap_or_default();
     assert!(key.contains("/ledger/physical/base/"), "{key}");
 
@@ -176,7 +182,7 @@ async fn a_new_database_has_exactly_the_rows_committed_before_the_target() {
         &ns,
         recovered(
             "ledger-pitr",
-            json!({"databaseBackup": "ledger-base", "recoveryTarget": {"time": target}}),
+            json!({"databaseBackup": base, "recoveryTarget": {"time": target}}),
         ),
     )
     .await;

@@ -13,6 +13,13 @@ use k8s_openapi::api::core::v1::ResourceRequirements;
 /// Scheduled backups: when, where, and how long they are kept.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.method) || self.method == 'Logical' || has(self.walArchiving)",
+    "message": "method Physical needs walArchiving: a base backup restores only with the WAL archived after it"
+}, {
+    "rule": "!has(self.method) || self.method == 'Logical' || !has(self.verify)",
+    "message": "verify restores dumps and cannot check base backups yet: remove verify, or use method Logical"
+}]))]
 pub struct BackupSpec {
     /// When to back up, as a standard 5-field cron expression (`minute hour day-of-month month
     /// day-of-week`, e.g. `0 2 * * *` for 02:00 every night) or `@hourly`, `@daily`, `@weekly`,
@@ -22,6 +29,15 @@ pub struct BackupSpec {
         pattern = r"^\s*(@(yearly|monthly|weekly|daily|hourly)|\S+\s+\S+\s+\S+\s+\S+\s+\S+)\s*$"
     ))]
     pub schedule: String,
+
+    /// What the scheduled backups take. `Logical` (default): a dump of every database,
+    /// portable to newer major versions. `Physical`: a base backup of the whole instance (from
+    /// a healthy standby when there is one) which, with the archived WAL (`walArchiving`,
+    /// required), restores to any point in time (`bootstrap.fromBackup.recoveryTarget`).
+    /// Retention, history and `BackupHealthy` count the scheduled backups of this method; the
+    /// pre-upgrade and final backups stay dumps, and either kind can be taken on demand.
+    #[serde(default)]
+    pub method: super::BackupMethod,
 
     /// The IANA time zone the schedule is read in, e.g. `Europe/Berlin`; UTC when absent.
     /// Across a daylight-saving change, a time that does not exist that day is skipped and a
