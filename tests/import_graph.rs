@@ -256,6 +256,7 @@ const PURE: &[&str] = &[
     "backup::schedule",
     "backup::settings",
     "backup::verify",
+    "backup::window",
     "database::blocker",
     "database::restore",
     "database::build",

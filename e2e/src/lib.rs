@@ -25,6 +25,7 @@ pub mod failover;
 pub mod fingerprint;
 pub mod instances;
 pub mod node;
+pub mod plugin;
 pub mod primary_lease;
 
 /// The user agent of the test's own requests (the operator's start with `dbop/`).

@@ -17,54 +17,13 @@ use dbop::api::{BackupReason, DatabaseBackup, Phase};
 use dbop_e2e::backup_jobs::{
     fail_every_pod_until_failed, finish_pod, running_backup_pod, s3_secret,
 };
+use dbop_e2e::plugin::{finished, plugin, plugin_binary, plugin_with_kubeconfig};
 use dbop_e2e::primary_lease::Renewing;
-use dbop_e2e::{TestBed, WAIT, database_manifest, operator_binary_path, testbed, wait_until};
+use dbop_e2e::{TestBed, WAIT, database_manifest, testbed, wait_until};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::json;
-
-/// `kubectl-dbop` beside `dbop` in the target directory (built by `cargo build --bins`).
-fn plugin_binary() -> PathBuf {
-    operator_binary_path().with_file_name("kubectl-dbop")
-}
-
-/// Starts `kubectl-dbop ARGS` against the test bed; await it for its output.
-fn plugin(bed: &TestBed, args: &[&str]) -> tokio::process::Child {
-    plugin_with_kubeconfig(&bed.kubeconfig, args)
-}
-
-/// Starts `kubectl-dbop ARGS` with KUBECONFIG set to `kubeconfig`.
-fn plugin_with_kubeconfig(kubeconfig: &std::path::Path, args: &[&str]) -> tokio::process::Child {
-    let binary = plugin_binary();
-    tokio::process::Command::new(&binary)
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot start {}: {e} (run `cargo build --bins` first)",
-                binary.display()
-            )
-        })
-}
-
-async fn finished(child: tokio::process::Child) -> (Output, String, String) {
-    let out = tokio::time::timeout(WAIT, child.wait_with_output())
-        .await
-        .expect("kubectl-dbop finished in time")
-        .expect("kubectl-dbop output");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    println!(
-        "e2e: kubectl-dbop exit {:?}\n{stdout}{stderr}",
-        out.status.code()
-    );
-    (out, stdout, stderr)
-}
 
 /// A Database with backups configured (a yearly schedule, so only the test's backups run) whose
 /// Job pods kwok holds Running until the test sets their outcome.

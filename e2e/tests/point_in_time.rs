@@ -5,7 +5,8 @@
 //! after a recorded moment and the WAL holding them is archived. A new Database recovering
 //! that DatabaseBackup with `recoveryTarget.time` at that moment has exactly the rows
 //! committed before it, runs on timeline 2, and says in `status.bootstrap` which base backup
-//! it started from and which commit it reached. A target before every base backup (named by
+//! it started from and which commit it reached; `kubectl dbop status` shows the restorable
+//! window opening at that base backup. A target before every base backup (named by
 //! the bucket's location) is refused with the earliest restorable point, and no server starts
 //! on the volume.
 
@@ -14,6 +15,7 @@ use std::time::Duration;
 use dbop::api::{BackupMethod, BackupReason, Database, Phase};
 use dbop_e2e::backup_jobs::succeeded_backup;
 use dbop_e2e::node::{REAL_NODE_STORAGE_CLASS, real_node_placement};
+use dbop_e2e::plugin::{finished, plugin};
 use dbop_e2e::{TestBed, condition, testbed, wait_until, wait_until_or_none};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -142,6 +144,12 @@ async fn a_new_database_has_exactly_the_rows_committed_before_the_target() {
     let base = backup.metadata.name.clone().expect("a name");
     let key = backup.status.and_then(|s| s.key).unwrap_or_default();
     assert!(key.contains("/ledger/physical/base/"), "{key}");
+    let (_, screen, _) = finished(plugin(&bed, &["status", "ledger", "-n", &ns])).await;
+    let from = screen
+        .lines()
+        .find(|l| l.contains("Restorable from:"))
+        .unwrap_or_default();
+    assert!(from.contains(&format!("(base backup {base})")), "{screen}");
 
     // Rows 4 and 5 commit before the target, 6 and 7 after it; each commit is its own.
     for n in [4, 5] {

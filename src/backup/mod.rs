@@ -9,7 +9,8 @@
 //! - `job` checks that a backup or verify Job can be built, and has `resources::backup_job` build
 //!   it (pure); `ca` reads whether the `s3.ca` source exists;
 //! - `verify` decides backup verification (pure; its I/O is `database::verification`);
-//! - `s3_secret` is the pure check of the S3 credentials Secret, read by both controllers.
+//! - `s3_secret` is the pure check of the S3 credentials Secret, read by both controllers;
+//! - `window` is the pure restorable window of point-in-time recovery (`kubectl dbop status`).
 //!
 //! Must not import `database`, `database_backup` or `runtime` (they import this).
 
@@ -21,3 +22,4 @@ pub mod s3_secret;
 pub mod schedule;
 pub mod settings;
 pub mod verify;
+pub mod window;

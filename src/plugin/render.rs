@@ -7,6 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::health::{PodHealth, health_section};
 pub use super::text::{size, table};
 use crate::api::{BackupPhase, Database, DatabaseBackup};
+use crate::backup::window::{Latest, restorable_window};
 
 /// How many of a Database's DatabaseBackups and Events the status screen shows.
 pub const RECENT: usize = 5;
@@ -72,6 +73,7 @@ pub fn status_screen(view: &StatusView, now: DateTime<Utc>) -> String {
     out += &health_section(&view.health);
     out += &upgrade(&view.database);
     out += &backup_status(&view.database, now);
+    out += &point_in_time(&view.database, &view.backups, now);
     out += &recent_backups(&view.backups, now);
     out += &events(&view.events, now);
     out
@@ -238,6 +240,32 @@ fn backup_status(db: &Database, now: DateTime<Utc>) -> String {
     )
 }
 
+/// The restorable window, for a Database that archives its WAL.
+fn point_in_time(db: &Database, backups: &[DatabaseBackup], now: DateTime<Utc>) -> String {
+    let Some(window) = restorable_window(db, backups) else {
+        return String::new();
+    };
+    let from = match &window.earliest {
+        Some((name, at)) => format!("{} (base backup {name})", when(Some(*at), now)),
+        None => "no base backup yet (kubectl dbop backup NAME --physical, or spec.backup.method: Physical)".into(),
+    };
+    let to = match window.latest {
+        Latest::Now { archive_timeout } => {
+            let timeout = chrono::TimeDelta::from_std(archive_timeout).unwrap_or_default();
+            format!(
+                "now (commits of the last {} may not be archived yet)",
+                age(Some(now - timeout), now)
+            )
+        }
+        Latest::FailingSince(at) => format!(
+            "{}: WAL archiving has failed since then (ContinuousArchiving)",
+            when(Some(at), now)
+        ),
+        Latest::Unknown => "not known yet (the primary has not reported on archiving)".into(),
+    };
+    format!("\nPoint-in-time recovery:\n  Restorable from:  {from}\n  Restorable to:    {to}\n")
+}
+
 fn recent_backups(backups: &[DatabaseBackup], now: DateTime<Utc>) -> String {
     if backups.is_empty() {
         return "\nDatabaseBackups: none\n".into();
@@ -356,6 +384,10 @@ mod tests {
             "status": status,
         }))
         .unwrap()
+    }
+
+    fn backup_named(name: &str, created: &str) -> DatabaseBackup {
+        backup(name, created, json!({}))
     }
 
     fn ready_view() -> StatusView {
@@ -567,6 +599,52 @@ mod tests {
                 "upload",
                 "refused"
             ]
+        );
+    }
+
+    #[test]
+    fn the_status_screen_shows_the_restorable_window_of_a_database_that_archives() {
+        let mut view = ready_view();
+        assert!(!status_screen(&view, now()).contains("Point-in-time recovery:"));
+        let backup = view.database.spec.backup.as_mut().unwrap();
+        backup.wal_archiving =
+            Some(serde_json::from_value(json!({"archiveTimeout": "5m"})).unwrap());
+        let screen = status_screen(&view, now());
+        assert!(
+            line_with(&screen, "Restorable from:").contains("no base backup yet"),
+            "{screen}"
+        );
+        assert!(
+            line_with(&screen, "Restorable to:").contains("not known yet"),
+            "{screen}"
+        );
+
+        let mut base = backup_named("orders-base", "2026-11-29T03:00:00Z");
+        base.spec.method = crate::api::BackupMethod::Physical;
+        base.status = serde_json::from_value(
+            json!({"phase": "Succeeded", "completedAt": "2026-11-29T03:10:00Z"}),
+        )
+        .unwrap();
+        view.backups.push(base);
+        let status = view.database.status.as_mut().unwrap();
+        status.conditions.push(
+            serde_json::from_value(condition(
+                "ContinuousArchiving",
+                "True",
+                "Archiving",
+                "2026-11-29T00:00:00Z",
+                "archived",
+            ))
+            .unwrap(),
+        );
+        let screen = status_screen(&view, now());
+        assert_eq!(
+            line_with(&screen, "Restorable from:").trim(),
+            "Restorable from:  2026-11-29T03:10:00Z (30h ago) (base backup orders-base)"
+        );
+        assert_eq!(
+            line_with(&screen, "Restorable to:").trim(),
+            "Restorable to:    now (commits of the last 5m may not be archived yet)"
         );
     }
 
