@@ -117,10 +117,16 @@ pub struct Archiver {
 }
 
 impl Archiver {
-    /// The last attempt failed: a failure after the last success (or with none).
+    /// The last attempt failed: a failure after the last success (or with none). The times
+    /// are whole seconds, so a failure and a success in the same second (PostgreSQL retries
+    /// every second) are told apart by what followed: the failed file archived since, or
+    /// nothing left waiting, means the success came last.
     pub fn failing(&self) -> bool {
         match (self.last_failed_at, self.last_archived_at) {
-            (Some(failed), Some(archived)) => failed >= archived,
+            (Some(failed), Some(archived)) if failed == archived => {
+                self.last_failed_wal != self.last_archived_wal && self.waiting > 0
+            }
+            (Some(failed), Some(archived)) => failed > archived,
             (Some(_), None) => true,
             (None, _) => false,
         }

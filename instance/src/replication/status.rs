@@ -377,6 +377,17 @@ mod tests {
         .unwrap()
         .unwrap();
         assert!(!recovered.failing());
+        // A failure and a success in the same second: the success came last when the failed
+        // file was archived, or when nothing waits; otherwise the failure did.
+        let same_second = |archived: &str, waiting: u64| Archiver {
+            last_archived_wal: Some(archived.into()),
+            last_archived_at: Some(1700000060),
+            waiting,
+            ..failing.clone()
+        };
+        assert!(!same_second("000000010000000000000004", 3).failing());
+        assert!(!same_second("000000010000000000000003", 0).failing());
+        assert!(same_second("000000010000000000000003", 2).failing());
         assert!(parse_archiver("1|2|3").is_err());
         assert!(parse_archiver("x|||0|||0|on").is_err());
     }
