@@ -410,6 +410,7 @@ fn each_metric_is_what_postgresql_reports() {
         "checkpoints",
         "status",
         "replication",
+        "archiver",
         "data_volume",
     ] {
         assert_eq!(
@@ -834,4 +835,63 @@ fn without_the_flag_nothing_listens() {
     );
     drop(running);
     assert!(!n.log().contains("metrics on http"), "{}", n.log());
+}
+
+/// WAL archiving as the archive families show it: absent while `archive_mode` is off; with an
+/// `archive_command` that fails, the file waits and `failing` is 1; once it succeeds, nothing
+/// waits, `failing` is 0 and the last archived time is there — each as `pg_stat_archiver` and
+/// `pg_ls_archive_statusdir()` say.
+#[test]
+fn archiving_shows_the_files_waiting_and_whether_the_last_attempt_failed() {
+    let n = Node::new("db-0");
+    let running = n.start();
+    let (s, _) = n.scrape();
+    assert!(!s.has_family("dbop_pg_wal_archive_waiting_files"), "off");
+    assert_eq!(
+        s.must("dbop_pg_query_errors_total{query=\"archiver\"}"),
+        0.0
+    );
+    n.sql("ALTER SYSTEM SET archive_mode = on");
+    n.sql("ALTER SYSTEM SET archive_command = 'false'");
+    drop(running);
+    let _running = n.start();
+
+    n.sql("CREATE TABLE t AS SELECT 1 AS id");
+    n.sql("SELECT pg_switch_wal()");
+    wait_for("an archive attempt to fail", || {
+        let failed = n.number("SELECT failed_count FROM pg_stat_archiver");
+        (failed >= 1.0)
+            .then_some(())
+            .ok_or(format!("{failed} failures"))
+    });
+    let ready = "SELECT count(*) FROM pg_ls_archive_statusdir() WHERE name LIKE '%.ready'";
+    let (s, _) = n.scrape();
+    assert_eq!(s.must("dbop_pg_wal_archive_waiting_files"), n.number(ready));
+    assert!(s.must("dbop_pg_wal_archive_waiting_files") >= 1.0);
+    assert_eq!(s.must("dbop_pg_wal_archive_failing"), 1.0);
+    assert!(s.must("dbop_pg_wal_archive_failures_total") >= 1.0);
+    assert_eq!(s.must("dbop_pg_wal_archived_files_total"), 0.0);
+    assert!(
+        s.get("dbop_pg_wal_last_archived_timestamp_seconds")
+            .is_none()
+    );
+
+    n.sql("ALTER SYSTEM SET archive_command = 'true'");
+    n.sql("SELECT pg_reload_conf()");
+    let s = wait_for("a scrape with the files archived", || {
+        let (s, _) = n.scrape();
+        let waiting = s.must("dbop_pg_wal_archive_waiting_files");
+        let failing = s.must("dbop_pg_wal_archive_failing");
+        (waiting == 0.0 && failing == 0.0)
+            .then_some(s)
+            .ok_or(format!("{waiting} waiting, failing {failing}"))
+    });
+    assert_eq!(n.number(ready), 0.0);
+    assert!(s.must("dbop_pg_wal_archived_files_total") >= 1.0);
+    let archived_at =
+        n.number("SELECT extract(epoch FROM last_archived_time)::bigint FROM pg_stat_archiver");
+    assert_eq!(
+        s.must("dbop_pg_wal_last_archived_timestamp_seconds"),
+        archived_at
+    );
 }

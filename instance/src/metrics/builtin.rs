@@ -12,7 +12,7 @@ use crate::metrics::exposition::{Family, Kind};
 use crate::replication::status::{self, Lsn, Status};
 
 /// Every built-in statement's name (the `query` label of the error counter).
-pub const NAMES: [&str; 8] = [
+pub const NAMES: [&str; 9] = [
     "settings",
     "activity",
     "databases",
@@ -21,6 +21,7 @@ pub const NAMES: [&str; 8] = [
     "checkpoints",
     "status",
     "replication",
+    "archiver",
 ];
 
 /// The client backends (not the scraper's own connection).
@@ -43,6 +44,10 @@ pub fn statements(major: u32) -> Vec<Statement> {
     let status_fields = status::STATUS_QUERY
         .strip_prefix("SELECT ")
         .expect("the status query is a SELECT");
+    // No row on a standby or with archiving off: the archive families are then absent.
+    let archiver_fields = status::ARCHIVER_QUERY
+        .strip_prefix("SELECT ")
+        .expect("the archiver query is a SELECT");
     vec![
         st(
             "settings",
@@ -106,6 +111,11 @@ pub fn statements(major: u32) -> Vec<Statement> {
              FROM pg_stat_replication"
                 .into(),
         ),
+        st(
+            "archiver",
+            9,
+            format!("SELECT 'archiver', {archiver_fields} AND NOT pg_is_in_recovery()"),
+        ),
     ]
 }
 
@@ -129,6 +139,7 @@ pub fn families(split: &Split) -> (Vec<Family>, Vec<&'static str>) {
                 "checkpoints" => checkpoints,
                 "status" => server_status,
                 "replication" => replication,
+                "archiver" => archiver,
                 _ => unreachable!("every name has a parser"),
             };
             parse(rows)
@@ -336,6 +347,55 @@ fn replication(rows: &Rows) -> Result<Vec<Family>, String> {
     Ok(vec![f])
 }
 
+/// WAL archiving of a primary that archives (`pg_stat_archiver` and the files waiting): no
+/// family without a row.
+fn archiver(rows: &Rows) -> Result<Vec<Family>, String> {
+    if rows.is_empty() {
+        return Ok(vec![]);
+    }
+    // The archiver query's own row as `psql -At -F '|'` prints it, for its own parser.
+    let Some(a) = status::parse_archiver(&one(rows)?.join("|"))? else {
+        return Ok(vec![]);
+    };
+    let mut out = vec![
+        Family::single(
+            "dbop_pg_wal_archive_waiting_files",
+            "WAL files waiting to be archived (.ready in pg_wal/archive_status): what a failing \
+             or slow archive keeps on the volume (a primary that archives).",
+            Kind::Gauge,
+            a.waiting as f64,
+        ),
+        Family::single(
+            "dbop_pg_wal_archive_failing",
+            "1 when the last attempt to archive a WAL file failed, 0 when it succeeded \
+             (pg_stat_archiver; a primary that archives).",
+            Kind::Gauge,
+            f64::from(u8::from(a.failing())),
+        ),
+        Family::single(
+            "dbop_pg_wal_archived_files_total",
+            "WAL files archived (pg_stat_archiver.archived_count).",
+            Kind::Counter,
+            a.archived_count as f64,
+        ),
+        Family::single(
+            "dbop_pg_wal_archive_failures_total",
+            "Failed attempts to archive a WAL file (pg_stat_archiver.failed_count).",
+            Kind::Counter,
+            a.failed_count as f64,
+        ),
+    ];
+    if let Some(at) = a.last_archived_at {
+        out.push(Family::single(
+            "dbop_pg_wal_last_archived_timestamp_seconds",
+            "When the last WAL file was archived (Unix time; absent before the first).",
+            Kind::Gauge,
+            at as f64,
+        ));
+    }
+    Ok(out)
+}
+
 /// The statement of the per-table metrics, run in each database (`tables_databases`) in a
 /// session of its own: its 10 largest tables by pages (`relpages`, no file is read).
 pub const TABLES: &str = "tables";
@@ -479,11 +539,29 @@ mod tests {
                 "",
             ],
             &ok("replication"),
+            // The last attempt (at 1764900100) failed after the last success.
+            &[
+                "archiver",
+                "12",
+                "00000001000000000000000B",
+                "1764900000",
+                "2",
+                "00000001000000000000000C",
+                "1764900100",
+                "3",
+                "on",
+            ],
+            &ok("archiver"),
         ]);
         let (families, failed) = families(&batch::split(&out, &statements(15)));
         assert!(failed.is_empty(), "{failed:?}");
         let text = render(&families);
         for want in [
+            "dbop_pg_wal_archive_waiting_files 3\n",
+            "dbop_pg_wal_archive_failing 1\n",
+            "dbop_pg_wal_archived_files_total 12\n",
+            "dbop_pg_wal_archive_failures_total 2\n",
+            "dbop_pg_wal_last_archived_timestamp_seconds 1764900000\n",
             "dbop_pg_up 1\n",
             "dbop_pg_max_connections 100\n",
             "dbop_pg_autovacuum_freeze_max_age 200000000\n",
@@ -569,10 +647,13 @@ mod tests {
             ],
             &ok("status"),
             &ok("replication"),
+            // A standby archives nothing: no row, no archive family.
+            &ok("archiver"),
         ]);
         let (families, failed) = families(&batch::split(&out, &statements(16)));
         let text = render(&families);
         assert!(text.contains("dbop_pg_in_recovery 1\n"), "{text}");
+        assert!(!text.contains("dbop_pg_wal_archive"), "{text}");
         assert!(
             text.contains("dbop_pg_standby_replay_lag_bytes 72\n"),
             "{text}"
@@ -616,6 +697,7 @@ mod tests {
                     "checkpoints",
                     "status",
                     "replication",
+                    "archiver",
                 ],
                 vec![
                     "dbop_pg_up 1\n",
