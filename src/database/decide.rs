@@ -962,20 +962,11 @@ mod tests {
         }
     }
 
-    /// A Database restored from a backup: the restore Job in the init Job's place, its phase
-    /// and conditions, and a failed restore that never looks initialised.
-    #[test]
-    fn restore_takes_the_place_of_init() {
+    /// The facts of a Database restored from the latest backup, with its restore Job (state
+    /// and termination message) once there is one.
+    fn restoring(job: Option<(JobState, &str)>) -> Facts {
         use super::super::restore::{BootstrapFact, RestoreJobFact};
-        let mut db = with_init(testing::minimal());
-        db.spec.bootstrap = Some(
-            serde_json::from_value(serde_json::json!({"fromBackup": {"s3": {
-                "bucket": "backups", "credentials": {"secretName": "s3-creds"}}}}))
-            .unwrap(),
-        );
-        let with = |job: Option<(JobState, &str)>| Facts {
-            statefulset: Some(sts(1, true, IMAGE)),
-            volume: bound("1Gi"),
+        Facts {
             bootstrap: Some(BootstrapFact {
                 source: Ok("the latest backup".into()),
                 job: job.map(|(state, result)| RestoreJobFact {
@@ -985,6 +976,23 @@ mod tests {
                 }),
             }),
             ..facts()
+        }
+    }
+
+    /// A Database restored from a backup: the restore Job in the init Job's place, its phase
+    /// and conditions, and a failed restore that never looks initialised.
+    #[test]
+    fn restore_takes_the_place_of_init() {
+        let mut db = with_init(testing::minimal());
+        db.spec.bootstrap = Some(
+            serde_json::from_value(serde_json::json!({"fromBackup": {"s3": {
+                "bucket": "backups", "credentials": {"secretName": "s3-creds"}}}}))
+            .unwrap(),
+        );
+        let with = |job: Option<(JobState, &str)>| Facts {
+            statefulset: Some(sts(1, true, IMAGE)),
+            volume: bound("1Gi"),
+            ..restoring(job)
         };
         let d = decide(&db, &with(None), &Settings::default());
         assert!(d.steps.create_restore_job && !d.steps.create_init_job);
@@ -1040,7 +1048,6 @@ mod tests {
     /// volume (no server yet), and is applied once the recovery succeeded.
     #[test]
     fn a_physical_recovery_holds_the_statefulset_until_it_succeeded() {
-        use super::super::restore::{BootstrapFact, RestoreJobFact};
         let mut db = testing::minimal();
         db.spec.bootstrap = Some(
             serde_json::from_value(serde_json::json!({"fromBackup": {
@@ -1048,17 +1055,7 @@ mod tests {
                 "recoveryTarget": {"latest": true}}}))
             .unwrap(),
         );
-        let with = |job: Option<(JobState, &str)>| Facts {
-            bootstrap: Some(BootstrapFact {
-                source: Ok("the latest backup".into()),
-                job: job.map(|(state, result)| RestoreJobFact {
-                    state,
-                    result: dbop_contract::parse_termination_message(result),
-                    output: None,
-                }),
-            }),
-            ..facts()
-        };
+        let with = restoring;
         let d = decide(&db, &with(None), &Settings::default());
         assert!(d.steps.create_restore_job && !d.steps.apply_statefulset);
         assert_eq!(d.phase, Phase::Initializing);

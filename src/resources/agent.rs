@@ -15,6 +15,7 @@ use super::credentials::{PASSWORD_KEY, USERNAME_KEY, secret_name};
 use super::pod::{DBOP_BIN_DIR, DBOP_BIN_VOLUME, env, mount, scratch, secret_volume};
 use super::{Names, POSTGRES_PORT};
 use crate::api::{BackupReason, CaSource, Database, InstanceRole, S3Spec};
+use dbop_contract::topology::{REPLICATION_DIR, REPLICATION_PASSWORD_FILE, REPLICATION_ROLE};
 
 /// The file Kubernetes turns into the container's termination message: the agent's result.
 pub const TERMINATION_LOG: &str = "/dev/termination-log";
@@ -31,15 +32,35 @@ pub const S3_CREDENTIALS_DIR: &str = "/etc/dbop/s3-credentials";
 /// Where the encryption keys' Secret is mounted: one file per key name.
 pub const ENCRYPTION_KEYS_DIR: &str = "/etc/dbop/encryption-keys";
 
-/// The environment of a backup's dump: the agent's, reading from a standby when the
-/// Database has one that was ready at the last pass (`status.instances`) and the backup is a
-/// scheduled or manual one, which takes the dump's load off the primary. The standby is named
-/// by its own pod's name, not `-ro`: the agent's session that exports the snapshot and
-/// `pg_dump`, which reads it, must reach the same server. The primary comes second (libpq's
-/// `prefer-standby`), for when that standby does not answer. A pre-upgrade or final backup
-/// reads the primary: it must hold every commit.
+/// The environment of a backup's dump: the agent's, reading from a standby when it may
+/// ([`prefer_standby`]).
 pub fn dump_env(db: &Database, s3: &S3Spec, reason: BackupReason) -> Vec<EnvVar> {
     let mut vars = agent_env(db, s3, "dbop-backup");
+    prefer_standby(db, reason, &mut vars);
+    vars
+}
+
+/// The environment of a physical backup: the agent's connection ([`connection_env`]), a
+/// standby preferred as for a dump, and the replication role's name and password file instead
+/// of the Database's credentials (`base-backup` makes replication connections only).
+pub fn base_backup_env(db: &Database, s3: &S3Spec, reason: BackupReason) -> Vec<EnvVar> {
+    let mut vars = connection_env(db, s3, "dbop-backup");
+    prefer_standby(db, reason, &mut vars);
+    vars.push(env("PGUSER", REPLICATION_ROLE));
+    vars.push(env(
+        "DBOP_BACKUP_PASSWORD_FILE",
+        &format!("{REPLICATION_DIR}/{REPLICATION_PASSWORD_FILE}"),
+    ));
+    vars
+}
+
+/// Points the agent at a standby when the Database has one that was ready at the last pass
+/// (`status.instances`) and the backup is a scheduled or manual one, which takes the backup's
+/// load off the primary. The standby is named by its own pod's name, not `-ro`: the agent's
+/// session that exports the snapshot and `pg_dump`, which reads it, must reach the same server.
+/// The primary comes second (libpq's `prefer-standby`), for when that standby does not answer.
+/// A pre-upgrade or final backup reads the primary: it must hold every commit.
+fn prefer_standby(db: &Database, reason: BackupReason, vars: &mut Vec<EnvVar>) {
     let from_standby = matches!(reason, BackupReason::Scheduled | BackupReason::Manual);
     let standby = db
         .status
@@ -50,38 +71,30 @@ pub fn dump_env(db: &Database, s3: &S3Spec, reason: BackupReason) -> Vec<EnvVar>
                 .find(|i| i.role == InstanceRole::Standby && i.ready)
         })
         .filter(|_| from_standby && db.spec.instances > 1);
-    if let Some(standby) = standby {
-        let names = Names::of(db);
-        let ns = db.namespace_or_default();
-        let hosts = format!(
-            "{}.{}.{ns}.svc,{}",
-            standby.name,
-            names.headless_service(),
-            names.endpoint(&ns)
-        );
-        for var in vars.iter_mut().filter(|v| v.name == "PGHOST") {
-            var.value = Some(hosts.clone());
-        }
-        vars.push(env("PGTARGETSESSIONATTRS", "prefer-standby"));
+    let Some(standby) = standby else {
+        return;
+    };
+    let names = Names::of(db);
+    let ns = db.namespace_or_default();
+    let hosts = format!(
+        "{}.{}.{ns}.svc,{}",
+        standby.name,
+        names.headless_service(),
+        names.endpoint(&ns)
+    );
+    for var in vars.iter_mut().filter(|v| v.name == "PGHOST") {
+        var.value = Some(hosts.clone());
     }
-    vars
+    vars.push(env("PGTARGETSESSIONATTRS", "prefer-standby"));
 }
 
-/// The agent's environment: the Database's `-rw` Service (TLS, verified once the pods serve
-/// it: `tls::client_env`), and the paths of its credentials' and the S3 key's files (or no S3
-/// key: the SDK's credential chain), never a value. `app_name` tells the sessions apart in
-/// `pg_stat_activity`.
+/// The agent's environment: its connection ([`connection_env`]) as the Database's credentials,
+/// whose files it reads. `app_name` tells the sessions apart in `pg_stat_activity`.
 pub fn agent_env(db: &Database, s3: &S3Spec, app_name: &str) -> Vec<EnvVar> {
-    let mut vars = vec![
-        env(
-            "PGHOST",
-            &Names::of(db).endpoint(&db.namespace_or_default()),
-        ),
-        env("PGPORT", &POSTGRES_PORT.to_string()),
-        env("PGCONNECT_TIMEOUT", "10"),
-        env("PGAPPNAME", app_name),
-        // The agent sets PGUSER (and PGDATABASE, when unset, to the same name: libpq's default)
-        // from the first and writes the second into a pgpass file of its own.
+    let mut vars = connection_env(db, s3, app_name);
+    // The agent sets PGUSER (and PGDATABASE, when unset, to the same name: libpq's default)
+    // from the first and writes the second into a pgpass file of its own.
+    vars.extend([
         env(
             "DBOP_BACKUP_USER_FILE",
             &format!("{PG_CREDENTIALS_DIR}/{USERNAME_KEY}"),
@@ -90,6 +103,22 @@ pub fn agent_env(db: &Database, s3: &S3Spec, app_name: &str) -> Vec<EnvVar> {
             "DBOP_BACKUP_PASSWORD_FILE",
             &format!("{PG_CREDENTIALS_DIR}/{PASSWORD_KEY}"),
         ),
+    ]);
+    vars
+}
+
+/// Where the agent connects, as whom not said: the Database's `-rw` Service (TLS, verified once
+/// the pods serve it: `tls::client_env`), and the paths of the S3 key's files (or no S3 key:
+/// the SDK's credential chain), never a value.
+pub fn connection_env(db: &Database, s3: &S3Spec, app_name: &str) -> Vec<EnvVar> {
+    let mut vars = vec![
+        env(
+            "PGHOST",
+            &Names::of(db).endpoint(&db.namespace_or_default()),
+        ),
+        env("PGPORT", &POSTGRES_PORT.to_string()),
+        env("PGCONNECT_TIMEOUT", "10"),
+        env("PGAPPNAME", app_name),
     ];
     vars.extend(s3_env(s3));
     vars.push(env("DBOP_BACKUP_LOG_FORMAT", "json"));
@@ -305,6 +334,32 @@ mod tests {
         for reason in [BackupReason::PreUpgrade, BackupReason::Final] {
             assert_eq!(host(&dump_env(&db, &s3, reason)), primary());
         }
+        // A physical backup reads the same standby, as the replication role and nothing else.
+        let physical = base_backup_env(&db, &s3, BackupReason::Scheduled);
+        assert_eq!(
+            host(&physical),
+            host(&dump_env(&db, &s3, BackupReason::Scheduled))
+        );
+        let value = |n: &str| {
+            let mut found = physical.iter().filter(|v| v.name == n);
+            let first = found.next().and_then(|v| v.value.clone());
+            assert!(found.next().is_none(), "{n} twice");
+            first
+        };
+        assert_eq!(value("PGUSER").as_deref(), Some(REPLICATION_ROLE));
+        assert_eq!(
+            value("DBOP_BACKUP_PASSWORD_FILE"),
+            Some(format!("{REPLICATION_DIR}/{REPLICATION_PASSWORD_FILE}"))
+        );
+        assert_eq!(value("DBOP_BACKUP_USER_FILE"), None);
+        assert!(
+            physical.iter().all(|v| !v
+                .value
+                .as_deref()
+                .unwrap_or("")
+                .starts_with(PG_CREDENTIALS_DIR)),
+            "{physical:?}"
+        );
         // No ready standby: the primary.
         if let Some(s) = db.status.as_mut() {
             s.instances[2].ready = false;

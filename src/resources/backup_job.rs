@@ -26,14 +26,16 @@ use kube::Resource;
 
 use super::Names;
 pub use super::agent::{CA_DIR, TERMINATION_LOG};
-use super::agent::{CA_FILE, agent_env, agent_secrets, dump_env, encryption_env, storage_secrets};
+use super::agent::{
+    CA_FILE, agent_env, agent_secrets, base_backup_env, dump_env, encryption_env, storage_secrets,
+};
 use super::job::{AgentRun, JobParts, agent_pod, job};
 use super::placement::JobClass;
-use super::pod::{env as env_var, mount, secret_volume};
+use super::pod::{mount, secret_volume};
 use super::{job_pod_labels, labels, owned_meta};
 use crate::api::{BackupMethod, BackupReason, BackupSpec, Database, DatabaseBackup};
 use crate::settings::Settings;
-use dbop_contract::topology::{REPLICATION_DIR, REPLICATION_PASSWORD_FILE, REPLICATION_ROLE};
+use dbop_contract::topology::REPLICATION_DIR;
 
 /// What `spec.backup` sets on an agent Job, parsed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,17 +135,7 @@ fn base_backup_run(
     }
     args.extend(encryption_arg(spec));
     let keys = encryption_secret(spec);
-    let mut env: Vec<EnvVar> = dump_env(db, &spec.s3, backup.spec.reason)
-        .into_iter()
-        .filter(|v| {
-            !v.name.starts_with("DBOP_BACKUP_USER") && !v.name.starts_with("DBOP_BACKUP_PASSWORD")
-        })
-        .collect();
-    env.push(env_var("PGUSER", REPLICATION_ROLE));
-    env.push(env_var(
-        "DBOP_BACKUP_PASSWORD_FILE",
-        &format!("{REPLICATION_DIR}/{REPLICATION_PASSWORD_FILE}"),
-    ));
+    let mut env = base_backup_env(db, &spec.s3, backup.spec.reason);
     env.extend(encryption_env(keys));
     let mut secrets = storage_secrets(&spec.s3, keys);
     secrets.push((

@@ -21,12 +21,11 @@ use super::agent::{
     storage_secrets,
 };
 use super::credentials::{USERNAME_KEY, secret_name};
-use super::job::{AgentRun, JobParts, agent_pod, job};
-use super::placement::JobClass;
+use super::job::{AgentRun, agent_pod, job};
 use super::pod::{env, mount, secret_volume, shared_memory};
-use super::restore_job::{ACTIVE_DEADLINE_SECONDS, RESTORE_CONTAINER, RestoreSource};
+use super::restore_job::{RESTORE_CONTAINER, RestoreSource, restore_job_parts};
 use super::statefulset::{DATA_MOUNT, PGDATA, data_claim_template};
-use super::{Names, image, job_pod_labels, owned_meta};
+use super::{Names, image};
 use crate::api::{Database, RecoveryTarget};
 use crate::settings::Settings;
 
@@ -93,16 +92,7 @@ pub fn recovery_job(db: &Database, source: &RestoreSource, settings: &Settings) 
     let mounts = pod.container.volume_mounts.get_or_insert_with(Vec::new);
     mounts.push(mount(DATA_VOLUME, DATA_MOUNT, false));
     mounts.push(mount("shm", "/dev/shm", false));
-    let parts = JobParts {
-        metadata: owned_meta(db, Names::of(db).restore_job(), "restore"),
-        pod_labels: job_pod_labels(db, "restore"),
-        backoff_limit: BACKOFF_LIMIT,
-        active_deadline_seconds: ACTIVE_DEADLINE_SECONDS,
-        ttl_seconds_after_finished: None,
-        class: JobClass::Database,
-        pod,
-    };
-    job(db, settings, parts)
+    job(db, settings, restore_job_parts(db, pod, BACKOFF_LIMIT))
 }
 
 /// `recover <PGDATA>` with where the base backups and WAL are and where to stop. Nothing secret.

@@ -12,7 +12,7 @@
 use k8s_openapi::api::batch::v1::Job;
 
 use super::agent::{CA_FILE, TERMINATION_LOG, agent_env, agent_secrets, encryption_env};
-use super::job::{AgentRun, JobParts, agent_pod, job};
+use super::job::{AgentRun, JobParts, JobPod, agent_pod, job};
 use super::placement::JobClass;
 use super::{Names, image, job_pod_labels, owned_meta};
 use crate::api::{Database, RecoveryTarget, S3Spec};
@@ -64,16 +64,25 @@ pub fn restore_job(db: &Database, source: &RestoreSource, settings: &Settings) -
         database_ca: super::tls::client_ca(db),
         secrets: agent_secrets(db, &source.s3, keys),
     };
-    let parts = JobParts {
+    job(
+        db,
+        settings,
+        restore_job_parts(db, agent_pod(settings, run), BACKOFF_LIMIT),
+    )
+}
+
+/// The Job `<name>-restore` around `pod`, owned by the Database, with the restore's deadline:
+/// a dump's restore and a point-in-time recovery are both this Job.
+pub fn restore_job_parts(db: &Database, pod: JobPod, backoff_limit: i32) -> JobParts {
+    JobParts {
         metadata: owned_meta(db, Names::of(db).restore_job(), "restore"),
         pod_labels: job_pod_labels(db, "restore"),
-        backoff_limit: BACKOFF_LIMIT,
+        backoff_limit,
         active_deadline_seconds: ACTIVE_DEADLINE_SECONDS,
         ttl_seconds_after_finished: None,
         class: JobClass::Database,
-        pod: agent_pod(settings, run),
-    };
-    job(db, settings, parts)
+        pod,
+    }
 }
 
 /// The agent's arguments: where the backup is and which one. Nothing secret.
