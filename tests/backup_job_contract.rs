@@ -30,7 +30,7 @@ use dbop::objects::JobState;
 use dbop::resources::backup_job::{AGENT_PATH, TERMINATION_LOG};
 use dbop::settings::Settings;
 use dbop_contract::test_support::{
-    BUCKET, PG_PASSWORD, PG_USER, Pg, S3_ACCESS_KEY, S3_SECRET_KEY, S3sFs, pg_bin_dir, wait_until,
+    BUCKET, PG_PASSWORD, PG_USER, Pg, S3_ACCESS_KEY, S3_SECRET_KEY, S3sFs, built_agent, pg_bin_dir,
 };
 use dbop_contract::topology::{REPLICATION_PASSWORD_FILE, REPLICATION_ROLE};
 use dbop_contract::{Outcome, parse_termination_message};
@@ -43,27 +43,6 @@ use kubelet::resolve;
 /// the spec names (k2).
 const K1: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 const K2: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
-
-/// The agent binary as `cargo test --workspace` builds it (beside this test's directory), or
-/// `DBOP_BACKUP_BIN`.
-fn agent_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("DBOP_BACKUP_BIN") {
-        return path.into();
-    }
-    let exe = std::env::current_exe().expect("test executable");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>");
-    let bin = profile_dir.join("dbop-backup");
-    assert!(
-        bin.is_file(),
-        "{} is missing: build it with `cargo build -p dbop-backup` (make test-unit does) or set \
-         DBOP_BACKUP_BIN",
-        bin.display()
-    );
-    bin
-}
 
 /// The Database `shop/orders`, backing up into the local S3 server (encrypted with k2); with
 /// `spec.backup.walArchiving` when `archives_wal`.
@@ -208,7 +187,7 @@ impl LocalJob {
     /// succeed or not: its termination message.
     fn run(&self, succeeds: bool) -> String {
         let _ = std::fs::remove_file(&self.result_file);
-        let out = Command::new(agent_binary())
+        let out = Command::new(built_agent())
             .args(&self.args)
             .env_clear()
             .env("PATH", format!("{}:/usr/bin:/bin", pg_bin_dir().display()))
@@ -363,48 +342,13 @@ fn random_password() -> String {
     format!("repl-{:016x}", h.finish())
 }
 
-/// `pg` with dbop's replication role (LOGIN REPLICATION, no superuser) and `password`, which
-/// its pg_hba allows replication connections over TCP only (scram-sha-256); the test's
-/// superuser keeps its SQL access.
-fn with_replication_role(pg: &Pg, password: &str) {
-    pg.psql(
-        "postgres",
-        &format!(
-            "CREATE ROLE {REPLICATION_ROLE} LOGIN REPLICATION NOSUPERUSER PASSWORD '{password}'"
-        ),
-    );
-    let hba = pg.psql("postgres", "SHOW hba_file");
-    std::fs::write(
-        &hba,
-        format!(
-            "host all {PG_USER} 127.0.0.1/32 scram-sha-256\n\
-             host replication {REPLICATION_ROLE} 127.0.0.1/32 scram-sha-256\n"
-        ),
-    )
-    .unwrap();
-    pg.psql("postgres", "SELECT pg_reload_conf()");
-    // Once the server has read the rules, the role has no SQL access.
-    wait_until(10, "pg_hba.conf to be reloaded", || {
-        let out = Command::new(pg.bin.join("psql"))
-            .args(["-X", "-w", "-c", "SELECT 1", "-d", "postgres"])
-            .env_clear()
-            .env("PGHOST", "127.0.0.1")
-            .env("PGPORT", pg.port.to_string())
-            .env("PGUSER", REPLICATION_ROLE)
-            .env("PGPASSWORD", password)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stderr).contains("no pg_hba.conf entry")
-    });
-}
-
 #[test]
 fn the_physical_backup_job_runs_base_backup_as_the_replication_role_for_real() {
     let dir = scratch_dir();
     let s3 = S3sFs::start();
     let pg = Pg::start_with(&[("wal_level", "replica"), ("max_wal_senders", "4")]);
     let password = random_password();
-    with_replication_role(&pg, &password);
+    pg.replication_only_role(REPLICATION_ROLE, &password);
     pg.psql(
         "postgres",
         "CREATE TABLE orders AS SELECT g AS id FROM generate_series(1, 1000) g",

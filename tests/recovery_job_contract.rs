@@ -17,7 +17,6 @@
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -34,8 +33,8 @@ use dbop::resources::wal_archiving;
 use dbop::settings::Settings;
 use dbop_contract::parse_termination_message;
 use dbop_contract::test_support::{
-    BUCKET, PG_PASSWORD, PG_USER, Pg, S3_ACCESS_KEY, S3_SECRET_KEY, S3sFs, free_port, pg_bin_dir,
-    wait_until,
+    BUCKET, PG_PASSWORD, PG_USER, Pg, S3_ACCESS_KEY, S3_SECRET_KEY, S3sFs, agent_for_postgres,
+    built_agent, free_port, give_to_postgres, pg_bin_dir, run_as_postgres, wait_until,
 };
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec, Secret};
@@ -47,76 +46,20 @@ use kubelet::resolve;
 const SOURCE_NS: &str = "shop";
 const SOURCE_NAME: &str = "orders";
 
-/// The agent as built: `DBOP_BACKUP_BIN`, or beside the test executable.
-fn built_agent() -> PathBuf {
-    if let Some(path) = std::env::var_os("DBOP_BACKUP_BIN") {
-        return path.into();
-    }
-    let exe = std::env::current_exe().expect("test executable");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>")
-        .join("dbop-backup");
-    assert!(
-        bin.is_file(),
-        "{} is missing: build it with `cargo build -p dbop-backup` or set DBOP_BACKUP_BIN",
-        bin.display()
-    );
-    bin
-}
-
 /// Where the test's copy of the agent is (`install_agent`).
 static AGENT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
-/// Copies the built agent into `dir` (mode 0755), where PostgreSQL's user can run it: as
-/// `archive_command`, and as the pod's user. The build's own directory may be closed to other
-/// users (a clone in a private temporary directory, as CI makes one); there PostgreSQL could
-/// not archive, and the base backup waited for its WAL forever.
+/// Copies the built agent into `dir`, where PostgreSQL's user can run it: as `archive_command`,
+/// and as the pod's user. The build's own directory may be closed to other users (a clone in a
+/// private temporary directory, as CI makes one); there PostgreSQL could not archive, and the
+/// base backup waited for its WAL forever.
 fn install_agent(dir: &Path) {
-    let bin = dir.join("bin");
-    std::fs::create_dir(&bin).unwrap();
-    give_to_postgres(&bin);
-    let copy = bin.join("dbop-backup");
-    std::fs::copy(built_agent(), &copy).unwrap();
-    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let copy = agent_for_postgres(dir, &built_agent());
     AGENT.set(copy).expect("one test installs the agent");
 }
 
 fn agent_binary() -> PathBuf {
     AGENT.get().expect("install_agent first").clone()
-}
-
-/// PostgreSQL's user when the tests run as root (a pod runs as the image's non-root user).
-fn postgres_ids() -> Option<(u32, u32)> {
-    let id = |args: &[&str]| -> String {
-        let out = Command::new("id").args(args).output().expect("id");
-        assert!(out.status.success(), "id {args:?} failed");
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
-    (id(&["-u"]) == "0").then(|| {
-        (
-            id(&["-u", "postgres"]).parse().unwrap(),
-            id(&["-g", "postgres"]).parse().unwrap(),
-        )
-    })
-}
-
-/// `path` (a directory: mode 0755) owned by PostgreSQL's user when the tests run as root.
-fn give_to_postgres(path: &Path) {
-    if path.is_dir() {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    if let Some((uid, gid)) = postgres_ids() {
-        std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
-    }
-}
-
-fn run_as_postgres(cmd: &mut Command) -> &mut Command {
-    if let Some((uid, gid)) = postgres_ids() {
-        cmd.uid(uid).gid(gid);
-    }
-    cmd
 }
 
 /// The agent with exactly `args` and `env` (plus the image's PATH), as the pod's user; its

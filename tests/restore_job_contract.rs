@@ -10,7 +10,6 @@
 //! `/dev/termination-log` (→ a file). A missing dependency fails the test; nothing is skipped.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use dbop::api::{Database, DatabaseSpec};
@@ -20,7 +19,7 @@ use dbop::resources::restore_job::restore_job;
 use dbop::settings::Settings;
 use dbop_contract::parse_termination_message;
 use dbop_contract::test_support::{
-    BUCKET, PG_PASSWORD, PG_USER, Pg, S3_ACCESS_KEY, S3_SECRET_KEY, S3sFs, pg_bin_dir,
+    BUCKET, PG_PASSWORD, PG_USER, Pg, S3_ACCESS_KEY, S3_SECRET_KEY, S3sFs, built_agent, pg_bin_dir,
 };
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -37,26 +36,8 @@ const APP_SQL: &str = "CREATE ROLE app_owner NOLOGIN; CREATE ROLE app_reader NOL
 const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 const OLD_KEY: &str = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
 
-fn agent_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("DBOP_BACKUP_BIN") {
-        return path.into();
-    }
-    let exe = std::env::current_exe().expect("test executable");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>")
-        .join("dbop-backup");
-    assert!(
-        bin.is_file(),
-        "{} is missing: build it with `cargo build -p dbop-backup` or set DBOP_BACKUP_BIN",
-        bin.display()
-    );
-    bin
-}
-
 fn run_agent(args: &[String], env: &[(String, String)]) -> Output {
-    let out = Command::new(agent_binary())
+    let out = Command::new(built_agent())
         .args(args)
         .env_clear()
         .env("PATH", format!("{}:/usr/bin:/bin", pg_bin_dir().display()))

@@ -188,32 +188,6 @@ fn stored_record(s3: &S3Server, run: &AgentRun) -> serde_json::Value {
     serde_json::from_slice(&record).expect("a record")
 }
 
-fn postgres_ids() -> Option<(u32, u32)> {
-    let id = |args: &[&str]| -> String {
-        let out = Command::new("id").args(args).output().expect("id");
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
-    (id(&["-u"]) == "0").then(|| {
-        (
-            id(&["-u", "postgres"]).parse().unwrap(),
-            id(&["-g", "postgres"]).parse().unwrap(),
-        )
-    })
-}
-
-/// `dir` (mode 0755) and everything in it owned by PostgreSQL's user when the tests run as root.
-fn give_to_postgres(dir: &Path) {
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    if postgres_ids().is_some() {
-        let out = Command::new("chown")
-            .args(["-R", "postgres:postgres"])
-            .arg(dir)
-            .output()
-            .unwrap();
-        assert!(out.status.success());
-    }
-}
-
 /// PostgreSQL started on a restored data directory: it recovers through `wal-fetch`.
 struct Restored {
     child: Child,
@@ -833,38 +807,12 @@ impl ReplicationSource {
     fn start() -> ReplicationSource {
         let s3 = S3Server::start(S3Kind::S3sFs);
         let pg = Pg::start();
-        pg.psql(
-            "postgres",
-            &format!(
-                "CREATE ROLE dbop_replication LOGIN REPLICATION NOSUPERUSER PASSWORD '{REPLICATION_PASSWORD}'"
-            ),
-        );
-        let hba = pg.psql("postgres", "SHOW hba_file");
-        std::fs::write(
-            &hba,
-            format!(
-                "host all {PG_USER} 127.0.0.1/32 scram-sha-256\nhost replication {PG_USER} 127.0.0.1/32 scram-sha-256\nhost replication dbop_replication 127.0.0.1/32 scram-sha-256\n"
-            ),
-        )
-        .unwrap();
-        pg.psql("postgres", "SELECT pg_reload_conf()");
-        let src = ReplicationSource {
+        pg.replication_only_role("dbop_replication", REPLICATION_PASSWORD);
+        ReplicationSource {
             s3,
             pg,
             dir: tempfile::tempdir().unwrap(),
-        };
-        // The role has no SQL access once the server has read the rules.
-        wait_until(10, "pg_hba.conf to be reloaded", || {
-            let out = Command::new(pg_bin_dir().join("psql"))
-                .args(["-X", "-w", "-c", "SELECT 1", "-d", "postgres"])
-                .env_clear()
-                .envs(src.env(REPLICATION_PASSWORD))
-                .env("PGPASSWORD", REPLICATION_PASSWORD)
-                .output()
-                .unwrap();
-            String::from_utf8_lossy(&out.stderr).contains("no pg_hba.conf entry")
-        });
-        src
+        }
     }
 
     /// The Job's environment, with `password` in the password file.

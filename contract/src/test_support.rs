@@ -6,6 +6,7 @@
 
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -76,7 +77,9 @@ pub fn pg_bin_dir() -> PathBuf {
     })
 }
 
-fn postgres_ids() -> Option<(u32, u32)> {
+/// PostgreSQL's user and group ids when the tests run as root (a server refuses to run as
+/// root, and a pod runs as the image's non-root user); `None` otherwise.
+pub fn postgres_ids() -> Option<(u32, u32)> {
     let uid = Command::new("id").arg("-u").output().ok()?;
     if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
         return None;
@@ -97,6 +100,62 @@ fn postgres_ids() -> Option<(u32, u32)> {
             .expect("numeric id")
     };
     Some((id("-u"), id("-g")))
+}
+
+/// Runs `cmd` as PostgreSQL's user when the tests run as root.
+pub fn run_as_postgres(cmd: &mut Command) -> &mut Command {
+    as_owner(cmd, postgres_ids());
+    cmd
+}
+
+/// `path` (a directory: mode 0755) and everything in it owned by PostgreSQL's user when the
+/// tests run as root.
+pub fn give_to_postgres(path: &Path) {
+    if path.is_dir() {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    if postgres_ids().is_some() {
+        let out = Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(path)
+            .output()
+            .expect("chown");
+        assert!(out.status.success(), "chown -R postgres {}", path.display());
+    }
+}
+
+/// The agent the operator's tests run: `DBOP_BACKUP_BIN`, or `dbop-backup` beside the test
+/// executable's directory (target/<profile>, built by `cargo build -p dbop-backup`).
+pub fn built_agent() -> PathBuf {
+    if let Some(path) = std::env::var_os("DBOP_BACKUP_BIN") {
+        return path.into();
+    }
+    let exe = std::env::current_exe().expect("test executable");
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>")
+        .join("dbop-backup");
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it with `cargo build -p dbop-backup` (make test-unit does) or set \
+         DBOP_BACKUP_BIN",
+        bin.display()
+    );
+    bin
+}
+
+/// A copy of the agent `built` in `dir`/bin that PostgreSQL's user can run, as
+/// `archive_command` or as the pod's user: a clone inside a private temporary directory (as CI
+/// makes one) is out of that user's reach.
+pub fn agent_for_postgres(dir: &Path, built: &Path) -> PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let copy = bin.join("dbop-backup");
+    std::fs::copy(built, &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    give_to_postgres(&bin);
+    copy
 }
 
 /// A PostgreSQL server of our own on a free port.
@@ -262,6 +321,39 @@ impl Pg {
 
     /// SHA-256 of a plain-text dump of `database` (schema and data, without owners and the
     /// per-run `\restrict` keys): equal hashes mean equal databases.
+    /// `role` (LOGIN REPLICATION, no superuser) with `password`, which pg_hba then allows only
+    /// replication connections over TCP (scram-sha-256), as dbop's replication role; the test's
+    /// superuser keeps SQL and replication access. Returns once the server has read the rules.
+    pub fn replication_only_role(&self, role: &str, password: &str) {
+        self.psql(
+            "postgres",
+            &format!("CREATE ROLE {role} LOGIN REPLICATION NOSUPERUSER PASSWORD '{password}'"),
+        );
+        let hba = self.psql("postgres", "SHOW hba_file");
+        std::fs::write(
+            &hba,
+            format!(
+                "host all {PG_USER} 127.0.0.1/32 scram-sha-256\n\
+                 host replication {PG_USER} 127.0.0.1/32 scram-sha-256\n\
+                 host replication {role} 127.0.0.1/32 scram-sha-256\n"
+            ),
+        )
+        .unwrap();
+        self.psql("postgres", "SELECT pg_reload_conf()");
+        wait_until(10, "pg_hba.conf to be reloaded", || {
+            let out = Command::new(self.bin.join("psql"))
+                .args(["-X", "-w", "-c", "SELECT 1", "-d", "postgres"])
+                .env_clear()
+                .env("PGHOST", "127.0.0.1")
+                .env("PGPORT", self.port.to_string())
+                .env("PGUSER", role)
+                .env("PGPASSWORD", password)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stderr).contains("no pg_hba.conf entry")
+        });
+    }
+
     pub fn content_hash(&self, database: &str) -> String {
         let mut child = Command::new(self.bin.join("pg_dump"))
             .args(["--format=plain", "--no-owner", "--no-acl"])
