@@ -132,8 +132,9 @@ pub fn probe(answer: Result<&str, &str>) -> Probe {
 }
 
 /// The query that reads the point reached: the last replayed commit's time (empty when none
-/// was replayed) and the last replayed WAL location.
-pub const REACHED_SQL: &str = r#"SELECT coalesce(to_char(pg_last_xact_replay_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), '') || ' ' || coalesce(pg_last_wal_replay_lsn()::text, '')"#;
+/// was replayed: a base backup with no commit after it) and the last replayed WAL location,
+/// separated by `|` (a space would be trimmed away with the output when the time is empty).
+pub const REACHED_SQL: &str = r#"SELECT coalesce(to_char(pg_last_xact_replay_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), '') || '|' || coalesce(pg_last_wal_replay_lsn()::text, '')"#;
 
 /// The point recovery reached.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,7 +146,7 @@ pub struct Reached {
 /// [`REACHED_SQL`]'s answer.
 pub fn parse_reached(answer: &str) -> Result<Reached, String> {
     let bad = || format!("unexpected answer {answer:?} for the point reached");
-    let (time, lsn) = answer.trim_end().split_once(' ').ok_or_else(bad)?;
+    let (time, lsn) = answer.trim().split_once('|').ok_or_else(bad)?;
     let last_commit = match time.trim() {
         "" => None,
         t => Some(
@@ -412,20 +413,21 @@ mod tests {
 
     #[test]
     fn the_point_reached_and_the_control_data_parse() {
-        let r = parse_reached("2026-12-04T22:30:01.123456Z 0/3000100").unwrap();
+        let r = parse_reached("2026-12-04T22:30:01.123456Z|0/3000100").unwrap();
         assert_eq!(
             r.last_commit,
             Some(Utc.timestamp_opt(1_796_423_401, 123_456_000).unwrap())
         );
         assert_eq!(r.lsn.as_deref(), Some("0/3000100"));
+        // No commit replayed after the base backup: no time, and the output trimmed.
         assert_eq!(
-            parse_reached(" 0/3000100").unwrap(),
+            parse_reached("|0/3000100\n").unwrap(),
             Reached {
                 last_commit: None,
                 lsn: Some("0/3000100".into())
             }
         );
-        for bad in ["", "yesterday 0/1", "2026-12-04T22:30:01Z x/y"] {
+        for bad in ["", "0/3000100", "yesterday|0/1", "2026-12-04T22:30:01Z|x/y"] {
             assert!(parse_reached(bad).is_err(), "{bad}");
         }
         let text = "pg_control version number:            1300\nDatabase cluster state:               shut down\nLatest checkpoint location:           0/4000028\nLatest checkpoint's TimeLineID:       2\nLatest checkpoint's PrevTimeLineID:   2\n";

@@ -751,6 +751,22 @@ fn recover_refuses_targets_outside_the_archive_and_occupied_directories_and_reco
     assert_eq!(restored.ids_after_promotion(), "1,2,3");
 }
 
+/// The latest point of a base backup with no commit after it (a quiet database, a backup just
+/// taken): PostgreSQL has no last replayed commit to report, and the recovery still succeeds.
+#[test]
+fn recover_to_the_latest_point_of_a_base_backup_with_no_later_commit() {
+    let src = Source::start();
+    src.insert(1..=2);
+    src.base_backup();
+    let (_keep, data) = new_data_dir();
+    let run = src.recover(&data, &[]);
+    let result = run.ok();
+    assert_eq!(result.timeline, Some(2), "{}", run.stdout);
+    assert!(result.recovered_lsn.is_some(), "{}", run.stdout);
+    let mut restored = Restored::start(&data);
+    assert_eq!(restored.ids_after_promotion(), "1,2");
+}
+
 #[test]
 fn a_wal_file_that_cannot_be_fetched_stops_recovery_instead_of_ending_it_early() {
     let src = Source::start();
