@@ -98,7 +98,8 @@ fn axes() -> Vec<Axis> {
                     "reconcileErrorRate": 0.5, "workQueueDepth": 10,
                     "postgresDownFor": "2m", "wraparoundXidAge": 500000000,
                     "volumeFreeRatio": 0.2, "replicationLagBytes": 1048576,
-                    "longTransactionSeconds": 600, "connectionSaturation": 0.8}}}),
+                    "longTransactionSeconds": 600, "connectionSaturation": 0.8,
+                    "walArchivingFailingFor": "30m", "walArchiveBacklogFiles": 128}}}),
             ],
         ),
         axis(
