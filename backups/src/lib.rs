@@ -31,6 +31,7 @@ pub mod prune;
 pub mod recover;
 pub mod recovery;
 pub mod restore;
+pub mod restore_stream;
 pub mod run;
 pub mod s3;
 pub mod secrets;

@@ -12,10 +12,8 @@ use crate::layout::Layout;
 use crate::manifest::object_context;
 use crate::manifest::{DatabaseDump, first_difference};
 use crate::pg::{self, PgTools};
-use crate::restore::{
-    OneRestore, RestoreOptions, check_major, check_objects, env_database, note_backup, resolve,
-    restore_one,
-};
+use crate::restore::{check_major, check_objects, env_database, note_backup, resolve};
+use crate::restore_stream::{OneRestore, restore_one};
 use crate::result::BackupResult;
 use crate::s3::Store;
 use crate::signals::Interrupt;
@@ -146,7 +144,6 @@ async fn verify_one(
         database = job.dump.name,
         "scratch database created"
     );
-    let opts = RestoreOptions::default();
     let outcome = tokio::select! {
         r = async {
             let one = OneRestore {
@@ -155,8 +152,10 @@ async fn verify_one(
                 dump: job.dump,
                 target: job.scratch,
                 sealing: job.sealing.clone(),
+                no_owner: false,
+                no_acl: false,
             };
-            restore_one(store, tools, &opts, one).await?;
+            restore_one(store, tools, one).await?;
             let counts = tools.query(Some(job.scratch), pg::ROW_COUNT_SQL).await?;
             serde_json::from_str(counts.trim()).map_err(|e| {
                 pg::pg_error("psql", job.scratch, format!("unexpected row count output: {e}"))
