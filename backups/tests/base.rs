@@ -6,7 +6,8 @@
 //! base backup taken from a standby restores; an encrypted one only with its key. A target
 //! before the oldest base backup fails naming the earliest restorable point; a tampered object
 //! is refused and the data directory left empty; a non-empty data directory is refused; a
-//! failed pg_basebackup leaves no record and no unfinished upload. `recover` leaves a promoted
+//! failed pg_basebackup leaves no record and no unfinished upload; one killed mid-upload leaves
+//! nothing restorable, and its retry completes. `recover` leaves a promoted
 //! primary on timeline 2 with exactly the rows before the target and no recovery settings,
 //! cleans a killed run's scratch, reports a finished directory again without touching it, and
 //! refuses a target before the oldest base backup, one past the archived WAL and an occupied
@@ -1095,4 +1096,107 @@ fn keep_last_prunes_the_oldest_base_backup_and_only_the_wal_before_the_oldest_ke
     assert_eq!(run.ok().backup_id.as_deref(), Some("b2"), "{}", run.stdout);
     let mut restored = Restored::start(&data);
     assert_eq!(restored.ids_after_promotion(), "1,2,3,4");
+}
+
+/// A base backup killed mid-upload (SIGKILL to the whole process group, as the kubelet ends a
+/// Job pod past its deadline, or a node that is lost) leaves no record, so nothing restores from
+/// it; the Job's retry, with the same id, takes it anew and completes, and its prune counts the
+/// killed run as no backup. (Aborting the unfinished upload after the grace period is the
+/// shared prune's, tested against a server that lists uploads in `storage.rs`: s3s-fs does
+/// not, and the agent says so.)
+#[test]
+fn a_base_backup_killed_mid_upload_leaves_nothing_restorable_and_its_retry_completes() {
+    let src = Source::start();
+    // Incompressible rows (~40 MB of tar), so parts are uploaded while the backup streams.
+    src.pg.psql(
+        "postgres",
+        "CREATE TABLE noise AS SELECT decode(md5(g::text || random()::text) || \
+         md5(random()::text), 'hex') AS b FROM generate_series(1, 600000) g",
+    );
+    src.insert(1..=3);
+    // pg_basebackup whose stream stalls after 24 MiB: the agent is mid-upload when killed.
+    let bin = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(pg_bin_dir().join("psql"), bin.path().join("psql")).unwrap();
+    let real = pg_bin_dir().join("pg_basebackup");
+    let stalling = bin.path().join("pg_basebackup");
+    std::fs::write(
+        &stalling,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = --version ] && exec {real} --version\n{real} \"$@\" | {{ head -c 25165824; sleep 600; }}\n",
+            real = real.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&stalling, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let id = "20261205T060000Z";
+    let mut env = src.env();
+    env.push((
+        "DBOP_BACKUP_PG_BIN_DIR".into(),
+        bin.path().display().to_string(),
+    ));
+    let mut killed = agent_command(
+        &["base-backup", "--fast-checkpoint", "--backup-id", id],
+        &env,
+    );
+    killed.process_group(0);
+    let child = killed.spawn().unwrap();
+    wait_until(60, "an upload begun", || {
+        !src.s3.s3s_upload_files().is_empty()
+    });
+    // Parts stored: the data object's upload is under way, not only begun.
+    wait_until(60, "parts stored", || dir_size(&src.s3.root) >= 16 << 20);
+    // SAFETY: kill has no memory effects; the group is the agent's own (process_group(0)).
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let folder = format!("{PREFIX}/{DATABASE}/base/{id}/");
+    assert_eq!(
+        src.s3.keys(&folder),
+        Vec::<String>::new(),
+        "the killed backup stored an object"
+    );
+    assert!(
+        !src.s3.s3s_upload_files().is_empty(),
+        "the kill left the upload unfinished"
+    );
+    let (_keep, data) = new_data_dir();
+    let restore = src.restore(&data, &[]);
+    assert_ne!(restore.code, Some(0), "restored a killed backup");
+
+    // The Job's retry: the same id, the real pg_basebackup, a prune with no grace left.
+    let run = agent(
+        &[
+            "base-backup",
+            "--fast-checkpoint",
+            "--backup-id",
+            id,
+            "--keep-last",
+            "5",
+            "--incomplete-grace",
+            "0s",
+        ],
+        &src.env(),
+    );
+    assert_eq!(run.code, Some(0), "the retry failed:\n{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("does not implement ListMultipartUploads"),
+        "{}",
+        run.stderr
+    );
+    let record = stored_record(&src.s3, &run);
+    assert_eq!(record["backupId"], id);
+    let records: Vec<String> = src
+        .s3
+        .keys(&format!("{PREFIX}/{DATABASE}/base/"))
+        .into_iter()
+        .filter(|k| k.ends_with("backup.json"))
+        .collect();
+    assert_eq!(records, vec![format!("{folder}backup.json")]);
+    assert_eq!(restore_and_start(&src, &["--backup-id", id]), "1,2,3");
+}
+
+/// The bytes stored below `dir`.
+fn dir_size(dir: &Path) -> u64 {
+    snapshot(dir).iter().map(|(_, len, _, _)| len).sum()
 }
