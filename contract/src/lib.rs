@@ -6,7 +6,7 @@
 //! (`topology`: which instance is the primary, where each is reached), and the primary Lease
 //! that fences it (`lease`), and the roles and application database a primary keeps
 //! (`accounts`), and where an instance stands in the WAL (`position`: the instance manager's
-//! status report). Pure: no I/O, no clock, no kube, no AWS.
+//! status report), and how full its data volume is (`volume`). Pure: no I/O, no clock, no kube, no AWS.
 //!
 //! Behind the `test-support` feature: the PostgreSQL/s3s-fs harness both sides' tests use.
 
@@ -19,6 +19,7 @@ pub mod result;
 pub mod retention;
 pub mod topology;
 pub mod units;
+pub mod volume;
 
 #[cfg(feature = "test-support")]
 pub mod test_support;

@@ -172,14 +172,19 @@ pub fn parse_termination_message(message: &str) -> Option<BackupResult> {
 pub enum InstanceFailure {
     /// The container's uid has no passwd entry and the image no nss_wrapper to give it one.
     NoUserEntry,
+    /// PostgreSQL stopped because the data volume is full (`volume::VolumeUsage::full`); the
+    /// message starts with the figures (`VolumeUsage::full_message`).
+    VolumeFull,
 }
 
 impl InstanceFailure {
-    pub const ALL: [InstanceFailure; 1] = [InstanceFailure::NoUserEntry];
+    pub const ALL: [InstanceFailure; 2] =
+        [InstanceFailure::NoUserEntry, InstanceFailure::VolumeFull];
 
     pub fn label(self) -> &'static str {
         match self {
             InstanceFailure::NoUserEntry => "no-user-entry",
+            InstanceFailure::VolumeFull => "volume-full",
         }
     }
 

@@ -19,6 +19,7 @@ use crate::reload::{self, Mounted, Reloader};
 use crate::role_watch::Keeper;
 use crate::shutdown::{self, Event, Mode, State, Timeouts};
 
+use dbop_contract::InstanceFailure;
 use dbop_contract::accounts::APPLICATION_PASSWORD_FILE;
 /// The superuser when the credentials have no `username` file (the operator's too).
 pub use dbop_contract::instance::DEFAULT_SUPERUSER;
@@ -206,7 +207,7 @@ fn give_uid_an_entry(o: &Options) -> Result<(), Fatal> {
     ) {
         Identity::Listed => return Ok(()),
         Identity::Unknown => {
-            let failure = dbop_contract::InstanceFailure::NoUserEntry;
+            let failure = InstanceFailure::NoUserEntry;
             return Err(Fatal(failure.message(&identity::unknown_message(uid))));
         }
         Identity::Wrapped { library } => library,
@@ -372,12 +373,22 @@ fn finish(o: &Options, state: State, code: i32, fenced: Option<&str>) -> i32 {
     }
     match (state, code) {
         (State::Stopping { mode, .. }, 0) => log(&format!("postgres stopped ({mode:?} shutdown)")),
-        (_, code) => report(
-            &o.termination_log,
-            &format!("postgres exited with status {code}"),
-        ),
+        (_, code) => report(&o.termination_log, &exit_message(&o.pgdata, code)),
     }
     code
+}
+
+/// Why the server stopped on its own: a full data volume (which the operator can grow, see
+/// `dbop_contract::volume`), or only its exit status.
+fn exit_message(pgdata: &Path, code: i32) -> String {
+    match crate::metrics::volume_usage(pgdata) {
+        Ok(usage) if usage.full() => {
+            let message = InstanceFailure::VolumeFull.message(&usage.full_message());
+            log(&message);
+            message
+        }
+        _ => format!("postgres exited with status {code}"),
+    }
 }
 
 fn read_password(file: &Path) -> Read {

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use dbop_contract::volume::VolumeUsage;
+
 mod common;
 use common::{free_port, ids, server};
 
@@ -191,8 +193,13 @@ impl Instance {
     }
 
     fn start(&self) -> Running {
+        self.start_with(&[])
+    }
+
+    fn start_with(&self, args: &[String]) -> Running {
         let mut child = self
             .command("run", self.major)
+            .args(args)
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
@@ -505,4 +512,137 @@ fn a_declared_membership_is_revoked_when_the_spec_drops_it() {
     ]);
     i.wait_answer("app", "first-password", "app", members, "-");
     drop(child);
+}
+
+/// A tmpfs of `mib` MiB mounted at `dir` (owned by `ids`) until dropped: a volume with a real
+/// size, which writes can fill.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, mib: u32, ids: Option<(u32, u32)>) -> Tmpfs {
+        assert!(
+            ids.is_some(),
+            "this test mounts a tmpfs: run it as root (CI does)"
+        );
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "mount: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        chown(dir, ids);
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// (size, available to unprivileged users) of the filesystem at `dir`, as `df` reports it.
+fn df(dir: &Path) -> (u64, u64) {
+    let out = Command::new("df")
+        .args(["-B1", "--output=size,avail"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let numbers: Vec<u64> = text
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    (numbers[0], numbers[1])
+}
+
+/// `GET /volume` on the status endpoint at `port`.
+fn volume_report(port: u16) -> Result<VolumeUsage, String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET /volume HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
+    let mut all = String::new();
+    s.read_to_string(&mut all).map_err(|e| e.to_string())?;
+    let (head, body) = all.split_once("\r\n\r\n").ok_or("no response head")?;
+    if !head.starts_with("HTTP/1.1 200 ") {
+        return Err(format!("{head}: {body}"));
+    }
+    VolumeUsage::from_json(body)
+}
+
+/// SIGKILLs the postmaster, as the kernel's OOM killer or a PANIC loop would end it, and
+/// returns what the manager wrote to the termination log as it exited.
+fn kill_server_and_read_termination(i: &Instance, mut running: Running) -> String {
+    let pid_file = std::fs::read_to_string(i.path("data/pgdata/postmaster.pid")).unwrap();
+    let pid: i32 = pid_file.lines().next().unwrap().trim().parse().unwrap();
+    // SAFETY: kill has no memory effects.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let status = running.0.take().unwrap().wait().unwrap();
+    assert!(
+        !status.success(),
+        "the manager exited 0 after its server died"
+    );
+    std::fs::read_to_string(i.path("termination-log")).unwrap_or_default()
+}
+
+/// The data volume is read from its filesystem at `GET /volume`, as `df` reads it; a server that
+/// stops on its own on a full volume leaves a `volume-full` termination message with the
+/// figures the operator grows from, and one that stops with room leaves its exit status only.
+#[test]
+fn a_server_stopping_on_a_full_volume_says_so_and_the_volume_is_reported() {
+    let i = Instance::new();
+    let data = i.path("data");
+    let _volume = Tmpfs::mount(&data, 128, i.ids);
+    let status_port = free_port();
+    let args = [format!("--status-addr=127.0.0.1:{status_port}")];
+
+    let running = i.start_with(&args);
+    let report = volume_report(status_port).unwrap();
+    let (size, avail) = df(&data);
+    assert_eq!(report.size_bytes, size);
+    assert_eq!(report.size_bytes, 128 * 1024 * 1024);
+    // The server writes meanwhile: within a WAL segment of df's figure.
+    assert!(
+        report.free_bytes.abs_diff(avail) < 16 << 20,
+        "{report:?} vs df {avail}"
+    );
+    assert!(!report.full());
+    let message = kill_server_and_read_termination(&i, running);
+    assert!(
+        message.starts_with("postgres exited with status"),
+        "{message}"
+    );
+
+    // Leave less than the room a restart needs, then the server dies.
+    let running = i.start_with(&args);
+    let filler = data.join("filler");
+    let (_, avail) = df(&data);
+    let out = Command::new("fallocate")
+        .args(["-l", &(avail - (8 << 20)).to_string()])
+        .arg(&filler)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = volume_report(status_port).unwrap();
+    assert!(report.full(), "{report:?}");
+    let message = kill_server_and_read_termination(&i, running);
+    let rest = message
+        .strip_prefix("volume-full: ")
+        .unwrap_or_else(|| panic!("not a volume-full message: {message}"));
+    let then = VolumeUsage::from_full_message(rest).expect("the figures");
+    assert_eq!(then.size_bytes, 128 * 1024 * 1024);
+    assert!(then.free_bytes < 32 << 20, "{then:?}");
+    assert!(rest.contains("spec.storage.autoGrow"), "{rest}");
 }

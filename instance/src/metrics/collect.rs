@@ -18,6 +18,7 @@ use crate::metrics::exposition::{self, Family, Kind};
 use crate::metrics::{builtin, custom, psql};
 use crate::replication::status;
 use dbop_contract::position::Position;
+use dbop_contract::volume::VolumeUsage;
 
 /// `statement_timeout` of each built-in statement.
 pub const BUILTIN_STATEMENT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -171,8 +172,8 @@ impl Collector {
                 }
             }
         }
-        match statvfs(&self.source.pgdata) {
-            Ok((size, free)) => families.extend(volume_families(size, free)),
+        match volume_usage(&self.source.pgdata) {
+            Ok(v) => families.extend(volume_families(v.size_bytes, v.free_bytes)),
             Err(e) => {
                 log(&format!("statvfs of the data directory: {e}"));
                 self.count_error(VOLUME);
@@ -279,9 +280,10 @@ fn volume_families(size: u64, free: u64) -> [Family; 2] {
     ]
 }
 
-/// (size, bytes available to unprivileged users) of the filesystem holding `path` (or its
-/// parent, before initdb made it).
-fn statvfs(path: &Path) -> std::io::Result<(u64, u64)> {
+/// The size of the filesystem holding `path` (or its parent, before initdb made it) and the
+/// bytes available to unprivileged users: for `/metrics`, `GET /volume` and a stop on a full
+/// volume. No PostgreSQL involved.
+pub fn volume_usage(path: &Path) -> std::io::Result<VolumeUsage> {
     let target = if path.exists() {
         path
     } else {
@@ -295,7 +297,10 @@ fn statvfs(path: &Path) -> std::io::Result<(u64, u64)> {
         return Err(std::io::Error::last_os_error());
     }
     let frsize = s.f_frsize as u64;
-    Ok((s.f_blocks as u64 * frsize, s.f_bavail as u64 * frsize))
+    Ok(VolumeUsage {
+        size_bytes: s.f_blocks as u64 * frsize,
+        free_bytes: s.f_bavail as u64 * frsize,
+    })
 }
 
 /// The instance's WAL position for `GET /status`: `replication::status`'s query, and on a

@@ -17,6 +17,10 @@ pub enum Route {
     Status {
         head: bool,
     },
+    /// `GET /volume`: how full the data volume is (`dbop_contract::volume`).
+    Volume {
+        head: bool,
+    },
     /// `GET /healthz`: the endpoint itself answers.
     Health {
         head: bool,
@@ -55,6 +59,7 @@ pub fn route(head: &[u8]) -> Route {
         "/metrics" => Route::Metrics { head },
         "/healthz" => Route::Health { head },
         dbop_contract::position::STATUS_PATH => Route::Status { head },
+        dbop_contract::volume::VOLUME_PATH => Route::Volume { head },
         _ => Route::NotFound,
     }
 }
@@ -90,7 +95,7 @@ mod tests {
 
     #[test]
     fn routes() {
-        let table: [(&[u8], Route); 11] = [
+        let table: [(&[u8], Route); 12] = [
             (
                 b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
                 Route::Metrics { head: false },
@@ -110,6 +115,10 @@ mod tests {
             (
                 b"GET /status HTTP/1.1\r\n\r\n",
                 Route::Status { head: false },
+            ),
+            (
+                b"GET /volume HTTP/1.1\r\n\r\n",
+                Route::Volume { head: false },
             ),
             (b"GET / HTTP/1.1\r\n\r\n", Route::NotFound),
             (b"POST /metrics HTTP/1.1\r\n\r\n", Route::MethodNotAllowed),

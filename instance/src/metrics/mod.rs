@@ -20,6 +20,8 @@ pub mod psql;
 pub mod server;
 pub mod shared_read;
 
+pub use collect::volume_usage;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 

@@ -1,7 +1,7 @@
 //! The manager's HTTP endpoints: a TCP listener on its own thread, one short-lived thread per
 //! connection (at most `MAX_CONNECTIONS` at once, the others get a 503), one scrape at a time
 //! (a second scraper waits for the first: the database never runs two scrapes' queries at
-//! once). A listener serves `/metrics` or `/status` (what `Endpoints` it is given) and
+//! once). A listener serves `/metrics` or `/status` and `/volume` (what `Endpoints` it is given) and
 //! `/healthz`, reads nothing but the request head, and never blocks the manager's supervision
 //! loop. Status requests that arrive together share one reading (`shared_read`).
 //!
@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::metrics::collect::{Collector, Source, position};
+use crate::metrics::collect::{Collector, Source, position, volume_usage};
 use crate::metrics::exposition::CONTENT_TYPE;
 use crate::metrics::http::{self, Route};
 use crate::metrics::shared_read::SharedRead;
@@ -117,6 +117,15 @@ fn serve(mut stream: TcpStream, endpoints: &Mutex<Endpoints>) {
                 Some(Err(e)) => http::response(503, "text/plain", &format!("{e}\n"), head),
             }
         }
+        // From the filesystem alone: answered while PostgreSQL is down, which is when a full
+        // volume matters most.
+        Route::Volume { head } => match &*endpoints.lock().unwrap_or_else(|e| e.into_inner()) {
+            Endpoints::Status(reader) => match volume_usage(&reader.source.pgdata) {
+                Ok(v) => http::response(200, "application/json", &v.to_json(), head),
+                Err(e) => http::response(503, "text/plain", &format!("statvfs: {e}\n"), head),
+            },
+            Endpoints::Metrics(_) => not_found(),
+        },
         Route::Health { head } => http::response(200, "text/plain", "ok\n", head),
         Route::NotFound => not_found(),
         Route::MethodNotAllowed => http::response(405, "text/plain", "", false),
