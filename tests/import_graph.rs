@@ -257,6 +257,7 @@ const PURE: &[&str] = &[
     "backup::settings",
     "backup::verify",
     "backup::window",
+    "database::autogrow",
     "database::blocker",
     "database::restore",
     "database::build",

@@ -24,7 +24,10 @@ use dbop::backup::s3_secret::S3SecretProblem;
 use dbop::backup::schedule::{BackupRecord, scheduled_backup_name};
 use dbop::backup::settings::BackupSettings;
 use dbop::database::decide::{Decision, decide};
-use dbop::database::facts::{CredentialsFact, Facts, InitSourceFact, StatefulSetFact, VolumeFact};
+use dbop::database::facts::{
+    ClaimSize, ClassFact, CredentialsFact, Facts, InitSourceFact, StatefulSetFact, StorageFact,
+    VolumeFact,
+};
 use dbop::database_backup::decide::decide as decide_backup;
 use dbop::database_backup::facts::{BackupFacts, DatabaseFacts, JobFacts};
 use dbop::objects::JobState;
@@ -33,6 +36,7 @@ use dbop::resources::credentials::{SecretProblem, generated_secret};
 use dbop::resources::init_job::{init_job, init_sql_config_map};
 use dbop::resources::{check_version, services, statefulset};
 use dbop::settings::Settings;
+use dbop_contract::volume::VolumeUsage;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -380,10 +384,19 @@ fn spec_json(valid: bool) -> BoxedStrategy<Value> {
         listed(&["Retain", "Delete"]),
         pod_metadata(),
         prop_oneof![1 => Just(Value::Null), 3 => backup(valid)],
-        maintenance_window(valid),
+        (maintenance_window(valid), auto_grow(valid)),
     )
         .prop_map(
-            |((version, image), (size, class), creds, init, policy, pod_meta, backup, window)| {
+            |(
+                (version, image),
+                (size, class),
+                creds,
+                init,
+                policy,
+                pod_meta,
+                backup,
+                (window, auto_grow),
+            )| {
                 object(vec![
                     ("version", Value::String(version)),
                     ("image", image),
@@ -392,6 +405,7 @@ fn spec_json(valid: bool) -> BoxedStrategy<Value> {
                         object(vec![
                             ("size", Value::String(size)),
                             ("storageClassName", class),
+                            ("autoGrow", auto_grow),
                         ]),
                     ),
                     (
@@ -411,6 +425,23 @@ fn spec_json(valid: bool) -> BoxedStrategy<Value> {
             },
         )
         .boxed()
+}
+
+/// `storage.autoGrow`: absent, or a threshold, an increment (a quantity or a percentage) and a
+/// maximum.
+fn auto_grow(valid: bool) -> BoxedStrategy<Value> {
+    let increment = prop_oneof![field(valid, size), text("[1-9][0-9]?%")];
+    let threshold = match valid {
+        true => (50u32..=95).boxed(),
+        false => (0u32..300).boxed(),
+    };
+    prop_oneof![
+        1 => Just(Value::Null),
+        2 => (threshold, increment, field(valid, size)).prop_map(|(t, i, m)| {
+            json!({"thresholdPercent": t, "increment": i, "maximum": m})
+        }),
+    ]
+    .boxed()
 }
 
 fn time() -> BoxedStrategy<DateTime<Utc>> {
@@ -523,6 +554,45 @@ fn backup_record() -> BoxedStrategy<BackupRecord> {
 }
 
 /// What observe could have found, built the way decide's table tests build it.
+/// Any claims, volume readings (a filesystem of any size, any free figure, also above its
+/// size) and servers stopped on a full volume.
+fn storage_fact() -> BoxedStrategy<StorageFact> {
+    let bytes = || prop_oneof![Just(0u64), 0u64..(1 << 40), any::<u64>()];
+    let usage = (bytes(), bytes()).prop_map(|(size_bytes, free_bytes)| VolumeUsage {
+        size_bytes,
+        free_bytes,
+    });
+    let claim = (proptest::option::of(bytes()), proptest::option::of(bytes())).prop_map(
+        |(requested, capacity)| ClaimSize {
+            name: "data-orders-0".into(),
+            requested: requested.map(u128::from),
+            capacity: capacity.map(u128::from),
+        },
+    );
+    let pods = || proptest::collection::btree_map(text("orders-[0-3]"), usage.clone(), 0..3);
+    let class = prop_oneof![
+        Just(ClassFact::Unknown),
+        Just(ClassFact::Expands),
+        any::<bool>().prop_map(|missing| ClassFact::CannotExpand {
+            name: "standard".into(),
+            missing
+        }),
+    ];
+    (
+        proptest::collection::vec(claim, 0..3),
+        pods(),
+        pods(),
+        class,
+    )
+        .prop_map(|(claims, usage, stopped_full, class)| StorageFact {
+            claims,
+            usage,
+            stopped_full,
+            class,
+        })
+        .boxed()
+}
+
 fn facts() -> BoxedStrategy<Facts> {
     let statefulset = proptest::option::of(
         (
@@ -573,14 +643,16 @@ fn facts() -> BoxedStrategy<Facts> {
         volume,
         proptest::option::of(job_state()),
         backups,
+        storage_fact(),
     )
         .prop_map(
-            |(credentials, init_source, statefulset, volume, init_job, backups)| Facts {
+            |(credentials, init_source, statefulset, volume, init_job, backups, storage)| Facts {
                 credentials,
                 archiver: None,
                 init_source,
                 statefulset,
                 volume,
+                storage,
                 init_job,
                 backups,
                 bootstrap: None,

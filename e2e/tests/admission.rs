@@ -90,6 +90,37 @@ async fn invalid_databases_are_refused_with_a_message() {
             "spec.backup.method",
         ),
         (
+            "autoGrow maximum below the size",
+            database_manifest(
+                "g1",
+                json!({"storage": {"size": "2Gi", "autoGrow": {"maximum": "1Gi"}}}),
+            ),
+            "storage.autoGrow.maximum must be at least storage.size",
+        ),
+        (
+            "autoGrow increment neither a quantity nor a percentage",
+            database_manifest(
+                "g2",
+                json!({"storage": {"size": "1Gi",
+                                   "autoGrow": {"maximum": "9Gi", "increment": "150%"}}}),
+            ),
+            "storage.autoGrow.increment must be a positive quantity",
+        ),
+        (
+            "autoGrow threshold too low to leave time",
+            database_manifest(
+                "g3",
+                json!({"storage": {"size": "1Gi",
+                                   "autoGrow": {"maximum": "9Gi", "thresholdPercent": 20}}}),
+            ),
+            "spec.storage.autoGrow.thresholdPercent",
+        ),
+        (
+            "autoGrow without a maximum",
+            database_manifest("g4", json!({"storage": {"size": "1Gi", "autoGrow": {}}})),
+            "spec.storage.autoGrow.maximum",
+        ),
+        (
             "unknown engine",
             database_manifest("e1", json!({"engine": "mysql"})),
             "spec.engine",

@@ -40,10 +40,13 @@ pub enum ConditionType {
     ReleasePending,
     /// The primary archives its WAL (`spec.backup.walArchiving`; absent without it).
     ContinuousArchiving,
+    /// The data volumes can grow before they fill (`spec.storage.autoGrow`; absent without
+    /// it).
+    StorageAutoGrow,
 }
 
 impl ConditionType {
-    pub const ALL: [ConditionType; 13] = [
+    pub const ALL: [ConditionType; 14] = [
         ConditionType::Ready,
         ConditionType::StorageReady,
         ConditionType::Initialized,
@@ -57,6 +60,7 @@ impl ConditionType {
         ConditionType::MaintenancePending,
         ConditionType::ReleasePending,
         ConditionType::ContinuousArchiving,
+        ConditionType::StorageAutoGrow,
     ];
 
     pub fn label(self) -> &'static str {
@@ -74,6 +78,7 @@ impl ConditionType {
             ConditionType::MaintenancePending => "MaintenancePending",
             ConditionType::ReleasePending => "ReleasePending",
             ConditionType::ContinuousArchiving => "ContinuousArchiving",
+            ConditionType::StorageAutoGrow => "StorageAutoGrow",
         }
     }
 }

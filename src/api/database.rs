@@ -16,6 +16,7 @@ use super::bootstrap::{BootstrapSpec, BootstrapStatus};
 use super::placement::{PlacementSpec, ProbesSpec};
 use super::security::PodSecuritySpec;
 use super::shared::KeyRef;
+use super::storage::StorageSpec;
 
 /// `spec.version` may move to a newer minor of the same major, or back (not below) to the version
 /// the server runs (`status.currentVersion`): that is how a failed upgrade is abandoned.
@@ -244,34 +245,6 @@ fn default_instances() -> i32 {
 pub enum Engine {
     #[default]
     Postgres,
-}
-
-/// The data volume of each instance.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = [
-    {
-        "rule": "quantity(self.size).compareTo(quantity(oldSelf.size)) >= 0",
-        "message": "storage.size may not shrink (a volume can only grow)"
-    },
-    {
-        "rule": "has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",
-        "message": "storage.storageClassName is immutable"
-    }
-]))]
-pub struct StorageSpec {
-    /// The volume size, a Kubernetes quantity such as `10Gi`. It may grow (where the
-    /// StorageClass allows expansion), never shrink.
-    #[schemars(length(max = 32))]
-    #[schemars(extend("x-kubernetes-validations" = [{
-        "rule": "isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))",
-        "message": "storage.size must be a positive quantity such as 10Gi"
-    }]))]
-    pub size: String,
-
-    /// The StorageClass of the volume; the cluster default when absent. Immutable.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub storage_class_name: Option<String>,
 }
 
 /// A reference to a Secret holding the superuser credentials.

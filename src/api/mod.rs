@@ -16,6 +16,7 @@ pub mod placement;
 pub mod postgresql;
 pub mod security;
 pub mod shared;
+pub mod storage;
 pub mod tls;
 
 pub use accounts::{ApplicationSpec, ManagedRoleSpec, RoleEnsure};
@@ -30,7 +31,7 @@ pub use backup_policy::{
 pub use bootstrap::{BootstrapSpec, BootstrapStatus, FromBackupSpec, RecoveryTarget};
 pub use database::{
     CredentialsSpec, Database, DatabaseSpec, DatabaseStatus, DeletionPolicy, Engine, InitSpec,
-    InstanceRole, InstanceStatus, Phase, PodMetadata, StorageSpec, SynchronousSpec, WhenTooFew,
+    InstanceRole, InstanceStatus, Phase, PodMetadata, SynchronousSpec, WhenTooFew,
 };
 pub use database::{UpgradeSpec, UpgradeStage, UpgradeStageTime, UpgradeStatus};
 pub use maintenance::{MaintenanceWindowSpec, Weekday};
@@ -40,6 +41,7 @@ pub use placement::{PlacementSpec, ProbeTiming, ProbesSpec};
 pub use postgresql::PostgresqlSpec;
 pub use security::{IdsAssignedBy, PodSecuritySpec};
 pub use shared::KeyRef;
+pub use storage::{AutoGrowSpec, StorageSpec};
 pub use tls::{SuperuserAuthentication, TlsSpec};
 
 /// The API group of every dbop resource.

@@ -38,7 +38,7 @@ use crate::objects::EventSpec;
 use crate::resources::cert_manager::Certificate;
 use crate::resources::primary_lease::{self, PROMOTE_ANNOTATION};
 use crate::resources::replication::ROLE_LABEL;
-use crate::resources::{Names, owner_reference};
+use crate::resources::{Names, owner_reference, quantity};
 use crate::upgrade::events::upgrade_events;
 
 /// Length of generated passwords: 32 alphanumerics, about 190 bits.
@@ -77,6 +77,7 @@ pub async fn apply(
         pre_upgrade_backup,
         delete_pods,
         claims_size,
+        volume_growth,
         init_job,
         restore_job,
         scheduled_backup,
@@ -146,6 +147,9 @@ pub async fn apply(
     }
     if let Some(size) = claims_size {
         let refused = expand_claims(ctx, db, &snap.data_claims, &size).await?;
+        if let Some(note) = volume_growth.filter(|_| refused.is_none()) {
+            grown(ctx, db, note).await;
+        }
         applied.overrides.extend(refused);
     }
     write_jobs(ctx, db, &jobs, init_job, restore_job).await?;
@@ -497,7 +501,20 @@ async fn adopt_retained_secret(ctx: &Context, db: &Database, name: &str) -> Resu
     Ok(())
 }
 
-/// Asks every data claim to grow to `size`. A StorageClass that refuses is a condition to
+/// `spec.storage.autoGrow` asked the claims for more: an Event that says why, and the counter.
+async fn grown(ctx: &Context, db: &Database, note: String) {
+    info!(%note, "data volumes growing");
+    ctx.metrics
+        .volume_grown((db.namespace_or_default(), db.name()));
+    let event = EventSpec {
+        warning: false,
+        reason: "VolumeGrowing".into(),
+        note,
+    };
+    publish(ctx, db, &event).await;
+}
+
+/// Asks every data claim that asks for less to grow to `size`. A StorageClass that refuses is a condition to
 /// read (returned) and an Event, not an error loop.
 async fn expand_claims(
     ctx: &Context,
@@ -509,7 +526,15 @@ async fn expand_claims(
         Api::namespaced(ctx.client.clone(), &db.namespace_or_default());
     let patch = json!({"spec": {"resources": {"requests": {"storage": size}}}});
     let mut refused = None;
+    let wanted = quantity::bytes(size);
+    let requested = |claim: &PersistentVolumeClaim| {
+        let requests = claim.spec.as_ref()?.resources.as_ref()?.requests.as_ref()?;
+        quantity::bytes(&requests.get("storage")?.0)
+    };
     for claim in data_claims {
+        if requested(claim).zip(wanted).is_some_and(|(r, w)| r >= w) {
+            continue;
+        }
         let name = claim.metadata.name.clone().unwrap_or_default();
         match merge_patch(&claims, &name, &patch).await {
             Ok(_) => info!(claim = %name, %size, "requested volume expansion"),

@@ -101,6 +101,8 @@ pub struct Desired {
     pub delete_pods: Vec<String>,
     /// The size every data claim grows to.
     pub claims_size: Option<String>,
+    /// Why, when `spec.storage.autoGrow` grows them (the Event's note).
+    pub volume_growth: Option<String>,
     /// The init Job and the ConfigMap of its inline SQL (created first).
     pub init_job: Option<(Option<ConfigMap>, Job)>,
     /// The restore Job; a physical recovery's comes with the first data claim (created first).
@@ -201,6 +203,7 @@ pub fn build(
         apply_services,
         apply_statefulset,
         expand_volumes,
+        volume_growth,
         create_init_job,
         create_restore_job,
         create_preflight_job,
@@ -277,6 +280,7 @@ pub fn build(
             .map(|name| pre_upgrade_backup(db, name)),
         delete_pods: delete_pods.clone(),
         claims_size: expand_volumes.clone(),
+        volume_growth: volume_growth.clone(),
         init_job: create_init_job
             .then(|| init_job(db, settings))
             .flatten()

@@ -48,6 +48,8 @@ pub struct Steps {
     pub apply_statefulset: bool,
     /// Grow the data claims to this size.
     pub expand_volumes: Option<String>,
+    /// Why `expand_volumes` grows them, when `spec.storage.autoGrow` does (the Event's note).
+    pub volume_growth: Option<String>,
     /// Create the init Job.
     pub create_init_job: bool,
     /// Create the restore Job of `spec.bootstrap.fromBackup` (in the init Job's place).
@@ -136,7 +138,12 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
     );
     steps.label_pods = roles.label_pods.clone();
     steps.refresh_pods = roles.refresh_pods.clone();
-    steps.expand_volumes = volume_to_expand(db, facts);
+    let autogrow = super::autogrow::plan(db, &facts.storage);
+    steps.expand_volumes = match &autogrow.grow {
+        Some(growth) => Some(growth.size.clone()),
+        None => volume_to_expand(db, facts),
+    };
+    steps.volume_growth = autogrow.grow.as_ref().map(|g| g.note.clone());
 
     steps.create_preflight_job = upgrade.create_preflight.clone();
     steps.create_pre_upgrade_backup = upgrade.create_backup.clone();
@@ -145,6 +152,7 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
     // earlier revision is replaced, or the fixed template would never reach it.
     if !upgrade.active {
         steps.delete_pods.extend(facts.stuck_pods.iter().cloned());
+        steps.delete_pods.extend(autogrow.restart.iter().cloned());
         steps
             .delete_pods
             .extend(wave::rolled_back_pods(facts, settings));
@@ -184,6 +192,7 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
         upgrade.requeue_after,
         roles.look_again,
         super::archiving::look_again(db),
+        super::autogrow::look_again(db),
         gate.next_change(now),
         release::look_again(
             facts.release.marker.as_ref(),
@@ -214,7 +223,12 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
             accounts::condition(db, &facts.accounts),
         ])
         .chain(network_policy_condition(db))
-        .chain(super::archiving::condition(db, facts.archiver.as_ref()))
+        .chain(super::archiving::condition(
+            db,
+            facts.archiver.as_ref(),
+            &facts.storage,
+        ))
+        .chain(autogrow.condition)
         .chain(maintenance::condition(&gate, &waiting))
         .chain(release::condition(
             &release,
@@ -448,11 +462,20 @@ fn pending_claim(db: &Database, facts: &Facts) -> String {
 }
 
 /// The size to grow the data claims to, when the spec asks for more than they request.
+/// The size every data claim should ask for when one asks for less: `spec.storage.size`, or the
+/// largest claim's when it grew past it (`autoGrow`, or a claim added after a growth: the
+/// StatefulSet's claim template keeps the size it was made with).
 fn volume_to_expand(db: &Database, facts: &Facts) -> Option<String> {
-    let volume = facts.volume.as_ref()?;
+    let volume = facts.volume.as_ref().filter(|v| v.bound)?;
     let want = quantity::bytes(&db.spec.storage.size)?;
-    let requested = volume.requested.as_deref().and_then(quantity::bytes)?;
-    (volume.bound && requested < want).then(|| db.spec.storage.size.clone())
+    let first = volume.requested.as_deref().and_then(quantity::bytes)?;
+    let requested = facts.storage.claims.iter().filter_map(|c| c.requested);
+    let largest = requested.clone().chain([first, want]).max()?;
+    let smallest = requested.chain([first]).min()?;
+    (smallest < largest).then(|| match largest == want {
+        true => db.spec.storage.size.clone(),
+        false => super::autogrow::quantity_of(largest),
+    })
 }
 
 #[cfg(test)]
@@ -1342,6 +1365,76 @@ mod tests {
             assert_eq!((c.status, c.reason.as_str()), (status, reason), "{name}");
             assert_eq!(d.steps.expand_volumes.as_deref(), expand, "{name}");
         }
+    }
+
+    /// autoGrow's plan reaches the steps: the claims' size, the Event's note, the condition and
+    /// the restart of a pod that stopped on a volume grown since; a claim added after a growth
+    /// is brought to the others' size.
+    #[test]
+    fn auto_grow_reaches_the_steps() {
+        use super::super::facts::{ClaimSize, ClassFact, StorageFact, VolumeFact};
+        use dbop_contract::volume::VolumeUsage;
+        const GIB: u128 = 1 << 30;
+        let mut db = testing::minimal();
+        db.spec.storage.size = "1Gi".into();
+        db.spec.storage.auto_grow =
+            serde_json::from_value(serde_json::json!({"increment": "1Gi", "maximum": "8Gi"}))
+                .unwrap();
+        let claim = |ordinal: u8, requested: u128, capacity: u128| ClaimSize {
+            name: format!("data-orders-{ordinal}"),
+            requested: Some(requested),
+            capacity: Some(capacity),
+        };
+        let first = |requested: &str| VolumeFact {
+            bound: true,
+            predates_database: false,
+            requested: Some(requested.into()),
+            capacity: Some(requested.into()),
+        };
+        let usage = |size: u128, free: u128| VolumeUsage {
+            size_bytes: size as u64,
+            free_bytes: free as u64,
+        };
+        let full = Facts {
+            volume: Some(first("1Gi")),
+            storage: StorageFact {
+                claims: vec![claim(0, GIB, GIB)],
+                usage: [("orders-0".to_string(), usage(GIB, GIB / 10))].into(),
+                stopped_full: Default::default(),
+                class: ClassFact::Expands,
+            },
+            ..facts()
+        };
+        let d = decide(&db, &full, &Settings::default());
+        assert_eq!(d.steps.expand_volumes.as_deref(), Some("2Gi"));
+        let note = d.steps.volume_growth.clone().unwrap();
+        assert!(
+            note.contains("91% full") && note.contains("from 1Gi to 2Gi"),
+            "{note}"
+        );
+        assert_eq!(cond(&d, ConditionType::StorageAutoGrow).reason, "Growing");
+
+        // Grown to 2Gi; the server had stopped on the full 1Gi volume: it restarts now.
+        let mut grown = full.clone();
+        grown.volume = Some(first("2Gi"));
+        grown.storage.claims = vec![claim(0, 2 * GIB, 2 * GIB)];
+        grown.storage.usage.clear();
+        grown.storage.stopped_full = [("orders-0".to_string(), usage(GIB, 0))].into();
+        let d = decide(&db, &grown, &Settings::default());
+        assert_eq!(
+            (d.steps.expand_volumes, d.steps.volume_growth),
+            (None, None)
+        );
+        assert_eq!(d.steps.delete_pods, vec!["orders-0".to_string()]);
+
+        // A standby's claim made after the growth, from the StatefulSet's 1Gi template.
+        let mut scaled = full.clone();
+        scaled.volume = Some(first("2Gi"));
+        scaled.storage.claims = vec![claim(0, 2 * GIB, 2 * GIB), claim(1, GIB, GIB)];
+        scaled.storage.usage = [("orders-0".to_string(), usage(2 * GIB, GIB))].into();
+        let d = decide(&db, &scaled, &Settings::default());
+        assert_eq!(d.steps.expand_volumes.as_deref(), Some("2Gi"));
+        assert_eq!(d.steps.volume_growth, None);
     }
 
     #[test]

@@ -9,12 +9,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{DateTime, Utc};
 use dbop_contract::InstanceFailure;
 use dbop_contract::position::{Archiver, Position};
+use dbop_contract::volume::VolumeUsage;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ContainerStatus, PersistentVolumeClaim, Pod, Secret, Service,
+};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::accounts::AccountsFact;
 use super::restart::RestartFact;
@@ -32,6 +36,7 @@ use crate::resources::cert_manager::Certificate;
 use crate::resources::credentials::{self, SecretProblem};
 use crate::resources::owner_reference;
 use crate::resources::primary_lease::LeaseFact;
+use crate::resources::quantity;
 use crate::resources::statefulset::template_image;
 use crate::resources::template_origin::TemplateRecord;
 use crate::upgrade::facts::{self as upgrade_facts, UpgradeFacts};
@@ -66,6 +71,12 @@ pub struct Observed {
     /// The primary's WAL archiving, as its manager reported it (read only for a Database that
     /// archives its WAL; None when no primary answered).
     pub archiver: Option<Archiver>,
+    /// How full each instance's data volume is, by pod, as its manager reported it (read only
+    /// for a Database with `spec.storage.autoGrow` or WAL archiving).
+    pub volumes: BTreeMap<String, VolumeUsage>,
+    /// Whether the data claims' StorageClass allows expansion (read only with
+    /// `spec.storage.autoGrow`).
+    pub storage_class: ClassFact,
     /// The database pods' PodDisruptionBudgets that exist, by name (from the cache).
     pub disruption_budgets: BTreeMap<String, PodDisruptionBudget>,
     /// The database pods' NetworkPolicy (from the cache).
@@ -183,6 +194,64 @@ pub struct VolumeFact {
     pub capacity: Option<String>,
 }
 
+/// What `spec.storage.autoGrow` decides from (`autogrow`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StorageFact {
+    /// Every data claim, by ordinal.
+    pub claims: Vec<ClaimSize>,
+    /// How full each answering instance's data volume is, by pod.
+    pub usage: BTreeMap<String, VolumeUsage>,
+    /// Pods whose server stopped on a full volume and has not run since, with the volume as
+    /// it was then (the termination message's figures).
+    pub stopped_full: BTreeMap<String, VolumeUsage>,
+    pub class: ClassFact,
+}
+
+impl StorageFact {
+    /// The smallest data claim's capacity, once every claim has one.
+    pub fn current(&self) -> Option<u128> {
+        let capacities: Option<Vec<u128>> = self.claims.iter().map(|c| c.capacity).collect();
+        capacities.and_then(|c| c.into_iter().min())
+    }
+
+    /// Whether `usage` is of a filesystem far larger than a claim of `current` bytes: not a
+    /// volume of its own (a hostPath, a shared disk), whose fullness says nothing of the claim.
+    pub fn oversized(usage: &VolumeUsage, current: u128) -> bool {
+        u128::from(usage.size_bytes) * 2 > current.saturating_mul(3)
+    }
+
+    /// The readings of volumes that are the claims' own (see `oversized`); none before every
+    /// claim has a capacity.
+    pub fn own_volumes(&self) -> impl Iterator<Item = &VolumeUsage> {
+        let current = self.current();
+        self.usage
+            .values()
+            .filter(move |u| current.is_some_and(|c| !Self::oversized(u, c)))
+    }
+}
+
+/// One data claim's size: what it asks for and what it has (bytes).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimSize {
+    pub name: String,
+    pub requested: Option<u128>,
+    pub capacity: Option<u128>,
+}
+
+/// The data claims' StorageClass, as far as dbop could read it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ClassFact {
+    /// Not read (no autoGrow, no class name known yet, or no permission to read classes).
+    #[default]
+    Unknown,
+    Expands,
+    /// `allowVolumeExpansion` is not true, or the class does not exist.
+    CannotExpand {
+        name: String,
+        missing: bool,
+    },
+}
+
 /// Whether the init SQL's source exists.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InitSourceFact {
@@ -206,6 +275,8 @@ pub struct Facts {
     pub init_source: InitSourceFact,
     pub statefulset: Option<StatefulSetFact>,
     pub volume: Option<VolumeFact>,
+    /// The data claims' sizes, their volumes' usage and class (`autogrow`).
+    pub storage: StorageFact,
     pub init_job: Option<JobState>,
     pub backups: BackupHistory,
     /// The restore of `spec.bootstrap.fromBackup` (None without one).
@@ -267,6 +338,12 @@ impl Facts {
             init_source: init_source_fact(db, snap.init_config_map.as_ref()),
             statefulset: snap.statefulset.as_ref().map(statefulset_fact),
             volume: snap.data_claims.first().map(|pvc| volume_fact(db, pvc)),
+            storage: StorageFact {
+                claims: snap.data_claims.iter().map(claim_size).collect(),
+                usage: snap.volumes.clone(),
+                stopped_full: snap.database_pods.iter().filter_map(stopped_full).collect(),
+                class: snap.storage_class.clone(),
+            },
             init_job: snap.init_job.as_ref().map(job_state),
             backups: backups_fact(db, snap),
             bootstrap: restore::fact(db, &snap.restore),
@@ -329,16 +406,20 @@ impl Facts {
     }
 }
 
-/// The failure the `postgres` container's termination message names: the current one, or the
-/// last one while it waits to restart (CrashLoopBackOff).
-fn instance_failure_fact(pod: &Pod) -> Option<InstanceFailureFact> {
-    let status = pod
-        .status
+/// The status of a database pod's `postgres` container.
+fn postgres_status(pod: &Pod) -> Option<&ContainerStatus> {
+    pod.status
         .as_ref()?
         .container_statuses
         .iter()
         .flatten()
-        .find(|c| c.name == "postgres")?;
+        .find(|c| c.name == "postgres")
+}
+
+/// The failure the `postgres` container's termination message names: the current one, or the
+/// last one while it waits to restart (CrashLoopBackOff).
+fn instance_failure_fact(pod: &Pod) -> Option<InstanceFailureFact> {
+    let status = postgres_status(pod)?;
     let terminated = [&status.state, &status.last_state]
         .into_iter()
         .flatten()
@@ -351,6 +432,37 @@ fn instance_failure_fact(pod: &Pod) -> Option<InstanceFailureFact> {
             failure,
             message: message.to_string(),
         })
+}
+
+/// A pod whose `postgres` container is not running and last stopped on a full volume, with
+/// the volume's figures then.
+fn stopped_full(pod: &Pod) -> Option<(String, VolumeUsage)> {
+    let status = postgres_status(pod)?;
+    if status.state.as_ref().is_some_and(|s| s.running.is_some()) {
+        return None;
+    }
+    let failure = instance_failure_fact(pod)?;
+    (failure.failure == InstanceFailure::VolumeFull)
+        .then(|| VolumeUsage::from_full_message(&failure.message))
+        .flatten()
+        .map(|usage| (failure.pod, usage))
+}
+
+fn claim_size(pvc: &PersistentVolumeClaim) -> ClaimSize {
+    let storage = |list: Option<&BTreeMap<String, Quantity>>| {
+        list.and_then(|l| l.get("storage"))
+            .and_then(|q| quantity::bytes(&q.0))
+    };
+    ClaimSize {
+        name: pvc.metadata.name.clone().unwrap_or_default(),
+        requested: storage(
+            pvc.spec
+                .as_ref()
+                .and_then(|s| s.resources.as_ref())
+                .and_then(|r| r.requests.as_ref()),
+        ),
+        capacity: storage(pvc.status.as_ref().and_then(|s| s.capacity.as_ref())),
+    }
 }
 
 /// The scheduler's word on a pod it could not place.
@@ -518,6 +630,7 @@ impl Facts {
             init_source: InitSourceFact::Available,
             statefulset: None,
             volume: None,
+            storage: Default::default(),
             init_job: None,
             backups: Default::default(),
             bootstrap: None,
@@ -633,11 +746,23 @@ mod tests {
         assert_eq!(instance_failure_fact(&crashed), fact);
         let waiting = pod(backoff.clone(), terminated(&message));
         assert_eq!(instance_failure_fact(&waiting), fact);
-        let other = pod(backoff, terminated("initdb failed"));
+        let other = pod(backoff.clone(), terminated("initdb failed"));
         assert_eq!(instance_failure_fact(&other), None);
         let running = pod(serde_json::json!({"running": {}}), serde_json::json!({}));
         assert_eq!(instance_failure_fact(&running), None);
         assert_eq!(instance_failure_fact(&Pod::default()), None);
+
+        // Stopped on a full volume: the figures, while it does not run again.
+        let then = VolumeUsage {
+            size_bytes: 1 << 30,
+            free_bytes: 1 << 20,
+        };
+        let full = InstanceFailure::VolumeFull.message(&then.full_message());
+        let waiting = pod(backoff.clone(), terminated(&full));
+        assert_eq!(stopped_full(&waiting), Some(("orders-0".into(), then)));
+        let ran_since = pod(serde_json::json!({"running": {}}), terminated(&full));
+        assert_eq!(stopped_full(&ran_since), None);
+        assert_eq!(stopped_full(&pod(backoff, terminated(&message))), None);
     }
 
     #[test]

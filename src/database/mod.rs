@@ -22,6 +22,7 @@
 //! - `roles` decides the instances' roles: the primary, the pods' role labels, the replication
 //!   Secret, each instance's status line;
 //! - `archiving` decides `ContinuousArchiving` from the primary's WAL archiver;
+//! - `autogrow` decides when the data volumes grow (`spec.storage.autoGrow`);
 //! - `restart` decides whether the pods must restart for `spec.postgresql` (`RestartPending`);
 //! - `tls` decides the CA and server certificate (`TLSReady`), `certificates` makes them;
 //! - `wave` decides the Database's part in the operator's release (its turn in the wave, a
@@ -36,6 +37,7 @@
 pub mod accounts;
 pub mod apply;
 pub mod archiving;
+pub mod autogrow;
 pub mod blocker;
 pub mod build;
 pub mod certificates;

@@ -4,17 +4,19 @@
 //! The objects dbop owns come from the watch caches (`context::caches`), the user's own objects
 //! from the API server. One clock read per pass: `Observed.observed_at`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::Utc;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::ListParams;
 use kube::{Api, Client};
+use tracing::debug;
 
 use super::certificates::Ca;
-use super::facts::{Observed, UpgradeObjects};
+use super::facts::{ClassFact, Observed, UpgradeObjects};
 use super::restore::{self, RestoreObjects};
 use super::tls::TlsSteps;
 use crate::api::conditions::{self, ConditionType};
@@ -33,6 +35,7 @@ use crate::resources::tls::{CA_KEY, external_certificate};
 use crate::resources::wal_archiving;
 use crate::resources::{LABEL_INSTANCE, Names, selector_labels};
 use dbop_contract::instance::TLS_CA_FILE;
+use dbop_contract::volume::VolumeUsage;
 
 /// Reads the upgrade's objects, only while an upgrade is under way (an idle Database reads
 /// no pods).
@@ -88,7 +91,7 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         }
         None => None,
     };
-    let data_claims = (0..db.spec.instances.max(1))
+    let data_claims: Vec<PersistentVolumeClaim> = (0..db.spec.instances.max(1))
         .filter_map(|ordinal| get_unpacked(&caches.claims, &ns, &names.data_pvc(ordinal)))
         .collect();
     let name = db.name();
@@ -134,6 +137,16 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
     if !has_standbys(db) {
         positions.clear();
     }
+    // The volumes for autoGrow, and for naming WAL that cannot be archived as what fills one.
+    let volumes = match db.spec.storage.auto_grow.is_some() || wal_archiving::enabled(db).is_some()
+    {
+        true => super::positions::volumes(&instance_pods).await,
+        false => Default::default(),
+    };
+    let storage_class = match class_worth_reading(db, &volumes) {
+        true => storage_class(client, db, &data_claims).await,
+        false => ClassFact::Unknown,
+    };
     Ok(Observed {
         restore,
         backups,
@@ -169,6 +182,8 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         instance_pods,
         positions,
         archiver,
+        volumes,
+        storage_class,
         replication_secret: secret_metadata(ctx, &ns, &names.replication_secret()),
         application_secret: secret_metadata(ctx, &ns, &names.application_secret()),
         accounts_secret: secret_metadata(ctx, &ns, &names.accounts_secret()),
@@ -190,6 +205,58 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         data_claims,
         upgrade: upgrade_objects(client, db).await?,
     })
+}
+
+/// Whether a pass of a Database with autoGrow reads its StorageClass: until `StorageAutoGrow`
+/// has a verdict, while it says the class cannot expand (to see it fixed), and when a growth
+/// may be due (a volume past the threshold, or none answering: a server stopped on a full one
+/// does not). Not in every pass: a fleet's reads would cost the API server one GET per
+/// Database every 30 s for a class that rarely changes.
+fn class_worth_reading(db: &Database, volumes: &BTreeMap<String, VolumeUsage>) -> bool {
+    let Some(spec) = &db.spec.storage.auto_grow else {
+        return false;
+    };
+    let verdict = db
+        .status
+        .as_ref()
+        .and_then(|s| conditions::find(&s.conditions, ConditionType::StorageAutoGrow));
+    verdict.is_none_or(|c| c.reason == "CannotExpand")
+        || volumes.is_empty()
+        || volumes
+            .values()
+            .any(|u| u.used_percent() >= spec.threshold())
+}
+
+/// Whether the data claims' StorageClass (the spec's, or the one the first claim got) allows
+/// expansion. What cannot be read (no class named yet, no permission in watchNamespaces mode, an
+/// API error) is `Unknown`: the first growth then tells.
+async fn storage_class(
+    client: &Client,
+    db: &Database,
+    claims: &[PersistentVolumeClaim],
+) -> ClassFact {
+    let named = db.spec.storage.storage_class_name.clone().or_else(|| {
+        claims
+            .first()
+            .and_then(|c| c.spec.as_ref()?.storage_class_name.clone())
+    });
+    let Some(name) = named.filter(|n| !n.is_empty()) else {
+        return ClassFact::Unknown;
+    };
+    match Api::<StorageClass>::all(client.clone())
+        .get_opt(&name)
+        .await
+    {
+        Ok(Some(class)) if class.allow_volume_expansion == Some(true) => ClassFact::Expands,
+        Ok(found) => ClassFact::CannotExpand {
+            missing: found.is_none(),
+            name,
+        },
+        Err(error) => {
+            debug!(class = %name, %error, "cannot read the StorageClass");
+            ClassFact::Unknown
+        }
+    }
 }
 
 /// The Database's Services that exist (headless, `-rw`, `-ro`, `-r`), from the cache.
@@ -438,4 +505,44 @@ fn release_fleet(ctx: &Context, statefulset: Option<&StatefulSet>) -> Fleet {
     let pending = ctx.release_turns.pending(&fleet);
     fleet.rolling.extend(pending);
     fleet
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::conditions::{ConditionStatus, merge};
+    use crate::resources::testing;
+
+    /// The class is read until there is a verdict, while the verdict is CannotExpand, and when a
+    /// growth may be due; not in the steady passes between.
+    #[test]
+    fn the_class_is_read_only_when_its_answer_can_matter() {
+        let mut db = testing::minimal();
+        let usage = |used: u64| {
+            BTreeMap::from([(
+                "orders-0".to_string(),
+                VolumeUsage {
+                    size_bytes: 100,
+                    free_bytes: 100 - used,
+                },
+            )])
+        };
+        assert!(!class_worth_reading(&db, &usage(99)));
+        db.spec.storage.auto_grow =
+            serde_json::from_value(serde_json::json!({"maximum": "9Gi"})).unwrap();
+        assert!(class_worth_reading(&db, &usage(10)));
+        let verdict = |reason: &str| {
+            let c = ConditionStatus::new(ConditionType::StorageAutoGrow, true, reason, "m");
+            Some(crate::api::DatabaseStatus {
+                conditions: merge(&[], &[c], Some(1), chrono::DateTime::UNIX_EPOCH),
+                ..Default::default()
+            })
+        };
+        db.status = verdict("Watching");
+        assert!(!class_worth_reading(&db, &usage(10)));
+        assert!(class_worth_reading(&db, &usage(80)));
+        assert!(class_worth_reading(&db, &BTreeMap::new()));
+        db.status = verdict("CannotExpand");
+        assert!(class_worth_reading(&db, &usage(10)));
+    }
 }

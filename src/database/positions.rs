@@ -1,7 +1,8 @@
 //! Each instance's WAL position, read from its manager's status endpoint
 //! (`dbop_contract::position`) while a pass observes a Database with standbys: a failover
 //! promotes the standby that received the most WAL (`roles`), and the status shows every
-//! instance's position and lag.
+//! instance's position and lag. From the same endpoint, how full each instance's data volume
+//! is (`dbop_contract::volume`), for `spec.storage.autoGrow`.
 //!
 //! I/O: one short HTTP/1.1 GET per pod, all at once, each bounded by `READ_WITHIN`. A pod that
 //! does not answer (no IP yet, a manager that predates the endpoint, a lost node, a
@@ -12,6 +13,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use dbop_contract::position::{Position, STATUS_PATH, STATUS_PORT};
+use dbop_contract::volume::{VOLUME_PATH, VolumeUsage};
 use k8s_openapi::api::core::v1::Pod;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -28,23 +30,34 @@ const MAX_ANSWER: u64 = 16 * 1024;
 
 /// The positions of the pods that answered, by pod name.
 pub async fn read(pods: &[Pod]) -> BTreeMap<String, Position> {
-    read_at(pods, STATUS_PORT).await
+    read_at(pods, STATUS_PORT, STATUS_PATH, Position::from_json).await
 }
 
-async fn read_at(pods: &[Pod], port: u16) -> BTreeMap<String, Position> {
+/// How full each answering pod's data volume is, by pod name (`GET /volume`, answered from
+/// the filesystem, with or without a running server).
+pub async fn volumes(pods: &[Pod]) -> BTreeMap<String, VolumeUsage> {
+    read_at(pods, STATUS_PORT, VOLUME_PATH, VolumeUsage::from_json).await
+}
+
+async fn read_at<T>(
+    pods: &[Pod],
+    port: u16,
+    path: &'static str,
+    parse: fn(&str) -> Result<T, String>,
+) -> BTreeMap<String, T> {
     let reads = pods.iter().filter_map(|pod| {
         let name = pod.metadata.name.clone()?;
         let ip: IpAddr = pod.status.as_ref()?.pod_ip.as_deref()?.parse().ok()?;
         Some(async move {
-            let answer = tokio::time::timeout(READ_WITHIN, get(ip, port)).await;
-            match answer {
-                Ok(Ok(position)) => Some((name, position)),
+            let answer = tokio::time::timeout(READ_WITHIN, get(ip, port, path)).await;
+            match answer.map(|a| a.and_then(|body| parse(&body))) {
+                Ok(Ok(report)) => Some((name, report)),
                 Ok(Err(error)) => {
-                    debug!(pod = %name, %error, "no WAL position");
+                    debug!(pod = %name, %error, "no answer at {path}");
                     None
                 }
                 Err(_) => {
-                    debug!(pod = %name, "no WAL position within {READ_WITHIN:?}");
+                    debug!(pod = %name, "no answer at {path} within {READ_WITHIN:?}");
                     None
                 }
             }
@@ -57,12 +70,12 @@ async fn read_at(pods: &[Pod], port: u16) -> BTreeMap<String, Position> {
         .collect()
 }
 
-/// `GET /status` of the manager at `ip`.
-async fn get(ip: IpAddr, port: u16) -> Result<Position, String> {
+/// The body of `GET path` from the manager at `ip`.
+async fn get(ip: IpAddr, port: u16, path: &str) -> Result<String, String> {
     let mut stream = TcpStream::connect((ip, port))
         .await
         .map_err(|e| e.to_string())?;
-    let request = format!("GET {STATUS_PATH} HTTP/1.1\r\nHost: {ip}\r\nConnection: close\r\n\r\n");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {ip}\r\nConnection: close\r\n\r\n");
     stream
         .write_all(request.as_bytes())
         .await
@@ -73,11 +86,11 @@ async fn get(ip: IpAddr, port: u16) -> Result<Position, String> {
         .read_to_end(&mut answer)
         .await
         .map_err(|e| e.to_string())?;
-    parse_answer(&String::from_utf8_lossy(&answer))
+    body_of(&String::from_utf8_lossy(&answer)).map(str::to_string)
 }
 
-/// The position in a complete HTTP answer; any status but 200 is an error that says why.
-fn parse_answer(answer: &str) -> Result<Position, String> {
+/// The body of a complete HTTP answer; any status but 200 is an error that says why.
+fn body_of(answer: &str) -> Result<&str, String> {
     let (head, body) = answer
         .split_once("\r\n\r\n")
         .ok_or("an incomplete answer")?;
@@ -85,7 +98,7 @@ fn parse_answer(answer: &str) -> Result<Position, String> {
     if status.split(' ').nth(1) != Some("200") {
         return Err(format!("{status}: {}", body.trim()));
     }
-    Position::from_json(body)
+    Ok(body)
 }
 
 #[cfg(test)]
@@ -97,14 +110,15 @@ mod tests {
     fn answers() {
         let ok = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 40\r\n\r\n\
                   {\"standby\":true,\"lsn\":\"0/3000148\",\"streaming\":true}";
-        assert_eq!(parse_answer(ok).unwrap().lsn, Some(Lsn(0x3000148)));
+        let position = Position::from_json(body_of(ok).unwrap()).unwrap();
+        assert_eq!(position.lsn, Some(Lsn(0x3000148)));
         let down = "HTTP/1.1 503 Service Unavailable\r\n\r\nthe server is starting\n";
         assert_eq!(
-            parse_answer(down).unwrap_err(),
+            body_of(down).unwrap_err(),
             "HTTP/1.1 503 Service Unavailable: the server is starting"
         );
-        assert!(parse_answer("HTTP/1.1 200 OK\r\n").is_err());
-        assert!(parse_answer("HTTP/1.1 200 OK\r\n\r\n<html>").is_err());
+        assert!(body_of("HTTP/1.1 200 OK\r\n").is_err());
+        assert!(Position::from_json(body_of("HTTP/1.1 200 OK\r\n\r\n<html>").unwrap()).is_err());
     }
 
     fn pod(name: &str, ip: Option<&str>) -> Pod {
@@ -119,6 +133,10 @@ mod tests {
 
     /// The request a manager sees, and what is made of its answer; a pod without an IP is not
     /// asked, one that refuses the connection or never answers has no position.
+    async fn read(pods: &[Pod], port: u16) -> BTreeMap<String, Position> {
+        read_at(pods, port, STATUS_PATH, Position::from_json).await
+    }
+
     #[tokio::test]
     async fn reads_who_answers_and_leaves_out_the_silent() {
         let manager = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -143,7 +161,7 @@ mod tests {
             pod("orders-2", Some("127.0.0.3")),
             pod("orders-3", Some("not an address")),
         ];
-        let positions = read_at(&pods, port).await;
+        let positions = read(&pods, port).await;
         assert_eq!(positions.keys().collect::<Vec<_>>(), ["orders-0"]);
         assert_eq!(positions["orders-0"].lsn, Some(Lsn(0x5000000)));
         let request = serve.await.unwrap();
@@ -153,7 +171,7 @@ mod tests {
             let port = silent.local_addr().unwrap().port();
             let started = std::time::Instant::now();
             assert!(
-                read_at(&[pod("orders-4", Some("127.0.0.2"))], port)
+                read(&[pod("orders-4", Some("127.0.0.2"))], port)
                     .await
                     .is_empty()
             );

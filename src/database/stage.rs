@@ -275,6 +275,7 @@ pub(super) fn stage_outcome(
 fn instance_failure_reason(failure: InstanceFailure) -> &'static str {
     match failure {
         InstanceFailure::NoUserEntry => "ImageUserNotFound",
+        InstanceFailure::VolumeFull => "VolumeFull",
     }
 }
 

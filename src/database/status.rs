@@ -67,6 +67,12 @@ pub fn status(
             .conditions
             .retain(|c| c.type_ != ConditionType::ContinuousArchiving.label());
     }
+    // No autoGrow: no StorageAutoGrow.
+    if db.spec.storage.auto_grow.is_none() {
+        status
+            .conditions
+            .retain(|c| c.type_ != ConditionType::StorageAutoGrow.label());
+    }
     // No maintenance window: no MaintenancePending.
     if db.spec.maintenance_window.is_none() {
         status

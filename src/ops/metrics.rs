@@ -87,6 +87,7 @@ pub struct Metrics {
     backup_size: Family<DatabaseLabels, Gauge>,
     backup_scheduled: Family<DatabaseLabels, Gauge>,
     backup_verified: Family<DatabaseLabels, Gauge<f64, AtomicU64>>,
+    volume_growths: Family<DatabaseLabels, Counter>,
     conditions: Family<ConditionLabels, Gauge>,
     upgrade_stage: Family<StageLabels, Gauge>,
     upgrade_stopped: Family<StageLabels, Gauge>,
@@ -121,6 +122,7 @@ impl Metrics {
             backup_size: Family::default(),
             backup_scheduled: Family::default(),
             backup_verified: Family::default(),
+            volume_growths: Family::default(),
             conditions: Family::default(),
             upgrade_stage: Family::default(),
             upgrade_stopped: Family::default(),
@@ -225,6 +227,11 @@ impl Metrics {
             Unit::Seconds,
             self.backup_verified.clone(),
         );
+        self.registry.register(
+            "database_volume_growths",
+            "Growths of a Database's data volumes dbop asked for (spec.storage.autoGrow)",
+            self.volume_growths.clone(),
+        );
     }
 
     /// One reconcile of `controller` ended after `elapsed`, failed with `error` (a label) or not.
@@ -291,6 +298,7 @@ impl Metrics {
             self.backup_size.remove(&labels);
             self.backup_scheduled.remove(&labels);
             self.backup_verified.remove(&labels);
+            self.volume_growths.remove(&labels);
             for type_ in ConditionType::ALL {
                 self.conditions
                     .remove(&condition_labels(&labels, type_.label()));
@@ -401,6 +409,13 @@ impl Metrics {
         self.backup_verified
             .get_or_create(&database_labels(key))
             .set(verified);
+    }
+
+    /// dbop asked every data claim of a Database for more room (`spec.storage.autoGrow`).
+    pub fn volume_grown(&self, key: DatabaseKey) {
+        self.volume_growths
+            .get_or_create(&database_labels(key))
+            .inc();
     }
 
     /// The metrics in the text exposition format (OpenMetrics 1.0, which Prometheus reads).
@@ -534,6 +549,21 @@ mod alert_series_tests {
         assert!(text.contains(&line("Ready", 0)), "{text}");
         m.database_phase(key, None);
         assert!(!m.encode().contains("dbop_database_phase{"));
+    }
+
+    #[test]
+    fn volume_growths_are_counted_per_database_and_go_with_it() {
+        let m = Metrics::new();
+        let key = ("shop".to_string(), "orders".to_string());
+        assert!(!m.encode().contains("dbop_database_volume_growths_total{"));
+        m.database_phase(key.clone(), Some(Phase::Ready));
+        m.volume_grown(key.clone());
+        m.volume_grown(key.clone());
+        let text = m.encode();
+        let line = "dbop_database_volume_growths_total{namespace=\"shop\",database=\"orders\"} 2";
+        assert!(text.contains(line), "{text}");
+        m.database_phase(key, None);
+        assert!(!m.encode().contains("dbop_database_volume_growths_total{"));
     }
 
     #[test]

@@ -3,9 +3,9 @@
 //! the Database's own instances (replication, a standby's clone and rewind), dbop's Jobs for
 //! it (every pod dbop runs for the Database that is not an instance: init, backup, verify,
 //! restore, preflight) and the spec's `allowFrom`; the metrics port only `metricsFrom`, and
-//! only while the endpoint is served; the status port (a Database with standbys: each
-//! instance's WAL position, which the operator reads) only dbop's operator pods, in any
-//! namespace. The pods serve nothing else. Egress is not restricted.
+//! only while the endpoint is served; the status port (a Database with standbys, WAL archiving
+//! or `storage.autoGrow`: each instance's WAL position, the primary's archiver, the volume,
+//! which the operator reads) only dbop's operator pods, in any namespace. The pods serve nothing else. Egress is not restricted.
 //!
 //! Pure: a function of the Database, no client.
 
@@ -43,7 +43,7 @@ pub fn network_policy(db: &Database) -> Option<NetworkPolicy> {
         let from = spec.metrics_from.iter().map(peer).collect();
         ingress.push(rule(i32::from(METRICS_PORT), from));
     }
-    if has_standbys(db) {
+    if operator_reads_status(db) {
         ingress.push(rule(i32::from(STATUS_PORT), vec![operator_peer()]));
     }
     Some(NetworkPolicy {
@@ -58,6 +58,14 @@ pub fn network_policy(db: &Database) -> Option<NetworkPolicy> {
             egress: None,
         }),
     })
+}
+
+/// Whether the operator reads the instances' status port: their WAL positions (standbys), the
+/// primary's archiver (`walArchiving`), the volumes (`storage.autoGrow`).
+fn operator_reads_status(db: &Database) -> bool {
+    has_standbys(db)
+        || super::wal_archiving::enabled(db).is_some()
+        || db.spec.storage.auto_grow.is_some()
 }
 
 /// The Database's instances: the StatefulSet's selector (in the policy's namespace).
@@ -338,12 +346,17 @@ mod tests {
     }
 
     #[test]
-    fn the_status_port_admits_only_the_operator_and_only_with_standbys() {
+    fn the_status_port_admits_only_the_operator_and_only_when_it_reads_it() {
         let mut db = with(json!({}));
         assert!(!admitted_anywhere(
             &network_policy(&db).unwrap().spec.unwrap(),
             8008
         ));
+        let mut growing = db.clone();
+        growing.spec.storage.auto_grow =
+            serde_json::from_value(json!({"maximum": "10Gi"})).unwrap();
+        let spec = network_policy(&growing).unwrap().spec.unwrap();
+        assert!(admitted_anywhere(&spec, 8008));
         db.spec.instances = 3;
         let policy = serde_json::to_value(network_policy(&db).unwrap()).unwrap();
         let status = &policy["spec"]["ingress"][1];
