@@ -37,7 +37,7 @@ TIMED := $(CURDIR)/e2e/timed.sh
 TEST_BUDGET_SECONDS ?= 900
 STATIC_BINS := dbop dbop-backup dbop-instance
 
-.PHONY: deps release plugin help build build-tests static test test-unit test-e2e lint fmt crds testbed-build testbed-up testbed-down images run bench bench-ha bench-backup bench-scrape fuzz
+.PHONY: deps release plugin help build build-tests static test test-unit test-e2e lint fmt crds testbed-build testbed-up testbed-down images run bench bench-ha bench-backup bench-scrape bench-autogrow fuzz
 
 run: ## the operator on a control plane (the local one when none is configured) and the example Database reaching Ready; on a configured cluster it asks first (YES=1: without asking)
 	@scripts/install-deps.sh --if-missing system rust testbed
@@ -153,6 +153,9 @@ bench-scrape: ## what one scrape of an instance's metrics endpoint costs (BENCH_
 	@for i in $$(seq $${BENCH_SCRAPE_RUNS:-3}); do \
 	  $(CARGO) test -q --locked -p dbop-instance --test metrics each_metric_is_what_postgresql_reports -- --nocapture 2>&1 | grep '^scrape cost' || exit 1; \
 	done; echo "load: $$(cut -d' ' -f1-3 /proc/loadavg)"
+
+bench-autogrow: ## how long a volume past its autoGrow threshold waits for dbop to grow it (BENCH_AUTOGROW_RUNS runs, default 3; the real node; figures in docs/benchmarks.md)
+	e2e/bench/autogrow.sh
 
 bench: ## dbop at 1,000 Databases on a kwok-only test bed (scale, idle, self-repair, startup; not part of `make test`; figures in docs/benchmarks.md)
 	e2e/bench/run.sh

@@ -27,6 +27,7 @@ pub mod instances;
 pub mod node;
 pub mod plugin;
 pub mod primary_lease;
+pub mod sized_volume;
 
 /// The user agent of the test's own requests (the operator's start with `dbop/`).
 pub const TEST_USER_AGENT: &str = "e2e-tests/1";
