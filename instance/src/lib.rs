@@ -1,8 +1,8 @@
 //! dbop's instance manager: the entrypoint of the database container.
 //!
 //! Pure decisions live in their own modules (`datadir`, `identity`, `config`, `shutdown`, `password`,
-//! `binaries`, `tls`' `settings`, `reload`'s `changed`, `replication`'s `config`, `rejoin`, `status`, `role` (which role the topology gives this instance), and `metrics`' `exposition`, `batch`,
-//! `builtin`, `custom`, `http`) and are table-tested; `run`, `process`, `replication::ops`, `role_start`, `role_watch` and
+//! `binaries`, `pid_file`'s `judge`, `tls`' `settings`, `reload`'s `changed`, `replication`'s `config`, `rejoin`, `status`, `role` (which role the topology gives this instance), and `metrics`' `exposition`, `batch`,
+//! `builtin`, `custom`, `http`) and are table-tested; `run`, `process`, `pid_file`, `replication::ops`, `role_start`, `role_watch` and
 //! `metrics`' `psql`, `collect`, `server`, `reload`'s `Reloader` and `tls`' `install` do the I/O (files, child processes, signals) and nothing
 //! else decides anything.
 
@@ -15,6 +15,7 @@ pub mod lease;
 pub mod lease_keeper;
 pub mod metrics;
 pub mod password;
+pub mod pid_file;
 pub mod process;
 pub mod reload;
 pub mod replication;

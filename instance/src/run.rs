@@ -167,6 +167,7 @@ fn prepare(o: &Options) -> Result<Option<Prepared>, Fatal> {
     give_uid_an_entry(o)?;
     let user = superuser(&o.credentials_dir)?;
     let _ = std::fs::remove_file(o.socket_dir.join(READY_MARKER));
+    crate::pid_file::clear(&o.pgdata).map_err(Fatal)?;
     // Before the role's start: a standby's clone or rewind verifies the primary with its CA.
     let tls = match &o.tls_dir {
         Some(mounted) => Some(crate::tls::prepare(mounted, &o.socket_dir)?.1),

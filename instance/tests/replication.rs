@@ -333,6 +333,43 @@ impl Drop for Running {
     }
 }
 
+/// A `postmaster.pid` in `node`'s data directory naming a live process that is no server on
+/// it (a `sleep`, killed when the guard drops), as a container restart leaves one.
+fn stale_pid_file(node: &Node) -> KillOnDrop {
+    // Of the manager's user: PostgreSQL takes a PID it may not signal for a dead one.
+    let mut sleep = Command::new("sleep");
+    sleep.arg("300").current_dir("/");
+    if let Some((uid, gid)) = node.ids {
+        sleep.uid(uid).gid(gid);
+    }
+    let other = sleep.spawn().unwrap();
+    let data = node.pgdata();
+    std::fs::write(
+        data.join("postmaster.pid"),
+        format!(
+            "{}\n{}\n1764900000\n{}\n{}\n127.0.0.1\n  5432001     32768\nready   \n",
+            other.id(),
+            data.display(),
+            node.port,
+            node.path("run").display()
+        ),
+    )
+    .unwrap();
+    if let Some((uid, gid)) = node.ids {
+        std::os::unix::fs::chown(data.join("postmaster.pid"), Some(uid), Some(gid)).unwrap();
+    }
+    KillOnDrop(other)
+}
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
 }
@@ -513,8 +550,26 @@ fn clones_streams_fails_over_repoints_and_rewinds_the_old_primary() {
     // As a manager that had already made it a standby leaves it (a demotion, then a crash):
     // pg_rewind's crash recovery runs in single-user mode, which refuses standby mode.
     std::fs::write(a.pgdata().join("standby.signal"), b"").unwrap();
+    // pg_rewind that fails in its crash recovery (a setting the server refuses) changed no
+    // file: the data is not marked half-rewound, and the rejoin after the fix rewinds it.
+    let auto_conf = a.pgdata().join("postgresql.auto.conf");
+    let settings = std::fs::read_to_string(&auto_conf).unwrap();
+    std::fs::write(&auto_conf, format!("{settings}\nnot a setting\n")).unwrap();
+    let failed = a.replication("rejoin", &a.upstream_args(&b));
+    let said = String::from_utf8_lossy(&failed.stderr);
+    assert!(!failed.status.success(), "rejoined with a broken setting");
+    assert!(said.contains("nothing was rewound"), "{said}");
+    assert!(
+        !dbop_instance::replication::ops::rewind_marker(&a.pgdata()).exists(),
+        "a rewind that changed nothing marked the data half-rewound"
+    );
+    std::fs::write(&auto_conf, settings).unwrap();
+    // A postmaster.pid naming a live process that is no server (after a container restart,
+    // the killed server's PID is soon a thread or a tool of the manager) stops no rejoin.
+    let _reused_pid = stale_pid_file(&a);
     // It rejoins the new primary: rewound, then streaming; its divergent rows are gone.
     let out = a.must("rejoin", &a.upstream_args(&b));
+    assert!(out.contains("removed a stale postmaster.pid"), "{out}");
     assert!(out.contains("rejoined: Rewound"), "{out}");
     let running_a = a.start();
     a.wait_streaming(&b, 2);
@@ -567,7 +622,10 @@ fn clones_streams_fails_over_repoints_and_rewinds_the_old_primary() {
     a.must("follow", &a.upstream_args(&c));
     let out = b.must("rejoin", &b.upstream_args(&c));
     assert!(out.contains("rejoined: NothingToRewind"), "{out}");
+    // Nor a start: PostgreSQL alone would refuse it ("lock file already exists").
+    let _reused_pid = stale_pid_file(&b);
     let running_b = b.start();
+    assert!(b.log().contains("removed a stale postmaster.pid"));
     a.wait_streaming(&c, 3);
     b.wait_streaming(&c, 3);
     insert(&c, "c", 50_001, 50_010);

@@ -468,8 +468,15 @@ pub fn rewind(
         .replace('\n', "; ");
     if !out.status.success() {
         let why = format!("pg_rewind failed ({}): {report}", out.status);
-        write_atomically(&marker, why.as_bytes(), 0o600)?;
-        return Err(Fatal(why));
+        if rejoin::rewind_began(&report) {
+            write_atomically(&marker, why.as_bytes(), 0o600)?;
+            return Err(Fatal(why));
+        }
+        // It stopped before it changed a file (in its crash recovery, or while it compared
+        // the servers): the data is as a crash left it, and the next start tries again.
+        std::fs::remove_file(&marker)
+            .map_err(|e| Fatal(format!("cannot remove the marker: {e}")))?;
+        return Err(Fatal(format!("{why}; nothing was rewound")));
     }
     log(&format!("pg_rewind: {report}"));
     if rejoin::stale_source_timeline(&report, local_timeline, source_timeline) {
@@ -495,22 +502,6 @@ fn remove_if_present(path: &Path) -> Result<(), Fatal> {
         }
         _ => Ok(()),
     }
-}
-
-/// Whether a postmaster runs on `pgdata` (its `postmaster.pid` names a live process).
-pub fn server_running(pgdata: &Path) -> bool {
-    let Ok(text) = std::fs::read_to_string(pgdata.join("postmaster.pid")) else {
-        return false;
-    };
-    let Some(pid) = text
-        .lines()
-        .next()
-        .and_then(|l| l.trim().parse::<i32>().ok())
-    else {
-        return false;
-    };
-    // SAFETY: signal 0 only checks that the process exists.
-    pid > 0 && unsafe { libc::kill(pid, 0) } == 0
 }
 
 fn local_timeline(local: &rejoin::Local) -> u32 {
@@ -556,9 +547,7 @@ pub fn rejoin(
     upstream: &Upstream,
     allow_discard: bool,
 ) -> Result<Rejoined, RejoinError> {
-    if server_running(pgdata) {
-        return Err(Fatal("the server is running: stop it before it rejoins".into()).into());
-    }
+    crate::pid_file::clear(pgdata).map_err(|why| Fatal(format!("cannot rejoin: {why}")))?;
     let source = identify_system(bin, upstream)?;
     loop {
         let local = observe(bin, pgdata)?;

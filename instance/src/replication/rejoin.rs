@@ -237,6 +237,12 @@ pub fn stale_source_timeline(report: &str, local_timeline: u32, source_timeline:
     report.contains("are on the same timeline") && local_timeline != source_timeline
 }
 
+/// Whether pg_rewind's report says it began to rewind: until it says where it rewinds from, it
+/// only ran the target's crash recovery and read both servers, and changed no file.
+pub fn rewind_began(report: &str) -> bool {
+    report.contains("rewinding from last common checkpoint")
+}
+
 /// Whether pg_rewind's report says it rewound something (not "no rewind required").
 pub fn rewound(report: &str) -> bool {
     !report.contains("no rewind required")
@@ -486,6 +492,22 @@ Data page checksum version:           1
              pg_rewind: rewinding from last common checkpoint at 0/3000060 on timeline 1; \
              pg_rewind: Done!"
         ));
+    }
+
+    #[test]
+    fn a_rewind_that_failed_before_it_began_changed_nothing() {
+        let in_recovery = "pg_rewind: executing \"/usr/lib/postgresql/15/bin/postgres\" for \
+                           target server to complete crash recovery; FATAL:  could not access \
+                           file \"x\"; pg_rewind: error: postgres single-user mode in target \
+                           cluster failed";
+        let comparing = "pg_rewind: servers diverged at WAL location 0/413CCA8 on timeline 1; \
+                         pg_rewind: error: could not open file \"pg_wal/000000010000000000000003\"";
+        let copying = "pg_rewind: servers diverged at WAL location 0/413CCA8 on timeline 1; \
+                       pg_rewind: rewinding from last common checkpoint at 0/3000060 on \
+                       timeline 1; pg_rewind: error: could not write file: No space left";
+        assert!(!rewind_began(in_recovery));
+        assert!(!rewind_began(comparing));
+        assert!(rewind_began(copying));
     }
 
     #[test]
