@@ -20,7 +20,7 @@ use rand::distr::Alphanumeric;
 use serde_json::json;
 use tracing::{debug, info};
 
-use super::build::{Desired, TlsWrites};
+use super::build::{AccountWrites, BackupWrites, Desired, TlsWrites};
 use super::events::{maintenance_events, release_events, transition_events};
 use super::facts::Observed;
 use super::roles::SECRETS_SEEN_ANNOTATION;
@@ -57,10 +57,7 @@ pub async fn apply(
     let Desired {
         secret,
         adopt_secret,
-        replication_secret,
-        application_secret,
-        accounts_secret,
-        accounts_event,
+        accounts,
         instance_access,
         primary_lease,
         primary_lease_carries_over,
@@ -73,16 +70,13 @@ pub async fn apply(
         disruption_budgets,
         server_config,
         statefulset,
-        preflight_job,
-        pre_upgrade_backup,
+        upgrade,
         delete_pods,
         claims_size,
         volume_growth,
         init_job,
         restore_job,
-        scheduled_backup,
-        prune_backups,
-        backup_events,
+        backups,
         verify_job,
         tls,
     } = desired;
@@ -91,22 +85,7 @@ pub async fn apply(
     let certificate = write_tls(ctx, db, snap, tls).await?;
     applied.overrides.extend(certificate);
     let ns = db.namespace_or_default();
-    if let Some(secret) = replication_secret {
-        create_once(&Api::<Secret>::namespaced(ctx.client.clone(), &ns), &secret).await?;
-        info!(secret = ?secret.metadata.name, "made the replication role's Secret");
-    }
-    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &ns);
-    if let Some(secret) = application_secret {
-        create_once(&secrets, &secret).await?;
-        info!(secret = ?secret.metadata.name, "made the application's Secret");
-    }
-    if let Some(secret) = accounts_secret {
-        apply_if_drifted(&secrets, &secret, None).await?;
-        info!(secret = ?secret.metadata.name, "wrote the accounts the instances keep");
-    }
-    if let Some(event) = accounts_event {
-        publish(ctx, db, &event).await;
-    }
+    write_accounts(ctx, db, accounts).await?;
     let lease = DesignatedLease {
         planned: primary_lease,
         observed: snap.primary_lease.as_ref(),
@@ -132,19 +111,10 @@ pub async fn apply(
     }
     write_serving(ctx, db, snap, services, server_config, statefulset).await?;
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
-    let backups: Api<DatabaseBackup> = Api::namespaced(ctx.client.clone(), &ns);
-    if let Some(job) = preflight_job {
-        create_once(&jobs, &job).await?;
-    }
-    if let Some(backup) = pre_upgrade_backup {
-        create_once(&backups, &backup).await?;
-    }
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    for name in delete_pods {
-        if delete_if_exists(&pods, &name, &DeleteParams::default()).await? {
-            info!(pod = %name, "deleted a database pod held back on an earlier revision");
-        }
-    }
+    let backup_api: Api<DatabaseBackup> = Api::namespaced(ctx.client.clone(), &ns);
+    create_each(&jobs, upgrade.preflight_job).await?;
+    create_each(&backup_api, upgrade.pre_upgrade_backup).await?;
+    delete_database_pods(ctx, &ns, delete_pods).await?;
     if let Some(size) = claims_size {
         let refused = expand_claims(ctx, db, &snap.data_claims, &size).await?;
         if let Some(note) = volume_growth.filter(|_| refused.is_none()) {
@@ -153,19 +123,55 @@ pub async fn apply(
         applied.overrides.extend(refused);
     }
     write_jobs(ctx, db, &jobs, init_job, restore_job).await?;
-    write_backups(
-        ctx,
-        db,
-        &backups,
-        scheduled_backup,
-        prune_backups,
-        backup_events,
-    )
-    .await?;
-    if let Some(job) = verify_job {
-        create_once(&jobs, &job).await?;
-    }
+    write_backups(ctx, db, &backup_api, backups).await?;
+    create_each(&jobs, verify_job).await?;
     Ok(applied)
+}
+
+/// Creates the object, if any, unless it exists.
+async fn create_each<K>(api: &Api<K>, object: Option<K>) -> Result<()>
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    match object {
+        Some(object) => create_once(api, &object).await,
+        None => Ok(()),
+    }
+}
+
+/// The replication role's and the application's Secrets (created once), the accounts Secret
+/// (where it drifted), and the Event of a role password that could not be read.
+async fn write_accounts(ctx: &Context, db: &Database, accounts: AccountWrites) -> Result<()> {
+    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &db.namespace_or_default());
+    if let Some(secret) = accounts.replication_secret {
+        create_once(&secrets, &secret).await?;
+        info!(secret = ?secret.metadata.name, "made the replication role's Secret");
+    }
+    if let Some(secret) = accounts.application_secret {
+        create_once(&secrets, &secret).await?;
+        info!(secret = ?secret.metadata.name, "made the application's Secret");
+    }
+    if let Some(secret) = accounts.accounts_secret {
+        apply_if_drifted(&secrets, &secret, None).await?;
+        info!(secret = ?secret.metadata.name, "wrote the accounts the instances keep");
+    }
+    if let Some(event) = accounts.accounts_event {
+        publish(ctx, db, &event).await;
+    }
+    Ok(())
+}
+
+/// Deletes the database pods the decision replaces (held back on an earlier revision, stopped
+/// on a volume that grew, rolled back by a release).
+async fn delete_database_pods(ctx: &Context, ns: &str, names: Vec<String>) -> Result<()> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    for name in names {
+        if delete_if_exists(&pods, &name, &DeleteParams::default()).await? {
+            info!(pod = %name, "deleted a database pod held back on an earlier revision");
+        }
+    }
+    Ok(())
 }
 
 /// What serves the database, where it drifted: the Services, the server configuration (before
@@ -473,10 +479,13 @@ async fn write_backups(
     ctx: &Context,
     db: &Database,
     backups: &Api<DatabaseBackup>,
-    scheduled: Option<DatabaseBackup>,
-    prune: Vec<String>,
-    events: Vec<EventSpec>,
+    writes: BackupWrites,
 ) -> Result<()> {
+    let BackupWrites {
+        scheduled,
+        prune,
+        events,
+    } = writes;
     if let Some(backup) = scheduled {
         create_once(backups, &backup).await?;
     }

@@ -29,6 +29,7 @@ use super::roles::{HandoverWhy, RolesPlan};
 use super::tls::TlsSteps;
 use crate::api::{Database, DatabaseBackup, InstanceRole};
 use crate::backup::job::verify_job;
+use crate::backup::plan::BackupPlan;
 use crate::backup::verify::VerifyPlan;
 use crate::objects::EventSpec;
 use crate::release;
@@ -50,6 +51,7 @@ use crate::resources::statefulset::{set_partition, statefulset_running};
 use crate::resources::template_origin;
 use crate::resources::{Names, tls};
 use crate::settings::Settings;
+use dbop_contract::topology::Topology;
 
 /// What one pass writes, built. `apply` destructures it without `..`: a new object does not
 /// compile until it is written.
@@ -60,13 +62,8 @@ pub struct Desired {
     pub secret: Option<(Secret, Option<EventSpec>)>,
     /// The retained generated Secret (its name) that takes our owner reference.
     pub adopt_secret: Option<String>,
-    /// The replication Secret to create (the Database has standbys).
-    pub replication_secret: Option<Secret>,
-    /// The application's Secret to create, the accounts Secret to write, and the Event of a
-    /// role password that could not be read.
-    pub application_secret: Option<Secret>,
-    pub accounts_secret: Option<Secret>,
-    pub accounts_event: Option<EventSpec>,
+    /// The replication, application and accounts Secrets.
+    pub accounts: AccountWrites,
     /// The instances' ServiceAccount, Role and RoleBinding, made with the primary Lease.
     pub instance_access: Option<(ServiceAccount, Role, RoleBinding)>,
     /// The primary Lease to create, or to replace with a new designation (compare-and-swap):
@@ -95,8 +92,8 @@ pub struct Desired {
     /// The server configuration the database pods mount (applied before the StatefulSet).
     pub server_config: Option<ConfigMap>,
     pub statefulset: Option<StatefulSet>,
-    pub preflight_job: Option<Job>,
-    pub pre_upgrade_backup: Option<DatabaseBackup>,
+    /// The upgrade's preflight Job and pre-upgrade backup.
+    pub upgrade: UpgradeWrites,
     /// Pods stuck on an image being rolled back.
     pub delete_pods: Vec<String>,
     /// The size every data claim grows to.
@@ -107,15 +104,42 @@ pub struct Desired {
     pub init_job: Option<(Option<ConfigMap>, Job)>,
     /// The restore Job; a physical recovery's comes with the first data claim (created first).
     pub restore_job: Option<(Option<PersistentVolumeClaim>, Job)>,
-    pub scheduled_backup: Option<DatabaseBackup>,
-    /// `DatabaseBackup`s the history policy drops.
-    pub prune_backups: Vec<String>,
-    /// Events of the backup plan that are not condition transitions.
-    pub backup_events: Vec<EventSpec>,
+    /// The schedule's backup, the history's pruning and the backup plan's Events.
+    pub backups: BackupWrites,
     pub verify_job: Option<Job>,
     /// The CA Secret (created once), the server certificate's Secret (applied), the CA
     /// patched into the generated credentials Secret.
     pub tls: TlsWrites,
+}
+
+/// The Secrets of the roles the instances keep.
+#[derive(Clone, Debug, Default)]
+pub struct AccountWrites {
+    /// The replication Secret to create (the Database has standbys).
+    pub replication_secret: Option<Secret>,
+    /// The application's Secret to create, the accounts Secret to write, and the Event of a
+    /// role password that could not be read.
+    pub application_secret: Option<Secret>,
+    pub accounts_secret: Option<Secret>,
+    pub accounts_event: Option<EventSpec>,
+}
+
+/// What a staged upgrade creates before it replaces a pod.
+#[derive(Clone, Debug, Default)]
+pub struct UpgradeWrites {
+    pub preflight_job: Option<Job>,
+    pub pre_upgrade_backup: Option<DatabaseBackup>,
+}
+
+/// What the backup plan writes.
+#[derive(Clone, Debug, Default)]
+pub struct BackupWrites {
+    /// The schedule's `DatabaseBackup` that is due.
+    pub scheduled: Option<DatabaseBackup>,
+    /// `DatabaseBackup`s the history policy drops.
+    pub prune: Vec<String>,
+    /// Events of the backup plan that are not condition transitions.
+    pub events: Vec<EventSpec>,
 }
 
 /// What the TLS steps write (before the StatefulSet: a new pod mounts the certificate).
@@ -190,13 +214,6 @@ pub fn build(
     settings: &Settings,
     fresh: Fresh<'_>,
 ) -> Desired {
-    let Fresh {
-        password,
-        replication_password,
-        accounts,
-        application_password,
-        issued,
-    } = fresh;
     let Steps {
         create_secret,
         adopt_secret,
@@ -213,43 +230,25 @@ pub fn build(
         label_pods,
         refresh_pods,
     } = &decision.steps;
-    let upgrade = decision.upgrade.as_ref();
-    let backup = decision.backup.as_ref();
     // The instances the StatefulSet keeps (more than the spec's while a scale-down waits for
     // the primary's switchover), as the Lease and the mounted ConfigMap name them.
     let members = decision.roles.statefulset_replicas.max(db.spec.instances);
     let topology = topology_of(db, &decision.roles.primary, members);
     Desired {
-        secret: password
+        secret: (fresh.password)
             .filter(|_| *create_secret)
             .map(|password| (generated_secret(db, password), regenerated(db))),
         adopt_secret: adopt_secret.then(|| secret_name(db)),
-        replication_secret: replication_password
-            .filter(|_| decision.roles.create_replication_secret)
-            .map(|password| replication_secret(db, password)),
-        application_secret: application_password
-            .filter(|_| accounts.create_application_secret)
-            .map(|password| application_secret(db, password)),
-        accounts_secret: accounts.rebuild.as_ref().zip(application_password).map(
-            |(inputs, password)| accounts_secret(db, password, &role_passwords(db, snap), inputs),
-        ),
-        accounts_event: missing_event(accounts),
-        instance_access: (*apply_statefulset && snap.primary_lease.is_none()).then(|| {
-            (
-                primary_lease::service_account(db),
-                primary_lease::role(db),
-                primary_lease::role_binding(db),
-            )
-        }),
+        accounts: AccountWrites {
+            replication_secret: (fresh.replication_password)
+                .filter(|_| decision.roles.create_replication_secret)
+                .map(|password| replication_secret(db, password)),
+            ..account_writes(db, snap, fresh.accounts, fresh.application_password)
+        },
+        instance_access: (*apply_statefulset && snap.primary_lease.is_none())
+            .then(|| instance_access(db)),
         primary_lease: apply_statefulset
-            .then(|| {
-                primary_lease::designate(
-                    db,
-                    snap.primary_lease.as_ref(),
-                    &topology,
-                    snap.observed_at.timestamp_millis(),
-                )
-            })
+            .then(|| designated_lease(db, snap, &topology))
             .flatten(),
         primary_lease_carries_over: decision.roles.failover.is_none(),
         role_events: role_events(&decision.roles),
@@ -257,27 +256,17 @@ pub fn build(
         label_pods: label_pods.clone(),
         refresh_pods: refresh_pods.clone(),
         network_policy: apply_services.then(|| network_policy(db)),
-        services: if *apply_services {
-            services::all(db)
-        } else {
-            Vec::new()
-        },
+        services: (apply_services.then(|| services::all(db))).unwrap_or_default(),
         disruption_budgets: apply_statefulset.then(|| disruption_budgets(db)),
-        server_config: apply_statefulset.then(|| {
-            server_config_map(
-                db,
-                &topology,
-                &superuser_name(db, snap.credentials_secret.as_ref()),
-            )
-        }),
+        server_config: apply_statefulset.then(|| server_config(db, snap, &topology)),
         statefulset: apply_statefulset.then(|| statefulset(db, snap, decision, settings)),
-        preflight_job: create_preflight_job
-            .as_ref()
-            .zip(upgrade)
-            .map(|(name, u)| preflight_job(db, settings, name, &u.to_image, &u.to)),
-        pre_upgrade_backup: create_pre_upgrade_backup
-            .as_ref()
-            .map(|name| pre_upgrade_backup(db, name)),
+        upgrade: upgrade_writes(
+            db,
+            decision,
+            create_preflight_job,
+            create_pre_upgrade_backup,
+            settings,
+        ),
         delete_pods: delete_pods.clone(),
         claims_size: expand_volumes.clone(),
         volume_growth: volume_growth.clone(),
@@ -285,25 +274,105 @@ pub fn build(
             .then(|| init_job(db, settings))
             .flatten()
             .map(|job| (init_sql_config_map(db), job)),
-        // The source was checked by decide; read again from what was observed to build the Job.
         restore_job: create_restore_job
-            .then(|| restore::source(db, &snap.restore).ok())
-            .flatten()
-            .map(|source| match source.target {
-                Some(_) => (Some(data_claim(db)), recovery_job(db, &source, settings)),
-                None => (None, restore_job(db, &source, settings)),
-            }),
-        scheduled_backup: backup
-            .and_then(|plan| plan.create.as_ref())
-            .map(|new| scheduled_backup(db, &new.name, new.scheduled_at)),
-        prune_backups: backup.map(|plan| plan.prune.clone()).unwrap_or_default(),
-        backup_events: backup.map(|plan| plan.events.clone()).unwrap_or_default(),
+            .then(|| restore_writes(db, snap, settings))
+            .flatten(),
+        backups: backup_writes(db, decision.backup.as_ref()),
         // The Database was read in this pass; a spec the Job cannot be built from shows in
         // BackupHealthy already.
         verify_job: verification
             .and_then(|plan| plan.create.as_ref())
             .and_then(|name| verify_job(db, name, settings).ok()),
-        tls: tls_writes(db, snap, tls, issued),
+        tls: tls_writes(db, snap, tls, fresh.issued),
+    }
+}
+
+/// The server configuration the pods mount, for `topology`.
+fn server_config(db: &Database, snap: &Observed, topology: &Topology) -> ConfigMap {
+    let superuser = superuser_name(db, snap.credentials_secret.as_ref());
+    server_config_map(db, topology, &superuser)
+}
+
+/// The upgrade's preflight Job and pre-upgrade backup, when the steps create them.
+fn upgrade_writes(
+    db: &Database,
+    decision: &Decision,
+    preflight: &Option<String>,
+    backup: &Option<String>,
+    settings: &Settings,
+) -> UpgradeWrites {
+    UpgradeWrites {
+        preflight_job: (preflight.as_ref())
+            .zip(decision.upgrade.as_ref())
+            .map(|(name, u)| preflight_job(db, settings, name, &u.to_image, &u.to)),
+        pre_upgrade_backup: backup.as_ref().map(|name| pre_upgrade_backup(db, name)),
+    }
+}
+
+/// The application's Secret (when the accounts plan makes it) and the accounts Secret (when it
+/// rebuilds it), with the application's fresh password; the Event of a role password that
+/// could not be read. (The replication Secret is the roles plan's.)
+fn account_writes(
+    db: &Database,
+    snap: &Observed,
+    accounts: &AccountsPlan,
+    application_password: Option<&str>,
+) -> AccountWrites {
+    AccountWrites {
+        replication_secret: None,
+        application_secret: application_password
+            .filter(|_| accounts.create_application_secret)
+            .map(|password| application_secret(db, password)),
+        accounts_secret: accounts.rebuild.as_ref().zip(application_password).map(
+            |(inputs, password)| accounts_secret(db, password, &role_passwords(db, snap), inputs),
+        ),
+        accounts_event: missing_event(accounts),
+    }
+}
+
+/// The restore Job of `spec.bootstrap`; a physical recovery's comes with the first data claim.
+/// The source was checked by decide; it is read again from what was observed to build the Job.
+fn restore_writes(
+    db: &Database,
+    snap: &Observed,
+    settings: &Settings,
+) -> Option<(Option<PersistentVolumeClaim>, Job)> {
+    let source = restore::source(db, &snap.restore).ok()?;
+    Some(match source.target {
+        Some(_) => (Some(data_claim(db)), recovery_job(db, &source, settings)),
+        None => (None, restore_job(db, &source, settings)),
+    })
+}
+
+/// The instances' ServiceAccount, Role and RoleBinding (the primary Lease's readers).
+fn instance_access(db: &Database) -> (ServiceAccount, Role, RoleBinding) {
+    (
+        primary_lease::service_account(db),
+        primary_lease::role(db),
+        primary_lease::role_binding(db),
+    )
+}
+
+/// The primary Lease designating the primary of `topology`, when it changes.
+fn designated_lease(db: &Database, snap: &Observed, topology: &Topology) -> Option<Lease> {
+    primary_lease::designate(
+        db,
+        snap.primary_lease.as_ref(),
+        topology,
+        snap.observed_at.timestamp_millis(),
+    )
+}
+
+/// The backup plan's writes: the due scheduled backup, the pruned history, the Events.
+fn backup_writes(db: &Database, plan: Option<&BackupPlan>) -> BackupWrites {
+    let Some(plan) = plan else {
+        return BackupWrites::default();
+    };
+    BackupWrites {
+        scheduled: (plan.create.as_ref())
+            .map(|new| scheduled_backup(db, &new.name, new.scheduled_at)),
+        prune: plan.prune.clone(),
+        events: plan.events.clone(),
     }
 }
 

@@ -121,64 +121,26 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
         Ok(steps) => steps,
         Err(blocker) => return blocked(db, &blocker, current_version),
     };
-    steps.apply_services = true;
-    steps.apply_statefulset = true;
     let now = facts.backups.now;
     let gate = Gate::of(db, now);
     let turn = wave::turn(db, facts, settings);
     let (upgrade, template) = pod_template(db, facts, settings, &gate, turn == Turn::Go);
     let release = wave::step(&template, facts, settings);
     let release_waits = wave::waits(&template, facts, settings, &gate);
-    let roles = roles::plan(
-        db,
-        &RolesFact {
-            version_upgrade: version_upgrade(&upgrade),
-            ..facts.roles.clone()
-        },
-    );
-    steps.label_pods = roles.label_pods.clone();
-    steps.refresh_pods = roles.refresh_pods.clone();
+    let marker = facts.release.marker.as_ref();
+    let release_look = release::look_again(marker, &release.release, &turn, release_waits);
+    let release_condition = release::condition(&release, marker, &turn, release_waits);
+    let roles = plan_roles(db, facts, &upgrade);
     let autogrow = super::autogrow::plan(db, &facts.storage);
-    steps.expand_volumes = match &autogrow.grow {
-        Some(growth) => Some(growth.size.clone()),
-        None => volume_to_expand(db, facts),
-    };
-    steps.volume_growth = autogrow.grow.as_ref().map(|g| g.note.clone());
-
-    steps.create_preflight_job = upgrade.create_preflight.clone();
-    steps.create_pre_upgrade_backup = upgrade.create_backup.clone();
-    steps.delete_pods = upgrade.delete_pods.clone();
-    // An upgrade places its pods itself (partition, rollback); otherwise a pod held back on an
-    // earlier revision is replaced, or the fixed template would never reach it.
-    if !upgrade.active {
-        steps.delete_pods.extend(facts.stuck_pods.iter().cloned());
-        steps.delete_pods.extend(autogrow.restart.iter().cloned());
-        steps
-            .delete_pods
-            .extend(wave::rolled_back_pods(facts, settings));
-        steps.delete_pods.sort();
-        steps.delete_pods.dedup();
-    }
+    pod_and_volume_steps(&mut steps, db, facts, settings, &upgrade, &roles, &autogrow);
     let rollout = Rollout::of(db, facts, &upgrade);
     let init = decide_init(db, facts, rollout.server_has_run());
-    // With spec.bootstrap, the restore Job takes the init Job's place.
-    steps.create_init_job = init.create_job && db.spec.bootstrap.is_none();
-    steps.create_restore_job = init.create_job && db.spec.bootstrap.is_some();
-    // A physical recovery fills the first data volume before the server ever starts on it:
-    // while it runs, waits or failed there is no server (one would initialise an empty volume).
-    let physical = super::restore::is_physical(db) && init.outcome != InitOutcome::Done;
-    if physical {
-        steps.apply_statefulset = false;
-    }
-    let recovering = physical && init.outcome == InitOutcome::Pending;
-    let stage = match recovering {
-        true => Stage::Initializing,
-        false => Stage::of(&init.outcome, &rollout, facts.instance_failure.as_ref()),
-    };
+    let stage = init_steps(&mut steps, db, facts, &init, &rollout);
     let (phase, ready, requeue_after) = stage_outcome(db, &stage, &rollout, facts, &roles);
+    let progress = (upgrade.condition.clone()).unwrap_or_else(|| rollout.condition(db));
 
     // Backups: the due run, the history and BackupHealthy; a run waits while the phase says
-    // the database is being rolled out.
+    // it is being rolled out.
     let backup = plan_backups(db, &facts.backups, phase);
     // Ready too: while the only pod is replaced, the StatefulSet controller counts 0 of 0 pods
     // ready and moves currentRevision on before the new pod has started.
@@ -187,33 +149,25 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
     steps.tls = tls::steps(db, &facts.tls, facts.backups.now);
     let tls_ready = tls::condition(db, &facts.tls, &steps.tls, restarted);
     let waiting = waiting_for_window(&template, &restart_pending, &upgrade);
-    let requeue_after = [
-        backup.requeue_after,
-        upgrade.requeue_after,
-        roles.look_again,
-        super::archiving::look_again(db),
-        super::autogrow::look_again(db),
-        gate.next_change(now),
-        release::look_again(
-            facts.release.marker.as_ref(),
-            &release.release,
-            &turn,
-            release_waits,
-        ),
-    ]
-    .into_iter()
-    .flatten()
-    .fold(requeue_after, Duration::min);
+    let requeue_after = soonest(
+        requeue_after,
+        [
+            backup.requeue_after,
+            upgrade.requeue_after,
+            roles.look_again,
+            super::archiving::look_again(db),
+            super::autogrow::look_again(db),
+            gate.next_change(now),
+            release_look,
+        ],
+    );
     Decision {
         phase,
         conditions: [
             ready,
             storage_condition(db, facts),
             init.condition,
-            upgrade
-                .condition
-                .clone()
-                .unwrap_or_else(|| rollout.condition(db)),
+            progress,
         ]
         .into_iter()
         .chain(backup.condition.clone())
@@ -222,20 +176,9 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
             tls_ready,
             accounts::condition(db, &facts.accounts),
         ])
-        .chain(network_policy_condition(db))
-        .chain(super::archiving::condition(
-            db,
-            facts.archiver.as_ref(),
-            &facts.storage,
-        ))
-        .chain(autogrow.condition)
+        .chain(growth_and_policy_conditions(db, facts, autogrow.condition))
         .chain(maintenance::condition(&gate, &waiting))
-        .chain(release::condition(
-            &release,
-            facts.release.marker.as_ref(),
-            &turn,
-            release_waits,
-        ))
+        .chain(release_condition)
         .collect(),
         steps,
         current_version: rollout.new_version(&upgrade),
@@ -251,6 +194,98 @@ pub fn decide(db: &Database, facts: &Facts, settings: &Settings) -> Decision {
         roles,
         accounts: accounts::plan(&facts.accounts),
     }
+}
+
+/// The pods and volumes to change: the roles' labels and refreshes, the claims grown (by
+/// `spec.storage.autoGrow`, or to a larger `spec.storage.size`), the upgrade's Jobs and the
+/// pods it replaces. An upgrade places its pods itself (partition, rollback); otherwise a pod
+/// held back on an earlier revision is replaced (or the fixed template would never reach it),
+/// and so is a pod stopped on a full volume that grew, and one a failed release rolled back.
+fn pod_and_volume_steps(
+    steps: &mut Steps,
+    db: &Database,
+    facts: &Facts,
+    settings: &Settings,
+    upgrade: &UpgradePlan,
+    roles: &RolesPlan,
+    autogrow: &super::autogrow::Plan,
+) {
+    steps.label_pods = roles.label_pods.clone();
+    steps.refresh_pods = roles.refresh_pods.clone();
+    steps.expand_volumes = match &autogrow.grow {
+        Some(growth) => Some(growth.size.clone()),
+        None => volume_to_expand(db, facts),
+    };
+    steps.volume_growth = autogrow.grow.as_ref().map(|g| g.note.clone());
+    steps.create_preflight_job = upgrade.create_preflight.clone();
+    steps.create_pre_upgrade_backup = upgrade.create_backup.clone();
+    steps.delete_pods = upgrade.delete_pods.clone();
+    if !upgrade.active {
+        steps.delete_pods.extend(facts.stuck_pods.iter().cloned());
+        steps.delete_pods.extend(autogrow.restart.iter().cloned());
+        steps
+            .delete_pods
+            .extend(wave::rolled_back_pods(facts, settings));
+        steps.delete_pods.sort();
+        steps.delete_pods.dedup();
+    }
+}
+
+/// The roles' plan, knowing whether a version upgrade is under way.
+fn plan_roles(db: &Database, facts: &Facts, upgrade: &UpgradePlan) -> RolesPlan {
+    roles::plan(
+        db,
+        &RolesFact {
+            version_upgrade: version_upgrade(upgrade),
+            ..facts.roles.clone()
+        },
+    )
+}
+
+/// The init steps (with `spec.bootstrap`, the restore Job takes the init Job's place), and the
+/// stage the Database is at. A physical recovery fills the first data volume before the server
+/// ever starts on it: while it runs, waits or failed there is no server (one would initialise
+/// an empty volume).
+fn init_steps(
+    steps: &mut Steps,
+    db: &Database,
+    facts: &Facts,
+    init: &super::init::InitDecision,
+    rollout: &Rollout,
+) -> Stage {
+    steps.create_init_job = init.create_job && db.spec.bootstrap.is_none();
+    steps.create_restore_job = init.create_job && db.spec.bootstrap.is_some();
+    let physical = super::restore::is_physical(db) && init.outcome != InitOutcome::Done;
+    if physical {
+        steps.apply_statefulset = false;
+    }
+    match physical && init.outcome == InitOutcome::Pending {
+        true => Stage::Initializing,
+        false => Stage::of(&init.outcome, rollout, facts.instance_failure.as_ref()),
+    }
+}
+
+/// The conditions of the NetworkPolicy, WAL archiving and `spec.storage.autoGrow`, in that
+/// order (each only when its spec asks for it).
+fn growth_and_policy_conditions(
+    db: &Database,
+    facts: &Facts,
+    autogrow: Option<ConditionStatus>,
+) -> Vec<ConditionStatus> {
+    network_policy_condition(db)
+        .into_iter()
+        .chain(super::archiving::condition(
+            db,
+            facts.archiver.as_ref(),
+            &facts.storage,
+        ))
+        .chain(autogrow)
+        .collect()
+}
+
+/// The soonest of `first` and the looks again that are due at all.
+fn soonest(first: Duration, others: impl IntoIterator<Item = Option<Duration>>) -> Duration {
+    others.into_iter().flatten().fold(first, Duration::min)
 }
 
 /// What the pods run: the upgrade's plan (image, version, partition), and whether the template
@@ -322,11 +357,16 @@ fn network_policy_condition(db: &Database) -> Option<ConditionStatus> {
     })
 }
 
-/// The version check, then the credentials: the steps they need, or what blocks the Database.
+/// The version check, then the credentials: the steps they need (with the Services and the
+/// StatefulSet applied), or what blocks the Database.
 fn credential_steps(db: &Database, credentials: &CredentialsFact) -> Result<Steps, Blocker> {
     // A version dbop cannot run: stop before touching anything that runs.
     check_version(&db.spec.version).map_err(Blocker::Version)?;
-    let mut steps = Steps::default();
+    let mut steps = Steps {
+        apply_services: true,
+        apply_statefulset: true,
+        ..Steps::default()
+    };
     match credentials {
         CredentialsFact::Usable => {}
         CredentialsFact::GeneratedMissing => steps.create_secret = true,

@@ -10,6 +10,7 @@ use chrono::Utc;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::ListParams;
 use kube::{Api, Client};
@@ -35,6 +36,7 @@ use crate::resources::tls::{CA_KEY, external_certificate};
 use crate::resources::wal_archiving;
 use crate::resources::{LABEL_INSTANCE, Names, selector_labels};
 use dbop_contract::instance::TLS_CA_FILE;
+use dbop_contract::position::{Archiver, Position};
 use dbop_contract::volume::VolumeUsage;
 
 /// Reads the upgrade's objects, only while an upgrade is under way (an idle Database reads
@@ -78,43 +80,14 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
     let ns = db.namespace_or_default();
     let names = Names::of(db);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    let init_config_map = match db
-        .spec
-        .init
-        .as_ref()
-        .and_then(|i| i.config_map_ref.as_ref())
-    {
-        Some(r) => {
-            Api::<ConfigMap>::namespaced(client.clone(), &ns)
-                .get_opt(&r.name)
-                .await?
-        }
-        None => None,
-    };
+    let init_config_map = init_config_map(client, db, &ns).await?;
     let data_claims: Vec<PersistentVolumeClaim> = (0..db.spec.instances.max(1))
         .filter_map(|ordinal| get_unpacked(&caches.claims, &ns, &names.data_pvc(ordinal)))
         .collect();
     let name = db.name();
     let backups = list(&caches.backups, &ns, |b| b.spec.database == name);
-    let s3_secret = match db
-        .spec
-        .backup
-        .as_ref()
-        .and_then(|b| b.s3.credentials.as_ref())
-    {
-        Some(credentials) => secrets.get_opt(&credentials.secret_name).await?,
-        None => None,
-    };
-    let s3_ca_problem = match &db.spec.backup {
-        Some(spec) => crate::backup::ca::read_problem(client, &ns, spec).await?,
-        None => None,
-    };
-    let encryption_problem = match &db.spec.backup {
-        Some(spec) => {
-            crate::backup::encryption::read_problem(client, &ns, spec.encryption.as_ref()).await?
-        }
-        None => None,
-    };
+    let (s3_secret, s3_ca_problem, encryption_problem) =
+        backup_inputs(client, db, &ns, &secrets).await?;
     let restore = restore_objects(client, db).await?;
     let statefulset = get_unpacked(&caches.statefulsets, &ns, &names.statefulset());
     let instance_pods = instance_pods(ctx, &ns, &name);
@@ -125,24 +98,7 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
     // The Lease is judged as of its read: the positions below may take seconds, and a `now` from
     // after them made a renewing primary look lost.
     let observed_at = Utc::now();
-    // A Database that archives its WAL without standbys: its one position, for the archiver.
-    let mut positions = match has_standbys(db) || wal_archiving::enabled(db).is_some() {
-        true => super::positions::read(&instance_pods).await,
-        false => Default::default(),
-    };
-    let archiver = positions
-        .values()
-        .find(|p| !p.standby)
-        .and_then(|p| p.archiver.clone());
-    if !has_standbys(db) {
-        positions.clear();
-    }
-    // The volumes for autoGrow, and for naming WAL that cannot be archived as what fills one.
-    let volumes = match db.spec.storage.auto_grow.is_some() || wal_archiving::enabled(db).is_some()
-    {
-        true => super::positions::volumes(&instance_pods).await,
-        false => Default::default(),
-    };
+    let (positions, archiver, volumes) = instances_report(db, &instance_pods).await;
     let storage_class = match class_worth_reading(db, &volumes) {
         true => storage_class(client, db, &data_claims).await,
         false => ClassFact::Unknown,
@@ -162,14 +118,7 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
             Some((name, _)) => secrets.get_opt(&name).await?,
             None => None,
         },
-        certificate: match TlsSpec::issuer(db.spec.tls.as_ref()) {
-            Some(_) => {
-                Api::<Certificate>::namespaced(client.clone(), &ns)
-                    .get_opt(&names.certificate())
-                    .await?
-            }
-            None => None,
-        },
+        certificate: certificate(client, db, &ns, &names).await?,
         init_config_map,
         server_config: get_unpacked(
             &caches.config_maps,
@@ -189,15 +138,7 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         accounts_secret: secret_metadata(ctx, &ns, &names.accounts_secret()),
         role_password_secrets: role_password_secrets(&secrets, db).await?,
         primary_lease,
-        disruption_budgets: [names.standby_budget(), names.primary_budget()]
-            .into_iter()
-            .filter_map(|n| {
-                Some((
-                    n.clone(),
-                    get_unpacked(&caches.disruption_budgets, &ns, &n)?,
-                ))
-            })
-            .collect(),
+        disruption_budgets: disruption_budgets(ctx, &ns, &names),
         network_policy: get_unpacked(&caches.network_policies, &ns, &names.statefulset()),
         database_pods: database_pods(client, db, statefulset.as_ref()).await?,
         statefulset,
@@ -205,6 +146,104 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         data_claims,
         upgrade: upgrade_objects(client, db).await?,
     })
+}
+
+/// The init ConfigMap `spec.init.configMapRef` names, when it exists.
+async fn init_config_map(
+    client: &Client,
+    db: &Database,
+    ns: &str,
+) -> Result<Option<ConfigMap>, Error> {
+    let Some(r) = (db.spec.init.as_ref()).and_then(|i| i.config_map_ref.as_ref()) else {
+        return Ok(None);
+    };
+    Ok(Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .get_opt(&r.name)
+        .await?)
+}
+
+/// What backups need from the user: the S3 credentials Secret, and what is wrong with the S3
+/// CA and the encryption key, when something is.
+async fn backup_inputs(
+    client: &Client,
+    db: &Database,
+    ns: &str,
+    secrets: &Api<Secret>,
+) -> Result<(Option<Secret>, Option<String>, Option<String>), Error> {
+    let Some(spec) = &db.spec.backup else {
+        return Ok((None, None, None));
+    };
+    let s3_secret = match &spec.s3.credentials {
+        Some(credentials) => secrets.get_opt(&credentials.secret_name).await?,
+        None => None,
+    };
+    let ca_problem = crate::backup::ca::read_problem(client, ns, spec).await?;
+    let encryption_problem =
+        crate::backup::encryption::read_problem(client, ns, spec.encryption.as_ref()).await?;
+    Ok((s3_secret, ca_problem, encryption_problem))
+}
+
+/// The cert-manager Certificate, when `spec.tls` names an issuer.
+async fn certificate(
+    client: &Client,
+    db: &Database,
+    ns: &str,
+    names: &Names,
+) -> Result<Option<Certificate>, Error> {
+    if TlsSpec::issuer(db.spec.tls.as_ref()).is_none() {
+        return Ok(None);
+    }
+    Ok(Api::<Certificate>::namespaced(client.clone(), ns)
+        .get_opt(&names.certificate())
+        .await?)
+}
+
+/// The Database's PodDisruptionBudgets that exist, by name.
+fn disruption_budgets(
+    ctx: &Context,
+    ns: &str,
+    names: &Names,
+) -> BTreeMap<String, PodDisruptionBudget> {
+    [names.standby_budget(), names.primary_budget()]
+        .into_iter()
+        .filter_map(|n| {
+            Some((
+                n.clone(),
+                get_unpacked(&ctx.caches.disruption_budgets, ns, &n)?,
+            ))
+        })
+        .collect()
+}
+
+/// What the instance managers report: each instance's WAL position (with standbys), the
+/// primary's archiver (a Database that archives its WAL without standbys reads its one
+/// position for it), and the data volumes' usage (for autoGrow, and for naming WAL that cannot
+/// be archived as what fills one).
+async fn instances_report(
+    db: &Database,
+    instance_pods: &[Pod],
+) -> (
+    BTreeMap<String, Position>,
+    Option<Archiver>,
+    BTreeMap<String, VolumeUsage>,
+) {
+    let archiving = wal_archiving::enabled(db).is_some();
+    let mut positions = match has_standbys(db) || archiving {
+        true => super::positions::read(instance_pods).await,
+        false => Default::default(),
+    };
+    let archiver = positions
+        .values()
+        .find(|p| !p.standby)
+        .and_then(|p| p.archiver.clone());
+    if !has_standbys(db) {
+        positions.clear();
+    }
+    let volumes = match db.spec.storage.auto_grow.is_some() || archiving {
+        true => super::positions::volumes(instance_pods).await,
+        false => Default::default(),
+    };
+    (positions, archiver, volumes)
 }
 
 /// Whether a pass of a Database with autoGrow reads its StorageClass: until `StorageAutoGrow`

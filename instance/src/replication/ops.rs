@@ -437,19 +437,7 @@ pub fn rewind(
     for signal in [config::STANDBY_SIGNAL, config::RECOVERY_SIGNAL] {
         remove_if_present(&pgdata.join(signal))?;
     }
-    // pg_rewind reads the source's timeline from its control file, which a promotion updates
-    // only at its next checkpoint: ask for one (the replication role may, from PostgreSQL 15:
-    // pg_checkpoint). Best effort; the report is checked below either way.
-    let mut checkpoint = tool(bin, "psql");
-    checkpoint.arg(config::rewind_conninfo(upstream)).args([
-        "--no-psqlrc",
-        "--quiet",
-        "--no-password",
-        "--command=CHECKPOINT",
-    ]);
-    if let Err(Fatal(why)) = output(checkpoint, "CHECKPOINT on the primary") {
-        log(&why);
-    }
+    ask_for_checkpoint(bin, upstream);
     let mut cmd = tool(bin, "pg_rewind");
     cmd.arg(format!("--target-pgdata={}", pgdata.display()))
         .arg(format!(
@@ -492,6 +480,22 @@ pub fn rewind(
     }
     std::fs::remove_file(&marker).map_err(|e| Fatal(format!("cannot remove the marker: {e}")))?;
     Ok(rejoin::rewound(&report))
+}
+
+/// pg_rewind reads the source's timeline from its control file, which a promotion updates only
+/// at its next checkpoint: ask for one (the replication role may, from PostgreSQL 15:
+/// pg_checkpoint). Best effort; `rewind` checks the report either way.
+fn ask_for_checkpoint(bin: &Path, upstream: &Upstream) {
+    let mut checkpoint = tool(bin, "psql");
+    checkpoint.arg(config::rewind_conninfo(upstream)).args([
+        "--no-psqlrc",
+        "--quiet",
+        "--no-password",
+        "--command=CHECKPOINT",
+    ]);
+    if let Err(Fatal(why)) = output(checkpoint, "CHECKPOINT on the primary") {
+        log(&why);
+    }
 }
 
 /// Removes `path`; one that is not there is fine.
