@@ -182,12 +182,40 @@ async fn main() -> ExitCode {
         Ok(found) => found,
         Err(message) => return fail(&message),
     };
-    let result = match cli.command {
-        Command::Status { name, output } => status(&client, &namespace, &name, output).await,
+    let session = Session {
+        client: &client,
+        global: &global,
+        namespace: &namespace,
+        explicit_namespace,
+    };
+    run(session, cli.command)
+        .await
+        .unwrap_or_else(|message| fail(&message))
+}
+
+/// Where a command runs: the client, kubectl's flags, the namespace, and the one given with
+/// `--namespace` (the operator's, for `logs --operator`).
+struct Session<'a> {
+    client: &'a kube::Client,
+    global: &'a kubectl::Global,
+    namespace: &'a str,
+    explicit_namespace: Option<String>,
+}
+
+/// Runs one command (completion is answered before connecting).
+async fn run(session: Session<'_>, command: Command) -> Result<ExitCode, String> {
+    let Session {
+        client,
+        global,
+        namespace,
+        explicit_namespace,
+    } = session;
+    match command {
+        Command::Status { name, output } => status(client, namespace, &name, output).await,
         Command::List {
             all_namespaces,
             output,
-        } => list(&client, (!all_namespaces).then_some(&*namespace), output).await,
+        } => list(client, (!all_namespaces).then_some(namespace), output).await,
         Command::Backup {
             name,
             physical,
@@ -198,10 +226,10 @@ async fn main() -> ExitCode {
                 true => BackupMethod::Physical,
                 false => BackupMethod::Logical,
             };
-            backup(&client, &namespace, &name, method, wait.then_some(timeout)).await
+            backup(client, namespace, &name, method, wait.then_some(timeout)).await
         }
-        Command::Restart { name } => restart(&client, &namespace, &name).await,
-        Command::Reload { name } => reload(&client, &global, &namespace, &name).await,
+        Command::Restart { name } => restart(client, namespace, &name).await,
+        Command::Reload { name } => reload(client, global, namespace, &name).await,
         Command::Restore {
             name,
             from_backup,
@@ -225,11 +253,11 @@ async fn main() -> ExitCode {
                 dry_run,
                 yes,
             };
-            restore(&client, &namespace, request).await
+            restore(client, namespace, request).await
         }
-        Command::Report { name, output } => report(&client, &namespace, &name, output).await,
+        Command::Report { name, output } => report(client, namespace, &name, output).await,
         Command::Completion { .. } => unreachable!("answered before connecting"),
-        Command::Psql { name, args } => psql(&client, &global, &namespace, &name, &args).await,
+        Command::Psql { name, args } => psql(client, global, namespace, &name, &args).await,
         Command::Logs {
             name,
             instance,
@@ -242,13 +270,12 @@ async fn main() -> ExitCode {
                     operator_ns: explicit_namespace.clone(),
                 },
                 (false, Some(name)) => LogsOf::Instance(name, instance),
-                (false, None) => return fail("logs needs a Database NAME, or --operator"),
+                (false, None) => return Err("logs needs a Database NAME, or --operator".into()),
             };
-            logs(&client, &global, &namespace, pick, follow, tail).await
+            logs(client, global, namespace, pick, follow, tail).await
         }
-        Command::Promote { name, instance } => promote(&client, &namespace, &name, &instance).await,
-    };
-    result.unwrap_or_else(|message| fail(&message))
+        Command::Promote { name, instance } => promote(client, namespace, &name, &instance).await,
+    }
 }
 
 /// The flags, with usage lines that say `kubectl dbop` (only there: a bin name with a space

@@ -165,26 +165,7 @@ async fn backup_inner(
     let (compressed, captured) =
         stream_base(store, tools, opts, &server, (&key, &id), pending).await?;
     let local_after = Utc::now();
-    let [Some(label), Some(manifest)] = captured.files.as_slice() else {
-        return Err(pg::pg_error(
-            "pg_basebackup",
-            "(instance)",
-            "its tar stream held no backup_label or no backup_manifest (PostgreSQL 13 or later writes the manifest into the stream)",
-        ));
-    };
-    let range = base::wal_range(label, manifest)
-        .map_err(|e| pg::pg_error("pg_basebackup", "(instance)", e))?;
-    let label_start = base::label_start_time(label);
-    if label_start.is_none() {
-        tracing::warn!(
-            "backup_label has no START TIME in UTC or a numeric zone: the record's start time is this agent's clock"
-        );
-    }
-    if label_start.is_some_and(|start| start > local_after) {
-        tracing::warn!(
-            "the server's clock is ahead of this agent's: the record's stop time may be early; keep the clocks in sync (NTP)"
-        );
-    }
+    let (range, label_start) = label_facts(&captured, local_after)?;
     let record = BaseRecord {
         record_version: base::RECORD_VERSION,
         backup_id: id,
@@ -219,6 +200,36 @@ async fn backup_inner(
         record,
         taken_now: true,
     })
+}
+
+/// The WAL range and the start time in the stream's backup_label and backup_manifest; a
+/// warning when the label's start time is missing or after `local_after` (the server's clock
+/// is ahead of this agent's).
+fn label_facts(
+    captured: &Capture,
+    local_after: chrono::DateTime<Utc>,
+) -> Result<(base::WalRange, Option<chrono::DateTime<Utc>>)> {
+    let [Some(label), Some(manifest)] = captured.files.as_slice() else {
+        return Err(pg::pg_error(
+            "pg_basebackup",
+            "(instance)",
+            "its tar stream held no backup_label or no backup_manifest (PostgreSQL 13 or later writes the manifest into the stream)",
+        ));
+    };
+    let range = base::wal_range(label, manifest)
+        .map_err(|e| pg::pg_error("pg_basebackup", "(instance)", e))?;
+    let label_start = base::label_start_time(label);
+    if label_start.is_none() {
+        tracing::warn!(
+            "backup_label has no START TIME in UTC or a numeric zone: the record's start time is this agent's clock"
+        );
+    }
+    if label_start.is_some_and(|start| start > local_after) {
+        tracing::warn!(
+            "the server's clock is ahead of this agent's: the record's stop time may be early; keep the clocks in sync (NTP)"
+        );
+    }
+    Ok((range, label_start))
 }
 
 /// pg_basebackup's tar stream → zstd (→ cipher) → multipart upload, the tar read on the way.

@@ -246,24 +246,7 @@ async fn look(
     )
     .await
     {
-        Ok(Ok(_)) => {
-            let mut s = lock(shared);
-            match step {
-                Step::Release => {
-                    s.released = true;
-                    log("released the primary Lease");
-                }
-                _ => {
-                    if step == Step::Take {
-                        log("took the primary Lease: this instance may run as the primary");
-                    }
-                    *renewed = Some(started);
-                    s.valid_until =
-                        (!s.stopping).then(|| started + holder_validity(state.duration_ms));
-                    s.problem = None;
-                }
-            }
-        }
+        Ok(Ok(_)) => wrote(shared, step, started, state.duration_ms, renewed),
         Ok(Err(e)) => problem(
             shared,
             format!("cannot write the primary Lease ({step:?}): {e}"),
@@ -273,6 +256,29 @@ async fn look(
             format!("writing the primary Lease ({step:?}) timed out"),
         ),
     }
+}
+
+/// What a written Lease means: released, or held until its validity counted from `started`
+/// (the moment the write was sent, never later) — unless the server is stopping.
+fn wrote(
+    shared: &Mutex<Shared>,
+    step: Step,
+    started: Instant,
+    duration_ms: i64,
+    renewed: &mut Option<Instant>,
+) {
+    let mut s = lock(shared);
+    if step == Step::Release {
+        s.released = true;
+        log("released the primary Lease");
+        return;
+    }
+    if step == Step::Take {
+        log("took the primary Lease: this instance may run as the primary");
+    }
+    *renewed = Some(started);
+    s.valid_until = (!s.stopping).then(|| started + holder_validity(duration_ms));
+    s.problem = None;
 }
 
 fn now_ms() -> i64 {

@@ -185,31 +185,47 @@ pub fn prepare(o: &Options, bin: &Path) -> Result<Started, Fatal> {
                     }
                 }
             }
-            StartPlan::Rejoin(primary) => match promoted(o, bin, &me, &primary) {
-                Ok(true) => {
-                    rejoin(o, bin, &me, &primary)?;
-                    return Ok(Started::Go(Some(primary)));
+            StartPlan::Rejoin(primary) => {
+                match rejoin_once_promoted(o, bin, &me, &primary, &mut said)? {
+                    Some(pause) => pause,
+                    None => return Ok(Started::Go(Some(primary))),
                 }
-                // A former primary never follows a standby that is not promoted yet: its WAL
-                // may be ahead of where the promotion will fork the timeline.
-                Ok(false) => {
-                    once(&mut said, not_promoted(&primary));
-                    WAIT_POLL
-                }
-                Err(Fatal(why)) => {
-                    once(
-                        &mut said,
-                        format!("waiting for {} to answer: {why}", primary.name),
-                    );
-                    WAIT_POLL
-                }
-            },
+            }
         };
         if stopped_within(pause) {
             log("stopped before the server started");
             return Ok(Started::Stopped);
         }
         read = topology(o);
+    }
+}
+
+/// A former primary rejoins `primary` once it answers as promoted: never before, for its WAL
+/// may be ahead of where the promotion will fork the timeline. The pause before looking again,
+/// or `None` once it rejoined.
+fn rejoin_once_promoted(
+    o: &Options,
+    bin: &Path,
+    me: &str,
+    primary: &Member,
+    said: &mut Option<String>,
+) -> Result<Option<Duration>, Fatal> {
+    match promoted(o, bin, me, primary) {
+        Ok(true) => {
+            rejoin(o, bin, me, primary)?;
+            Ok(None)
+        }
+        Ok(false) => {
+            once(said, not_promoted(primary));
+            Ok(Some(WAIT_POLL))
+        }
+        Err(Fatal(why)) => {
+            once(
+                said,
+                format!("waiting for {} to answer: {why}", primary.name),
+            );
+            Ok(Some(WAIT_POLL))
+        }
     }
 }
 

@@ -352,14 +352,23 @@ pub async fn report(client: &Client, db: &Database, at: &str) -> Bundle {
         secrets.push(own);
     }
     bundle.secrets(&secrets);
-    let others: Vec<String> = match databases(client, Some(&ns)).await {
+    bundle_events(client, &ns, &name, &mut bundle).await;
+    bundle_logs(client, &ns, &pods, &mut bundle).await;
+    bundle.readme(&ns, &name, at);
+    bundle
+}
+
+/// The Events about the Database and what dbop made for it (not those of another Database
+/// whose name starts alike).
+async fn bundle_events(client: &Client, ns: &str, name: &str, bundle: &mut Bundle) {
+    let others: Vec<String> = match databases(client, Some(ns)).await {
         Ok(dbs) => dbs.iter().map(Database::name).collect(),
         Err(e) => {
             bundle.problem(e.to_string());
             vec![]
         }
     };
-    match Api::<Event>::namespaced(client.clone(), &ns)
+    match Api::<Event>::namespaced(client.clone(), ns)
         .list(&ListParams::default())
         .await
     {
@@ -371,15 +380,19 @@ pub async fn report(client: &Client, db: &Database, at: &str) -> Bundle {
                     e.involved_object
                         .name
                         .as_deref()
-                        .is_some_and(|n| report::event_concerns(&name, &others, n))
+                        .is_some_and(|n| report::event_concerns(name, &others, n))
                 })
                 .collect();
             bundle.objects("events.yaml", &events);
         }
         Err(e) => bundle.problem(format!("events: {}", brief(&e))),
     }
-    let api = Api::<Pod>::namespaced(client.clone(), &ns);
-    for pod in &pods {
+}
+
+/// The last lines of every container's log (init containers first) of `pods`.
+async fn bundle_logs(client: &Client, ns: &str, pods: &[Pod], bundle: &mut Bundle) {
+    let api = Api::<Pod>::namespaced(client.clone(), ns);
+    for pod in pods {
         let pod_name = pod.metadata.name.clone().unwrap_or_default();
         let spec = pod.spec.clone().unwrap_or_default();
         let containers = spec
@@ -405,8 +418,6 @@ pub async fn report(client: &Client, db: &Database, at: &str) -> Bundle {
             }
         }
     }
-    bundle.readme(&ns, &name, at);
-    bundle
 }
 
 /// The credentials Secret of the Database (the user's or the generated one).

@@ -98,63 +98,34 @@ pub fn start(
     };
     let managed = all.clone().labels(MANAGED_SELECTOR);
     let mut watches = Watches(Vec::new());
-    let marker = || writers.synced_marker();
-    let (m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11, m12, mut m13) = (
-        marker(),
-        marker(),
-        marker(),
-        marker(),
-        marker(),
-        marker(),
-        marker(),
-        marker(),
-        marker(),
-        marker(),
-        marker(),
-        marker(),
-        marker(),
-    );
-    let Writers {
-        databases,
-        backups,
-        statefulsets,
-        services,
-        secrets,
-        jobs,
-        claims,
-        config_maps,
-        pods,
-        disruption_budgets,
-        network_policies,
-        leases,
-        nodes,
-        ..
-    } = writers;
+    let [m1, m2, m3, m4, m5, m6, m7, m8, m9, m10, m11, m12, mut m13] =
+        std::array::from_fn(|_| writers.synced_marker());
+    let w = writers;
     let scopes: Vec<Option<String>> = match namespaces {
         [] => vec![None],
         some => some.iter().cloned().map(Some).collect(),
     };
     let c = (client, scopes.as_slice());
-    let [databases] = watches.spawn(watch(c, &all), databases, m1, Clone::clone);
-    let backups = watches.spawn(watch(c, &all), backups, m2, Clone::clone);
-    let [statefulsets] = watches.spawn(watch(c, &managed), statefulsets, m3, packed_meta);
-    let [services] = watches.spawn(watch(c, &managed), services, m4, packed_meta);
+    let [databases] = watches.spawn(watch(c, &all), w.databases, m1, Clone::clone);
+    let backups = watches.spawn(watch(c, &all), w.backups, m2, Clone::clone);
+    let [statefulsets] = watches.spawn(watch(c, &managed), w.statefulsets, m3, packed_meta);
+    let [services] = watches.spawn(watch(c, &managed), w.services, m4, packed_meta);
     let secrets_meta = watch::<PartialObjectMeta<Secret>>(c, &managed);
-    let [secrets] = watches.spawn(secrets_meta, secrets, m5, meta);
-    let jobs = watches.spawn(watch(c, &managed), jobs, m6, meta);
-    let [claims] = watches.spawn(watch(c, &managed), claims, m7, packed_meta);
+    let [secrets] = watches.spawn(secrets_meta, w.secrets, m5, meta);
+    let jobs = watches.spawn(watch(c, &managed), w.jobs, m6, meta);
+    let [claims] = watches.spawn(watch(c, &managed), w.claims, m7, packed_meta);
     // Cached only (no trigger): a reconcile reads its ConfigMaps and rewrites what drifted.
-    let [] = watches.spawn(watch(c, &managed), config_maps, m8, packed_meta);
+    let [] = watches.spawn(watch(c, &managed), w.config_maps, m8, packed_meta);
     // The database pods: their roles and readiness (a new pod is labelled at once).
     let database_pods = all.clone().labels(DATABASE_POD_SELECTOR);
-    let [pods] = watches.spawn(watch(c, &database_pods), pods, m9, meta);
+    let [pods] = watches.spawn(watch(c, &database_pods), w.pods, m9, meta);
     let budgets = watch(c, &managed);
-    let [disruption_budgets] = watches.spawn(budgets, disruption_budgets, m10, packed_meta);
+    let [disruption_budgets] = watches.spawn(budgets, w.disruption_budgets, m10, packed_meta);
     let policies = watch(c, &managed);
-    let [network_policies] = watches.spawn(policies, network_policies, m12, packed_meta);
+    let [network_policies] = watches.spawn(policies, w.network_policies, m12, packed_meta);
     // The primary Leases are renewed every two seconds: only a release wakes the Database (its
     // primary's server stopped, and a failover must come before the old primary is back).
-    let [leases] = watches.spawn(watch(c, &managed), leases, m11, released);
+    let [leases] = watches.spawn(watch(c, &managed), w.leases, m11, released);
     let released_leases = leases
         .filter_map(|lease| std::future::ready(lease.transpose()))
         .boxed();
@@ -163,7 +134,7 @@ pub fn start(
     // them no drain is seen, and nothing else changes.
     m13.listed();
     if scope.nodes {
-        let [] = watches.spawn(watch_cluster(client, &all), nodes, m13, meta);
+        let [] = watches.spawn(watch_cluster(client, &all), w.nodes, m13, meta);
     }
     let ([jobs, backup_jobs], [backups, backups_self]) = (jobs, backups);
     let database = DatabaseTriggers {

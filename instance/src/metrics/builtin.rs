@@ -29,25 +29,25 @@ const CLIENTS: &str = "backend_type = 'client backend' AND pid <> pg_backend_pid
 /// The same, for `pg_stat_activity a` (the first column is qualified by the caller).
 const A_CLIENTS: &str = "backend_type = 'client backend' AND a.pid <> pg_backend_pid()";
 
-/// The built-in statements for a server of `major`.
+/// The built-in statements for a server of `major`: the databases' and the sessions', then
+/// the server's own.
 pub fn statements(major: u32) -> Vec<Statement> {
-    let st = |name: &str, columns: usize, sql: String| Statement {
+    let mut all = database_statements();
+    all.extend(server_statements(major));
+    all
+}
+
+fn st(name: &str, columns: usize, sql: String) -> Statement {
+    Statement {
         name: name.to_string(),
         sql,
         columns,
-    };
-    let checkpoints = if major >= 17 {
-        "SELECT 'checkpoints', num_timed, num_requested FROM pg_stat_checkpointer"
-    } else {
-        "SELECT 'checkpoints', checkpoints_timed, checkpoints_req FROM pg_stat_bgwriter"
-    };
-    let status_fields = status::STATUS_QUERY
-        .strip_prefix("SELECT ")
-        .expect("the status query is a SELECT");
-    // No row on a standby or with archiving off: the archive families are then absent.
-    let archiver_fields = status::ARCHIVER_QUERY
-        .strip_prefix("SELECT ")
-        .expect("the archiver query is a SELECT");
+    }
+}
+
+/// The settings, the sessions by database and state, the databases, the oldest transactions
+/// and the waiting locks.
+fn database_statements() -> Vec<Statement> {
     vec![
         st(
             "settings",
@@ -100,6 +100,24 @@ pub fn statements(major: u32) -> Vec<Statement> {
              WHERE NOT d.datistemplate GROUP BY d.datname"
                 .into(),
         ),
+    ]
+}
+
+/// The checkpoints, the instance's status, its standbys and its archiver.
+fn server_statements(major: u32) -> Vec<Statement> {
+    let checkpoints = if major >= 17 {
+        "SELECT 'checkpoints', num_timed, num_requested FROM pg_stat_checkpointer"
+    } else {
+        "SELECT 'checkpoints', checkpoints_timed, checkpoints_req FROM pg_stat_bgwriter"
+    };
+    let status_fields = status::STATUS_QUERY
+        .strip_prefix("SELECT ")
+        .expect("the status query is a SELECT");
+    // No row on a standby or with archiving off: the archive families are then absent.
+    let archiver_fields = status::ARCHIVER_QUERY
+        .strip_prefix("SELECT ")
+        .expect("the archiver query is a SELECT");
+    vec![
         st("checkpoints", 3, checkpoints.into()),
         st("status", 9, format!("SELECT 'status', {status_fields}")),
         st(
