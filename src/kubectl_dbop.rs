@@ -66,7 +66,7 @@ enum Command {
         #[arg(long)]
         wait: bool,
         /// How long --wait waits (`30s`, `10m`, `1h`).
-        #[arg(long, default_value = "10m", value_parser = parse_timeout)]
+        #[arg(long, default_value = "10m", value_parser = dbop_contract::units::parse_duration)]
         timeout: Duration,
     },
     /// The primary's (or an instance's, or the operator's) log, through `kubectl logs`.
@@ -155,10 +155,6 @@ enum Command {
     Completion { shell: clap_complete::Shell },
 }
 
-fn parse_timeout(text: &str) -> Result<Duration, String> {
-    dbop_contract::units::parse_duration(text)
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
     if let Some(words) = completion_request(std::env::args().collect()) {
@@ -170,11 +166,7 @@ async fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let global = kubectl::Global {
-        kubeconfig: cli
-            .target
-            .kubeconfig
-            .as_ref()
-            .map(|p| p.display().to_string()),
+        kubeconfig: (cli.target.kubeconfig.as_ref()).map(|p| p.display().to_string()),
         context: cli.target.context.clone(),
     };
     let explicit_namespace = cli.target.namespace.clone();
@@ -182,34 +174,26 @@ async fn main() -> ExitCode {
         Ok(found) => found,
         Err(message) => return fail(&message),
     };
-    let session = Session {
-        client: &client,
-        global: &global,
-        namespace: &namespace,
+    let result = run(
+        &client,
+        &global,
+        &namespace,
         explicit_namespace,
-    };
-    run(session, cli.command)
-        .await
-        .unwrap_or_else(|message| fail(&message))
+        cli.command,
+    )
+    .await;
+    result.unwrap_or_else(|message| fail(&message))
 }
 
-/// Where a command runs: the client, kubectl's flags, the namespace, and the one given with
-/// `--namespace` (the operator's, for `logs --operator`).
-struct Session<'a> {
-    client: &'a kube::Client,
-    global: &'a kubectl::Global,
-    namespace: &'a str,
+/// Runs one command (completion is answered before connecting) in `namespace`;
+/// `explicit_namespace` is the one `--namespace` gave (the operator's, for `logs --operator`).
+async fn run(
+    client: &kube::Client,
+    global: &kubectl::Global,
+    namespace: &str,
     explicit_namespace: Option<String>,
-}
-
-/// Runs one command (completion is answered before connecting).
-async fn run(session: Session<'_>, command: Command) -> Result<ExitCode, String> {
-    let Session {
-        client,
-        global,
-        namespace,
-        explicit_namespace,
-    } = session;
+    command: Command,
+) -> Result<ExitCode, String> {
     match command {
         Command::Status { name, output } => status(client, namespace, &name, output).await,
         Command::List {
