@@ -588,6 +588,17 @@ pub fn database_manifest(name: &str, extra: Value) -> Value {
     serde_json::json!({"metadata": {"name": name}, "spec": spec})
 }
 
+/// The value of the sample `series` (its name and labels as exposed), if the scrape has it.
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
 /// One plain HTTP GET on loopback: the status code and the body.
 pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

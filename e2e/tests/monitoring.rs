@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use dbop::api::Phase;
 use dbop_e2e::node::{REAL_NODE_STORAGE_CLASS, real_node_placement};
-use dbop_e2e::{TestBed, http_get, testbed, wait_until};
+use dbop_e2e::{TestBed, http_get, sample, testbed, wait_until};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -121,17 +121,6 @@ fn names_read_by(template: &str) -> BTreeSet<String> {
         })
         .filter(|name| !name.ends_with('_'))
         .collect()
-}
-
-/// The value of the sample `series` (its name and labels as exposed), if the scrape has it.
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
-        l.strip_prefix(series)?
-            .strip_prefix(' ')?
-            .trim()
-            .parse()
-            .ok()
-    })
 }
 
 fn psql(bed: &TestBed, ns: &str, sql: &str) -> String {

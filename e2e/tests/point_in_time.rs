@@ -16,7 +16,7 @@ use dbop::api::{BackupMethod, BackupReason, Database, Phase};
 use dbop_e2e::backup_jobs::succeeded_backup;
 use dbop_e2e::node::{REAL_NODE_STORAGE_CLASS, real_node_placement};
 use dbop_e2e::plugin::{finished, plugin};
-use dbop_e2e::{TestBed, condition, testbed, wait_until, wait_until_or_none};
+use dbop_e2e::{TestBed, condition, http_get, sample, testbed, wait_until, wait_until_or_none};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
@@ -92,7 +92,7 @@ async fn a_new_database_has_exactly_the_rows_committed_before_the_target() {
     let bed = testbed().await;
     bed.require_real_node().await;
     let ns = bed.real_node_namespace("pitr").await;
-    let _operator = bed.operator_for_real_node(&ns);
+    let operator = bed.operator_for_real_node(&ns);
     let endpoint = bed.s3_server(&ns, "backups", None).await;
     bed.apply_database(
         &ns,
@@ -142,6 +142,9 @@ async fn a_new_database_has_exactly_the_rows_committed_before_the_target() {
         (BackupReason::Scheduled, BackupMethod::Physical)
     );
     let base = backup.metadata.name.clone().expect("a name");
+    let completed = (backup.status.as_ref())
+        .and_then(|s| s.completed_at)
+        .expect("a completed base backup has its time");
     let key = backup.status.and_then(|s| s.key).unwrap_or_default();
     assert!(key.contains("/ledger/physical/base/"), "{key}");
     let (_, screen, _) = finished(plugin(&bed, &["status", "ledger", "-n", &ns])).await;
@@ -150,6 +153,21 @@ async fn a_new_database_has_exactly_the_rows_committed_before_the_target() {
         .find(|l| l.contains("Restorable from:"))
         .unwrap_or_default();
     assert!(from.contains(&format!("(base backup {base})")), "{screen}");
+    // The operator exports where the window begins: when the base backup ended.
+    let series = format!(
+        "dbop_database_restorable_since_timestamp_seconds{{namespace=\"{ns}\",database=\"ledger\"}}"
+    );
+    let addr = wait_until("the operator's metrics address", READY_WAIT, || async {
+        operator.metrics_addr()
+    })
+    .await;
+    let since = wait_until(
+        "the restorable window's start exported",
+        READY_WAIT,
+        || async { sample(&http_get(addr, "/metrics").await.1, &series) },
+    )
+    .await;
+    assert_eq!(since as i64, completed.timestamp(), "{series} {since}");
 
     // Rows 4 and 5 commit before the target, 6 and 7 after it; each commit is its own.
     for n in [4, 5] {

@@ -64,7 +64,7 @@ pub mod wave;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
-use crate::api::{Database, DatabaseStatus};
+use crate::api::{Database, DatabaseBackup, DatabaseStatus};
 use crate::backup::verify::{VerifyPlan, plan_verification};
 use crate::context::Context;
 use crate::error::{During, Result, Step};
@@ -139,7 +139,7 @@ pub async fn reconcile_database(ctx: &Context, db: &Database) -> Result<Action> 
     apply::update_status(ctx, db, status.clone())
         .await
         .during(Step::Status)?;
-    record(ctx, db, key, &status);
+    record(ctx, db, key, &status, &observed.backups);
     let verify_requeue = verification.and_then(|p| p.requeue_after);
     Ok(Action::requeue(
         verify_requeue.map_or(decision.requeue_after, |v| v.min(decision.requeue_after)),
@@ -186,8 +186,20 @@ async fn verification_plan(
     Ok(observed.map(|f| plan_verification(db, &f)))
 }
 
-/// The Database's status as metrics: its phase, its conditions, its last successful backup.
-fn record(ctx: &Context, db: &Database, key: (String, String), status: &DatabaseStatus) {
+/// The Database's status as metrics: its phase, its conditions, its last successful backup,
+/// where its restorable window begins.
+fn record(
+    ctx: &Context,
+    db: &Database,
+    key: (String, String),
+    status: &DatabaseStatus,
+    backups: &[DatabaseBackup],
+) {
+    let window = crate::backup::window::restorable_window(db, backups);
+    let since = window.and_then(|w| w.earliest).map(|(_, ended)| ended);
+    let seconds = |t: chrono::DateTime<chrono::Utc>| t.timestamp_millis() as f64 / 1000.0;
+    ctx.metrics
+        .restorable_since(key.clone(), since.map(seconds));
     let scheduled = db.spec.backup.as_ref().is_some_and(|b| !b.suspend);
     ctx.metrics
         .database_conditions(key.clone(), &status.conditions, scheduled);

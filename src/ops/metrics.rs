@@ -88,6 +88,7 @@ pub struct Metrics {
     backup_scheduled: Family<DatabaseLabels, Gauge>,
     backup_verified: Family<DatabaseLabels, Gauge<f64, AtomicU64>>,
     volume_growths: Family<DatabaseLabels, Counter>,
+    restorable_since: Family<DatabaseLabels, Gauge<f64, AtomicU64>>,
     conditions: Family<ConditionLabels, Gauge>,
     upgrade_stage: Family<StageLabels, Gauge>,
     upgrade_stopped: Family<StageLabels, Gauge>,
@@ -123,6 +124,7 @@ impl Metrics {
             backup_scheduled: Family::default(),
             backup_verified: Family::default(),
             volume_growths: Family::default(),
+            restorable_since: Family::default(),
             conditions: Family::default(),
             upgrade_stage: Family::default(),
             upgrade_stopped: Family::default(),
@@ -227,6 +229,14 @@ impl Metrics {
             Unit::Seconds,
             self.backup_verified.clone(),
         );
+        self.registry.register_with_unit(
+            "database_restorable_since_timestamp",
+            "The earliest moment a point-in-time recovery of a Database can reach: the end of its \
+             oldest succeeded base backup (Unix time; absent without WAL archiving or before the \
+             first base backup)",
+            Unit::Seconds,
+            self.restorable_since.clone(),
+        );
         self.registry.register(
             "database_volume_growths",
             "Growths of a Database's data volumes dbop asked for (spec.storage.autoGrow)",
@@ -299,6 +309,7 @@ impl Metrics {
             self.backup_scheduled.remove(&labels);
             self.backup_verified.remove(&labels);
             self.volume_growths.remove(&labels);
+            self.restorable_since.remove(&labels);
             for type_ in ConditionType::ALL {
                 self.conditions
                     .remove(&condition_labels(&labels, type_.label()));
@@ -409,6 +420,20 @@ impl Metrics {
         self.backup_verified
             .get_or_create(&database_labels(key))
             .set(verified);
+    }
+
+    /// The earliest moment a point-in-time recovery of a Database can reach (Unix seconds);
+    /// `None`: it cannot (no WAL archiving, or no base backup yet).
+    pub fn restorable_since(&self, key: DatabaseKey, since: Option<f64>) {
+        let labels = database_labels(key);
+        match since {
+            Some(seconds) => {
+                self.restorable_since.get_or_create(&labels).set(seconds);
+            }
+            None => {
+                self.restorable_since.remove(&labels);
+            }
+        }
     }
 
     /// dbop asked every data claim of a Database for more room (`spec.storage.autoGrow`).
@@ -564,6 +589,27 @@ mod alert_series_tests {
         assert!(text.contains(line), "{text}");
         m.database_phase(key, None);
         assert!(!m.encode().contains("dbop_database_volume_growths_total{"));
+    }
+
+    #[test]
+    fn the_restorable_window_start_is_exported_while_there_is_one() {
+        let m = Metrics::new();
+        let key = ("shop".to_string(), "orders".to_string());
+        let name = "dbop_database_restorable_since_timestamp_seconds{";
+        m.database_phase(key.clone(), Some(Phase::Ready));
+        m.restorable_since(key.clone(), None);
+        assert!(!m.encode().contains(name));
+        m.restorable_since(key.clone(), Some(1_764_900_000.5));
+        let text = m.encode();
+        let line = "dbop_database_restorable_since_timestamp_seconds\
+                    {namespace=\"shop\",database=\"orders\"} 1764900000.5";
+        assert!(text.contains(line), "{text}");
+        // Archiving turned off: no window any more.
+        m.restorable_since(key.clone(), None);
+        assert!(!m.encode().contains(name));
+        m.restorable_since(key.clone(), Some(1_764_900_000.5));
+        m.database_phase(key, None);
+        assert!(!m.encode().contains(name));
     }
 
     #[test]
