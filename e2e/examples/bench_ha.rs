@@ -263,6 +263,45 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i]
 }
 
+/// The kinds of loss `BENCH_HA_KINDS` names (comma-separated labels; all when unset).
+fn kinds_asked() -> Vec<Kind> {
+    let only = std::env::var("BENCH_HA_KINDS").unwrap_or_default();
+    [
+        Kind::PostgresKilled,
+        Kind::PodDeleted,
+        Kind::Isolated,
+        Kind::NodeLost,
+        Kind::Switchover,
+    ]
+    .into_iter()
+    .filter(|k| only.is_empty() || only.split(',').any(|o| o == k.label()))
+    .collect()
+}
+
+/// One kind's figures, printed and as JSON: the write gap's p50 and max over its trials, the
+/// two-primary writes and the acknowledged commits lost.
+fn summarise(
+    kind: Kind,
+    mut gaps: Vec<Duration>,
+    two: u32,
+    lost: usize,
+    acknowledged: usize,
+) -> serde_json::Value {
+    gaps.sort();
+    let trials = gaps.len();
+    let (p50, max) = (percentile(&gaps, 0.5), *gaps.last().unwrap());
+    println!(
+        "{}: {trials} trials, write gap p50 {:.2} s, max {:.2} s, two-primary writes {two}, acknowledged commits lost {lost}",
+        kind.label(),
+        p50.as_secs_f64(),
+        max.as_secs_f64()
+    );
+    json!({"trials": trials, "p50_s": p50.as_secs_f64(), "max_s": max.as_secs_f64(),
+           "two_primary_writes": two, "acknowledged_commits_lost": lost,
+           "acknowledged_commits": acknowledged,
+           "gaps_s": gaps.iter().map(Duration::as_secs_f64).collect::<Vec<_>>()})
+}
+
 #[tokio::main]
 async fn main() {
     let bed = testbed().await;
@@ -273,17 +312,7 @@ async fn main() {
         .unwrap_or(20);
     let label = std::env::var("BENCH_LABEL").unwrap_or_else(|_| "local".into());
     let synchronous = std::env::var("BENCH_HA_SYNCHRONOUS").is_ok_and(|v| v == "1");
-    let only = std::env::var("BENCH_HA_KINDS").unwrap_or_default();
-    let kinds: Vec<Kind> = [
-        Kind::PostgresKilled,
-        Kind::PodDeleted,
-        Kind::Isolated,
-        Kind::NodeLost,
-        Kind::Switchover,
-    ]
-    .into_iter()
-    .filter(|k| only.is_empty() || only.split(',').any(|o| o == k.label()))
-    .collect();
+    let kinds = kinds_asked();
     let node_lost = kinds.iter().any(|k| matches!(k, Kind::NodeLost));
     let second = if node_lost {
         Some(bed.second_node(1).await)
@@ -335,21 +364,8 @@ async fn main() {
             two += t.two_primary_writes;
             lost += lost_now;
         }
-        gaps.sort();
-        let (p50, max) = (percentile(&gaps, 0.5), *gaps.last().unwrap());
-        println!(
-            "{}: {trials} trials, write gap p50 {:.2} s, max {:.2} s, two-primary writes {two}, acknowledged commits lost {lost}",
-            kind.label(),
-            p50.as_secs_f64(),
-            max.as_secs_f64()
-        );
-        results.insert(
-            kind.label().into(),
-            json!({"trials": trials, "p50_s": p50.as_secs_f64(), "max_s": max.as_secs_f64(),
-                   "two_primary_writes": two, "acknowledged_commits_lost": lost,
-                   "acknowledged_commits": acknowledged.len(),
-                   "gaps_s": gaps.iter().map(Duration::as_secs_f64).collect::<Vec<_>>()}),
-        );
+        let summary = summarise(kind, gaps, two, lost, acknowledged.len());
+        results.insert(kind.label().into(), summary);
     }
     let out = std::path::Path::new("target/bench");
     std::fs::create_dir_all(out).unwrap();

@@ -88,79 +88,32 @@ impl PrivateCa {
     pub fn issue(dns_name: &str) -> PrivateCa {
         let dir = std::env::temp_dir().join(format!("dbop-e2e-ca-{}", rand::random::<u64>()));
         std::fs::create_dir_all(&dir).expect("temp dir");
-        let openssl = |args: &[&str]| {
-            let out = Command::new("openssl")
-                .args(args)
-                .current_dir(&dir)
-                .output()
-                .expect("running openssl (e2e/testbed/install-deps.sh installs it)");
-            assert!(
-                out.status.success(),
-                "openssl {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+        let openssl = |words: &str, subject: Option<&str>| {
+            let mut args: Vec<&str> = words.split_whitespace().collect();
+            if let Some(subject) = subject {
+                args.extend(["-subj", subject]);
+            }
+            openssl_in(&dir, &args);
         };
-        let ec = [
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-        ];
+        let ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
         openssl(
-            &[
-                &["req", "-x509"][..],
-                &ec,
-                &[
-                    "-keyout",
-                    "ca.key",
-                    "-out",
-                    "ca.pem",
-                    "-days",
-                    "1",
-                    "-subj",
-                    "/CN=dbop e2e private CA",
-                ],
-            ]
-            .concat(),
+            &format!("req -x509 {ec} -keyout ca.key -out ca.pem -days 1"),
+            Some("/CN=dbop e2e private CA"),
         );
         openssl(
-            &[
-                &["req"][..],
-                &ec,
-                &[
-                    "-keyout",
-                    "tls.key",
-                    "-out",
-                    "tls.csr",
-                    "-subj",
-                    &format!("/CN={dns_name}"),
-                ],
-            ]
-            .concat(),
+            &format!("req {ec} -keyout tls.key -out tls.csr"),
+            Some(&format!("/CN={dns_name}")),
         );
         std::fs::write(
             dir.join("ext.cnf"),
             format!("subjectAltName=DNS:{dns_name}\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n"),
         )
         .expect("extensions file");
-        openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            "tls.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "tls.crt",
-            "-days",
-            "1",
-            "-extfile",
-            "ext.cnf",
-        ]);
+        openssl(
+            "x509 -req -in tls.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out tls.crt -days 1 \
+             -extfile ext.cnf",
+            None,
+        );
         let read = |f: &str| std::fs::read_to_string(dir.join(f)).expect("PEM file");
         let ca = PrivateCa {
             ca_pem: read("ca.pem"),
@@ -170,6 +123,20 @@ impl PrivateCa {
         let _ = std::fs::remove_dir_all(&dir);
         ca
     }
+}
+
+/// `openssl ARGS` in `dir`, which must succeed.
+fn openssl_in(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("running openssl (e2e/testbed/install-deps.sh installs it)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 impl TestBed {

@@ -430,23 +430,7 @@ impl Resizer {
             .await
             .map_err(|e| format!("marking {}'s resize in progress: {e}", volume.claim))?;
         // The filesystem grows (online: the pod's bind mount sees it at once) …
-        let size_kib = to.div_ceil(1024);
-        run(
-            "mount",
-            &[
-                "-o",
-                &format!("remount,size={size_kib}k"),
-                &volume.dir.to_string_lossy(),
-            ],
-        )?;
-        let grown = volume.usage();
-        if grown.size_bytes < to {
-            return Err(format!(
-                "the tmpfs on {} is {} bytes after the remount, not {to}",
-                volume.dir.display(),
-                grown.size_bytes
-            ));
-        }
+        let grown = grow_tmpfs(volume, to)?;
         // … then the volume's capacity, then the claim's.
         self.pvs
             .patch(
@@ -491,6 +475,28 @@ impl Resizer {
         });
         Ok(())
     }
+}
+
+/// Remounts `volume`'s tmpfs `to` bytes large; its usage after.
+fn grow_tmpfs(volume: &SizedVolume, to: u64) -> Result<Usage, String> {
+    let size_kib = to.div_ceil(1024);
+    run(
+        "mount",
+        &[
+            "-o",
+            &format!("remount,size={size_kib}k"),
+            &volume.dir.to_string_lossy(),
+        ],
+    )?;
+    let grown = volume.usage();
+    if grown.size_bytes < to {
+        return Err(format!(
+            "the tmpfs on {} is {} bytes after the remount, not {to}",
+            volume.dir.display(),
+            grown.size_bytes
+        ));
+    }
+    Ok(grown)
 }
 
 /// The bytes of a Kubernetes quantity (`384Mi`, `402653184`, `0.5Gi`).

@@ -211,6 +211,11 @@ impl Metrics {
         );
         self.registry
             .register("databases", "Databases per phase", self.databases.clone());
+        self.register_backup_metrics();
+    }
+
+    /// The backups' and the storage's metrics of each Database.
+    fn register_backup_metrics(&mut self) {
         self.registry.register_with_unit(
             "backup_last_success_timestamp",
             "When the last successful backup of a Database completed (Unix time)",
