@@ -509,6 +509,19 @@ async fn a_full_volume_that_stopped_postgres_grows_and_postgres_comes_back() {
         "the termination message says the volume is full: {message:?}"
     );
 
+    // Deep enough in its crash back-off that a pod Ready again soon after the growth is one dbop
+    // replaced, not one the kubelet happened to restart meanwhile: the back-off doubles from
+    // 10 s, so after a second restart the next waits 40 s. (A run that set autoGrow during the
+    // first, 10 s back-off saw the kubelet restart it 3.9 s after the growth, before dbop did.)
+    wait_until("full-0 in a 40 s crash back-off", READY_WAIT, || async {
+        let pod = pods.get("full-0").await.ok()?;
+        let status = postgres_status(&pod)?;
+        let waiting = status.state?.waiting?;
+        let backing_off = waiting.reason.as_deref() == Some("CrashLoopBackOff");
+        (backing_off && status.restart_count >= restarts(&pod_before) + 2).then_some(())
+    })
+    .await;
+
     // autoGrow set: the claim grows, the server comes back and takes writes.
     let patched = Instant::now();
     bed.apply_database(
