@@ -3,6 +3,7 @@
 # Idempotent: each step runs only when its tool is missing.
 #   - PostgreSQL server and client (Debian's packages; tests run initdb as the `postgres` user)
 #   - rclone, zstd, GNU time (the benchmark's baseline pipeline and measurements), openssl (TLS test)
+#   - libnss-wrapper (`recover` as a uid /etc/passwd does not list, as the Debian images have it)
 #   - s3s-fs 0.14.1 (cargo), moto_server (PyPI, in a venv under /opt/dbop-test)
 #
 # --check: installs nothing; exits 1 naming what is missing (any user).
@@ -10,7 +11,7 @@ set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 export PATH="$HOME/.cargo/bin:$PATH"
 
-packages=(postgresql postgresql-client rclone zstd time openssl ca-certificates python3 python3-venv)
+packages=(postgresql postgresql-client rclone zstd time openssl ca-certificates python3 python3-venv libnss-wrapper)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -11,7 +11,7 @@
 #   rust      rustfmt and clippy, the musl targets x86_64 and aarch64 (make static)
 #   testbed   e2e/testbed/install-deps.sh: the test bed's tools, the real node's runc, CNI plugins,
 #             iptables, conntrack; promtool, busybox-static, musl-dev amd64+arm64, qemu-user-static
-#   backups   backups/install-test-deps.sh: PostgreSQL, rclone, zstd, s3s-fs, moto_server
+#   backups   backups/install-test-deps.sh: PostgreSQL, rclone, zstd, libnss-wrapper, s3s-fs, moto_server
 #   (none: all four)
 #
 #   --check       install nothing: exit 1 naming what is missing (any user; quick: no apt, no network)

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use dbop_contract::identity::{self, Identity};
 use tokio::process::{Child, Command};
 
 use crate::base::{BaseRecord, Target};
@@ -107,13 +108,15 @@ fn remove_scratch(scratch: &Path) -> Result<()> {
     }
 }
 
-/// A private directory for the server's socket, `pg_hba.conf` and log, removed when dropped.
+/// A private directory for the server's socket, `pg_hba.conf` and log, removed when dropped;
+/// and the environment PostgreSQL's programs need to look the agent's uid up.
 struct Private {
     dir: PathBuf,
+    identity: Vec<(&'static str, PathBuf)>,
 }
 
 impl Private {
-    fn create() -> Result<Private> {
+    fn create(home: &Path) -> Result<Private> {
         let dir = std::env::temp_dir().join(format!("dbop-recover-{}", std::process::id()));
         let io = |e| Error::io(format!("cannot create {}", dir.display()), e);
         let _ = std::fs::remove_dir_all(&dir);
@@ -122,7 +125,15 @@ impl Private {
             .create(&dir)
             .map_err(io)?;
         write_file(&dir.join("pg_hba.conf"), recovery::HBA.as_bytes())?;
-        Ok(Private { dir })
+        let identity = give_uid_an_entry(&dir, home)?;
+        Ok(Private { dir, identity })
+    }
+
+    /// `program` with the uid's nss_wrapper environment, when it needs one.
+    fn command(&self, program: PathBuf) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.envs(self.identity.iter().map(|(name, value)| (name, value)));
+        cmd
     }
 
     fn log(&self) -> PathBuf {
@@ -149,6 +160,32 @@ fn major(record: &BaseRecord) -> Option<u32> {
         .and_then(|m| m.parse().ok())
 }
 
+/// The nss_wrapper environment for PostgreSQL's programs when the image's `/etc/passwd` has no
+/// entry for the agent's uid (OpenShift's arbitrary uids, Bitnami's 1001): the server looks its
+/// uid up as it starts. Its files go in `dir`. An unlisted uid with no nss_wrapper in the image
+/// is refused with what to change.
+fn give_uid_an_entry(dir: &Path, home: &Path) -> Result<Vec<(&'static str, PathBuf)>> {
+    // SAFETY: geteuid and getegid cannot fail and touch no memory of ours.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let image_passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let nss_wrapper_lib = std::env::var("NSS_WRAPPER_LIB").ok();
+    let candidates = identity::wrapper_candidates(nss_wrapper_lib.as_deref());
+    let listed = identity::listed(&image_passwd, uid);
+    let library = match identity::decide(listed, &candidates, Path::is_file) {
+        Identity::Listed => return Ok(Vec::new()),
+        Identity::Unknown => return Err(Error::Usage(identity::unknown_message(uid))),
+        Identity::Wrapped { library } => library,
+    };
+    let image_group = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    let image = [image_passwd.as_str(), image_group.as_str()];
+    let wrapper = identity::wrapper(&library, image, (uid, gid), home, dir);
+    for (path, text) in &wrapper.files {
+        write_file(path, text.as_bytes())?;
+    }
+    tracing::info!(uid, library = %library.display(), "no entry in /etc/passwd: PostgreSQL runs with nss_wrapper");
+    Ok(wrapper.env.into())
+}
+
 /// Runs the private server on the scratch until it promoted, reads the point reached, removes
 /// the recovery settings and stops it cleanly: the point and the new timeline.
 async fn replay(
@@ -158,7 +195,7 @@ async fn replay(
     target: &Target,
     interrupt: &Interrupt,
 ) -> Result<(Reached, u32)> {
-    let private = Private::create()?;
+    let private = Private::create(scratch.parent().unwrap_or(scratch))?;
     let major = major(record);
     let mut server = start_server(tools, major, scratch, &private)?;
     let reached = async {
@@ -172,7 +209,7 @@ async fn replay(
             interrupt,
         )
         .await?;
-        let answer = query(tools, major, &private.dir, recovery::REACHED_SQL).await?;
+        let answer = query(tools, major, &private, recovery::REACHED_SQL).await?;
         recovery::parse_reached(&answer).map_err(|d| server_error(scratch, d))
     }
     .await;
@@ -221,7 +258,7 @@ fn start_server(
     let log2 = log
         .try_clone()
         .map_err(|e| Error::io("cannot create the server's log", e))?;
-    let mut cmd = Command::new(tools.path("postgres", major));
+    let mut cmd = private.command(tools.path("postgres", major));
     cmd.arg("-D").arg(scratch);
     for (name, value) in recovery::server_settings(&private.dir, &private.dir.join("pg_hba.conf")) {
         cmd.arg("-c").arg(format!("{name}={value}"));
@@ -257,7 +294,7 @@ async fn until_promoted(
                 &private.read_log(),
             ));
         }
-        let answer = try_query(tools, major, &private.dir, "SELECT pg_is_in_recovery()").await;
+        let answer = try_query(tools, major, private, "SELECT pg_is_in_recovery()").await;
         match recovery::probe(answer.as_deref().map_err(String::as_str)) {
             Probe::Promoted => return Ok(()),
             Probe::Refused(m) => {
@@ -281,13 +318,13 @@ async fn until_promoted(
 async fn try_query(
     tools: &PgTools,
     major: Option<u32>,
-    socket_dir: &Path,
+    private: &Private,
     sql: &str,
 ) -> std::result::Result<String, String> {
-    let mut cmd = Command::new(tools.path("psql", major));
+    let mut cmd = private.command(tools.path("psql", major));
     cmd.args(crate::pg::QUERY_ARGS)
         .arg(sql)
-        .env("PGHOST", socket_dir)
+        .env("PGHOST", &private.dir)
         .env("PGPORT", recovery::PORT.to_string())
         .env("PGDATABASE", recovery::CONNECT_DATABASE)
         .env("PGAPPNAME", "dbop-backup recover")
@@ -310,10 +347,10 @@ async fn try_query(
 async fn query(
     tools: &PgTools,
     major: Option<u32>,
-    socket_dir: &Path,
+    private: &Private,
     sql: &str,
 ) -> Result<String> {
-    try_query(tools, major, socket_dir, sql).await.map_err(|e| {
+    try_query(tools, major, private, sql).await.map_err(|e| {
         crate::pg::pg_error("psql", recovery::CONNECT_DATABASE, crate::pg::tail_text(&e))
     })
 }

@@ -137,6 +137,11 @@ impl Source {
     /// agent starts a server, which refuses root), by the agent's copy that user can run.
     fn recover(&self, data: &Path, args: &[&str]) -> AgentRun {
         give_to_postgres(data.parent().unwrap());
+        self.recover_as(data, args, postgres_ids())
+    }
+
+    /// `recover` as `ids` (uid, gid), or as this process when `None`.
+    fn recover_as(&self, data: &Path, args: &[&str], ids: Option<(u32, u32)>) -> AgentRun {
         let data = data.display().to_string();
         let script = self.script.display().to_string();
         let mut all = vec!["recover", &data, "--agent-path", &script];
@@ -146,7 +151,7 @@ impl Source {
             &all,
             &self.env(),
         );
-        if let Some((uid, gid)) = postgres_ids() {
+        if let Some((uid, gid)) = ids {
             cmd.uid(uid).gid(gid);
         }
         let run = parse_run(cmd.output().expect("run agent"));
@@ -1199,4 +1204,39 @@ fn a_base_backup_killed_mid_upload_leaves_nothing_restorable_and_its_retry_compl
 /// The bytes stored below `dir`.
 fn dir_size(dir: &Path) -> u64 {
     snapshot(dir).iter().map(|(_, len, _, _)| len).sum()
+}
+
+/// A uid the image's /etc/passwd does not list (OpenShift assigns one from the namespace's
+/// range; Bitnami's images run as 1001): the server `recover` starts looks its uid up, so the
+/// agent gives it an entry with nss_wrapper (libnss-wrapper, which scripts/install-deps.sh
+/// installs, as the official Debian images have it) and the recovery finishes.
+#[test]
+fn recover_runs_as_a_uid_the_image_does_not_list() {
+    let (_, gid) = postgres_ids().expect("the tests run as root, to run the agent as another uid");
+    let uid = 1_000_650_000;
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+    assert!(
+        !passwd
+            .lines()
+            .any(|l| l.split(':').nth(2) == Some("1000650000"))
+    );
+    let src = Source::start();
+    src.insert(1..=3);
+    src.base_backup();
+    src.insert(4..=5);
+    src.switch_and_wait();
+
+    let (keep, data) = new_data_dir();
+    std::fs::set_permissions(keep.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(keep.path(), Some(uid), Some(gid)).unwrap();
+    let run = src.recover_as(&data, &[], Some((uid, gid)));
+    assert_eq!(run.ok().timeline, Some(2), "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("nss_wrapper"), "{}", run.stderr);
+    assert_eq!(
+        std::fs::metadata(data.join("PG_VERSION")).unwrap().uid(),
+        uid
+    );
+    give_to_postgres(keep.path());
+    let mut restored = Restored::start(&data);
+    assert_eq!(restored.ids_after_promotion(), "1,2,3,4,5");
 }

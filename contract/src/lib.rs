@@ -6,11 +6,13 @@
 //! (`topology`: which instance is the primary, where each is reached), and the primary Lease
 //! that fences it (`lease`), and the roles and application database a primary keeps
 //! (`accounts`), and where an instance stands in the WAL (`position`: the instance manager's
-//! status report), and how full its data volume is (`volume`). Pure: no I/O, no clock, no kube, no AWS.
+//! status report), and how full its data volume is (`volume`), and how PostgreSQL's programs
+//! find an entry for a uid the image does not list (`identity`). Pure: no I/O, no clock, no kube, no AWS.
 //!
 //! Behind the `test-support` feature: the PostgreSQL/s3s-fs harness both sides' tests use.
 
 pub mod accounts;
+pub mod identity;
 pub mod instance;
 pub mod layout;
 pub mod lease;

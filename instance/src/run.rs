@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 use crate::binaries;
 use crate::config::{self, Managed};
 use crate::datadir::{self, Observed, Start};
-use crate::identity::{self, Identity};
 use crate::lease_keeper::PrimaryLease;
 use crate::password::{self, Fingerprint, Read, Sync};
 use crate::process;
 use crate::reload::{self, Mounted, Reloader};
 use crate::role_watch::Keeper;
 use crate::shutdown::{self, Event, Mode, State, Timeouts};
+use dbop_contract::identity::{self, Identity};
 
 use dbop_contract::InstanceFailure;
 use dbop_contract::accounts::APPLICATION_PASSWORD_FILE;
@@ -215,26 +215,21 @@ fn give_uid_an_entry(o: &Options) -> Result<(), Fatal> {
     };
     let image_group = std::fs::read_to_string("/etc/group").unwrap_or_default();
     let home = o.pgdata.parent().unwrap_or(&o.pgdata);
-    let passwd = o.socket_dir.join("dbop-nss-passwd");
-    let group = o.socket_dir.join("dbop-nss-group");
-    let write = |path: &Path, text: String| {
+    let image = [image_passwd.as_str(), image_group.as_str()];
+    let wrapper = identity::wrapper(&library, image, (uid, gid), home, &o.socket_dir);
+    for (path, text) in &wrapper.files {
         std::fs::write(path, text)
-            .map_err(|e| Fatal(format!("cannot write {}: {e}", path.display())))
-    };
-    write(
-        &passwd,
-        identity::passwd_file(&image_passwd, uid, gid, home),
-    )?;
-    write(&group, identity::group_file(&image_group, gid))?;
+            .map_err(|e| Fatal(format!("cannot write {}: {e}", path.display())))?;
+    }
     log(&format!(
         "uid {uid} has no entry in /etc/passwd: PostgreSQL runs with nss_wrapper ({})",
         library.display()
     ));
     // SAFETY: the manager has one thread here (the metrics thread starts after `prepare`).
     unsafe {
-        std::env::set_var("LD_PRELOAD", &library);
-        std::env::set_var("NSS_WRAPPER_PASSWD", &passwd);
-        std::env::set_var("NSS_WRAPPER_GROUP", &group);
+        for (name, value) in &wrapper.env {
+            std::env::set_var(name, value);
+        }
     }
     Ok(())
 }

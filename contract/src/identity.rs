@@ -1,11 +1,13 @@
-//! Who the manager runs as, for PostgreSQL: `initdb` calls `getpwuid(geteuid())` and stops
-//! without an entry ("could not look up effective user ID"), and the server's `peer`
-//! authentication on the local socket looks the connecting uid up the same way. A uid the
-//! image's `/etc/passwd` lacks (OpenShift assigns one from the namespace's range) is given an
-//! entry with nss_wrapper: `LD_PRELOAD` of the image's `libnss_wrapper.so`, and passwd and group
-//! files the manager writes (the official docker-library entrypoint does the same for initdb).
+//! Who PostgreSQL's programs run as, for the instance manager and the backup agent's
+//! `recover`: `initdb` calls `getpwuid(geteuid())` and stops without an entry ("could not look
+//! up effective user ID"), the server does the same at start, and peer authentication on the
+//! local socket looks the connecting uid up too. A uid the image's `/etc/passwd` lacks (OpenShift
+//! assigns one from the namespace's range) is given an entry with nss_wrapper: `LD_PRELOAD` of
+//! the image's `libnss_wrapper.so`, and passwd and group files written for it (the official
+//! docker-library entrypoint does the same for initdb).
 //!
-//! Pure: the decision from what was read; `run` reads the files and sets the environment.
+//! Pure: the decision and the files from what was read; each side reads `/etc/passwd`, writes
+//! the files and sets the environment.
 
 use std::path::{Path, PathBuf};
 
@@ -91,12 +93,46 @@ pub fn group_file(image_group: &str, gid: u32) -> String {
     text
 }
 
+/// The files nss_wrapper reads and the environment that makes a program use them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wrapper {
+    /// (path, text) of the passwd and group files, to write before any program starts.
+    pub files: [(PathBuf, String); 2],
+    /// `LD_PRELOAD`, `NSS_WRAPPER_PASSWD`, `NSS_WRAPPER_GROUP`.
+    pub env: [(&'static str, PathBuf); 3],
+}
+
+/// The wrapper for `uid`/`gid` with `library`: its files in `dir` (`dbop-nss-passwd`,
+/// `dbop-nss-group`), from the image's `/etc/passwd` and `/etc/group`, home `home`.
+pub fn wrapper(
+    library: &Path,
+    image: [&str; 2],
+    ids: (u32, u32),
+    home: &Path,
+    dir: &Path,
+) -> Wrapper {
+    let [image_passwd, image_group] = image;
+    let (uid, gid) = ids;
+    let (passwd, group) = (dir.join("dbop-nss-passwd"), dir.join("dbop-nss-group"));
+    Wrapper {
+        env: [
+            ("LD_PRELOAD", library.to_path_buf()),
+            ("NSS_WRAPPER_PASSWD", passwd.clone()),
+            ("NSS_WRAPPER_GROUP", group.clone()),
+        ],
+        files: [
+            (passwd, passwd_file(image_passwd, uid, gid, home)),
+            (group, group_file(image_group, gid)),
+        ],
+    }
+}
+
 /// What a pod without an entry for its uid is told (`ImageUserNotFound` on the Database).
 pub fn unknown_message(uid: u32) -> String {
     format!(
         "the container runs as uid {uid}, which has no entry in the image's /etc/passwd, and \
-         the image has no libnss_wrapper.so to give it one: initdb and peer authentication \
-         need one. Set spec.podSecurity.runAsUser to the uid of the image's postgres user, or \
+         the image has no libnss_wrapper.so to give it one: initdb, the server and peer \
+         authentication need one. Set spec.podSecurity.runAsUser to the uid of the image's postgres user, or \
          use an image with libnss_wrapper (the official Debian postgres images have it)"
     )
 }
@@ -158,5 +194,17 @@ mod tests {
             "root:x:0:\npostgres:x:1000650000:\n"
         );
         assert!(unknown_message(5).contains("spec.podSecurity.runAsUser"));
+    }
+
+    #[test]
+    fn the_wrapper_points_the_library_at_its_two_files() {
+        let (lib, dir) = (Path::new("/lib/libnss_wrapper.so"), Path::new("/run/x"));
+        let w = wrapper(lib, [PASSWD, "root:x:0:\n"], (1000650000, 0), dir, dir);
+        assert_eq!(w.env[0], ("LD_PRELOAD", lib.to_path_buf()));
+        assert_eq!(w.env[1].1, w.files[0].0);
+        assert_eq!(w.env[2].1, w.files[1].0);
+        assert!(w.files[0].0.starts_with(dir) && w.files[1].0.starts_with(dir));
+        assert!(listed(&w.files[0].1, 1000650000));
+        assert_eq!(w.files[1].1, "root:x:0:\n");
     }
 }
