@@ -94,8 +94,9 @@ struct RunArgs {
     /// API requests at once above `--api-qps` (the token bucket's size).
     #[arg(long, env = "DBOP_API_BURST", default_value_t = 100)]
     api_burst: u32,
-    /// Database reconciles at once (0: unbounded). Bounded so that thousands of new Databases
-    /// drain steadily instead of timing each other out (docs/benchmarks.md).
+    /// Converging Database reconciles at once (0: unbounded). Bounded so that thousands of new
+    /// Databases drain steadily instead of timing each other out (docs/benchmarks.md); repairs
+    /// of Ready Databases have a reserve of a quarter of this beside them.
     #[arg(long, env = "DBOP_RECONCILE_CONCURRENCY", default_value_t = dbop::runtime::DEFAULT_RECONCILE_CONCURRENCY)]
     reconcile_concurrency: u16,
     /// Log format.

@@ -23,6 +23,7 @@ use kube::{Api, Resource};
 use serde_json::json;
 use tracing::{instrument, warn};
 
+use super::lanes::{Lane, Lanes, lane_of};
 use super::{apply, cleanup, reconcile_database};
 use crate::FINALIZER;
 use crate::api::{Database, DatabaseBackup};
@@ -65,14 +66,15 @@ fn key_of(guard: &DeserializeGuard<Database>) -> FailureKey {
     )
 }
 
-/// Runs the Database controller until SIGTERM/SIGINT, `concurrency` reconciles at once (0:
-/// unbounded).
+/// Runs the Database controller until SIGTERM/SIGINT: `concurrency` converging Databases at
+/// once (0: unbounded), and repairs beside them in their own lane (`lanes`).
 pub async fn run(ctx: Arc<Context>, concurrency: u16, triggers: Triggers) {
     let queue = WorkQueue::new(ctx.metrics.workqueue_depth(DATABASE_CONTROLLER));
-    // No debounce: a deleted or edited child is repaired from its watch event at once.
+    // No debounce: a deleted or edited child is repaired from its watch event at once. kube's
+    // runner starts every woken pass; the lanes bound how many run.
     let controller =
         Controller::for_stream(queue.own(triggers.databases), ctx.caches.databases.clone())
-            .with_config(ControllerConfig::default().concurrency(concurrency))
+            .with_config(ControllerConfig::default().concurrency(0))
             .owns_stream(queue.owned::<DeserializeGuard<Database>, _>(triggers.statefulsets))
             .owns_stream(queue.owned::<DeserializeGuard<Database>, _>(triggers.services))
             .owns_stream(queue.owned::<DeserializeGuard<Database>, _>(triggers.secrets))
@@ -99,7 +101,7 @@ pub async fn run(ctx: Arc<Context>, concurrency: u16, triggers: Triggers) {
                     Some(ObjectRef::new(&backup.spec.database).within(&ns))
                 }),
             );
-    run_database_controller(controller, queue, ctx).await;
+    run_database_controller(controller, queue, Arc::new(Lanes::new(concurrency)), ctx).await;
 }
 
 /// The Database an object belongs to by its `app.kubernetes.io/instance` label.
@@ -111,16 +113,21 @@ fn by_instance_label(
     Some(ObjectRef::new(&name).within(&ns))
 }
 
-/// Runs the Database controller until SIGTERM/SIGINT; an object leaves `queue` when its
-/// reconcile starts, or when the controller finds it gone from the store.
+/// Runs the Database controller until SIGTERM/SIGINT; an object leaves `queue` when its pass
+/// has its lane's permit and starts, or when the controller finds it gone from the store.
 async fn run_database_controller(
     controller: Controller<DeserializeGuard<Database>>,
     queue: Arc<WorkQueue>,
+    lanes: Arc<Lanes>,
     ctx: Arc<Context>,
 ) {
+    let admitted = {
+        let queue = queue.clone();
+        move |guard, ctx| admitted(guard, ctx, queue.clone(), lanes.clone())
+    };
     controller
         .shutdown_on_signal()
-        .run(queue.starting(reconcile), error_policy, ctx)
+        .run(admitted, error_policy, ctx)
         .for_each(move |result| {
             work_queue::forget_if_gone(&queue, &result);
             async move {
@@ -130,6 +137,22 @@ async fn run_database_controller(
             }
         })
         .await;
+}
+
+/// One pass once its lane (`lanes::lane_of`) lets it run.
+async fn admitted(
+    guard: Arc<DeserializeGuard<Database>>,
+    ctx: Arc<Context>,
+    queue: Arc<WorkQueue>,
+    lanes: Arc<Lanes>,
+) -> Result<Action> {
+    let lane = match &guard.0 {
+        Ok(db) => lane_of(db),
+        Err(_) => Lane::Convergence,
+    };
+    let _permit = lanes.enter(lane).await;
+    queue.started(&key_of(&guard));
+    reconcile(guard, ctx).await
 }
 
 #[instrument(skip_all, fields(namespace = %key_of(&guard).0, database = %key_of(&guard).1))]

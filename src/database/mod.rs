@@ -49,6 +49,7 @@ pub mod events;
 pub mod facts;
 pub mod init;
 pub mod instances;
+pub mod lanes;
 pub mod observe;
 pub mod positions;
 pub mod restart;
