@@ -1,11 +1,14 @@
-//! Point-in-time recovery for real, on the test bed's real node. A Database archives its WAL
-//! to an S3 server in a pod; its schedule (`spec.backup.method: Physical`, every minute, then
-//! suspended) makes a `DatabaseBackup` of method `Physical` that takes a base backup (the
-//! agent's `base-backup` in a Job, as the replication role); rows are committed before and
-//! after a recorded moment and the WAL holding them is archived. A new Database recovering
-//! that DatabaseBackup with `recoveryTarget.time` at that moment has exactly the rows
-//! committed before it, runs on timeline 2, and says in `status.bootstrap` which base backup
-//! it started from and which commit it reached; `kubectl dbop status` shows the restorable
+//! Point-in-time recovery for real, on the test bed's real node. A Database of two instances
+//! archives its WAL to an S3 server in a pod; its schedule (`spec.backup.method: Physical`,
+//! every minute, then suspended) makes a `DatabaseBackup` of method `Physical` that takes a base
+//! backup from the streaming standby (the agent's `base-backup` in a Job, as the replication
+//! role; the status says where it was read). Rows are committed, then the primary's pod is
+//! deleted and the standby promoted on timeline 2, and more rows are committed before and after
+//! a recorded moment on the new timeline, whose WAL and history file the new primary archives.
+//! A new Database recovering that DatabaseBackup with `recoveryTarget.time` at that moment
+//! replays across the timeline switch: it has exactly the rows committed before the moment,
+//! runs on timeline 3, and says in `status.bootstrap` which base backup it started from and
+//! which commit it reached; `kubectl dbop status` shows the restorable
 //! window opening at that base backup. A target before every base backup (named by
 //! the bucket's location) is refused with the earliest restorable point, and no server starts
 //! on the volume.
@@ -14,11 +17,13 @@ use std::time::Duration;
 
 use dbop::api::{BackupMethod, BackupReason, Database, Phase};
 use dbop_e2e::backup_jobs::succeeded_backup;
+use dbop_e2e::failover::{named_primary, new_primary};
 use dbop_e2e::node::{REAL_NODE_STORAGE_CLASS, real_node_placement};
 use dbop_e2e::plugin::{finished, plugin};
 use dbop_e2e::{TestBed, condition, http_get, sample, testbed, wait_until, wait_until_or_none};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 /// A real server: initdb, start, init Job on a busy 2-core machine.
@@ -97,7 +102,7 @@ async fn a_new_database_has_exactly_the_rows_committed_before_the_target() {
     bed.apply_database(
         &ns,
         json!({"metadata": {"name": "ledger"}, "spec": {
-            "version": "15.20",
+            "version": "15.20", "instances": 2,
             "storage": {"size": "1Gi", "storageClassName": REAL_NODE_STORAGE_CLASS},
             "placement": real_node_placement(),
             "backup": {"schedule": "* * * * *", "method": "Physical", "s3": s3(&endpoint),
@@ -141,6 +146,14 @@ async fn a_new_database_has_exactly_the_rows_committed_before_the_target() {
         (backup.spec.reason, backup.spec.method),
         (BackupReason::Scheduled, BackupMethod::Physical)
     );
+    let message = backup.status.as_ref().and_then(|s| s.message.clone());
+    assert!(
+        message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("(from the standby)"),
+        "a base backup of a Database with a ready standby is read from it: {message:?}"
+    );
     let base = backup.metadata.name.clone().expect("a name");
     let completed = (backup.status.as_ref())
         .and_then(|s| s.completed_at)
@@ -169,7 +182,8 @@ async fn a_new_database_has_exactly_the_rows_committed_before_the_target() {
     .await;
     assert_eq!(since as i64, completed.timestamp(), "{series} {since}");
 
-    // Rows 4 and 5 commit before the target, 6 and 7 after it; each commit is its own.
+    // Rows 4 and 5 commit on timeline 1; the primary's pod is deleted and the standby takes
+    // over on timeline 2, where 6 commits before the target and 7 and 8 after it.
     for n in [4, 5] {
         sql(
             &bed,
@@ -179,6 +193,25 @@ async fn a_new_database_has_exactly_the_rows_committed_before_the_target() {
         )
         .await;
     }
+    let old = named_primary(&bed, &ns, "ledger").await.expect("a primary");
+    // Replication is asynchronous: the standby has rows 4 and 5 before the primary goes.
+    let standby = ["ledger-0", "ledger-1"]
+        .into_iter()
+        .find(|p| *p != old)
+        .expect("the other instance");
+    wait_until("rows 4 and 5 on the standby", READY_WAIT, || async {
+        let count = ["psql", "-X", "-U", "postgres", "-d", "app", "-Atc"];
+        let query = "select count(*) from entries";
+        let (ok, out, _) = bed.exec(&ns, standby, &[&count[..], &[query]].concat());
+        (ok && out.trim() == "5").then_some(())
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), &ns);
+    pods.delete(&old, &DeleteParams::default())
+        .await
+        .expect("the primary's pod deleted");
+    new_primary(&bed, &ns, "ledger", &old).await;
+    sql(&bed, &ns, "client", "insert into entries values (6)").await;
     let target = sql(&bed, &ns, "client", NOW).await;
     let later = format!("select clock_timestamp() > '{target}'::timestamptz");
     wait_until("the server's clock past the target", READY_WAIT, || {
@@ -186,7 +219,7 @@ async fn a_new_database_has_exactly_the_rows_committed_before_the_target() {
         async move { (ok && out.trim() == "t").then_some(()) }
     })
     .await;
-    for n in [6, 7] {
+    for n in [7, 8] {
         sql(
             &bed,
             &ns,
@@ -215,7 +248,7 @@ async fn a_new_database_has_exactly_the_rows_committed_before_the_target() {
     let db = wait_initialized(&bed, &ns, "ledger-pitr", "RecoveredToTarget").await;
     let status = db.status.clone().unwrap_or_default();
     let bootstrap = status.bootstrap.expect("status.bootstrap");
-    assert_eq!(bootstrap.timeline, Some(2), "{bootstrap:?}");
+    assert_eq!(bootstrap.timeline, Some(3), "{bootstrap:?}");
     let target_time: chrono::DateTime<chrono::Utc> =
         target.parse().unwrap_or_else(|e| panic!("{target}: {e}"));
     let reached = bootstrap.recovered_to.expect("recoveredTo");
@@ -236,7 +269,7 @@ async fn a_new_database_has_exactly_the_rows_committed_before_the_target() {
         "select string_agg(n::text, ',' order by n) from entries",
     )
     .await;
-    assert_eq!(rows, "1,2,3,4,5", "rows committed before {target}");
+    assert_eq!(rows, "1,2,3,4,5,6", "rows committed before {target}");
     let timeline = sql(
         &bed,
         &ns,
@@ -244,7 +277,7 @@ async fn a_new_database_has_exactly_the_rows_committed_before_the_target() {
         "select timeline_id from pg_control_checkpoint()",
     )
     .await;
-    assert_eq!(timeline, "2");
+    assert_eq!(timeline, "3", "a timeline after the source's second");
 
     // Before every base backup: refused with the window, and no server on the volume.
     bed.apply_database(
