@@ -13,6 +13,15 @@
 //! 4. Self-repair: `BENCH_DELETIONS` (1,000) deletions of owned Services, StatefulSets and
 //!    Secrets spread over the Databases, `BENCH_REPAIR_CONCURRENCY` (4) at a time, each timed by
 //!    an independent watch from its DELETED event to the replacement's ADDED event.
+//! 5. Self-repair while converging: `BENCH_CONVERGING` (= `BENCH_DATABASES`) new Databases
+//!    applied at once, and while they converge the same deletions of phase 4 on the Ready ones:
+//!    the repairs' percentiles, how many new Databases were still converging when the last repair
+//!    came, and when all of them were Ready.
+//! 6. The floor: the operator stopped, the objects it made for one Ready Database (`db-0000`)
+//!    copied `BENCH_DATABASES` times under new names by the benchmark itself into namespaces of
+//!    their own, 32 Databases' sets at a time, until every copy's StatefulSet is ready: what the
+//!    API server, the StatefulSet controller and the kubelets need for the same objects with no
+//!    operator. dbop's convergence times are reported as ratios to it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -25,7 +34,7 @@ use dbop_e2e::{TestBed, database_manifest, operator_binary_path, testbed};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, PostParams};
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -69,7 +78,19 @@ async fn main() {
     println!("idle: {}", report["idle"]);
     report["self_repair"] = self_repair(&bed, &names, databases, deletions).await;
     println!("self-repair: {}", report["self_repair"]);
+    let converging = env_or("BENCH_CONVERGING", databases as u64) as usize;
+    report["self_repair_converging"] =
+        repair_while_converging(&bed, &names, databases, converging, deletions).await;
+    println!(
+        "self-repair while converging: {}",
+        report["self_repair_converging"]
+    );
     report["after_all"] = json!({"rss_mib": operator.rss_mib(), "cpu_s": operator.cpu_seconds()});
+    drop(operator);
+    report["floor"] = floor(&bed, &names[0], databases, namespaces).await;
+    report["convergence_ratio"] = convergence_ratios(&report);
+    println!("floor: {}", report["floor"]);
+    println!("convergence / floor: {}", report["convergence_ratio"]);
 
     let out = dbop_e2e::workspace_root().join("target/bench");
     std::fs::create_dir_all(&out).expect("target/bench");
@@ -456,6 +477,48 @@ async fn self_repair(bed: &TestBed, names: &[String], count: usize, deletions: u
     summary
 }
 
+/// `self_repair` on the `count` Ready Databases while `converging` new ones (`new-NNNN`, spread
+/// over the same namespaces) are applied and converge.
+async fn repair_while_converging(
+    bed: &TestBed,
+    names: &[String],
+    count: usize,
+    converging: usize,
+    deletions: usize,
+) -> Value {
+    let started = Instant::now();
+    let ready = tokio::spawn(all_ready(bed.client.clone(), count + converging));
+    let applied = futures::stream::iter(0..converging)
+        .map(|i| {
+            let ns = &names[i * names.len() / converging];
+            bed.apply_database(ns, manifest(&format!("new-{i:04}")))
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>();
+    let (_, mut repairs) = tokio::join!(applied, self_repair(bed, names, count, deletions));
+    repairs["new_ready_when_repairs_ended"] = json!(ready_count(bed, "new-").await);
+    let timeout = Duration::from_secs(env_or("BENCH_READY_TIMEOUT_SECS", 900));
+    let all_ready = tokio::time::timeout(timeout, ready).await.is_ok();
+    repairs["converging"] = json!(converging);
+    repairs["all_ready"] = json!(all_ready);
+    repairs["all_ready_s"] = json!(round(started.elapsed().as_secs_f64()));
+    repairs
+}
+
+/// How many bench Databases whose name starts with `prefix` are Ready now.
+async fn ready_count(bed: &TestBed, prefix: &str) -> usize {
+    let api: Api<Database> = Api::all(bed.client.clone());
+    let list = api
+        .list(&kube::api::ListParams::default().labels(LABEL))
+        .await
+        .expect("list Databases");
+    list.items
+        .iter()
+        .filter(|db| db.name_any().starts_with(prefix))
+        .filter(|db| db.status.as_ref().and_then(|s| s.phase) == Some(Phase::Ready))
+        .count()
+}
+
 /// p50, p99 and max in milliseconds, and how many samples.
 fn quantiles(samples: impl Iterator<Item = Duration>) -> Value {
     let mut sorted: Vec<Duration> = samples.collect();
@@ -552,4 +615,144 @@ where
 
 fn round(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
+}
+
+/// The kinds dbop makes for a Database itself (pods and claims come from its StatefulSet), in
+/// the order the floor creates them.
+fn floor_kinds() -> Vec<ApiResource> {
+    use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    vec![
+        ApiResource::erase::<Secret>(&()),
+        ApiResource::erase::<ConfigMap>(&()),
+        ApiResource::erase::<ServiceAccount>(&()),
+        ApiResource::erase::<Role>(&()),
+        ApiResource::erase::<RoleBinding>(&()),
+        ApiResource::erase::<Service>(&()),
+        ApiResource::erase::<PodDisruptionBudget>(&()),
+        ApiResource::erase::<NetworkPolicy>(&()),
+        ApiResource::erase::<StatefulSet>(&()),
+    ]
+}
+
+const FLOOR_LABEL: &str = "bench.dbop.dev/floor";
+
+/// What dbop made for `name` in `ns`, as objects to create again: metadata cut to name, labels
+/// and annotations (the floor's label added, dbop's managed-by label changed so no dbop would
+/// adopt them), no status, no cluster IPs.
+async fn templates(bed: &TestBed, ns: &str, name: &str) -> Vec<(ApiResource, Value)> {
+    let selector = format!("app.kubernetes.io/instance={name}");
+    let mut templates = Vec::new();
+    for kind in floor_kinds() {
+        let api: Api<DynamicObject> = Api::namespaced_with(bed.client.clone(), ns, &kind);
+        let list = api
+            .list(&kube::api::ListParams::default().labels(&selector))
+            .await
+            .unwrap_or_else(|e| panic!("list {}: {e}", kind.kind));
+        for object in list.items {
+            let mut value = serde_json::to_value(&object).expect("object");
+            let meta = &value["metadata"];
+            let mut labels = meta["labels"].clone();
+            labels["app.kubernetes.io/managed-by"] = json!("dbop-bench-floor");
+            labels[FLOOR_LABEL] = json!("1");
+            value["metadata"] = json!({
+                "name": meta["name"], "labels": labels, "annotations": meta["annotations"],
+            });
+            if let Some(map) = value.as_object_mut() {
+                map.remove("status");
+            }
+            if let Some(spec) = value["spec"].as_object_mut() {
+                spec.remove("clusterIP");
+                spec.remove("clusterIPs");
+            }
+            templates.push((kind.clone(), value));
+        }
+    }
+    templates
+}
+
+/// Creates `templates` (made for `db-0000`) again for `name` in `ns`, one after the other.
+async fn create_copies(client: Client, templates: &[(ApiResource, Value)], ns: &str, name: &str) {
+    for (kind, template) in templates {
+        let text = template.to_string().replace("db-0000", name);
+        let object: DynamicObject = serde_json::from_str(&text).expect("copy");
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, kind);
+        match api.create(&PostParams::default(), &object).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(e) => panic!("create {} {name}: {e}", kind.kind),
+        }
+    }
+}
+
+/// Phase 6: `count` copies of `db-0000`'s objects in `namespaces` namespaces of their own,
+/// created 32 Databases' sets at a time, until every copy's StatefulSet is ready.
+async fn floor(bed: &TestBed, template_ns: &str, count: usize, namespaces: usize) -> Value {
+    let templates = templates(bed, template_ns, "db-0000").await;
+    let names: Vec<String> = (0..namespaces).map(|i| format!("floor-{i:02}")).collect();
+    for ns in &names {
+        create_namespace(&bed.client, ns).await;
+    }
+    let started = Instant::now();
+    let ready = tokio::spawn(statefulsets_ready(bed.client.clone(), count));
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let ns = names[i * names.len() / count].clone();
+            let (client, templates) = (bed.client.clone(), &templates);
+            async move { create_copies(client, templates, &ns, &format!("floor-{i:04}")).await }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+    let created = started.elapsed();
+    let timeout = Duration::from_secs(env_or("BENCH_READY_TIMEOUT_SECS", 900));
+    let all_ready = tokio::time::timeout(timeout, ready).await.is_ok();
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    for (kind, _) in &templates {
+        *kinds.entry(kind.kind.clone()).or_default() += 1;
+    }
+    json!({
+        "objects_per_database": kinds,
+        "all_ready": all_ready,
+        "all_ready_s": round(started.elapsed().as_secs_f64()),
+        "created_s": round(created.as_secs_f64()),
+    })
+}
+
+/// Waits until `count` of the floor's StatefulSets have all their replicas ready.
+async fn statefulsets_ready(client: Client, count: usize) {
+    let api: Api<StatefulSet> = Api::all(client);
+    let config = watcher::Config::default().labels(FLOOR_LABEL);
+    let mut ready: HashMap<(String, String), bool> = HashMap::new();
+    let mut events = std::pin::pin!(watcher(api, config));
+    while let Some(event) = events.try_next().await.expect("watch on StatefulSets") {
+        if let Event::Apply(sts) | Event::InitApply(sts) = event {
+            let want = sts.spec.replicas.unwrap_or(1);
+            let have = sts
+                .status
+                .as_ref()
+                .and_then(|s| s.ready_replicas)
+                .unwrap_or(0);
+            ready.insert(
+                (sts.namespace().unwrap_or_default(), sts.name_any()),
+                have >= want,
+            );
+            if ready.values().filter(|r| **r).count() >= count {
+                return;
+            }
+        }
+    }
+}
+
+/// dbop's convergence times over the floor's: 1,000 new Databases on an empty test bed (scale)
+/// and beside 1,000 Ready ones (phase 5).
+fn convergence_ratios(report: &Value) -> Value {
+    let floor = report["floor"]["all_ready_s"].as_f64().unwrap_or(f64::NAN);
+    let ratio = |phase: &str| {
+        let time = report[phase]["all_ready_s"].as_f64().unwrap_or(f64::NAN);
+        round(time / floor)
+    };
+    json!({"scale": ratio("scale"), "while_repairing": ratio("self_repair_converging")})
 }
