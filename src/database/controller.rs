@@ -152,7 +152,17 @@ async fn admitted(
     };
     let _permit = lanes.enter(lane).await;
     queue.started(&key_of(&guard));
-    reconcile(guard, ctx).await
+    // The Database as it is now, not as it was when the pass was woken: it may have waited
+    // for its lane while the Database changed (kube's runner reads the store when it starts a
+    // pass, which is now before the wait). Gone from the store: deleted, nothing to do.
+    let current = ctx
+        .caches
+        .databases
+        .get(&ObjectRef::from_obj(guard.as_ref()));
+    match current {
+        Some(now) => reconcile(now, ctx).await,
+        None => Ok(Action::await_change()),
+    }
 }
 
 #[instrument(skip_all, fields(namespace = %key_of(&guard).0, database = %key_of(&guard).1))]
