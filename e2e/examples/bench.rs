@@ -14,7 +14,7 @@
 //!    Secrets spread over the Databases, `BENCH_REPAIR_CONCURRENCY` (4) at a time, each timed by
 //!    an independent watch from its DELETED event to the replacement's ADDED event.
 //! 5. Self-repair while converging: `BENCH_CONVERGING` (= `BENCH_DATABASES`) new Databases
-//!    applied at once, and while they converge the same deletions of phase 4 on the Ready ones:
+//!    applied 32 at a time, and while they converge the deletions of phase 4 on the Ready ones:
 //!    the repairs' percentiles, how many new Databases were still converging when the last repair
 //!    came, and when all of them were Ready.
 //! 6. The floor: the operator stopped, the objects it made for one Ready Database (`db-0000`)
