@@ -303,18 +303,23 @@ async fn scale(bed: &TestBed, operator: &mut Operator, names: &[String], count: 
 
 /// Waits until `count` bench Databases are Ready (a watch, so no Ready moment is missed).
 async fn all_ready(client: Client, count: usize) {
-    let api: Api<Database> = Api::all(client);
-    let config = watcher::Config::default().labels(LABEL);
-    let mut ready: HashMap<(String, String), bool> = HashMap::new();
+    let ready = |db: &Database| db.status.as_ref().and_then(|s| s.phase) == Some(Phase::Ready);
+    count_until(Api::all(client), LABEL, count, ready).await;
+}
+
+/// Waits until `count` objects of `api` with the `selector` label pass `ready` at once.
+async fn count_until<K>(api: Api<K>, selector: &str, count: usize, ready: impl Fn(&K) -> bool)
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    let config = watcher::Config::default().labels(selector);
+    let mut states: HashMap<(String, String), bool> = HashMap::new();
     let mut events = std::pin::pin!(watcher(api, config));
-    while let Some(event) = events.try_next().await.expect("watch on Databases") {
-        if let Event::Apply(db) | Event::InitApply(db) = event {
-            let is_ready = db.status.as_ref().and_then(|s| s.phase) == Some(Phase::Ready);
-            ready.insert(
-                (db.namespace().unwrap_or_default(), db.name_any()),
-                is_ready,
-            );
-            if ready.values().filter(|r| **r).count() >= count {
+    while let Some(event) = events.try_next().await.expect("watch") {
+        if let Event::Apply(object) | Event::InitApply(object) = event {
+            let key = (object.namespace().unwrap_or_default(), object.name_any());
+            states.insert(key, ready(&object));
+            if states.values().filter(|r| **r).count() >= count {
                 return;
             }
         }
@@ -723,27 +728,11 @@ async fn floor(bed: &TestBed, template_ns: &str, count: usize, namespaces: usize
 
 /// Waits until `count` of the floor's StatefulSets have all their replicas ready.
 async fn statefulsets_ready(client: Client, count: usize) {
-    let api: Api<StatefulSet> = Api::all(client);
-    let config = watcher::Config::default().labels(FLOOR_LABEL);
-    let mut ready: HashMap<(String, String), bool> = HashMap::new();
-    let mut events = std::pin::pin!(watcher(api, config));
-    while let Some(event) = events.try_next().await.expect("watch on StatefulSets") {
-        if let Event::Apply(sts) | Event::InitApply(sts) = event {
-            let want = sts.spec.replicas.unwrap_or(1);
-            let have = sts
-                .status
-                .as_ref()
-                .and_then(|s| s.ready_replicas)
-                .unwrap_or(0);
-            ready.insert(
-                (sts.namespace().unwrap_or_default(), sts.name_any()),
-                have >= want,
-            );
-            if ready.values().filter(|r| **r).count() >= count {
-                return;
-            }
-        }
-    }
+    let ready = |sts: &StatefulSet| {
+        let have = sts.status.as_ref().and_then(|s| s.ready_replicas);
+        have.unwrap_or(0) >= sts.spec.replicas.unwrap_or(1)
+    };
+    count_until(Api::all(client), FLOOR_LABEL, count, ready).await;
 }
 
 /// dbop's convergence times over the floor's: 1,000 new Databases on an empty test bed (scale)
