@@ -207,6 +207,21 @@ pub fn plan_wal(
     plan
 }
 
+/// The newest whole segment archived on the newest timeline that has any, as (timeline,
+/// position): what a recovery to the latest point must replay at least up to. `None` when the
+/// listing holds no segment.
+pub fn newest_segment(
+    layout: &Layout,
+    database: &str,
+    keys: &[String],
+) -> Option<(u32, SegmentPosition)> {
+    let prefix = wal::wal_prefix(layout, database);
+    keys.iter()
+        .filter_map(|key| wal_file_of(&prefix, key))
+        .filter_map(|file| Some((file.timeline, segment_position(&file.name)?)))
+        .max()
+}
+
 /// The WAL file a key holds: `<wal prefix><timeline>/<name>.zst`, the timeline its name's.
 fn wal_file_of(prefix: &str, key: &str) -> Option<WalFile> {
     let (dir, object) = key.strip_prefix(prefix)?.split_once('/')?;
@@ -444,6 +459,10 @@ mod tests {
         );
         assert_eq!(plan.kept, 7);
         assert_eq!(plan.unknown.len(), 4);
+        // The newest timeline's newest segment, whatever older timelines hold.
+        assert_eq!(newest_segment(&l, "app", &keys), Some((2, (1, 0))));
+        assert_eq!(newest_segment(&l, "app", &keys[..3]), Some((1, (0, 4))));
+        assert_eq!(newest_segment(&l, "app", &keys[7..]), None);
         // Across a log boundary: (0, FF) is before (1, 0).
         let plan = plan_wal(&l, "app", &keys, (1, 0));
         assert!(

@@ -60,6 +60,11 @@ pub enum Command {
     /// settings removed, then renamed into place; prints the point reached. Run again on the
     /// finished directory, it prints the same result and changes nothing.
     Recover(RecoverArgs),
+    /// Proof that a base backup restores: `recover` to the latest point into a scratch data
+    /// directory (absent or empty; deleted afterwards), checked to have replayed every WAL
+    /// segment the bucket held when it began, then every table of every database read whole;
+    /// prints a result summary with the recovery time measured. Never touches a live server.
+    VerifyBase(RecoverArgs),
 }
 
 #[derive(Debug, Args, Clone)]

@@ -5,10 +5,11 @@
 //! keys, idempotence), `base` (base backup records, which one for a recovery target, recovery
 //! settings), `base_retention` (which base backups and WAL segments retention deletes),
 //! `recovery` (a whole point-in-time recovery's paths, server settings and what PostgreSQL
-//! says) and `tar` (pg_basebackup's tar stream) here, and `layout`, `retention`, `result` and
-//! `units` from `dbop_contract`, which the operator links too; the I/O parts (`s3`, `pg`,
+//! says), `recovery_check` (what a verification of a base backup checks and reports) and `tar`
+//! (pg_basebackup's tar stream) here, and `layout`, `retention`, `result` and `units` from
+//! `dbop_contract`, which the operator links too; the I/O parts (`s3`, `pg`,
 //! `dump`, `restore`, `globals`, `catalog`, `wal_store`, `base_store`, `base_prune`,
-//! `base_restore`, `recover`) only move bytes and call those decisions.
+//! `base_restore`, `recover`, `verify_base`) only move bytes and call those decisions.
 //! `result::BackupResult` is the contract with the operator, which reads it from the Job's
 //! termination message.
 
@@ -30,6 +31,7 @@ pub mod pg;
 pub mod prune;
 pub mod recover;
 pub mod recovery;
+pub mod recovery_check;
 pub mod restore;
 pub mod restore_stream;
 pub mod run;
@@ -39,6 +41,7 @@ pub mod signals;
 pub mod tar;
 pub mod upload;
 pub mod verify;
+pub mod verify_base;
 pub mod wal;
 pub mod wal_store;
 

@@ -30,7 +30,7 @@ fn main() -> ExitCode {
         Command::Restore(a) => a.output.result_file.clone(),
         Command::Verify(a) => a.output.result_file.clone(),
         Command::Prune(a) => a.output.result_file.clone(),
-        Command::Recover(a) => a.output.result_file.clone(),
+        Command::Recover(a) | Command::VerifyBase(a) => a.output.result_file.clone(),
         Command::BaseBackup(a) => a.output.result_file.clone(),
         Command::List(_) | Command::WalPush(_) | Command::WalFetch(_) | Command::BaseRestore(_) => {
             None
@@ -43,7 +43,7 @@ fn main() -> ExitCode {
         Command::Verify(a) => Some(&a.pg),
         Command::BaseBackup(a) => Some(&a.pg),
         Command::BaseRestore(a) => Some(&a.pg),
-        Command::Recover(a) => Some(&a.restore.pg),
+        Command::Recover(a) | Command::VerifyBase(a) => Some(&a.restore.pg),
         Command::Prune(_) | Command::List(_) | Command::WalPush(_) | Command::WalFetch(_) => None,
     };
     let setup = |pg: &dbop_backup::cli::PgArgs| {

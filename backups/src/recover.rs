@@ -17,12 +17,13 @@ use std::time::Duration;
 use dbop_contract::identity::{self, Identity};
 use tokio::process::{Child, Command};
 
-use crate::base::{BaseRecord, Target};
+use crate::base::{BaseRecord, Lsn, Target};
 use crate::base_restore::{self, BaseRestoreOptions};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::pg::PgTools;
 use crate::recovery::{self, Probe, Reached, Start};
+use crate::recovery_check;
 use crate::result::BackupResult;
 use crate::s3::Store;
 use crate::signals::Interrupt;
@@ -93,6 +94,68 @@ pub async fn recover(
     outcome
 }
 
+/// What a recovered data directory holds, read by starting its server privately once more:
+/// the WAL segment holding `lsn` (the point the recovery reached) and every table's rows in
+/// every database, each table read whole. The server is stopped cleanly after.
+pub struct Inspection {
+    pub wal_file: String,
+    pub counts: recovery_check::Counts,
+}
+
+/// Inspects the finished recovery in `data_dir` (of a server of `engine_version`).
+pub async fn inspect(
+    tools: &PgTools,
+    engine_version: Option<&str>,
+    data_dir: &Path,
+    lsn: &Lsn,
+    interrupt: &Interrupt,
+) -> Result<Inspection> {
+    let private = Private::create(data_dir.parent().unwrap_or(data_dir))?;
+    let major = engine_version.and_then(major_of);
+    let mut server = start_server(tools, major, data_dir, &private)?;
+    let read = async {
+        until_promoted(
+            tools,
+            major,
+            &mut server,
+            &private,
+            &Target::Latest,
+            data_dir,
+            interrupt,
+        )
+        .await?;
+        let wal_file = query(tools, major, &private, &recovery_check::wal_file_sql(lsn)).await?;
+        let names = query(tools, major, &private, recovery_check::DATABASES_SQL).await?;
+        let mut counts = recovery_check::Counts::new();
+        for name in recovery_check::parse_databases(&names)? {
+            let answer = query_in(tools, major, &private, &name, crate::pg::ROW_COUNT_SQL);
+            let answer = tokio::select! {
+                a = answer => a?,
+                s = interrupt.wait() => return Err(Error::Interrupted(s)),
+            };
+            let tables = serde_json::from_str(answer.trim()).map_err(|e| {
+                crate::pg::pg_error("psql", &name, format!("unexpected row count output: {e}"))
+            })?;
+            counts.insert(name, tables);
+        }
+        Ok(Inspection { wal_file, counts })
+    }
+    .await;
+    let stopped = stop_server(&mut server).await;
+    let inspection = read?;
+    match stopped {
+        Ok(status) if status.success() => Ok(inspection),
+        Ok(status) => Err(server_error(
+            data_dir,
+            format!(
+                "its shutdown after reading the tables failed ({status}). Server log: {}",
+                recovery::log_tail(&private.read_log())
+            ),
+        )),
+        Err(e) => Err(Error::io("cannot stop the recovered server", e)),
+    }
+}
+
 /// Deletes a scratch directory a killed run left (it is ours by its name).
 fn remove_scratch(scratch: &Path) -> Result<()> {
     match std::fs::remove_dir_all(scratch) {
@@ -153,8 +216,11 @@ impl Drop for Private {
 
 /// The major version of a backup's server, for its tools.
 fn major(record: &BaseRecord) -> Option<u32> {
-    record
-        .engine_version
+    major_of(&record.engine_version)
+}
+
+fn major_of(engine_version: &str) -> Option<u32> {
+    engine_version
         .split('.')
         .next()
         .and_then(|m| m.parse().ok())
@@ -294,7 +360,7 @@ async fn until_promoted(
                 &private.read_log(),
             ));
         }
-        let answer = try_query(tools, major, private, "SELECT pg_is_in_recovery()").await;
+        let answer = try_query(tools, major, private, None, "SELECT pg_is_in_recovery()").await;
         match recovery::probe(answer.as_deref().map_err(String::as_str)) {
             Probe::Promoted => return Ok(()),
             Probe::Refused(m) => {
@@ -319,6 +385,7 @@ async fn try_query(
     tools: &PgTools,
     major: Option<u32>,
     private: &Private,
+    database: Option<&str>,
     sql: &str,
 ) -> std::result::Result<String, String> {
     let mut cmd = private.command(tools.path("psql", major));
@@ -326,7 +393,7 @@ async fn try_query(
         .arg(sql)
         .env("PGHOST", &private.dir)
         .env("PGPORT", recovery::PORT.to_string())
-        .env("PGDATABASE", recovery::CONNECT_DATABASE)
+        .env("PGDATABASE", database.unwrap_or(recovery::CONNECT_DATABASE))
         .env("PGAPPNAME", "dbop-backup recover")
         .env("PGCONNECT_TIMEOUT", "10");
     for unset in ["PGHOSTADDR", "PGSERVICE", "PGSERVICEFILE", "PGOPTIONS"] {
@@ -350,9 +417,19 @@ async fn query(
     private: &Private,
     sql: &str,
 ) -> Result<String> {
-    try_query(tools, major, private, sql).await.map_err(|e| {
-        crate::pg::pg_error("psql", recovery::CONNECT_DATABASE, crate::pg::tail_text(&e))
-    })
+    query_in(tools, major, private, recovery::CONNECT_DATABASE, sql).await
+}
+
+async fn query_in(
+    tools: &PgTools,
+    major: Option<u32>,
+    private: &Private,
+    database: &str,
+    sql: &str,
+) -> Result<String> {
+    try_query(tools, major, private, Some(database), sql)
+        .await
+        .map_err(|e| crate::pg::pg_error("psql", database, crate::pg::tail_text(&e)))
 }
 
 /// A fast shutdown (SIGINT), waited for; a server that already exited is left as it is.

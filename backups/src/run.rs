@@ -83,7 +83,7 @@ pub fn operation_of(command: &Command) -> Option<Operation> {
     match command {
         Command::Dump(_) => Some(Operation::Dump),
         Command::Restore(_) => Some(Operation::Restore),
-        Command::Verify(_) => Some(Operation::Verify),
+        Command::Verify(_) | Command::VerifyBase(_) => Some(Operation::Verify),
         Command::Prune(_) => Some(Operation::Prune),
         Command::Recover(_) => Some(Operation::Recover),
         Command::BaseBackup(_) => Some(Operation::BaseBackup),
@@ -121,6 +121,7 @@ pub async fn run(command: Command, interrupt: Interrupt) -> RunOutput {
         Command::BaseBackup(a) => base_backup_command(&a, &interrupt).await,
         Command::BaseRestore(a) => base_restore_command(&a, &interrupt).await,
         Command::Recover(a) => recover_command(&a, &interrupt).await,
+        Command::VerifyBase(a) => verify_base_command(&a, &interrupt).await,
         Command::List(a) => match list_command(&a).await {
             Ok(()) => RunOutput {
                 summary: None,
@@ -553,6 +554,27 @@ async fn recover_command(a: &RecoverArgs, interrupt: &Interrupt) -> RunOutput {
         result.bucket = Some(store.bucket.clone());
         let tools = pg_tools(&a.restore.pg);
         recover::recover(&store, &layout, &tools, &opts, interrupt, &mut result).await
+    }
+    .await;
+    finish(result, outcome)
+}
+
+/// `verify-base`: a recovery into a scratch directory, checked and read, then deleted.
+async fn verify_base_command(a: &RecoverArgs, interrupt: &Interrupt) -> RunOutput {
+    let mut result = BackupResult::new(Operation::Verify);
+    result.started_at = Some(Utc::now());
+    let outcome = async {
+        let (store, layout, opts) = base_restore_setup(&a.restore).await?;
+        if !matches!(opts.target, crate::base::Target::Latest) {
+            return Err(Error::Usage(
+                "verify-base recovers to the latest point: drop the target flag".into(),
+            ));
+        }
+        result.database = Some(opts.database.clone());
+        result.bucket = Some(store.bucket.clone());
+        let tools = pg_tools(&a.restore.pg);
+        crate::verify_base::verify_base(&store, &layout, &tools, &opts, interrupt, &mut result)
+            .await
     }
     .await;
     finish(result, outcome)

@@ -72,6 +72,7 @@ pub async fn verify(
     let folder = layout.backup_prefix(&source, &id);
     check_objects(store, &folder, &dumps).await?;
     let mut reports = Vec::new();
+    let started = std::time::Instant::now();
     for (index, dump) in dumps.iter().enumerate() {
         let scratch = scratch_name(&scratch, index);
         let object = format!("{folder}{}", dump.dump_file);
@@ -93,6 +94,7 @@ pub async fn verify(
         }
         reports.push(format!("{:?}: {} tables", dump.name, dump.row_counts.len()));
     }
+    result.recovery_millis = Some(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
     m.fill_result(result);
     result.database = Some(source.clone());
     result.completed_at = Some(chrono::Utc::now());

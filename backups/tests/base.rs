@@ -142,9 +142,26 @@ impl Source {
 
     /// `recover` as `ids` (uid, gid), or as this process when `None`.
     fn recover_as(&self, data: &Path, args: &[&str], ids: Option<(u32, u32)>) -> AgentRun {
+        self.run_recovery("recover", data, args, ids)
+    }
+
+    /// `verify-base <scratch data dir> <args…>`, as PostgreSQL's user (see `recover`).
+    fn verify_base(&self, data: &Path, args: &[&str]) -> AgentRun {
+        give_to_postgres(data.parent().unwrap());
+        self.run_recovery("verify-base", data, args, postgres_ids())
+    }
+
+    /// `recover` or `verify-base` as `ids`, or as this process when `None`.
+    fn run_recovery(
+        &self,
+        command: &str,
+        data: &Path,
+        args: &[&str],
+        ids: Option<(u32, u32)>,
+    ) -> AgentRun {
         let data = data.display().to_string();
         let script = self.script.display().to_string();
-        let mut all = vec!["recover", &data, "--agent-path", &script];
+        let mut all = vec![command, &data, "--agent-path", &script];
         all.extend_from_slice(args);
         let mut cmd = agent_command_at(
             &self.script.with_file_name("dbop-backup"),
@@ -1239,4 +1256,82 @@ fn recover_runs_as_a_uid_the_image_does_not_list() {
     give_to_postgres(keep.path());
     let mut restored = Restored::start(&data);
     assert_eq!(restored.ids_after_promotion(), "1,2,3,4,5");
+}
+
+/// A base backup verified in a scratch instance: recovered with all its WAL into a directory of
+/// its own, every table of every database read, the directory deleted, the live server left
+/// alone, the recovery time measured. With a WAL segment gone from the bucket, a plain
+/// recovery to the latest point ends early and promotes without the later commits; the
+/// verification finds that it did not reach the newest archived segment and fails, naming both.
+#[test]
+fn verify_base_restores_into_a_scratch_it_deletes_and_finds_a_wal_segment_gone() {
+    let src = Source::start();
+    src.pg.psql("postgres", "CREATE DATABASE shop");
+    src.pg.psql(
+        "shop",
+        "CREATE TABLE o AS SELECT generate_series(1, 10) AS i",
+    );
+    src.insert(1..=3);
+    src.base_backup();
+    src.insert(4..=5);
+    src.switch_and_wait();
+
+    let (_keep, data) = new_data_dir();
+    let run = src.verify_base(&data, &[]);
+    let result = run.ok().clone();
+    assert_eq!(result.operation, dbop_backup::Operation::Verify);
+    assert!(
+        result.recovery_millis.is_some_and(|ms| ms > 0),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(result.databases, Some(2), "{}", run.stdout);
+    let message = run.message();
+    assert!(
+        message.contains("every archived WAL file replayed")
+            && message.contains("2 databases read whole: 2 tables, 15 rows"),
+        "{message}"
+    );
+    assert!(!data.exists() && !data.with_file_name("data.recovering").exists());
+    assert_eq!(
+        src.pg.psql("postgres", "SELECT count(*) FROM t"),
+        "5",
+        "the live server is untouched"
+    );
+
+    // The segment holding row 6 goes missing from the bucket; row 7 is archived after it.
+    src.insert(6..=6);
+    let gone = src
+        .pg
+        .psql("postgres", "SELECT pg_walfile_name(pg_current_wal_lsn())");
+    src.switch_and_wait();
+    src.insert(7..=7);
+    src.switch_and_wait();
+    let key = src
+        .s3
+        .keys(&format!("{PREFIX}/{DATABASE}/wal/"))
+        .into_iter()
+        .find(|k| k.ends_with(&format!("/{gone}.zst")))
+        .unwrap_or_else(|| panic!("{gone} is not archived"));
+    delete_objects(&src.s3, &[key]);
+
+    // What a recovery to the latest point makes of it: rows 1 to 5, promoted, no error.
+    let (_keep2, silent) = new_data_dir();
+    src.recover(&silent, &[]).ok();
+    assert_eq!(Restored::start(&silent).ids_after_promotion(), "1,2,3,4,5");
+
+    let run = src.verify_base(&data, &[]);
+    let failed = run.failed();
+    assert_eq!(
+        failed.failure_kind.as_deref(),
+        Some("verify"),
+        "{}",
+        run.stdout
+    );
+    let message = run.message();
+    assert!(
+        message.contains("held WAL up to segment") && message.contains("missing"),
+        "{message}"
+    );
+    assert!(!data.exists() && !data.with_file_name("data.recovering").exists());
 }

@@ -95,6 +95,11 @@ pub struct BackupResult {
     /// `recover`: the timeline the recovered server continues on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeline: Option<u32>,
+    /// `verify` and `verify-base`: how long restoring the backup took (a dump into scratch
+    /// databases, or a base backup and its WAL into a scratch instance), in milliseconds: the
+    /// recovery time measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_millis: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// On failure, the kind of failure as a short machine label (`not-found`, `integrity`,
@@ -272,6 +277,7 @@ mod tests {
             recovered_to: Some(Utc.with_ymd_and_hms(2025, 1, 31, 1, 59, 0).unwrap()),
             recovered_lsn: Some("0/3000100".into()),
             timeline: Some(2),
+            recovery_millis: Some(4250),
             message: Some("ok".into()),
             failure_kind: Some("integrity".into()),
         }
@@ -318,6 +324,7 @@ mod tests {
             "recoveredTo",
             "recoveredLsn",
             "timeline",
+            "recoveryMillis",
             "message",
             "failureKind",
         ];
