@@ -143,7 +143,7 @@ test: ## every test: lint, unit and agent tests, then end-to-end on the local co
 fuzz: ## fuzz the manifest, termination-message, duration/size parsers and the dump-archive row counter (nightly + cargo-fuzz; FUZZ_SECONDS per target, default 60; not part of `make test`)
 	fuzz/run.sh
 
-bench-backup: ## benchmark dbop-backup dump against pg_dump | zstd | rclone rcat (writes docs/benchmarks.md figures)
+bench-backup: ## benchmark dbop-backup dump against pg_dump | zstd | rclone rcat, and base-backup, WAL archiving under pgbench, recover and the RPO against pg_basebackup and PostgreSQL's own replay (LOGICAL=0 / PHYSICAL=0 run one side; figures in docs/benchmarks.md)
 	backups/bench/run.sh
 
 bench-ha: ## failover, isolation and switchover write gaps of a 3-instance Database on the real node (BENCH_HA_TRIALS per kind, default 20; not part of `make test`; figures in docs/benchmarks.md)

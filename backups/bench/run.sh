@@ -4,10 +4,13 @@
 # (s3s-fs on loopback); and zstd at the agent's level against gzip -6 on the same saved
 # pg_dump -Z0 stream (size and CPU). Contenders run in rounds (one run of each per round).
 # Prints markdown tables (best of RUNS by wall time, with the median wall time beside it) and
-# the load average sampled before each run; see docs/benchmarks.md.
+# the load average sampled before each run; see docs/benchmarks.md. Then the physical side
+# (physical.sh): `base-backup` against bare pg_basebackup, WAL archiving through `wal-push`
+# under pgbench, `recover` against PostgreSQL's own replay, and the RPO of a lost volume.
 #
-#   backups/bench/run.sh                 # sizes 1 and 4 GiB, 3 runs each
+#   backups/bench/run.sh                 # sizes 1 and 4 GiB, 3 runs each, then the physical side
 #   SIZES="1" RUNS=2 backups/bench/run.sh
+#   LOGICAL=0 backups/bench/run.sh       # the physical side only (PHYSICAL=0: the dumps only)
 #
 # Needs what backups/install-test-deps.sh installs. Run as root (PostgreSQL runs as `postgres`).
 set -euo pipefail
@@ -17,6 +20,8 @@ RUNS=${RUNS:-3}
 LEVEL=${LEVEL:-1}
 COMPRESSORS=${COMPRESSORS:-1}  # 0: skip the zstd/gzip comparison
 AGENT_FLAGS=${AGENT_FLAGS:-}   # extra flags for dbop-backup dump, e.g. "--compression-threads 1"
+LOGICAL=${LOGICAL:-1}          # 0: skip the dumps
+PHYSICAL=${PHYSICAL:-1}        # 0: skip base backups, WAL archiving, recovery and RPO (physical.sh)
 ROWS_PER_GIB=${ROWS_PER_GIB:-6300000}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 WORK=${BENCH_DIR:-/var/tmp/dbop-bench}
@@ -31,31 +36,49 @@ log() { echo "[bench] $*" >&2; }
 
 cd "$ROOT"
 log "building dbop-backup (release)"
-cargo build -q --release -p dbop-backup
+nice -n 19 cargo build -q --release -p dbop-backup
 TARGET_DIR=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 AGENT="$TARGET_DIR/release/dbop-backup"
 
-PG_PID= S3_PID=
+S3_PID=
+declare -A PG_PIDS=()  # data directory → the pid of the runuser that runs its server
 cleanup() {
   [[ -n $S3_PID ]] && kill "$S3_PID" 2>/dev/null || true
-  if [[ -n $PG_PID ]]; then
-    runuser -u postgres -- "$PGBIN/pg_ctl" -D "$WORK/pg/data" stop -m fast -w >/dev/null 2>&1 || true
-    wait "$PG_PID" 2>/dev/null || true
-  fi
+  local data
+  for data in "${!PG_PIDS[@]}"; do stop_pg "$data"; done
 }
 trap cleanup EXIT
 
-rm -rf "$WORK" && mkdir -p "$WORK/s3/bench" "$WORK/pg" && chown postgres "$WORK/pg"
-runuser -u postgres -- "$PGBIN/initdb" -D "$WORK/pg/data" -U bench --auth=trust --no-sync -E UTF8 --locale=C >/dev/null
-runuser -u postgres -- "$PGBIN/postgres" -D "$WORK/pg/data" -p "$PORT" -k "$WORK/pg" \
-  -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off \
-  -c wal_level=minimal -c max_wal_senders=0 -c shared_buffers=2GB -c max_wal_size=16GB \
-  >"$WORK/pg/log" 2>&1 &
-PG_PID=$!
+# A new data directory $1 (its parent, owned by postgres, also holds the socket and the log).
+init_pg() {
+  mkdir -p "$(dirname "$1")" && chown postgres "$(dirname "$1")"
+  runuser -u postgres -- "$PGBIN/initdb" -D "$1" -U bench --auth=trust --no-sync -E UTF8 --locale=C >/dev/null
+}
+
+# Starts PostgreSQL on data directory $1 at port $2 with the settings $3… (name=value), and
+# waits until it accepts connections.
+start_pg() {
+  local data=$1 port=$2 setting args=()
+  shift 2
+  for setting in "$@"; do args+=(-c "$setting"); done
+  runuser -u postgres -- "$PGBIN/postgres" -D "$data" -p "$port" -k "$(dirname "$data")" \
+    "${args[@]}" >"$data.log" 2>&1 &
+  PG_PIDS[$data]=$!
+  for _ in $(seq 150); do "$PGBIN/pg_isready" -q -h 127.0.0.1 -p "$port" -d postgres && return; sleep 0.2; done
+  tail "$data.log" >&2
+  return 1
+}
+
+stop_pg() {
+  runuser -u postgres -- "$PGBIN/pg_ctl" -D "$1" stop -m fast -w >/dev/null 2>&1 || true
+  wait "${PG_PIDS[$1]}" 2>/dev/null || true
+  unset "PG_PIDS[$1]"
+}
+
+rm -rf "$WORK" && mkdir -p "$WORK/s3/bench"
 s3s-fs --host 127.0.0.1 --port "$S3PORT" --access-key bench-access --secret-key bench-secret "$WORK/s3" >/dev/null 2>&1 &
 S3_PID=$!
 export PGHOST=127.0.0.1 PGPORT=$PORT PGUSER=bench
-for _ in $(seq 100); do "$PGBIN/pg_isready" -q -d postgres && break; sleep 0.2; done
 
 export AWS_ENDPOINT_URL=http://127.0.0.1:$S3PORT AWS_REGION=us-east-1
 export AWS_ACCESS_KEY_ID=bench-access AWS_SECRET_ACCESS_KEY=bench-secret AWS_EC2_METADATA_DISABLED=true
@@ -157,10 +180,9 @@ report_contender() {
     'BEGIN { printf "| %s | %s | %.0f | %.1f | %.1f | %.1f | %.1f | %s |\n", g, n, raw / w / 1e6, w, m, c, r / 1024, (s > 0 ? sprintf("%.0f", s / 1e6) : "-") }'
 }
 
-echo "| size | contender | MB/s (raw) | wall s (best) | wall s (median) | CPU s | peak RSS MiB | stored MB |"
-echo "|---|---|---:|---:|---:|---:|---:|---:|"
-: >"$WORK/compressors.md"
-for gib in $SIZES; do
+# The dumps of one size: generated, then every contender in rounds; its table rows.
+logical_size() {
+  local gib=$1 raw contender r m
   db=bench_${gib}g
   log "generating $db (~$gib GiB of dump)"
   generate "$db" "$gib"
@@ -168,7 +190,7 @@ for gib in $SIZES; do
   log "$db: pg_dump -Fc -Z0 is $raw bytes"
   # Rounds: each round runs every contender once, so a change in the machine's load (it is
   # shared) falls on all of them alike.
-  declare -A results=()
+  local -A results=()
   for ((r = 1; r <= RUNS; r++)); do
     for contender in baseline dbop pipeline; do
       sample_load
@@ -180,14 +202,33 @@ for gib in $SIZES; do
   for contender in baseline dbop pipeline; do
     report_contender "$gib" "$raw" "$contender" "${results[$contender]}"
   done
-  unset results
-  [[ $COMPRESSORS == 1 ]] && compressors "$gib" "$raw"
+  if [[ $COMPRESSORS == 1 ]]; then compressors "$gib" "$raw"; fi
   "$PGBIN/psql" -X -q -d postgres -c "DROP DATABASE $db"
-  rm -rf "$WORK/s3/bench/"*
-done
-echo
-echo "| size | compressor (same pg_dump -Z0 stream) | output MB | CPU s (best) | ratio |"
-echo "|---|---|---:|---:|---:|"
-cat "$WORK/compressors.md"
-echo
+  rm -rf "${WORK:?}/s3/bench/"*
+}
+
+# The logical side on its own server (wal_level=minimal, the data in the page cache).
+logical() {
+  init_pg "$WORK/pg/data"
+  start_pg "$WORK/pg/data" "$PORT" listen_addresses=127.0.0.1 fsync=off synchronous_commit=off \
+    full_page_writes=off wal_level=minimal max_wal_senders=0 shared_buffers=2GB max_wal_size=16GB
+  echo "| size | contender | MB/s (raw) | wall s (best) | wall s (median) | CPU s | peak RSS MiB | stored MB |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|"
+  : >"$WORK/compressors.md"
+  local gib
+  for gib in $SIZES; do logical_size "$gib"; done
+  echo
+  echo "| size | compressor (same pg_dump -Z0 stream) | output MB | CPU s (best) | ratio |"
+  echo "|---|---|---:|---:|---:|"
+  cat "$WORK/compressors.md"
+  echo
+  stop_pg "$WORK/pg/data"
+}
+
+if [[ $LOGICAL == 1 ]]; then logical; fi
+if [[ $PHYSICAL == 1 ]]; then
+  # shellcheck source=backups/bench/physical.sh
+  source "$ROOT/backups/bench/physical.sh"
+  physical
+fi
 printf 'Load average (1 min) sampled before each run: %s\n' "$(printf '%s\n' "${LOADS[@]}" | sort -n | awk '{ a[NR] = $0 } END { printf "min %s, median %s, max %s over %d samples", a[1], a[int((NR + 1) / 2)], a[NR], NR }')"
