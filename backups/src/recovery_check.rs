@@ -83,10 +83,21 @@ pub fn verified_message(
         None => "no commit after the backup".into(),
     };
     format!(
-        "base backup {backup_id} restored into a scratch instance and every archived WAL file replayed, to LSN {lsn} ({commit}), in {:.1} s; {} databases read whole: {tables} tables, {rows} rows",
+        "base backup {backup_id} restored into a scratch instance and every archived WAL file replayed, to LSN {lsn} ({commit}), in {:.1} s; {} read whole: {}, {}",
         took.as_secs_f64(),
-        counts.len(),
+        plural(counts.len() as u64, "database"),
+        plural(tables as u64, "table"),
+        plural(rows, "row"),
     )
+}
+
+/// `1 table`, `2 tables`.
+fn plural(n: u64, word: &str) -> String {
+    if n == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{n} {word}s")
+    }
 }
 
 #[cfg(test)]
@@ -123,6 +134,7 @@ mod tests {
             [("public.t".into(), 5), ("public.u".into(), 2)].into(),
         );
         counts.insert("postgres".into(), BTreeMap::new());
+        counts.insert("shop".into(), [("public.o".into(), 1)].into());
         let at = Utc.with_ymd_and_hms(2026, 12, 5, 10, 0, 0).unwrap();
         let m = verified_message(
             "b1",
@@ -135,9 +147,14 @@ mod tests {
         assert!(m.contains("LSN 3/100"), "{m}");
         assert!(m.contains("in 4.2 s") || m.contains("in 4.3 s"), "{m}");
         assert!(
-            m.contains("2 databases read whole: 2 tables, 7 rows"),
+            m.contains("3 databases read whole: 3 tables, 8 rows"),
             "{m}"
         );
+        counts.remove("app");
+        counts.remove("postgres");
+        let m = verified_message("b1", &Lsn(1), None, Duration::ZERO, &counts);
+        assert!(m.contains("1 database read whole: 1 table, 1 row"), "{m}");
+        assert!(m.contains("no commit after the backup"), "{m}");
     }
 
     #[test]

@@ -71,16 +71,6 @@ async fn invalid_databases_are_refused_with_a_message() {
             "method Physical needs walArchiving",
         ),
         (
-            "scheduled base backups with dump verification",
-            database_manifest(
-                "m2",
-                json!({"backup": {"schedule": "@daily", "s3": {"bucket": "b"},
-                                  "method": "Physical", "walArchiving": {},
-                                  "verify": {"everyNthBackup": 1}}}),
-            ),
-            "verify restores dumps and cannot check base backups yet",
-        ),
-        (
             "unknown backup method",
             database_manifest(
                 "m3",

@@ -506,6 +506,67 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_verify_job_of_base_backups_recovers_into_a_scratch_volume_and_connects_nowhere() {
+        let db = with_backup(serde_json::json!({
+            "method": "Physical", "walArchiving": {},
+            "encryption": {"secretName": "backup-keys", "keyName": "k2"}
+        }));
+        let job = verify_job(&db, "orders-verify-1", &Settings::default()).unwrap();
+        let c = container(&job);
+        assert_eq!(c.name, "backup", "where the operator reads the result from");
+        let args = c.args.clone().unwrap();
+        assert_eq!(
+            args,
+            [
+                "verify-base",
+                "/var/lib/dbop-verify/data",
+                "--bucket=backups",
+                "--prefix=team-a/shop/orders",
+                "--database=physical",
+                "--result-file=/dev/termination-log",
+                "--path-style",
+            ]
+        );
+        let pod = job.spec.clone().unwrap().template.spec.unwrap();
+        let scratch = pod
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == "verify-scratch")
+            .and_then(|v| v.empty_dir.clone())
+            .expect("a scratch volume of its own");
+        assert_eq!(scratch.size_limit.map(|q| q.0), Some("1Gi".to_string()));
+        assert!(
+            pod.volumes
+                .iter()
+                .flatten()
+                .all(|v| v.persistent_volume_claim.is_none()),
+            "never the Database's volume"
+        );
+        let mounts = c.volume_mounts.clone().unwrap();
+        assert!(
+            mounts
+                .iter()
+                .any(|m| m.mount_path == "/var/lib/dbop-verify")
+        );
+        // Nothing to connect to but its own server: no PGHOST, no password; the key ring.
+        let env = c.env.clone().unwrap();
+        assert!(
+            env.iter()
+                .all(|e| !e.name.starts_with("PG") && e.value_from.is_none()),
+            "{env:?}"
+        );
+        assert!(
+            env.iter()
+                .any(|e| e.name == "DBOP_BACKUP_ENCRYPTION_KEY_DIR")
+        );
+        assert_eq!(
+            job.metadata.labels.as_ref().unwrap()["app.kubernetes.io/component"],
+            "verify"
+        );
+    }
+
+    #[test]
     fn backup_ids_are_ids_the_agent_accepts() {
         for name in ["b", "orders-202505010200", &"x".repeat(300), "a.b_c-d"] {
             let id = backup_id(name, created());

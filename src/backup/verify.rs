@@ -117,6 +117,11 @@ fn invalid(status: VerificationStatus, problem: String) -> VerifyPlan {
     }
 }
 
+/// Milliseconds as seconds to a tenth, as `status.verification.recoveryTime` reads (`72.3s`).
+fn seconds(ms: u64) -> String {
+    format!("{}.{}s", ms / 1000, ms % 1000 / 100)
+}
+
 /// The outcome of the latest trigger's Job, once it finished, written into the status.
 fn record_outcome(mut status: VerificationStatus, jobs: &[VerifyJobFact]) -> VerificationStatus {
     let Some(job) = status
@@ -135,6 +140,7 @@ fn record_outcome(mut status: VerificationStatus, jobs: &[VerifyJobFact]) -> Ver
             status.outcome = Some(SUCCEEDED.into());
             status.last_verified_time = at;
             status.last_verified_backup_id = result.backup_id;
+            status.recovery_time = result.recovery_millis.map(seconds);
             status.message = Some(truncate(
                 &message.unwrap_or_else(|| "the backup restored".into()),
                 MAX_MESSAGE,
@@ -301,7 +307,7 @@ mod tests {
         }
     }
 
-    const OK: &str = r#"{"outcome":"Succeeded","operation":"verify","backupId":"20250501T020003Z-b","completedAt":"2025-05-01T11:59:00Z","message":"restored; row counts match"}"#;
+    const OK: &str = r#"{"outcome":"Succeeded","operation":"verify","backupId":"20250501T020003Z-b","completedAt":"2025-05-01T11:59:00Z","recoveryMillis":72345,"message":"restored; row counts match"}"#;
     const BAD: &str = r#"{"outcome":"Failed","operation":"verify","message":"table public.t: manifest has 100 rows, restored database has 99"}"#;
 
     #[test]
@@ -431,6 +437,7 @@ mod tests {
         assert!(c.message.contains("20250501T020003Z-b"), "{}", c.message);
         let s = ok.status.unwrap();
         assert_eq!(s.last_verified_time, Some(at(11, 59)));
+        assert_eq!(s.recovery_time.as_deref(), Some("72.3s"));
         assert_eq!(ok.unhealthy, None);
 
         let failed = JobState::Failed {

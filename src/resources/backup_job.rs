@@ -1,8 +1,8 @@
 //! The agent's Jobs of a Database's backups: the backup Job (`dbop-backup dump`) of a
-//! `DatabaseBackup`, owned by it, and the verify Job (`dbop-backup verify latest`), owned by
-//! the Database. Both run the agent from the database image of the running version (so
-//! `pg_dump` and `pg_restore` match the server), copied in by an init container from the
-//! operator's image, on the `job` skeleton.
+//! `DatabaseBackup`, owned by it, and the verify Job (`dbop-backup verify latest`, or
+//! `verify-base` for base backups), owned by the Database. Both run the agent from the database
+//! image of the running version (so `pg_dump` and `pg_restore` match the server), copied in by
+//! an init container from the operator's image, on the `job` skeleton.
 //!
 //! The S3 and database credentials (and the encryption keys) reach the container only as files
 //! of read-only Secret volumes (`agent::agent_secrets`: never in the environment, on the command
@@ -32,6 +32,7 @@ use super::agent::{
 use super::job::{AgentRun, JobParts, agent_pod, job};
 use super::placement::JobClass;
 use super::pod::{mount, secret_volume};
+use super::recovery_job::Bucket;
 use super::{job_pod_labels, labels, owned_meta};
 use crate::api::{BackupMethod, BackupReason, BackupSpec, Database, DatabaseBackup};
 use crate::settings::Settings;
@@ -70,15 +71,7 @@ pub fn backup_job(
         BackupMethod::Logical => dump_run(db, spec, limits, backup, id),
         BackupMethod::Physical => base_backup_run(db, spec, limits, backup, id),
     };
-    let run = AgentRun {
-        container: BACKUP_CONTAINER,
-        image,
-        args,
-        env,
-        s3: &spec.s3,
-        database_ca: super::tls::client_ca(db),
-        secrets,
-    };
+    let run = server_agent(db, spec, image, (args, env, secrets));
     let parts = JobParts {
         metadata: job_meta(db, backup, &backup_name),
         pod_labels: with_backup_label(job_pod_labels(db, "backup"), &backup_name),
@@ -162,10 +155,12 @@ fn encryption_arg(spec: &BackupSpec) -> Option<String> {
         .map(|e| format!("--encryption-key={}", e.key_name))
 }
 
-/// The verify Job `name`, owned by the Database: `dbop-backup verify latest` restores the
-/// latest backup into a scratch database on the server (created and dropped by the agent) and
-/// compares the row counts with the manifest's. Same image, agent, credentials and S3 settings
-/// as a backup Job.
+/// The verify Job `name`, owned by the Database. For dumps, `dbop-backup verify latest`
+/// restores the latest backup into a scratch database on the server (created and dropped by
+/// the agent) and compares the row counts with the manifest's: same image, agent, credentials
+/// and S3 settings as a backup Job. For base backups, `verify-base` recovers the newest one and
+/// its WAL into a scratch instance of the Job's own (`recovery_job::verify_pod`), never
+/// touching the server.
 pub fn verify_job(
     db: &Database,
     spec: &BackupSpec,
@@ -178,18 +173,27 @@ pub fn verify_job(
     // PGDATABASE defaults to the user's name from the credentials file), makes the scratch
     // database from there, and verifies its backups.
     let keys = encryption_secret(spec);
-    let mut env = agent_env(db, &spec.s3, "dbop-backup");
-    env.extend(encryption_env(keys));
-    let mut args = vec!["verify".to_string(), "latest".to_string()];
-    args.extend(s3_args(db, spec));
-    let run = AgentRun {
-        container: BACKUP_CONTAINER,
-        image,
-        args,
-        env,
-        s3: &spec.s3,
-        database_ca: super::tls::client_ca(db),
-        secrets: agent_secrets(db, &spec.s3, keys),
+    let pod = match spec.method {
+        BackupMethod::Physical => {
+            let prefix = storage_prefix(db, spec);
+            let bucket = Bucket {
+                s3: &spec.s3,
+                prefix: &prefix,
+                encryption_secret: keys,
+            };
+            super::recovery_job::verify_pod(db, &bucket, image, settings)
+        }
+        BackupMethod::Logical => {
+            let mut env = agent_env(db, &spec.s3, "dbop-backup");
+            env.extend(encryption_env(keys));
+            let mut args = vec!["verify".to_string(), "latest".to_string()];
+            args.extend(s3_args(db, spec));
+            let secrets = agent_secrets(db, &spec.s3, keys);
+            agent_pod(
+                settings,
+                server_agent(db, spec, image, (args, env, secrets)),
+            )
+        }
     };
     let parts = JobParts {
         metadata: owned_meta(db, name.to_string(), "verify"),
@@ -198,9 +202,28 @@ pub fn verify_job(
         active_deadline_seconds: limits.deadline_seconds(),
         ttl_seconds_after_finished: Some(VERIFY_JOB_TTL_SECONDS),
         class: JobClass::Backup,
-        pod: agent_pod(settings, run),
+        pod,
     };
     job(db, settings, parts)
+}
+
+/// The backup container of a Job whose agent connects to the Database's server (a dump, a base
+/// backup, a dump's verification), trusting the Database's CA.
+fn server_agent<'a>(
+    db: &Database,
+    spec: &'a BackupSpec,
+    image: String,
+    (args, env, secrets): Run,
+) -> AgentRun<'a> {
+    AgentRun {
+        container: BACKUP_CONTAINER,
+        image,
+        args,
+        env,
+        s3: &spec.s3,
+        database_ca: super::tls::client_ca(db),
+        secrets,
+    }
 }
 
 /// The Secret of `spec.backup.encryption`, mounted into the backup and verify Jobs.

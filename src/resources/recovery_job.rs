@@ -10,23 +10,27 @@
 //! of read-only Secret volumes; of the database's credentials only the superuser's name is
 //! mounted: nothing connects to a server but the one the Job starts on its own socket.
 //!
+//! The verify Job of base backups has the same pod (`verify_pod`), recovering into a scratch
+//! volume of its own with `verify-base` instead.
+//!
 //! Pure: a function of the Database, the resolved source and the operator's settings.
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaimVolumeSource, Volume};
+use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, PersistentVolumeClaimVolumeSource, Volume};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::agent::{
     CA_FILE, PG_CREDENTIALS_DIR, PHYSICAL_FOLDER, TERMINATION_LOG, encryption_env, s3_env,
     storage_secrets,
 };
 use super::credentials::{USERNAME_KEY, secret_name};
-use super::job::{AgentRun, agent_pod, job};
+use super::job::{AgentRun, JobPod, agent_pod, job};
 use super::pod::{env, mount, secret_volume, shared_memory};
 use super::restore_job::{RESTORE_CONTAINER, RestoreSource, restore_job_parts};
 use super::statefulset::{DATA_MOUNT, PGDATA, data_claim_template};
 use super::{Names, image};
-use crate::api::{Database, RecoveryTarget};
+use crate::api::{Database, RecoveryTarget, S3Spec};
 use crate::settings::Settings;
 
 /// A Job pod lost with its node is retried; the agent resumes from scratch or reports a
@@ -52,8 +56,86 @@ pub fn data_claim(db: &Database) -> PersistentVolumeClaim {
 
 /// The recovery Job of a Database, owned by it, writing into its first data claim.
 pub fn recovery_job(db: &Database, source: &RestoreSource, settings: &Settings) -> Job {
-    let keys = source.encryption_secret.as_deref();
-    let mut vars = s3_env(&source.s3);
+    let bucket = Bucket {
+        s3: &source.s3,
+        prefix: &source.prefix,
+        encryption_secret: source.encryption_secret.as_deref(),
+    };
+    let args = recovery_args(source, &bucket);
+    let image = image(db, settings);
+    let mut pod = private_server_pod(db, &bucket, (RESTORE_CONTAINER, args), image, settings);
+    pod.volumes.push(Volume {
+        name: DATA_VOLUME.into(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: Names::of(db).first_data_claim(),
+            read_only: Some(false),
+        }),
+        ..Volume::default()
+    });
+    pod.container
+        .volume_mounts
+        .get_or_insert_with(Vec::new)
+        .push(mount(DATA_VOLUME, DATA_MOUNT, false));
+    job(db, settings, restore_job_parts(db, pod, BACKOFF_LIMIT))
+}
+
+/// Where the Database's physical backups are, as the agent reads them.
+pub struct Bucket<'a> {
+    pub s3: &'a S3Spec,
+    /// The Database's key prefix (`restore_job::storage_prefix`).
+    pub prefix: &'a str,
+    pub encryption_secret: Option<&'a str>,
+}
+
+/// Where the verify Job of a base backup recovers into: a scratch volume of the pod's own,
+/// deleted with it (never the Database's volume or server).
+pub const VERIFY_SCRATCH_MOUNT: &str = "/var/lib/dbop-verify";
+const VERIFY_SCRATCH_VOLUME: &str = "verify-scratch";
+
+/// The pod of the verify Job of a base backup: `verify-base` recovers the newest base backup
+/// and its WAL into a scratch volume (an emptyDir no larger than the Database's storage) from
+/// the running image, reads every table, and deletes it.
+pub fn verify_pod(
+    db: &Database,
+    bucket: &Bucket<'_>,
+    image: String,
+    settings: &Settings,
+) -> JobPod {
+    let mut args = vec!["verify-base".into(), format!("{VERIFY_SCRATCH_MOUNT}/data")];
+    args.extend(bucket_args(bucket));
+    // The container the operator reads a verify Job's result from.
+    let run = (super::backup_job::BACKUP_CONTAINER, args);
+    let mut pod = private_server_pod(db, bucket, run, image, settings);
+    pod.volumes.push(Volume {
+        name: VERIFY_SCRATCH_VOLUME.into(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            size_limit: Some(Quantity(db.spec.storage.size.clone())),
+            ..EmptyDirVolumeSource::default()
+        }),
+        ..Volume::default()
+    });
+    pod.container
+        .volume_mounts
+        .get_or_insert_with(Vec::new)
+        .push(mount(VERIFY_SCRATCH_VOLUME, VERIFY_SCRATCH_MOUNT, false));
+    pod
+}
+
+/// The pod of an agent that starts a PostgreSQL server of its own from `image` (`recover`,
+/// `verify-base`): the S3 key and encryption keys as files, of the database's credentials the
+/// superuser's name only (the role it connects to its own server as), shared memory for the
+/// server. Nothing connects to a server but the one it starts on its own socket. `run` is the
+/// container's name and the agent's arguments.
+fn private_server_pod(
+    db: &Database,
+    bucket: &Bucket<'_>,
+    run: (&'static str, Vec<String>),
+    image: String,
+    settings: &Settings,
+) -> JobPod {
+    let (container, args) = run;
+    let keys = bucket.encryption_secret;
+    let mut vars = s3_env(bucket.s3);
     vars.push(env("DBOP_BACKUP_LOG_FORMAT", "json"));
     vars.extend(encryption_env(keys));
     // The agent connects to the server it starts as the superuser this Database will have
@@ -61,7 +143,7 @@ pub fn recovery_job(db: &Database, source: &RestoreSource, settings: &Settings) 
     // the user name only, from the credentials Secret's `username` item.
     let user_file = format!("{PG_CREDENTIALS_DIR}/{USERNAME_KEY}");
     vars.push(env("DBOP_BACKUP_USER_FILE", &user_file));
-    let mut secrets = storage_secrets(&source.s3, keys);
+    let mut secrets = storage_secrets(bucket.s3, keys);
     secrets.push((
         secret_volume(
             "pg-credentials",
@@ -71,49 +153,46 @@ pub fn recovery_job(db: &Database, source: &RestoreSource, settings: &Settings) 
         mount("pg-credentials", PG_CREDENTIALS_DIR, true),
     ));
     let run = AgentRun {
-        container: RESTORE_CONTAINER,
-        image: image(db, settings),
-        args: agent_args(source),
+        container,
+        image,
+        args,
         env: vars,
-        s3: &source.s3,
+        s3: bucket.s3,
         database_ca: None,
         secrets,
     };
     let mut pod = agent_pod(settings, run);
-    pod.volumes.push(Volume {
-        name: DATA_VOLUME.into(),
-        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-            claim_name: Names::of(db).first_data_claim(),
-            read_only: Some(false),
-        }),
-        ..Volume::default()
-    });
     pod.volumes.push(shared_memory());
-    let mounts = pod.container.volume_mounts.get_or_insert_with(Vec::new);
-    mounts.push(mount(DATA_VOLUME, DATA_MOUNT, false));
-    mounts.push(mount("shm", "/dev/shm", false));
-    job(db, settings, restore_job_parts(db, pod, BACKOFF_LIMIT))
+    pod.container
+        .volume_mounts
+        .get_or_insert_with(Vec::new)
+        .push(mount("shm", "/dev/shm", false));
+    pod
 }
 
 /// `recover <PGDATA>` with where the base backups and WAL are and where to stop. Nothing secret.
-fn agent_args(source: &RestoreSource) -> Vec<String> {
-    let s3 = &source.s3;
-    let mut args: Vec<String> = vec![
-        "recover".into(),
-        PGDATA.into(),
-        format!("--bucket={}", s3.bucket),
-        format!("--prefix={}", source.prefix),
-        format!("--database={PHYSICAL_FOLDER}"),
-        format!("--result-file={TERMINATION_LOG}"),
-    ];
+fn recovery_args(source: &RestoreSource, bucket: &Bucket<'_>) -> Vec<String> {
+    let mut args = vec!["recover".into(), PGDATA.into()];
+    args.extend(bucket_args(bucket));
     if source.backup != "latest" {
         args.push(format!("--backup-id={}", source.backup));
     }
     args.extend(source.target.as_ref().and_then(target_arg));
-    if s3.force_path_style {
+    args
+}
+
+/// Where the base backups and WAL are, for `recover` and `verify-base`. Nothing secret.
+fn bucket_args(bucket: &Bucket<'_>) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        format!("--bucket={}", bucket.s3.bucket),
+        format!("--prefix={}", bucket.prefix),
+        format!("--database={PHYSICAL_FOLDER}"),
+        format!("--result-file={TERMINATION_LOG}"),
+    ];
+    if bucket.s3.force_path_style {
         args.push("--path-style".into());
     }
-    if s3.ca.is_some() {
+    if bucket.s3.ca.is_some() {
         args.push(format!("--ca-file={CA_FILE}"));
     }
     args
@@ -174,8 +253,8 @@ mod tests {
                 "--prefix=team/shop/orders-old",
                 "--database=physical",
                 "--result-file=/dev/termination-log",
-                "--target-time=2026-12-04T10:00:00.250Z",
                 "--path-style",
+                "--target-time=2026-12-04T10:00:00.250Z",
             ]
         );
         let claim = pod
@@ -224,26 +303,27 @@ mod tests {
         let args = |target: serde_json::Value, backup: &str| {
             let mut s = source(target);
             s.backup = backup.into();
-            agent_args(&s)[6..].to_vec()
+            let bucket = Bucket {
+                s3: &s.s3,
+                prefix: &s.prefix,
+                encryption_secret: None,
+            };
+            recovery_args(&s, &bucket)[7..].to_vec()
         };
         assert_eq!(
             args(serde_json::json!({"lsn": "0/3000100"}), "latest"),
-            ["--target-lsn=0/3000100", "--path-style"]
+            ["--target-lsn=0/3000100"]
         );
         assert_eq!(
             args(
                 serde_json::json!({"restorePoint": "before-migration"}),
                 "b1"
             ),
-            [
-                "--backup-id=b1",
-                "--target-name=before-migration",
-                "--path-style"
-            ]
+            ["--backup-id=b1", "--target-name=before-migration"]
         );
         assert_eq!(
             args(serde_json::json!({"latest": true}), "latest"),
-            ["--path-style"]
+            Vec::<String>::new()
         );
     }
 }
