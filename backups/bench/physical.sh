@@ -23,7 +23,7 @@ PGBENCH_SCALE=${PGBENCH_SCALE:-50}       # pgbench -i -s (50: ~750 MB)
 PGBENCH_CLIENTS=${PGBENCH_CLIENTS:-8}
 PGBENCH_SECONDS=${PGBENCH_SECONDS:-60}
 WAL_PARALLEL=${WAL_PARALLEL:-4}          # wal-push --wal-parallel (the product's default)
-RESTORE_RUNS=${RESTORE_RUNS:-2}
+RESTORE_RUNS=${RESTORE_RUNS:-$RUNS}
 RPO_TRIALS=${RPO_TRIALS:-3}
 ARCHIVE_TIMEOUT=${ARCHIVE_TIMEOUT:-10}   # seconds (the product's minimum; its default is 60)
 RPO_SECONDS=${RPO_SECONDS:-25}           # commits before the kill (plus 0 … ARCHIVE_TIMEOUT-1 s)
@@ -219,7 +219,9 @@ replay_script() {
 #!/bin/bash
 set -euo pipefail
 bin=$1 data=$2 tar=$3 wal=$4 port=$5
+start=$EPOCHREALTIME
 mkdir -m 700 "$data" && tar -xf "$tar" -C "$data"
+echo "unpacked $start $EPOCHREALTIME"
 touch "$data/recovery.signal"
 echo "restore_command = 'cp $wal/%f %p'" >>"$data/postgresql.auto.conf"
 "$bin/postgres" -D "$data" -p "$port" -k "$(dirname "$data")" -c listen_addresses= \
@@ -235,7 +237,23 @@ EOF
   chmod 755 "$WORK/restore/replay.sh"
 }
 
-# One restore (round r) of a contender into a new directory; prints "wall cpu maxrss_kib 0".
+# Seconds from the base backup's unpacking to PostgreSQL's start, from the run's output.
+unpack_seconds() {
+  case $1 in
+    baseline) awk '/^unpacked/ { printf "%.1f\n", $3 - $2 }' "$WORK/stdout.txt" ;;
+    dbop) sed 's/\x1b\[[0-9;]*m//g' "$WORK/stderr.txt" | python3 -c '
+import sys, datetime
+t = {}
+for line in sys.stdin:
+    for key, text in (("a", "restoring base backup"), ("b", "starting PostgreSQL to replay WAL")):
+        if text in line and key not in t:
+            t[key] = datetime.datetime.fromisoformat(line.split()[0].rstrip("Z"))
+print("%.1f" % (t["b"] - t["a"]).total_seconds())' ;;
+  esac
+}
+
+# One restore (round r) of a contender into a new directory; prints "wall cpu maxrss_kib
+# unpack_s".
 run_restore() {
   local contender=$1 r=$2 id=$3 dir=$WORK/restore/$1$2 m
   mkdir -p "$dir" && chown postgres "$dir"
@@ -245,7 +263,16 @@ run_restore() {
       log "recover: $(tail -1 "$WORK/stdout.txt")" ;;
   esac
   rm -rf "$dir"
-  echo "$m 0"
+  echo "$m $(unpack_seconds "$contender")"
+}
+
+# A restore table row: the best run by wall time (with its unpacking), the median wall.
+restore_row() {
+  local label=$1 name=$2 runs=$3 median_wall wall cpu rss unpack
+  read -r median_wall _ <<<"$(printf '%s' "$runs" | median)"
+  read -r wall cpu rss unpack <<<"$(printf '%s' "$runs" | best)"
+  awk -v g="$label" -v n="$name" -v w="$wall" -v m="$median_wall" -v c="$cpu" -v r="$rss" -v u="$unpack" \
+    'BEGIN { printf "| %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", g, n, w, m, u, w - u, c, r / 1024 }'
 }
 
 # Part 3: recovery to the latest point, in rounds; the table.
@@ -264,10 +291,10 @@ restores() {
   done
   local label
   label="base backup $id + $(awk -v b="$wal_bytes" 'BEGIN { printf "%.0f MB", b / 1e6 }') of WAL"
-  echo "| restore | contender | - | wall s (best) | wall s (median) | CPU s | peak RSS MiB | - |"
-  echo "|---|---|---|---:|---:|---:|---:|---|"
-  phys_row "$label" "tar -x + \`restore_command = 'cp …'\` (local, uncompressed) + replay" 0 "${results[baseline]}"
-  phys_row "$label" '`dbop-backup recover` (S3: download, pg_verifybackup, `wal-fetch` per file) + replay' 0 "${results[dbop]}"
+  echo "| restore | contender | wall s (best) | wall s (median) | of which unpacking s | replay and stop s | CPU s | peak RSS MiB |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|"
+  restore_row "$label" "tar -x + \`restore_command = 'cp …'\` (local, uncompressed) + replay" "${results[baseline]}"
+  restore_row "$label" '`dbop-backup recover` (S3: download, pg_verifybackup, `wal-fetch` per file) + replay' "${results[dbop]}"
   echo
   echo "dbop's recover takes $(awk -v a="$(printf '%s' "${results[dbop]}" | best | cut -d' ' -f1)" -v b="$(printf '%s' "${results[baseline]}" | best | cut -d' ' -f1)" 'BEGIN { printf "%.2f", a / b }')× PostgreSQL's own restore and replay (best of each)."
   echo
