@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+pub use dbop_contract::result::{EXIT_PERMANENT as PERMANENT, EXIT_USAGE as USAGE};
+
 /// Result alias for the agent.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -91,13 +93,22 @@ impl Error {
         }
     }
 
-    /// The process exit code for this error.
+    /// The process exit code for this error: [`USAGE`], [`PERMANENT`] for what no retry can
+    /// change (the backup, its key, the target), 130/143 for a signal, else 1 (S3, PostgreSQL,
+    /// local I/O: what may pass).
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::Usage(_) => 2,
+            Error::Usage(_) => USAGE,
+            Error::Integrity { .. }
+            | Error::Verify(_)
+            | Error::NotFound(_)
+            | Error::Incompatible(_)
+            | Error::Key(_)
+            | Error::TargetBeforeBackups(_)
+            | Error::TargetUnreachable(_) => PERMANENT,
             Error::Interrupted("SIGINT") => 130,
             Error::Interrupted(_) => 143,
-            _ => 1,
+            Error::S3 { .. } | Error::Postgres { .. } | Error::Io { .. } => 1,
         }
     }
 

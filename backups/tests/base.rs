@@ -178,9 +178,10 @@ impl Source {
 
     /// Closes the current segment and waits until it is archived.
     fn switch_and_wait(&self) {
-        let current = self
-            .pg
-            .psql("postgres", "SELECT pg_walfile_name(pg_current_wal_lsn())");
+        let current = self.pg.psql(
+            "postgres",
+            "SELECT pg_walfile_name(pg_current_wal_insert_lsn())",
+        );
         self.pg.psql("postgres", "SELECT pg_switch_wal()");
         wait_until(30, "the last segment to be archived", || {
             self.pg.psql(
@@ -409,7 +410,12 @@ fn the_record_holds_the_wal_range_and_bad_targets_objects_and_directories_are_re
     // A target before the oldest base backup names the earliest restorable point.
     let (_keep, data) = new_data_dir();
     let run = src.restore(&data, &["--target-time", "2001-01-01T00:00:00Z"]);
-    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert_eq!(
+        run.code,
+        Some(dbop_backup::error::PERMANENT),
+        "{}",
+        run.stderr
+    );
     assert!(
         run.stderr.contains("the earliest restorable point is"),
         "{}",
@@ -457,7 +463,12 @@ fn the_record_holds_the_wal_range_and_bad_targets_objects_and_directories_are_re
     std::fs::write(&file, &body).unwrap();
     let (_keep, data) = new_data_dir();
     let run = src.restore(&data, &[]);
-    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert_eq!(
+        run.code,
+        Some(dbop_backup::error::PERMANENT),
+        "{}",
+        run.stderr
+    );
     assert!(
         run.stderr.contains("integrity check failed"),
         "{}",
@@ -543,7 +554,12 @@ fn an_encrypted_base_backup_is_unreadable_and_restores_only_with_its_key() {
     // Without the key: refused, naming it, nothing left behind.
     let (_keep, data) = new_data_dir();
     let run = src.restore(&data, &[]);
-    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert_eq!(
+        run.code,
+        Some(dbop_backup::error::PERMANENT),
+        "{}",
+        run.stderr
+    );
     assert!(run.stderr.contains("\"k1\""), "{}", run.stderr);
     assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0);
     // With it: unpacked and accepted by pg_verifybackup.
@@ -796,9 +812,10 @@ fn a_wal_file_that_cannot_be_fetched_stops_recovery_instead_of_ending_it_early()
     src.insert(1..=2);
     src.base_backup();
     src.insert(3..=3);
-    let damaged = src
-        .pg
-        .psql("postgres", "SELECT pg_walfile_name(pg_current_wal_lsn())");
+    let damaged = src.pg.psql(
+        "postgres",
+        "SELECT pg_walfile_name(pg_current_wal_insert_lsn())",
+    );
     src.switch_and_wait();
     src.insert(4..=4);
     src.switch_and_wait();
@@ -1301,9 +1318,10 @@ fn verify_base_restores_into_a_scratch_it_deletes_and_finds_a_wal_segment_gone()
 
     // The segment holding row 6 goes missing from the bucket; row 7 is archived after it.
     src.insert(6..=6);
-    let gone = src
-        .pg
-        .psql("postgres", "SELECT pg_walfile_name(pg_current_wal_lsn())");
+    let gone = src.pg.psql(
+        "postgres",
+        "SELECT pg_walfile_name(pg_current_wal_insert_lsn())",
+    );
     src.switch_and_wait();
     src.insert(7..=7);
     src.switch_and_wait();

@@ -43,6 +43,13 @@ impl Operation {
     }
 }
 
+/// The agent's exit code for bad flags, environment or input.
+pub const EXIT_USAGE: i32 = 2;
+/// The agent's exit code for a failure no retry can fix: the backup is missing, damaged, of a
+/// newer major version or sealed with another key, the recovery target lies outside the
+/// archive, a verification found a difference. A Job stops retrying on it.
+pub const EXIT_PERMANENT: i32 = 4;
+
 /// What one run of the agent did. Absent fields are omitted from the JSON.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]

@@ -11,8 +11,10 @@
 //! which commit it reached; `kubectl dbop status` shows the restorable
 //! window opening at that base backup. A target before every base backup (named by
 //! the bucket's location) is refused with the earliest restorable point, and no server starts
-//! on the volume. Last, scheduled verification recovers the base backup and every WAL file
-//! since into a scratch instance of the verify Job's own and reads it whole.
+//! on the volume. Then scheduled verification recovers the base backup and every WAL file
+//! since into a scratch instance of the verify Job's own and reads it whole. Last, a recovery
+//! to the latest point begun while the S3 server is out of reach for two minutes retries until
+//! it is back and has every row.
 
 use std::time::Duration;
 
@@ -303,6 +305,79 @@ async fn a_new_database_has_exactly_the_rows_committed_before_the_target() {
     assert!(out.trim().is_empty(), "a StatefulSet was made: {out}");
 
     verify_in_a_scratch_instance(&bed, &ns, &base).await;
+    recover_through_an_s3_outage(&bed, &ns, &base).await;
+}
+
+/// How long the bucket stays out of reach of a recovery: minutes, longer than the three
+/// attempts a recovery Job used to have.
+const OUTAGE: Duration = Duration::from_secs(120);
+
+/// Points the S3 Service at no pod (`away`) or back at the server.
+fn s3_service(bed: &TestBed, ns: &str, away: bool) {
+    let app = if away { "nowhere" } else { "s3" };
+    let patch = format!("{{\"spec\":{{\"selector\":{{\"app\":\"{app}\"}}}}}}");
+    let (ok, out, err) = bed.kubectl(&["-n", ns, "patch", "service", "s3", "-p", &patch]);
+    assert!(ok, "patching the S3 Service: {out}{err}");
+}
+
+/// A recovery to the latest point that starts while the bucket is out of reach: its attempts
+/// fail and are retried (more than the three a Job used to allow) until the bucket is back
+/// minutes later; then it recovers every row, none lost to an attempt that ended early.
+async fn recover_through_an_s3_outage(bed: &TestBed, ns: &str, base: &str) {
+    s3_service(bed, ns, true);
+    let outage = std::time::Instant::now();
+    bed.apply_database(
+        ns,
+        recovered(
+            "ledger-latest",
+            json!({"databaseBackup": base, "recoveryTarget": {"latest": true}}),
+        ),
+    )
+    .await;
+    wait_until("three failed recovery attempts", OUTAGE, || async {
+        let (_, failed, _) = bed.kubectl(&[
+            "-n",
+            ns,
+            "get",
+            "job",
+            "ledger-latest-restore",
+            "-o",
+            "jsonpath={.status.failed}",
+        ]);
+        (failed.trim().parse::<u32>().unwrap_or(0) >= 3).then_some(())
+    })
+    .await;
+    let left = OUTAGE.saturating_sub(outage.elapsed());
+    // A fixed wait on purpose: the outage is what is measured, and nothing ends it early.
+    tokio::time::sleep(left).await;
+    s3_service(bed, ns, false);
+    println!("S3 out of reach of the recovery for {:?}", outage.elapsed());
+    let db = wait_initialized(bed, ns, "ledger-latest", "RecoveredToTarget").await;
+    let bootstrap = db
+        .status
+        .and_then(|s| s.bootstrap)
+        .expect("status.bootstrap");
+    assert_eq!(bootstrap.timeline, Some(3), "{bootstrap:?}");
+    bed.wait_for_phase(ns, "ledger-latest", Phase::Ready, READY_WAIT)
+        .await;
+    bed.psql_client(
+        ns,
+        "client-latest",
+        "ledger-latest",
+        "ledger-latest-credentials",
+    )
+    .await;
+    let rows = sql(
+        bed,
+        ns,
+        "client-latest",
+        "select string_agg(n::text, ',' order by n) from entries",
+    )
+    .await;
+    assert_eq!(
+        rows, "1,2,3,4,5,6,7,8",
+        "every row archived before the outage"
+    );
 }
 
 /// Scheduled verification of the base backup: a Job recovers it and all the WAL since, across

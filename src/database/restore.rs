@@ -479,6 +479,13 @@ fn from_recovery_job(db: &Database, job: &str, fact: &RestoreJobFact) -> Restore
         .map(|t| t.describe())
         .unwrap_or_default();
     match (&fact.state, fact.result.as_ref()) {
+        (JobState::Running, Some(r)) if r.outcome == Outcome::Failed => RestoreDecision::pending(
+            "Recovering",
+            format!(
+                "recovery Job {job} is retrying after a failed attempt (it stops at once on what no retry can fix): {}",
+                r.message.as_deref().unwrap_or("no message")
+            ),
+        ),
         (JobState::Running, _) => RestoreDecision::pending(
             "Recovering",
             format!("recovery Job {job} is replaying archived WAL to {target}"),
@@ -1016,6 +1023,23 @@ mod tests {
         );
         assert_eq!(status.recovered_lsn.as_deref(), Some("0/5000128"));
         assert_eq!(status.timeline, Some(2));
+        // An attempt failed and the Job retries it: still recovering, saying why.
+        let retrying = decide_restore(
+            &db,
+            &job(
+                JobState::Running,
+                r#"{"outcome":"Failed","operation":"recover","failureKind":"postgres","message":"fetching WAL file 000000010000000000000005 from the archive failed"}"#,
+            ),
+            false,
+            false,
+        );
+        assert_eq!(retrying.outcome, RestoreOutcome::Pending);
+        assert!(
+            retrying.condition.message.contains("retrying")
+                && retrying.condition.message.contains("fetching WAL file"),
+            "{}",
+            retrying.condition.message
+        );
         let failed = JobState::Failed {
             reason: "BackoffLimitExceeded".into(),
             detail: String::new(),

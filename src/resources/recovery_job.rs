@@ -15,7 +15,11 @@
 //!
 //! Pure: a function of the Database, the resolved source and the operator's settings.
 
-use k8s_openapi::api::batch::v1::Job;
+use dbop_contract::result::{EXIT_PERMANENT, EXIT_USAGE};
+use k8s_openapi::api::batch::v1::{
+    Job, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement,
+    PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
+};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, PersistentVolumeClaimVolumeSource, Volume};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -33,9 +37,15 @@ use super::{Names, image};
 use crate::api::{Database, RecoveryTarget, S3Spec};
 use crate::settings::Settings;
 
-/// A Job pod lost with its node is retried; the agent resumes from scratch or reports a
-/// recovery that finished.
-const BACKOFF_LIMIT: i32 = 2;
+/// A pod that failed for a reason that may pass (the bucket or the server it starts out of
+/// reach, a full disk freed) is retried with the Job's doubling back-off (10 s up to 6 min):
+/// about ten minutes of an S3 outage are ridden out, and every attempt resumes from scratch or
+/// reports a recovery that finished. What no retry can fix fails the Job at once
+/// ([`retry_policy`]).
+const BACKOFF_LIMIT: i32 = 6;
+/// The agent's exit codes for bad usage and for a failure no retry can fix (a target outside
+/// the archive, a missing or damaged backup, a wrong key).
+const FINAL_EXIT_CODES: [i32; 2] = [EXIT_USAGE, EXIT_PERMANENT];
 const DATA_VOLUME: &str = "data";
 
 impl Names {
@@ -76,7 +86,39 @@ pub fn recovery_job(db: &Database, source: &RestoreSource, settings: &Settings) 
         .volume_mounts
         .get_or_insert_with(Vec::new)
         .push(mount(DATA_VOLUME, DATA_MOUNT, false));
-    job(db, settings, restore_job_parts(db, pod, BACKOFF_LIMIT))
+    let mut job = job(db, settings, restore_job_parts(db, pod, BACKOFF_LIMIT));
+    if let Some(spec) = job.spec.as_mut() {
+        spec.pod_failure_policy = Some(retry_policy(RESTORE_CONTAINER));
+    }
+    job
+}
+
+/// Which failed pods count against the back-off limit: an exit with [`FINAL_EXIT_CODES`]
+/// fails the Job at once (the agent's message says why, and retrying would only hide it for
+/// minutes); a pod evicted, preempted or lost with its node is not counted; any other failure
+/// is retried.
+fn retry_policy(container: &str) -> PodFailurePolicy {
+    PodFailurePolicy {
+        rules: vec![
+            PodFailurePolicyRule {
+                action: "FailJob".into(),
+                on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
+                    container_name: Some(container.into()),
+                    operator: "In".into(),
+                    values: FINAL_EXIT_CODES.to_vec(),
+                }),
+                ..PodFailurePolicyRule::default()
+            },
+            PodFailurePolicyRule {
+                action: "Ignore".into(),
+                on_pod_conditions: Some(vec![PodFailurePolicyOnPodConditionsPattern {
+                    type_: "DisruptionTarget".into(),
+                    status: Some("True".into()),
+                }]),
+                ..PodFailurePolicyRule::default()
+            },
+        ],
+    }
 }
 
 /// Where the Database's physical backups are, as the agent reads them.
@@ -241,7 +283,17 @@ mod tests {
             &Settings::default(),
         );
         assert_eq!(job.metadata.name.as_deref(), Some("orders-restore"));
-        let pod = job.spec.unwrap().template.spec.unwrap();
+        let spec = job.spec.unwrap();
+        // Minutes of an unreachable bucket are retried; a final answer is not.
+        assert_eq!(spec.backoff_limit, Some(6));
+        let rules = spec.pod_failure_policy.unwrap().rules;
+        let codes = rules[0].on_exit_codes.clone().unwrap();
+        assert_eq!(
+            (rules[0].action.as_str(), codes.values, codes.container_name),
+            ("FailJob", vec![2, 4], Some(RESTORE_CONTAINER.to_string()))
+        );
+        assert_eq!(rules[1].action, "Ignore");
+        let pod = spec.template.spec.unwrap();
         let c = &pod.containers[0];
         assert_eq!(c.name, RESTORE_CONTAINER);
         assert_eq!(
