@@ -24,6 +24,14 @@ pub struct EventSpec {
     pub note: String,
 }
 
+/// An Event published once under a name of its own: a second publish of the same name (an
+/// operator restarted between the Event and the write it announces) adds nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamedEvent {
+    pub name: String,
+    pub event: EventSpec,
+}
+
 impl EventSpec {
     pub fn event_type(&self) -> EventType {
         if self.warning {

@@ -3,15 +3,21 @@
 //! its Lease nothing moves; when it stops, the operator designates the first ready standby,
 //! labels it, records it and says so in one `FailedOver` Event; the operator killed (`kill -9`)
 //! right after that designation and started again does not promote a second time while the
-//! designated standby takes the Lease; a primary that releases its Lease is replaced at once.
+//! designated standby takes the Lease, and its one `FailedOver` Event is not repeated; a
+//! primary that releases its Lease is replaced at once. An operator killed after the Event and
+//! before the Lease write announces the failover it then carries out only once.
 
 use dbop::api::Phase;
 use dbop_e2e::primary_lease::{Renewing, designated, write_as};
-use dbop_e2e::{TestBed, WAIT, database_manifest, testbed, wait_until, wait_until_or_none};
+use dbop_e2e::{
+    OperatorProcess, TestBed, WAIT, database_manifest, testbed, wait_until, wait_until_or_none,
+};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Pod};
-use kube::Api;
-use kube::api::ListParams;
+use k8s_openapi::api::events::v1::Event as EventsV1Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Resource};
 use serde_json::json;
 
 const LEASE: &str = "orders-primary";
@@ -37,20 +43,27 @@ async fn status_primary(bed: &TestBed, ns: &str) -> Option<String> {
     bed.databases(ns).get("orders").await.ok()?.status?.primary
 }
 
-#[tokio::test]
-async fn a_lost_primary_is_replaced_once_even_across_an_operator_kill() {
-    let bed = testbed().await;
-    let ns = bed.namespace("failover-control").await;
-    let mut operator = bed.operator_binary(&ns);
-    bed.apply_database(&ns, database_manifest("orders", json!({"instances": 3})))
+/// The operator, and a Ready Database `orders` of three instances whose Lease designates
+/// `orders-0`; the Leases of the namespace.
+async fn three_instances(bed: &TestBed, ns: &str) -> (OperatorProcess, Api<Lease>) {
+    let operator = bed.operator_binary(ns);
+    bed.apply_database(ns, database_manifest("orders", json!({"instances": 3})))
         .await;
-    bed.wait_for_phase(&ns, "orders", Phase::Ready, WAIT).await;
-    let leases: Api<Lease> = Api::namespaced(bed.client.clone(), &ns);
-    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), &ns);
+    bed.wait_for_phase(ns, "orders", Phase::Ready, WAIT).await;
+    let leases: Api<Lease> = Api::namespaced(bed.client.clone(), ns);
     wait_until("the Lease designating orders-0", WAIT, || async {
         (designated(&leases, LEASE).await.as_deref() == Some("orders-0")).then_some(())
     })
     .await;
+    (operator, leases)
+}
+
+#[tokio::test]
+async fn a_lost_primary_is_replaced_once_even_across_an_operator_kill() {
+    let bed = testbed().await;
+    let ns = bed.namespace("failover-control").await;
+    let (mut operator, leases) = three_instances(&bed, &ns).await;
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), &ns);
 
     // orders-0 takes and renews its Lease: for longer than the Lease's duration, nothing moves.
     let primary = Renewing::start(&leases, LEASE, "orders-0");
@@ -80,11 +93,10 @@ async fn a_lost_primary_is_replaced_once_even_across_an_operator_kill() {
         designated(&leases, LEASE).await.as_deref(),
         Some("orders-1")
     );
-    // One failover only: never a second Event (a second promotion). The one Event can be
-    // missing: an operator killed between its Lease write and its Event does not say it again
-    // after its restart (it finds orders-1 designated already) — a known gap (issue 22).
+    // One failover, one Event: published before the Lease write, so the kill after the write
+    // cannot lose it, and the restarted operator does not repeat it.
     let events = failed_over_events(&bed, &ns).await;
-    assert!(events.len() <= 1, "one failover only: {events:?}");
+    assert_eq!(events.len(), 1, "exactly one FailedOver Event: {events:?}");
     for event in &events {
         assert!(
             event.contains("the primary orders-0 is lost")
@@ -115,4 +127,70 @@ async fn a_lost_primary_is_replaced_once_even_across_an_operator_kill() {
         "no Event for the release: {:?}",
         failed_over_events(&bed, &ns).await
     );
+}
+
+/// The lost primary's last renewal of `lease`, Unix milliseconds, once it has run out.
+async fn expired_renewal_ms(leases: &Api<Lease>, lease: &str) -> i64 {
+    wait_until("the primary Lease run out", WAIT, || async {
+        let spec = leases.get(lease).await.ok()?.spec?;
+        let renewed = spec.renew_time?.0.as_millisecond();
+        let duration = i64::from(spec.lease_duration_seconds?) * 1000;
+        let now = chrono::Utc::now().timestamp_millis();
+        (now > renewed + duration + 1000).then_some(renewed)
+    })
+    .await
+}
+
+/// The operator killed after publishing a failover's Event and before writing the Lease that
+/// carries the failover out: the restarted operator decides the same failover and designates
+/// the standby, and there is still exactly one `FailedOver` Event, the one from before the
+/// kill. The state that kill leaves is made here exactly: the operator stopped, the primary's
+/// Lease run out, and the Event published under the failover's name.
+#[tokio::test]
+async fn a_failover_announced_before_a_kill_is_announced_once() {
+    let bed = testbed().await;
+    let ns = bed.namespace("failover-announced").await;
+    let (mut operator, leases) = three_instances(&bed, &ns).await;
+    let primary = Renewing::start(&leases, LEASE, "orders-0");
+    primary.for_renewals(2).await;
+    operator.kill9();
+    primary.stop();
+    let renewed = expired_renewal_ms(&leases, LEASE).await;
+
+    let database = bed.databases(&ns).get("orders").await.expect("orders");
+    let note = "published by the operator just before it was killed";
+    let event = EventsV1Event {
+        metadata: kube::api::ObjectMeta {
+            name: Some(format!("orders.failedover.orders-0.{renewed}")),
+            ..Default::default()
+        },
+        event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+        action: Some("Reconcile".into()),
+        reason: Some("FailedOver".into()),
+        note: Some(note.into()),
+        type_: Some("Warning".into()),
+        regarding: Some(database.object_ref(&())),
+        reporting_controller: Some("dbop".into()),
+        reporting_instance: Some("dbop".into()),
+        ..Default::default()
+    };
+    let events: Api<EventsV1Event> = Api::namespaced(bed.client.clone(), &ns);
+    events
+        .create(&PostParams::default(), &event)
+        .await
+        .expect("the Event of the failover");
+
+    let _operator = bed.operator_binary(&ns);
+    wait_until("orders-1 designated", WAIT, || async {
+        (designated(&leases, LEASE).await.as_deref() == Some("orders-1")).then_some(())
+    })
+    .await;
+    let new_primary = Renewing::start(&leases, LEASE, "orders-1");
+    new_primary.for_renewals(3).await;
+    wait_until("orders-1 recorded", WAIT, || async {
+        (status_primary(&bed, &ns).await.as_deref() == Some("orders-1")).then_some(())
+    })
+    .await;
+    let announced = failed_over_events(&bed, &ns).await;
+    assert_eq!(announced, [note], "exactly the Event from before the kill");
 }

@@ -61,6 +61,7 @@ pub async fn apply(
         instance_access,
         primary_lease,
         primary_lease_carries_over,
+        failover_event,
         role_events,
         promotion_answered,
         label_pods,
@@ -91,6 +92,11 @@ pub async fn apply(
         observed: snap.primary_lease.as_ref(),
         carries_over: primary_lease_carries_over,
     };
+    // The failover's Event before the Lease that carries it out: an operator killed between
+    // the two decides the same failover again, and its Event has the same name.
+    if let Some(event) = &failover_event {
+        kube_io::publish_named(ctx, &db.object_ref(&()), "Reconcile", event).await;
+    }
     write_primary_lease(ctx, &ns, instance_access, lease).await?;
     for event in &role_events {
         publish(ctx, db, event).await;

@@ -25,13 +25,13 @@ use super::decide::{Decision, Steps};
 use super::facts::Observed;
 use super::restart;
 use super::restore;
-use super::roles::{HandoverWhy, RolesPlan};
+use super::roles::{Failover, HandoverWhy, RolesPlan};
 use super::tls::TlsSteps;
 use crate::api::{Database, DatabaseBackup, InstanceRole};
 use crate::backup::job::verify_job;
 use crate::backup::plan::BackupPlan;
 use crate::backup::verify::VerifyPlan;
-use crate::objects::EventSpec;
+use crate::objects::{EventSpec, NamedEvent};
 use crate::release;
 use crate::resources::accounts::{accounts_secret, application_secret, password_sources};
 use crate::resources::cert_manager::{self, Certificate};
@@ -73,7 +73,10 @@ pub struct Desired {
     /// carried over onto the renewed Lease (`primary_lease::carried_over`): every designation
     /// but a failover's.
     pub primary_lease_carries_over: bool,
-    /// The Events of a failover and of an answered promotion request.
+    /// The Event of a failover, published once under its own name before the Lease
+    /// designates the new primary (`failover_event`).
+    pub failover_event: Option<NamedEvent>,
+    /// The Events of an answered promotion request and of a switchover.
     pub role_events: Vec<EventSpec>,
     /// Remove the promotion request (`PROMOTE_ANNOTATION`): it has been answered.
     pub promotion_answered: bool,
@@ -251,6 +254,11 @@ pub fn build(
             .then(|| designated_lease(db, snap, &topology))
             .flatten(),
         primary_lease_carries_over: decision.roles.failover.is_none(),
+        failover_event: decision
+            .roles
+            .failover
+            .as_ref()
+            .map(|f| failover_event(db, f)),
         role_events: role_events(&decision.roles),
         promotion_answered: decision.roles.promotion.is_some(),
         label_pods: label_pods.clone(),
@@ -435,17 +443,27 @@ fn template_changes(desired: &StatefulSet, observed: Option<&StatefulSet>) -> bo
     crate::resources::drift::needs_apply(&template(desired), Some(&template(observed)))
 }
 
-/// The Events of the roles: a failover (which instance was lost, why, which one takes its
-/// place), the answer to a promotion request, and a switchover before a scale-down.
+/// The Event of a failover (which instance was lost, why, which one takes its place), named
+/// after the Database, the lost primary and its Lease's last renewal: an operator killed after
+/// publishing it and before the Lease designates the new primary decides the same failover
+/// again after its restart, and its Event has the same name, so there is exactly one.
+pub fn failover_event(db: &Database, f: &Failover) -> NamedEvent {
+    NamedEvent {
+        name: format!("{}.failedover.{}.{}", db.name(), f.from, f.since_ms),
+        event: EventSpec {
+            warning: true,
+            reason: "FailedOver".into(),
+            note: format!(
+                "the primary {} is lost: {}; promoting the standby {}, {} (the old primary rejoins as a standby when it returns)",
+                f.from, f.why, f.to, f.chosen
+            ),
+        },
+    }
+}
+
+/// The Events of the roles: the answer to a promotion request, and a switchover before a
+/// scale-down, a rollout or a drain.
 fn role_events(roles: &RolesPlan) -> Vec<EventSpec> {
-    let failover = roles.failover.iter().map(|f| EventSpec {
-        warning: true,
-        reason: "FailedOver".into(),
-        note: format!(
-            "the primary {} is lost: {}; promoting the standby {}, {} (the old primary rejoins as a standby when it returns)",
-            f.from, f.why, f.to, f.chosen
-        ),
-    });
     let promotion = roles.promotion.iter().map(|p| EventSpec {
         warning: p.refused,
         reason: if p.refused {
@@ -487,7 +505,7 @@ fn role_events(roles: &RolesPlan) -> Vec<EventSpec> {
             ),
         }
     });
-    failover.chain(promotion).chain(handover).collect()
+    promotion.chain(handover).collect()
 }
 
 /// The Event of a generated Secret made again for a Database that ran: the instance manager
@@ -530,6 +548,36 @@ mod tests {
 
     fn decided(db: &Database, settings: &Settings) -> Decision {
         super::super::decide::decide(db, &Facts::nothing_made_yet(), settings)
+    }
+
+    #[test]
+    fn a_failover_event_is_named_by_the_failover_it_announces() {
+        let db = testing::minimal();
+        let failover = |to: &str, since_ms: i64| Failover {
+            from: "orders-0".into(),
+            to: to.into(),
+            why: "orders-0 has not held the primary Lease for 10 s".into(),
+            chosen: "it received the most WAL".into(),
+            since_ms,
+        };
+        let first = failover_event(&db, &failover("orders-1", 1_764_000_000_123));
+        // Decided again by a restarted operator: the same Event.
+        assert_eq!(
+            first,
+            failover_event(&db, &failover("orders-1", 1_764_000_000_123))
+        );
+        assert_eq!(first.name, "orders.failedover.orders-0.1764000000123");
+        assert!(
+            first.event.warning
+                && first.event.reason == "FailedOver"
+                && first.event.note.contains("promoting the standby orders-1"),
+            "{first:?}"
+        );
+        // A later loss of the same instance (after it renewed again) is another failover.
+        assert_ne!(
+            first.name,
+            failover_event(&db, &failover("orders-1", 1_764_000_100_000)).name
+        );
     }
 
     /// The partition the StatefulSet is written with, for a primary-last partition of 1.

@@ -33,6 +33,9 @@ pub struct Failover {
     pub why: String,
     /// Why `to`: the WAL each candidate had received, or that none reported it.
     pub chosen: String,
+    /// The lost primary's last renewal (or release) of its Lease, Unix milliseconds: what
+    /// identifies this failover across operator restarts until the Lease designates `to`.
+    pub since_ms: i64,
 }
 
 /// How often the instances' WAL positions are written to the status when nothing else about
@@ -195,6 +198,7 @@ fn failover(db: &Database, fact: &RolesFact, current: &str) -> Option<Result<Fai
         to,
         why,
         chosen,
+        since_ms: lease.state.renewed_ms.unwrap_or_default(),
     }))
 }
 

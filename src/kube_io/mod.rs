@@ -10,6 +10,8 @@ pub mod rate_limit;
 pub mod watch;
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::events::v1::Event as EventsV1Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::Event;
 use kube::{Api, Resource};
@@ -21,7 +23,7 @@ use tracing::{info, warn};
 use crate::FIELD_MANAGER;
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::objects::{EventSpec, MAX_MESSAGE, job_pods_selector, truncate};
+use crate::objects::{EventSpec, MAX_MESSAGE, NamedEvent, job_pods_selector, truncate};
 use crate::resources::drift::needs_apply;
 
 /// Publishes an Event about each of `references`. A failed publish is logged, never fatal:
@@ -43,6 +45,49 @@ pub async fn publish(
         if let Err(error) = ctx.recorder.publish(&event_of(), reference).await {
             warn!(%error, reason = %event.reason, "could not publish an Event");
         }
+    }
+}
+
+/// Publishes `named` about `reference` under its own name (events.k8s.io/v1): "already
+/// exists" is success, so a restarted operator that publishes it again adds nothing. A failed
+/// publish is logged, never fatal.
+pub async fn publish_named(
+    ctx: &Context,
+    reference: &ObjectReference,
+    action: &str,
+    named: &NamedEvent,
+) {
+    let namespace = reference.namespace.clone().unwrap_or_default();
+    let event = EventsV1Event {
+        metadata: kube::api::ObjectMeta {
+            name: Some(named.name.clone()),
+            namespace: Some(namespace.clone()),
+            ..Default::default()
+        },
+        event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+        action: Some(action.into()),
+        reason: Some(named.event.reason.clone()),
+        note: Some(truncate(&named.event.note, MAX_MESSAGE)),
+        type_: Some(
+            if named.event.warning {
+                "Warning"
+            } else {
+                "Normal"
+            }
+            .into(),
+        ),
+        regarding: Some(reference.clone()),
+        reporting_controller: Some("dbop".into()),
+        reporting_instance: Some(std::env::var("POD_NAME").unwrap_or_else(|_| "dbop".into())),
+        ..Default::default()
+    };
+    let api: Api<EventsV1Event> = Api::namespaced(ctx.client.clone(), &namespace);
+    match api.create(&PostParams::default(), &event).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            info!(name = %named.name, "the Event was published before");
+        }
+        Err(error) => warn!(%error, name = %named.name, "could not publish an Event"),
     }
 }
 
