@@ -32,7 +32,7 @@ use super::agent::{
 use super::job::{AgentRun, JobParts, agent_pod, job};
 use super::placement::JobClass;
 use super::pod::{mount, secret_volume};
-use super::recovery_job::Bucket;
+use super::private_server::{Bucket, verify_pod};
 use super::{job_pod_labels, labels, owned_meta};
 use crate::api::{BackupMethod, BackupReason, BackupSpec, Database, DatabaseBackup};
 use crate::settings::Settings;
@@ -159,7 +159,7 @@ fn encryption_arg(spec: &BackupSpec) -> Option<String> {
 /// restores the latest backup into a scratch database on the server (created and dropped by
 /// the agent) and compares the row counts with the manifest's: same image, agent, credentials
 /// and S3 settings as a backup Job. For base backups, `verify-base` recovers the newest one and
-/// its WAL into a scratch instance of the Job's own (`recovery_job::verify_pod`), never
+/// its WAL into a scratch instance of the Job's own (`private_server::verify_pod`), never
 /// touching the server.
 pub fn verify_job(
     db: &Database,
@@ -181,7 +181,7 @@ pub fn verify_job(
                 prefix: &prefix,
                 encryption_secret: keys,
             };
-            super::recovery_job::verify_pod(db, &bucket, image, settings)
+            verify_pod(db, &bucket, (BACKUP_CONTAINER, image), settings)
         }
         BackupMethod::Logical => {
             let mut env = agent_env(db, &spec.s3, "dbop-backup");

@@ -19,6 +19,7 @@ pub mod placement;
 pub mod pod;
 pub mod preflight_job;
 pub mod primary_lease;
+pub mod private_server;
 pub mod quantity;
 pub mod recovery_job;
 pub mod replication;

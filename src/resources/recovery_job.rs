@@ -10,8 +10,7 @@
 //! of read-only Secret volumes; of the database's credentials only the superuser's name is
 //! mounted: nothing connects to a server but the one the Job starts on its own socket.
 //!
-//! The verify Job of base backups has the same pod (`verify_pod`), recovering into a scratch
-//! volume of its own with `verify-base` instead.
+//! Its pod is `private_server`'s, as is the verify Job's of base backups.
 //!
 //! Pure: a function of the Database, the resolved source and the operator's settings.
 
@@ -21,20 +20,15 @@ use k8s_openapi::api::batch::v1::{
     PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
 };
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, PersistentVolumeClaimVolumeSource, Volume};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaimVolumeSource, Volume};
 
-use super::agent::{
-    CA_FILE, PG_CREDENTIALS_DIR, PHYSICAL_FOLDER, TERMINATION_LOG, encryption_env, s3_env,
-    storage_secrets,
-};
-use super::credentials::{USERNAME_KEY, secret_name};
-use super::job::{AgentRun, JobPod, agent_pod, job};
-use super::pod::{env, mount, secret_volume, shared_memory};
+use super::job::job;
+use super::pod::mount;
+use super::private_server::{Bucket, bucket_args, private_server_pod};
 use super::restore_job::{RESTORE_CONTAINER, RestoreSource, restore_job_parts};
 use super::statefulset::{DATA_MOUNT, PGDATA, data_claim_template};
 use super::{Names, image};
-use crate::api::{Database, RecoveryTarget, S3Spec};
+use crate::api::{Database, RecoveryTarget};
 use crate::settings::Settings;
 
 /// A pod that failed for a reason that may pass (the bucket or the server it starts out of
@@ -121,97 +115,6 @@ fn retry_policy(container: &str) -> PodFailurePolicy {
     }
 }
 
-/// Where the Database's physical backups are, as the agent reads them.
-pub struct Bucket<'a> {
-    pub s3: &'a S3Spec,
-    /// The Database's key prefix (`restore_job::storage_prefix`).
-    pub prefix: &'a str,
-    pub encryption_secret: Option<&'a str>,
-}
-
-/// Where the verify Job of a base backup recovers into: a scratch volume of the pod's own,
-/// deleted with it (never the Database's volume or server).
-pub const VERIFY_SCRATCH_MOUNT: &str = "/var/lib/dbop-verify";
-const VERIFY_SCRATCH_VOLUME: &str = "verify-scratch";
-
-/// The pod of the verify Job of a base backup: `verify-base` recovers the newest base backup
-/// and its WAL into a scratch volume (an emptyDir no larger than the Database's storage) from
-/// the running image, reads every table, and deletes it.
-pub fn verify_pod(
-    db: &Database,
-    bucket: &Bucket<'_>,
-    image: String,
-    settings: &Settings,
-) -> JobPod {
-    let mut args = vec!["verify-base".into(), format!("{VERIFY_SCRATCH_MOUNT}/data")];
-    args.extend(bucket_args(bucket));
-    // The container the operator reads a verify Job's result from.
-    let run = (super::backup_job::BACKUP_CONTAINER, args);
-    let mut pod = private_server_pod(db, bucket, run, image, settings);
-    pod.volumes.push(Volume {
-        name: VERIFY_SCRATCH_VOLUME.into(),
-        empty_dir: Some(EmptyDirVolumeSource {
-            size_limit: Some(Quantity(db.spec.storage.size.clone())),
-            ..EmptyDirVolumeSource::default()
-        }),
-        ..Volume::default()
-    });
-    pod.container
-        .volume_mounts
-        .get_or_insert_with(Vec::new)
-        .push(mount(VERIFY_SCRATCH_VOLUME, VERIFY_SCRATCH_MOUNT, false));
-    pod
-}
-
-/// The pod of an agent that starts a PostgreSQL server of its own from `image` (`recover`,
-/// `verify-base`): the S3 key and encryption keys as files, of the database's credentials the
-/// superuser's name only (the role it connects to its own server as), shared memory for the
-/// server. Nothing connects to a server but the one it starts on its own socket. `run` is the
-/// container's name and the agent's arguments.
-fn private_server_pod(
-    db: &Database,
-    bucket: &Bucket<'_>,
-    run: (&'static str, Vec<String>),
-    image: String,
-    settings: &Settings,
-) -> JobPod {
-    let (container, args) = run;
-    let keys = bucket.encryption_secret;
-    let mut vars = s3_env(bucket.s3);
-    vars.push(env("DBOP_BACKUP_LOG_FORMAT", "json"));
-    vars.extend(encryption_env(keys));
-    // The agent connects to the server it starts as the superuser this Database will have
-    // (the role initdb made in the source, `postgres` unless its credentials named another):
-    // the user name only, from the credentials Secret's `username` item.
-    let user_file = format!("{PG_CREDENTIALS_DIR}/{USERNAME_KEY}");
-    vars.push(env("DBOP_BACKUP_USER_FILE", &user_file));
-    let mut secrets = storage_secrets(bucket.s3, keys);
-    secrets.push((
-        secret_volume(
-            "pg-credentials",
-            &secret_name(db),
-            Some(vec![(USERNAME_KEY.into(), USERNAME_KEY.into())]),
-        ),
-        mount("pg-credentials", PG_CREDENTIALS_DIR, true),
-    ));
-    let run = AgentRun {
-        container,
-        image,
-        args,
-        env: vars,
-        s3: bucket.s3,
-        database_ca: None,
-        secrets,
-    };
-    let mut pod = agent_pod(settings, run);
-    pod.volumes.push(shared_memory());
-    pod.container
-        .volume_mounts
-        .get_or_insert_with(Vec::new)
-        .push(mount("shm", "/dev/shm", false));
-    pod
-}
-
 /// `recover <PGDATA>` with where the base backups and WAL are and where to stop. Nothing secret.
 fn recovery_args(source: &RestoreSource, bucket: &Bucket<'_>) -> Vec<String> {
     let mut args = vec!["recover".into(), PGDATA.into()];
@@ -220,23 +123,6 @@ fn recovery_args(source: &RestoreSource, bucket: &Bucket<'_>) -> Vec<String> {
         args.push(format!("--backup-id={}", source.backup));
     }
     args.extend(source.target.as_ref().and_then(target_arg));
-    args
-}
-
-/// Where the base backups and WAL are, for `recover` and `verify-base`. Nothing secret.
-fn bucket_args(bucket: &Bucket<'_>) -> Vec<String> {
-    let mut args: Vec<String> = vec![
-        format!("--bucket={}", bucket.s3.bucket),
-        format!("--prefix={}", bucket.prefix),
-        format!("--database={PHYSICAL_FOLDER}"),
-        format!("--result-file={TERMINATION_LOG}"),
-    ];
-    if bucket.s3.force_path_style {
-        args.push("--path-style".into());
-    }
-    if bucket.s3.ca.is_some() {
-        args.push(format!("--ca-file={CA_FILE}"));
-    }
     args
 }
 
