@@ -205,7 +205,7 @@ fn a_different_or_truncated_object_under_the_same_name_is_refused_and_left_intac
 
     let ours = data_dir(&[(name, segment_bytes(name))], &[]);
     let refused = push(&env, ours.path(), name);
-    assert_failed(&refused, 1);
+    assert_failed(&refused, dbop_backup::error::PERMANENT);
     assert!(
         refused.stderr.contains(&key),
         "names the key: {}",
@@ -227,7 +227,7 @@ fn a_different_or_truncated_object_under_the_same_name_is_refused_and_left_intac
     let meta = s3.metadata(&key2);
     s3.put_with_metadata(&key2, full[..full.len() / 2].to_vec(), meta);
     let refused = push(&env, fresh.path(), &names[2]);
-    assert_failed(&refused, 1);
+    assert_failed(&refused, dbop_backup::error::PERMANENT);
     assert!(
         refused.stderr.contains("were written"),
         "{}",
@@ -238,7 +238,10 @@ fn a_different_or_truncated_object_under_the_same_name_is_refused_and_left_intac
     s3.put_with_metadata(&key2, full.clone(), Default::default());
     assert_ok(&push(&env, fresh.path(), &names[2]));
     s3.put_with_metadata(&key2, stored.clone(), Default::default());
-    assert_failed(&push(&env, fresh.path(), &names[2]), 1);
+    assert_failed(
+        &push(&env, fresh.path(), &names[2]),
+        dbop_backup::error::PERMANENT,
+    );
     assert!(s3.get(&key2) == stored);
 }
 
