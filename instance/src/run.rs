@@ -26,7 +26,8 @@ pub use dbop_contract::instance::DEFAULT_SUPERUSER;
 /// The file, in the socket directory, that says the server took the password and has the
 /// application database (the probes read it; removed at every start).
 pub const READY_MARKER: &str = "dbop-instance.ready";
-/// The exit code of a primary that stepped down (the container restarts as a standby).
+/// The exit code of a manager asked to stop while its server was stopping because it was
+/// fenced or stepped down (without a signal it starts again in place, `Ended::Rejoin`).
 pub const STEPPED_DOWN: i32 = 3;
 /// How often a standby checks that it streams (its readiness).
 const STANDBY_CHECK: Duration = Duration::from_secs(1);
@@ -85,37 +86,82 @@ pub fn report(termination_log: &Path, message: &str) {
 const RELEASE_WAIT: Duration = Duration::from_secs(3);
 
 /// Runs the instance to its end; returns the container's exit code.
+///
+/// A primary fenced or stepping down, and a standby that must check its timeline against a new
+/// primary, stop their server and start again in this same process (`Ended::Rejoin`): the
+/// start makes the data what the topology now says (rewound, followed or cloned). A container
+/// restart would do the same, but the kubelet delays each restart more than the last (up to
+/// five minutes), so after a few failovers a standby would stay down for minutes.
 pub fn run(o: &Options) -> i32 {
-    let o = &match follow_lease(o) {
-        Ok(o) => o,
+    let setup = match Setup::new(o) {
+        Ok(setup) => setup,
         Err(Fatal(message)) => {
             report(&o.termination_log, &message);
             return 1;
         }
     };
-    let code = match prepare(o).and_then(|prepared| {
-        let Some(p) = prepared else {
-            return Ok(0);
+    let mut endpoints = false;
+    loop {
+        let o = &match follow_lease(o) {
+            Ok(o) => o,
+            Err(Fatal(message)) => {
+                report(&o.termination_log, &message);
+                return 1;
+            }
         };
-        if let Some(addr) = o.metrics_addr {
-            crate::metrics::start(addr, o, &p.bin, &p.user);
+        let ended = start(o, &setup).and_then(|prepared| {
+            let Some(p) = prepared else {
+                return Ok(Ended::Exit(0));
+            };
+            if !endpoints {
+                start_endpoints(o, &setup);
+                endpoints = true;
+            }
+            supervise(o, &setup, &p)
+        });
+        // The server is not running (stopped, never started, or died): the Lease may go.
+        if let Some(lease) = &o.lease {
+            lease.release(RELEASE_WAIT);
         }
-        if let Some(addr) = o.status_addr {
-            crate::metrics::start_status(addr, o, &p.bin, &p.user);
+        match ended {
+            Ok(Ended::Exit(code)) => return code,
+            Ok(Ended::Rejoin(why)) => log(&format!(
+                "{why}; the server stopped: starting again in place as the topology says"
+            )),
+            Err(Fatal(message)) => {
+                report(&o.termination_log, &message);
+                return 1;
+            }
         }
-        supervise(o, &p)
-    }) {
-        Ok(code) => code,
-        Err(Fatal(message)) => {
-            report(&o.termination_log, &message);
-            1
-        }
-    };
-    // The server is not running (stopped, never started, or died): the Lease may go.
-    if let Some(lease) = &o.lease {
-        lease.release(RELEASE_WAIT);
     }
-    code
+}
+
+/// How a supervised server ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// The manager exits with this code.
+    Exit(i32),
+    /// Fenced or told to follow another primary, and not asked to stop: start again.
+    Rejoin(String),
+}
+
+/// What to do once the server exited with `code`: `fenced` says why the manager stopped it
+/// itself, `stop_asked` whether a signal asked the manager to stop. Pure.
+pub fn ending(fenced: Option<&str>, stop_asked: bool, code: i32) -> Ended {
+    match fenced {
+        Some(why) if !stop_asked => Ended::Rejoin(why.to_string()),
+        Some(_) => Ended::Exit(STEPPED_DOWN),
+        None => Ended::Exit(code),
+    }
+}
+
+fn start_endpoints(o: &Options, setup: &Setup) {
+    if let Some(addr) = o.metrics_addr {
+        crate::metrics::start(addr, o, &setup.bin, &setup.user);
+    }
+    if let Some(addr) = o.status_addr {
+        crate::metrics::start_status(addr, o, &setup.bin, &setup.user);
+    }
 }
 
 /// `o` with the primary Lease followed when `--primary-lease` names one.
@@ -152,20 +198,32 @@ pub fn bin_dir(major: u32) -> Result<PathBuf, Fatal> {
     })
 }
 
-/// What the start prepared for the supervisor.
-struct Prepared {
+/// What is found once per process: the server binaries and the superuser (and the uid's
+/// passwd entry, which sets environment variables: only while the manager has one thread).
+pub struct Setup {
     bin: PathBuf,
     user: String,
+}
+
+impl Setup {
+    fn new(o: &Options) -> Result<Self, Fatal> {
+        let bin = bin_dir(o.major)?;
+        give_uid_an_entry(o)?;
+        let user = superuser(&o.credentials_dir)?;
+        Ok(Self { bin, user })
+    }
+}
+
+/// What a start prepared for the supervisor.
+struct Prepared {
     mounted: Mounted,
     /// The primary a standby streams from, as the topology said at start.
     following: Option<dbop_contract::topology::Member>,
 }
 
-/// The start; `None`: stopped by a signal before the server started.
-fn prepare(o: &Options) -> Result<Option<Prepared>, Fatal> {
-    let bin = bin_dir(o.major)?;
-    give_uid_an_entry(o)?;
-    let user = superuser(&o.credentials_dir)?;
+/// A start of the server; `None`: stopped by a signal before the server started.
+fn start(o: &Options, setup: &Setup) -> Result<Option<Prepared>, Fatal> {
+    let (bin, user) = (&setup.bin, &setup.user);
     let _ = std::fs::remove_file(o.socket_dir.join(READY_MARKER));
     crate::pid_file::clear(&o.pgdata).map_err(Fatal)?;
     // Before the role's start: a standby's clone or rewind verifies the primary with its CA.
@@ -173,23 +231,18 @@ fn prepare(o: &Options) -> Result<Option<Prepared>, Fatal> {
         Some(mounted) => Some(crate::tls::prepare(mounted, &o.socket_dir)?.1),
         None => None,
     };
-    let following = match crate::role_start::prepare(o, &bin)? {
+    let following = match crate::role_start::prepare(o, bin)? {
         crate::role_start::Started::Go(following) => following,
         crate::role_start::Started::Stopped => return Ok(None),
     };
     match datadir::decide(&observe(&o.pgdata)?, o.major) {
-        Start::InitDb => initdb(o, &bin, &user)?,
+        Start::InitDb => initdb(o, bin, user)?,
         Start::Run => log("the data directory is initialised: starting the server on it"),
         Start::Refuse(message) => return Err(Fatal(message)),
     }
-    write_config(o, &user)?;
+    write_config(o, user)?;
     let mounted = reload::prepare(&o.pgdata, &o.config_dir, tls)?;
-    Ok(Some(Prepared {
-        bin,
-        user,
-        mounted,
-        following,
-    }))
+    Ok(Some(Prepared { mounted, following }))
 }
 
 /// Makes sure PostgreSQL can look the container's uid up (`identity`): when the image's
@@ -300,8 +353,8 @@ fn managed(o: &Options, user: &str) -> Managed {
     }
 }
 
-fn supervise(o: &Options, p: &Prepared) -> Result<i32, Fatal> {
-    let (bin, user) = (p.bin.as_path(), p.user.as_str());
+fn supervise(o: &Options, setup: &Setup, p: &Prepared) -> Result<Ended, Fatal> {
+    let (bin, user) = (setup.bin.as_path(), setup.user.as_str());
     process::install_handlers().map_err(|e| Fatal(format!("cannot handle signals: {e}")))?;
     let child = Command::new(bin.join("postgres"))
         .args(config::server_args(&managed(o, user)))
@@ -318,9 +371,12 @@ fn supervise(o: &Options, p: &Prepared) -> Result<i32, Fatal> {
     let mut reloader = Reloader::new(&o.pgdata, &o.config_dir, tls, p.mounted.clone());
     let mut keeper = Keeper::new(o, bin, user, p.following.clone());
     let mut fenced: Option<String> = None;
+    let mut stop_asked = false;
     loop {
         let now = Instant::now();
-        let events = process::take_signals().into_iter().map(Event::Received);
+        let signals = process::take_signals();
+        stop_asked |= signals.iter().any(|s| *s != shutdown::Signal::Hup);
+        let events = signals.into_iter().map(Event::Received);
         for event in events.chain([Event::Tick]) {
             let (next, signal) = shutdown::step(state, event, now, o.timeouts);
             if let Some(signal) = signal {
@@ -330,7 +386,9 @@ fn supervise(o: &Options, p: &Prepared) -> Result<i32, Fatal> {
             state = next;
         }
         if let Some(code) = server_exit(pid) {
-            return Ok(finish(o, state, code, fenced.as_deref()));
+            let ended = ending(fenced.as_deref(), stop_asked, code);
+            finish(o, state, &ended, fenced.as_deref());
+            return Ok(ended);
         }
         if state == State::Running {
             sync.tick();
@@ -339,7 +397,7 @@ fn supervise(o: &Options, p: &Prepared) -> Result<i32, Fatal> {
                 if let Some(lease) = &o.lease {
                     lease.stop_holding();
                 }
-                // Fenced: a fast shutdown (its standbys get all of its WAL), then exit non-zero.
+                // Fenced: a fast shutdown (its standbys get all of its WAL), then a new start.
                 log(&format!("{why}: fast shutdown"));
                 let _ = std::fs::remove_file(o.socket_dir.join(READY_MARKER));
                 process::send(pid, Mode::Fast.signal());
@@ -361,17 +419,17 @@ fn server_exit(pid: u32) -> Option<i32> {
         .map(|(_, code)| code)
 }
 
-fn finish(o: &Options, state: State, code: i32, fenced: Option<&str>) -> i32 {
+/// Says how the server ended: a manager that exits leaves its reason in the termination log.
+fn finish(o: &Options, state: State, ended: &Ended, fenced: Option<&str>) {
     let _ = std::fs::remove_file(o.socket_dir.join(READY_MARKER));
-    if let Some(why) = fenced {
-        report(&o.termination_log, why);
-        return STEPPED_DOWN;
+    match (ended, state, fenced) {
+        (Ended::Rejoin(_), _, _) => {}
+        (Ended::Exit(_), _, Some(why)) => report(&o.termination_log, why),
+        (Ended::Exit(0), State::Stopping { mode, .. }, None) => {
+            log(&format!("postgres stopped ({mode:?} shutdown)"))
+        }
+        (Ended::Exit(code), _, None) => report(&o.termination_log, &exit_message(&o.pgdata, *code)),
     }
-    match (state, code) {
-        (State::Stopping { mode, .. }, 0) => log(&format!("postgres stopped ({mode:?} shutdown)")),
-        (_, code) => report(&o.termination_log, &exit_message(&o.pgdata, code)),
-    }
-    code
 }
 
 /// Why the server stopped on its own: a full data volume (which the operator can grow, see
@@ -690,4 +748,20 @@ pub fn probe(o: &Options) -> i32 {
         .status()
         .map(|s| s.code().unwrap_or(1))
         .unwrap_or(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fenced_server_starts_again_in_place_unless_the_manager_was_asked_to_stop() {
+        let why = "stepped down: the topology names db-1 the primary";
+        assert_eq!(ending(Some(why), false, 0), Ended::Rejoin(why.into()));
+        // A fast shutdown that had to be escalated: the same.
+        assert_eq!(ending(Some(why), false, 131), Ended::Rejoin(why.into()));
+        assert_eq!(ending(Some(why), true, 0), Ended::Exit(STEPPED_DOWN));
+        assert_eq!(ending(None, true, 0), Ended::Exit(0));
+        assert_eq!(ending(None, false, 137), Ended::Exit(137));
+    }
 }
