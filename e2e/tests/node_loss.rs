@@ -7,6 +7,12 @@
 //! calling it Ready (the node controller's grace has not run out). A standby on the first node
 //! must be promoted, writes through `-rw` resume, and every acknowledged commit is on the new
 //! primary. When the node comes back, its old primary rejoins as a standby with every row.
+//!
+//! Then the primary moves back to the second node, and the node is drained with `kubectl drain`
+//! while the writer goes on: the eviction of the primary is refused until it has handed over to
+//! a standby on the first node, then it is evicted, and the drain completes. Uncordoned, the
+//! node gets its instance back as a standby; every acknowledged commit of the whole run is on
+//! the last primary.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -121,12 +127,82 @@ async fn a_lost_node_fails_over_to_the_other_node_and_loses_no_acknowledged_comm
     second.bring_back();
     bed.streaming_standby(&ns, &far_away, READY_WAIT).await;
     more_acknowledged(&bed, &ns, 10, FAILOVER_WAIT).await;
+    caught_up(&bed, &ns, &far_away, &primary).await;
+    ready_with_every_instance(&bed, &ns).await;
+
+    // The primary back on the second node, which is then drained with `kubectl drain`.
+    let promote = json!({"metadata": {"annotations": {"dbop.dev/promote": far_away}}});
+    bed.databases(&ns)
+        .patch("far", &PatchParams::default(), &Patch::Merge(&promote))
+        .await
+        .unwrap();
+    assert_eq!(new_primary(&bed, &ns, "far", &primary).await, far_away);
+    more_acknowledged(&bed, &ns, 10, FAILOVER_WAIT).await;
+    let primary = drain_hands_over_first(&bed, &ns, &far_away).await;
+    assert_eq!(nodes[&primary], REAL_NODE, "{nodes:?}");
     every_acknowledged_commit_is_on(&bed, &ns, &primary).await;
     let rows = bed.local_ok(&ns, &primary, "select count(*) from acked");
     let rows: u32 = rows.trim().parse().expect("a count");
     bed.rows_on(&ns, &far_away, "acked", rows, REPLICATION_WAIT)
         .await;
-    let databases = bed.databases(&ns);
+    ready_with_every_instance(&bed, &ns).await;
+}
+
+/// Waits until `standby` has at least the rows `primary` has now (the writer goes on).
+async fn caught_up(bed: &TestBed, ns: &str, standby: &str, primary: &str) {
+    let count = |pod: &str| {
+        let (ok, out, _) = bed.local_psql(ns, pod, "select count(*) from acked");
+        ok.then(|| out.trim().parse::<u32>().ok()).flatten()
+    };
+    let rows = count(primary).expect("the primary's rows");
+    wait_until(
+        &format!("{rows} rows or more on {standby}"),
+        REPLICATION_WAIT,
+        || async { count(standby).filter(|n| *n >= rows).map(|_| ()) },
+    )
+    .await;
+}
+
+/// `kubectl drain` of the second node, whose only instance `far_away` is the primary: the
+/// drain's evictions are refused until the primary has handed over to a standby on the first
+/// node (a `DrainSwitchover` Event), then it is evicted, and the drain ends; writes go on
+/// through `-rw`. Once the node is uncordoned the evicted instance (its volume is there) comes
+/// back as a standby with every row. Returns the new primary.
+async fn drain_hands_over_first(bed: &TestBed, ns: &str, far_away: &str) -> String {
+    for standby in ["far-0", "far-1", "far-2"]
+        .into_iter()
+        .filter(|p| p != &far_away)
+    {
+        bed.streaming_standby(ns, standby, READY_WAIT).await;
+    }
+    let began = Instant::now();
+    let (drained, out, err) = bed.kubectl(&[
+        "drain",
+        SECOND_NODE,
+        "--ignore-daemonsets",
+        "--delete-emptydir-data",
+        "--timeout=180s",
+    ]);
+    assert!(drained, "kubectl drain {SECOND_NODE}: {out}{err}");
+    eprintln!("the drain of the primary's node took {:?}", began.elapsed());
+    let switchovers = bed.event_messages(ns, "DrainSwitchover");
+    assert!(
+        switchovers.contains(&format!("from {far_away} to ")),
+        "no switchover before the drain: {switchovers:?}\n{out}"
+    );
+    let primary = new_primary(bed, ns, "far", far_away).await;
+    more_acknowledged(bed, ns, 10, FAILOVER_WAIT).await;
+    // Its volume is on the cordoned node: the instance waits there until it is uncordoned.
+    let (uncordoned, _, err) = bed.kubectl(&["uncordon", SECOND_NODE]);
+    assert!(uncordoned, "kubectl uncordon {SECOND_NODE}: {err}");
+    bed.streaming_standby(ns, far_away, READY_WAIT).await;
+    more_acknowledged(bed, ns, 10, FAILOVER_WAIT).await;
+    caught_up(bed, ns, far_away, &primary).await;
+    primary
+}
+
+async fn ready_with_every_instance(bed: &TestBed, ns: &str) {
+    let databases = bed.databases(ns);
     wait_until("Ready with every instance ready", READY_WAIT, || async {
         let s = databases.get("far").await.ok()?.status?;
         (s.phase == Some(Phase::Ready) && s.instances.iter().all(|i| i.ready)).then_some(())
