@@ -1,6 +1,7 @@
-//! `make bench-ha`: failover and switchover of a 3-instance Database on the test bed's real node,
-//! measured from outside. Not a test (nothing here asserts a target): it prints the figures
-//! docs/benchmarks.md records and writes them as JSON to `target/bench/ha-<BENCH_LABEL>.json`.
+//! `make bench-ha`: failover, switchover and minor upgrades of 3-instance Databases on the test
+//! bed's real node, measured from outside. Not a test (nothing here asserts a target): it prints
+//! the figures docs/benchmarks.md records and writes them as JSON to
+//! `target/bench/ha-<BENCH_LABEL>.json`.
 //!
 //! `BENCH_HA_TRIALS` (20) trials of each kind, one after the other, on one Database:
 //! - `postgres-killed`: `kill -9` of the primary's postmaster;
@@ -10,9 +11,14 @@
 //!   container runtime and every process of its pods killed), brought back once another
 //!   instance took writes. The Database then spreads over both real nodes, the second with one
 //!   volume (one instance), and each such trial first moves the primary there by a switchover;
-//! - `switchover`: `dbop.dev/promote` naming the next standby.
+//! - `switchover`: `dbop.dev/promote` naming the next standby;
+//! - `upgrade`: a minor upgrade (15.18 → 15.20) of a 3-instance Database of its own (a new one
+//!   each trial, deleted after it), measured as the write unavailability of the whole upgrade:
+//!   the sum of every write gap from the new version's apply until the upgrade is complete and
+//!   every instance ready, and the longest of them.
 //!
-//! `BENCH_HA_KINDS` (all): a comma-separated subset of the kinds' labels.
+//! `BENCH_HA_KINDS` (all): a comma-separated subset of the kinds' labels. `BENCH_HA_UPGRADES` (5):
+//! how many upgrades.
 //! `BENCH_HA_SYNCHRONOUS=1`: the Database replicates synchronously (`spec.synchronous`: any 1
 //! of 2 standbys confirms each commit, `whenTooFew: Wait`); the JSON file's name says so.
 //!
@@ -28,7 +34,7 @@
 
 use std::time::{Duration, Instant};
 
-use dbop::api::Phase;
+use dbop::api::{Phase, UpgradeStage};
 use dbop_e2e::instances::real_node_database;
 use dbop_e2e::node::{SECOND_NODE, SecondNode, two_real_nodes_placement};
 use dbop_e2e::{TestBed, testbed, wait_until};
@@ -48,6 +54,7 @@ enum Kind {
     Isolated,
     NodeLost,
     Switchover,
+    Upgrade,
 }
 
 impl Kind {
@@ -58,6 +65,7 @@ impl Kind {
             Kind::Isolated => "isolated",
             Kind::NodeLost => "node-lost",
             Kind::Switchover => "switchover",
+            Kind::Upgrade => "upgrade",
         }
     }
 }
@@ -76,14 +84,7 @@ async fn primary(bed: &TestBed, ns: &str) -> String {
 }
 
 async fn all_ready(bed: &TestBed, ns: &str) {
-    wait_until("every instance ready", RECOVERY, || async {
-        let s = bed.databases(ns).get(NAME).await.ok()?.status?;
-        (s.phase == Some(Phase::Ready)
-            && s.instances.len() == 3
-            && s.instances.iter().all(|i| i.ready))
-        .then_some(())
-    })
-    .await;
+    three_ready(bed, ns, NAME).await;
     // Each standby itself (the status can be behind it, and a standby stays ready for 30 s
     // after its stream stops): a trial starts only when every one streams again.
     let now = primary(bed, ns).await;
@@ -97,9 +98,14 @@ async fn all_ready(bed: &TestBed, ns: &str) {
 
 /// One insert through `-rw` from the client pod.
 fn write_rw(bed: &TestBed, ns: &str, n: u64) -> bool {
+    write_on(bed, ns, "client", n)
+}
+
+/// One insert through `-rw` from the client pod `client`.
+fn write_on(bed: &TestBed, ns: &str, client: &str, n: u64) -> bool {
     let sql =
         format!("PGCONNECT_TIMEOUT=2 psql -X -q -d postgres -c 'insert into bench values ({n})'");
-    bed.exec(ns, "client", &["sh", "-c", &sql]).0
+    bed.exec(ns, client, &["sh", "-c", &sql]).0
 }
 
 /// What a fault leaves to undo once another primary took writes.
@@ -139,6 +145,7 @@ async fn fault(
                 .await
                 .unwrap();
         }
+        Kind::Upgrade => unreachable!("an upgrade is measured on a Database of its own"),
     }
     Undo::Nothing
 }
@@ -258,6 +265,137 @@ async fn trial(
     }
 }
 
+/// What one minor upgrade cost the writer.
+struct Upgraded {
+    /// Every write gap of the upgrade, summed.
+    unavailable: Duration,
+    longest: Duration,
+    gaps: usize,
+    took: Duration,
+}
+
+/// One minor upgrade of a new 3-instance Database `name` (15.18 → 15.20) under the writer,
+/// the Database deleted after it.
+async fn upgrade_trial(bed: &TestBed, ns: &str, name: &str) -> Upgraded {
+    let databases = bed.databases(ns);
+    bed.apply_database(ns, real_node_database(name, "15.18", 3))
+        .await;
+    three_ready(bed, ns, name).await;
+    let status = databases.get(name).await.unwrap().status.unwrap();
+    let first = status.primary.unwrap();
+    bed.local_ok(ns, &first, "create table bench (id bigint)");
+    let client = format!("client-{name}");
+    bed.psql_client(ns, &client, name, &format!("{name}-credentials"))
+        .await;
+    bed.apply_database(ns, real_node_database(name, "15.20", 3))
+        .await;
+    let start = Instant::now();
+    let (mut unavailable, mut longest, mut gaps) = (Duration::ZERO, Duration::ZERO, 0);
+    let (mut last_ack, mut failed, mut n) = (Duration::ZERO, false, 0u64);
+    loop {
+        assert!(
+            start.elapsed() < RECOVERY,
+            "{name}: the upgrade took over {RECOVERY:?}"
+        );
+        n += 1;
+        let acked = write_on(bed, ns, &client, n);
+        let at = start.elapsed();
+        match (acked, failed) {
+            (true, true) => {
+                let gap = at - last_ack;
+                unavailable += gap;
+                longest = longest.max(gap);
+                gaps += 1;
+                (last_ack, failed) = (at, false);
+            }
+            (true, false) => last_ack = at,
+            (false, _) => failed = true,
+        }
+        if acked && upgraded(bed, ns, name).await {
+            break;
+        }
+    }
+    let took = start.elapsed();
+    bed.databases(ns)
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), ns);
+    pods.delete(&client, &DeleteParams::default())
+        .await
+        .unwrap();
+    Upgraded {
+        unavailable,
+        longest,
+        gaps,
+        took,
+    }
+}
+
+/// The upgrade of `name` is complete and every instance ready on 15.20.
+async fn upgraded(bed: &TestBed, ns: &str, name: &str) -> bool {
+    let Some(s) = bed
+        .databases(ns)
+        .get(name)
+        .await
+        .ok()
+        .and_then(|d| d.status)
+    else {
+        return false;
+    };
+    let complete = s
+        .upgrade
+        .as_ref()
+        .is_some_and(|u| u.to == "15.20" && u.stage == UpgradeStage::Complete);
+    complete && s.phase == Some(Phase::Ready) && s.instances.iter().all(|i| i.ready)
+}
+
+/// `name` Ready with its three instances ready.
+async fn three_ready(bed: &TestBed, ns: &str, name: &str) {
+    wait_until(
+        &format!("every instance of {name} ready"),
+        RECOVERY,
+        || async {
+            let s = bed.databases(ns).get(name).await.ok()?.status?;
+            (s.phase == Some(Phase::Ready)
+                && s.instances.len() == 3
+                && s.instances.iter().all(|i| i.ready))
+            .then_some(())
+        },
+    )
+    .await;
+}
+
+/// `BENCH_HA_UPGRADES` minor upgrades, each of a new Database: the write unavailability's p50
+/// and max over them, and the longest single gap.
+async fn upgrades(bed: &TestBed, ns: &str, trials: usize) -> serde_json::Value {
+    let mut totals = Vec::new();
+    let mut longest = Duration::ZERO;
+    for n in 0..trials {
+        let u = upgrade_trial(bed, ns, &format!("up{n}")).await;
+        println!(
+            "upgrade #{n}: writes refused for {:.2} s in all ({} gaps, the longest {:.2} s); the upgrade took {:.0} s",
+            u.unavailable.as_secs_f64(),
+            u.gaps,
+            u.longest.as_secs_f64(),
+            u.took.as_secs_f64()
+        );
+        totals.push(u.unavailable);
+        longest = longest.max(u.longest);
+    }
+    totals.sort();
+    let (p50, max) = (percentile(&totals, 0.5), *totals.last().unwrap());
+    println!(
+        "upgrade: {trials} trials, write unavailability p50 {:.2} s, max {:.2} s, longest gap {:.2} s",
+        p50.as_secs_f64(),
+        max.as_secs_f64(),
+        longest.as_secs_f64()
+    );
+    json!({"trials": trials, "p50_s": p50.as_secs_f64(), "max_s": max.as_secs_f64(),
+           "longest_gap_s": longest.as_secs_f64(),
+           "unavailable_s": totals.iter().map(Duration::as_secs_f64).collect::<Vec<_>>()})
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i]
@@ -272,6 +410,7 @@ fn kinds_asked() -> Vec<Kind> {
         Kind::Isolated,
         Kind::NodeLost,
         Kind::Switchover,
+        Kind::Upgrade,
     ]
     .into_iter()
     .filter(|k| only.is_empty() || only.split(',').any(|o| o == k.label()))
@@ -302,16 +441,40 @@ fn summarise(
            "gaps_s": gaps.iter().map(Duration::as_secs_f64).collect::<Vec<_>>()})
 }
 
+/// The Database the fault kinds share, ready with a table `bench` and the client pod `client`.
+async fn shared_database(bed: &TestBed, ns: &str, node_lost: bool, synchronous: bool) {
+    let mut database = real_node_database(NAME, "15.20", 3);
+    if node_lost {
+        database["spec"]["placement"] = two_real_nodes_placement();
+    }
+    if synchronous {
+        database["spec"]["synchronous"] = json!({"standbys": 1, "whenTooFew": "Wait"});
+    }
+    bed.apply_database(ns, database).await;
+    all_ready(bed, ns).await;
+    let first = primary(bed, ns).await;
+    bed.local_ok(ns, &first, "create table bench (id bigint)");
+    bed.psql_client(ns, "client", NAME, "bench-credentials")
+        .await;
+}
+
 #[tokio::main]
 async fn main() {
     let bed = testbed().await;
     bed.require_real_node().await;
-    let trials: usize = std::env::var("BENCH_HA_TRIALS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
+    let count = |var: &str, default: usize| {
+        std::env::var(var)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let trials = count("BENCH_HA_TRIALS", 20);
     let label = std::env::var("BENCH_LABEL").unwrap_or_else(|_| "local".into());
     let synchronous = std::env::var("BENCH_HA_SYNCHRONOUS").is_ok_and(|v| v == "1");
+    let mode = if synchronous { "-synchronous" } else { "" };
+    let out = std::path::Path::new("target/bench");
+    std::fs::create_dir_all(out).unwrap();
+    let path = out.join(format!("ha-{label}{mode}.json"));
     let kinds = kinds_asked();
     let node_lost = kinds.iter().any(|k| matches!(k, Kind::NodeLost));
     let second = if node_lost {
@@ -321,27 +484,31 @@ async fn main() {
     };
     let ns = bed.real_node_namespace("bench-ha").await;
     let _operator = bed.operator_for_real_node(&ns);
-    let mut database = real_node_database(NAME, "15.20", 3);
-    if node_lost {
-        database["spec"]["placement"] = two_real_nodes_placement();
+    let mut results = serde_json::Map::new();
+    // Each kind's figures are written as soon as it ends: a run cut short keeps them.
+    let save = |results: &serde_json::Map<String, serde_json::Value>| {
+        std::fs::write(&path, serde_json::to_string_pretty(results).unwrap()).unwrap();
+    };
+    if kinds.iter().any(|k| matches!(k, Kind::Upgrade)) {
+        let upgrades_asked = count("BENCH_HA_UPGRADES", 5);
+        results.insert("upgrade".into(), upgrades(&bed, &ns, upgrades_asked).await);
+        save(&results);
     }
-    if synchronous {
-        database["spec"]["synchronous"] = json!({"standbys": 1, "whenTooFew": "Wait"});
+    let faults: Vec<Kind> = kinds
+        .into_iter()
+        .filter(|k| !matches!(k, Kind::Upgrade))
+        .collect();
+    if !faults.is_empty() {
+        shared_database(&bed, &ns, node_lost, synchronous).await;
     }
-    bed.apply_database(&ns, database).await;
-    all_ready(&bed, &ns).await;
-    let first = primary(&bed, &ns).await;
-    bed.local_ok(&ns, &first, "create table bench (id bigint)");
-    bed.psql_client(&ns, "client", NAME, "bench-credentials")
-        .await;
     let mut counter = 0u64;
     let mut acknowledged = Vec::new();
     let mut lost_so_far = 0;
-    let mut results = serde_json::Map::new();
-    for kind in kinds {
+    for kind in faults {
         let mut gaps = Vec::new();
         let (mut two, mut lost) = (0, 0);
         for n in 0..trials {
+            let began = Instant::now();
             let t = trial(
                 &bed,
                 &ns,
@@ -354,11 +521,12 @@ async fn main() {
             let lost_now = t.lost_so_far.saturating_sub(lost_so_far);
             lost_so_far = t.lost_so_far;
             println!(
-                "{} #{n}: {:.2} s, two-primary writes {}, acknowledged commits lost {}",
+                "{} #{n}: {:.2} s, two-primary writes {}, acknowledged commits lost {} (the trial took {:.0} s)",
                 kind.label(),
                 t.gap.as_secs_f64(),
                 t.two_primary_writes,
-                lost_now
+                lost_now,
+                began.elapsed().as_secs_f64()
             );
             gaps.push(t.gap);
             two += t.two_primary_writes;
@@ -366,11 +534,7 @@ async fn main() {
         }
         let summary = summarise(kind, gaps, two, lost, acknowledged.len());
         results.insert(kind.label().into(), summary);
+        save(&results);
     }
-    let out = std::path::Path::new("target/bench");
-    std::fs::create_dir_all(out).unwrap();
-    let mode = if synchronous { "-synchronous" } else { "" };
-    let path = out.join(format!("ha-{label}{mode}.json"));
-    std::fs::write(&path, serde_json::to_string_pretty(&results).unwrap()).unwrap();
     println!("written to {}", path.display());
 }
