@@ -9,9 +9,10 @@
 //! the isolated one accept a write after another did. With the network back, the isolated one
 //! rejoins as a standby with every row. A switchover (`kubectl dbop promote`'s request) moves
 //! the primary to the standby it names while a writer commits through `-rw` with its own log of
-//! acknowledged commits; then a scale-down that would remove that primary switches over to a
-//! standby that stays first (a ScaleDownSwitchover Event, no failover): every acknowledged commit is on
-//! the last primary. A restart and a minor version upgrade of three instances replace the
+//! acknowledged commits; the Database then grows to five instances (two more standbys clone and
+//! stream) and shrinks to two, a scale-down that would remove that primary: it switches over to
+//! a standby that stays first (a ScaleDownSwitchover Event, no failover); every acknowledged
+//! commit is on the last primary. A restart and a minor version upgrade of three instances replace the
 //! primary's pod last, after a switchover to a standby already replaced (no failover, no
 //! acknowledged commit lost).
 //!
@@ -27,7 +28,7 @@ use dbop_e2e::failover::{
 };
 use dbop_e2e::instances::{REPLICATION_WAIT, real_node_database};
 use dbop_e2e::{TestBed, testbed, wait_until, wait_until_or_none};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
@@ -61,17 +62,29 @@ fn kill_postmaster(bed: &TestBed, ns: &str, pod: &str) {
     assert!(killed, "killing {pod}'s postmaster: {err}");
 }
 
-/// The container's last termination message (the manager's reason to stop).
-async fn last_termination(bed: &TestBed, ns: &str, pod: &str) -> String {
+/// The status of the database container of `pod`.
+async fn postgres_status(bed: &TestBed, ns: &str, pod: &str) -> Option<ContainerStatus> {
     let pods: Api<Pod> = Api::namespaced(bed.client.clone(), ns);
     let pod = pods.get(pod).await.unwrap();
-    pod.status
-        .and_then(|s| s.container_statuses)
-        .and_then(|c| c.into_iter().find(|c| c.name == "postgres"))
-        .and_then(|c| c.last_state)
-        .and_then(|s| s.terminated)
-        .and_then(|t| t.message)
+    pod.status?
+        .container_statuses?
+        .into_iter()
+        .find(|c| c.name == "postgres")
+}
+
+/// The container's last termination message (the manager's reason to stop).
+async fn last_termination(bed: &TestBed, ns: &str, pod: &str) -> String {
+    postgres_status(bed, ns, pod)
+        .await
+        .and_then(|c| c.last_state?.terminated?.message)
         .unwrap_or_default()
+}
+
+/// How often the database container of `pod` was restarted.
+async fn restarts(bed: &TestBed, ns: &str, pod: &str) -> i32 {
+    postgres_status(bed, ns, pod)
+        .await
+        .map_or(0, |c| c.restart_count)
 }
 
 #[tokio::test]
@@ -166,6 +179,14 @@ async fn a_lost_primary_is_replaced_and_an_isolated_one_stops_writing_first() {
         bed.rows_on(&ns, standby, "ledger", 200, REPLICATION_WAIT)
             .await;
     }
+    // Its manager started the killed server again itself, as a standby: no container restart
+    // (the kubelet's back-off would grow with each).
+    assert_eq!(
+        restarts(&bed, &ns, "pay-0").await,
+        0,
+        "{}",
+        bed.pod_story(&ns, "pay-0")
+    );
 
     // 2. The new primary isolated. A writer tries every instance in turn over its own socket
     // and keeps the order of what each accepted.
@@ -344,7 +365,7 @@ async fn synchronous_replication_loses_no_acknowledged_commit_when_the_primary_d
 }
 
 #[tokio::test]
-async fn a_switchover_moves_the_primary_and_loses_no_acknowledged_commit() {
+async fn a_switchover_and_scaling_to_five_then_two_lose_no_acknowledged_commit() {
     let bed = testbed().await;
     bed.require_real_node().await;
     let ns = bed.real_node_namespace("switchover").await;
@@ -375,8 +396,22 @@ async fn a_switchover_moves_the_primary_and_loses_no_acknowledged_commit() {
             .contains_key("dbop.dev/promote")
     );
 
-    // Two instances: the scale-down would remove swap-2, the primary. It hands over to a
-    // standby that stays by a switchover first; the writer goes on meanwhile.
+    // Five instances: two more standbys clone the primary and stream, the writer going on.
+    bed.apply_database(&ns, real_node_database("swap", "15.20", 5))
+        .await;
+    for standby in ["swap-3", "swap-4"] {
+        bed.streaming_standby(&ns, standby, READY_WAIT).await;
+    }
+    wait_until("five ready instances", READY_WAIT, || async {
+        let s = databases.get("swap").await.ok()?.status?;
+        let ready = s.instances.iter().filter(|i| i.ready).count();
+        (s.phase == Some(Phase::Ready) && ready == 5).then_some(())
+    })
+    .await;
+    more_acknowledged(&bed, &ns, 20, FAILOVER_WAIT).await;
+
+    // Two instances: the scale-down would remove swap-2, the primary (and swap-3 and swap-4).
+    // It hands over to a standby that stays by a switchover first; the writer goes on meanwhile.
     bed.apply_database(&ns, real_node_database("swap", "15.20", 2))
         .await;
     let primary = new_primary(&bed, &ns, "swap", "swap-2").await;
@@ -386,10 +421,12 @@ async fn a_switchover_moves_the_primary_and_loses_no_acknowledged_commit() {
     );
     more_acknowledged(&bed, &ns, 20, FAILOVER_WAIT).await;
     let pods: Api<Pod> = Api::namespaced(bed.client.clone(), &ns);
-    wait_until("swap-2 removed", READY_WAIT, || async {
-        pods.get_opt("swap-2").await.ok()?.is_none().then_some(())
-    })
-    .await;
+    for removed in ["swap-4", "swap-3", "swap-2"] {
+        wait_until(&format!("{removed} removed"), READY_WAIT, || async {
+            pods.get_opt(removed).await.ok()?.is_none().then_some(())
+        })
+        .await;
+    }
     // (Events follow the status: waited for.)
     wait_until("a ScaleDownSwitchover Event", FAILOVER_WAIT, || async {
         bed.event_messages(&ns, "ScaleDownSwitchover")

@@ -256,7 +256,7 @@ pub fn once(last: &mut Option<String>, message: String) {
 }
 
 /// Sleeps `pause`; whether a signal to stop arrived meanwhile.
-fn stopped_within(pause: Duration) -> bool {
+pub fn stopped_within(pause: Duration) -> bool {
     let step = Duration::from_millis(100);
     let mut slept = Duration::ZERO;
     while slept < pause {

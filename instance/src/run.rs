@@ -101,7 +101,9 @@ pub fn run(o: &Options) -> i32 {
         }
     };
     let mut endpoints = false;
+    let mut pause: Option<Duration> = None;
     loop {
+        let began = Instant::now();
         let o = &match follow_lease(o) {
             Ok(o) => o,
             Err(Fatal(message)) => {
@@ -128,6 +130,17 @@ pub fn run(o: &Options) -> i32 {
             Ok(Ended::Rejoin(why)) => log(&format!(
                 "{why}; the server stopped: starting again in place as the topology says"
             )),
+            Ok(Ended::Restart(why)) => {
+                let wait = restart_pause(pause, began.elapsed());
+                pause = Some(wait);
+                log(&format!(
+                    "{why}: starting again in place in {wait:?}, as the topology then says"
+                ));
+                if crate::role_start::stopped_within(wait) {
+                    log("stopped before the server started again");
+                    return 0;
+                }
+            }
             Err(Fatal(message)) => {
                 report(&o.termination_log, &message);
                 return 1;
@@ -143,17 +156,64 @@ pub enum Ended {
     Exit(i32),
     /// Fenced or told to follow another primary, and not asked to stop: start again.
     Rejoin(String),
+    /// The server of an instance with standbys stopped on its own (killed, crashed): start
+    /// again after a pause (`restart_pause`), as the topology then says.
+    Restart(String),
 }
 
-/// What to do once the server exited with `code`: `fenced` says why the manager stopped it
-/// itself, `stop_asked` whether a signal asked the manager to stop. Pure.
-pub fn ending(fenced: Option<&str>, stop_asked: bool, code: i32) -> Ended {
-    match fenced {
-        Some(why) if !stop_asked => Ended::Rejoin(why.to_string()),
-        Some(_) => Ended::Exit(STEPPED_DOWN),
-        None => Ended::Exit(code),
+/// How the server ended, as `ending` judges it.
+#[derive(Clone, Copy, Debug)]
+pub struct ServerEnd<'a> {
+    pub code: i32,
+    /// Why the manager stopped the server itself (fenced, stepped down, following anew).
+    pub fenced: Option<&'a str>,
+    /// A signal asked the manager to stop.
+    pub stop_asked: bool,
+    /// The instance follows a primary Lease (its Database has standbys).
+    pub leased: bool,
+    /// The data volume is full: the container must end, for its termination message tells
+    /// the operator to grow the volume.
+    pub volume_full: bool,
+}
+
+/// What to do once the server exited. Pure.
+pub fn ending(end: ServerEnd) -> Ended {
+    match end {
+        ServerEnd {
+            stop_asked: true,
+            fenced: Some(_),
+            ..
+        } => Ended::Exit(STEPPED_DOWN),
+        ServerEnd {
+            stop_asked: true,
+            code,
+            ..
+        } => Ended::Exit(code),
+        ServerEnd {
+            fenced: Some(why), ..
+        } => Ended::Rejoin(why.to_string()),
+        ServerEnd {
+            leased: true,
+            volume_full: false,
+            code,
+            ..
+        } => Ended::Restart(format!("postgres exited with status {code}")),
+        ServerEnd { code, .. } => Ended::Exit(code),
     }
 }
+
+/// How long the manager waits before starting a server that stopped on its own again: 1 s,
+/// doubling up to 15 s while it keeps stopping, 1 s again once it ran for `RESTART_RESET`.
+/// Pure.
+pub fn restart_pause(previous: Option<Duration>, ran_for: Duration) -> Duration {
+    if ran_for >= RESTART_RESET {
+        return crate::role::backoff(None);
+    }
+    crate::role::backoff(previous)
+}
+
+/// How long a server must have run for its next stop to count as a first one.
+const RESTART_RESET: Duration = Duration::from_secs(600);
 
 fn start_endpoints(o: &Options, setup: &Setup) {
     if let Some(addr) = o.metrics_addr {
@@ -386,7 +446,13 @@ fn supervise(o: &Options, setup: &Setup, p: &Prepared) -> Result<Ended, Fatal> {
             state = next;
         }
         if let Some(code) = server_exit(pid) {
-            let ended = ending(fenced.as_deref(), stop_asked, code);
+            let ended = ending(ServerEnd {
+                code,
+                fenced: fenced.as_deref(),
+                stop_asked,
+                leased: o.lease.is_some(),
+                volume_full: volume_full(&o.pgdata),
+            });
             finish(o, state, &ended, fenced.as_deref());
             return Ok(ended);
         }
@@ -423,13 +489,17 @@ fn server_exit(pid: u32) -> Option<i32> {
 fn finish(o: &Options, state: State, ended: &Ended, fenced: Option<&str>) {
     let _ = std::fs::remove_file(o.socket_dir.join(READY_MARKER));
     match (ended, state, fenced) {
-        (Ended::Rejoin(_), _, _) => {}
+        (Ended::Rejoin(_) | Ended::Restart(_), _, _) => {}
         (Ended::Exit(_), _, Some(why)) => report(&o.termination_log, why),
         (Ended::Exit(0), State::Stopping { mode, .. }, None) => {
             log(&format!("postgres stopped ({mode:?} shutdown)"))
         }
         (Ended::Exit(code), _, None) => report(&o.termination_log, &exit_message(&o.pgdata, *code)),
     }
+}
+
+fn volume_full(pgdata: &Path) -> bool {
+    crate::metrics::volume_usage(pgdata).is_ok_and(|usage| usage.full())
 }
 
 /// Why the server stopped on its own: a full data volume (which the operator can grow, see
@@ -754,14 +824,58 @@ pub fn probe(o: &Options) -> i32 {
 mod tests {
     use super::*;
 
+    fn end(code: i32, fenced: Option<&str>, stop_asked: bool) -> ServerEnd<'_> {
+        ServerEnd {
+            code,
+            fenced,
+            stop_asked,
+            leased: true,
+            volume_full: false,
+        }
+    }
+
     #[test]
     fn a_fenced_server_starts_again_in_place_unless_the_manager_was_asked_to_stop() {
         let why = "stepped down: the topology names db-1 the primary";
-        assert_eq!(ending(Some(why), false, 0), Ended::Rejoin(why.into()));
+        assert_eq!(ending(end(0, Some(why), false)), Ended::Rejoin(why.into()));
         // A fast shutdown that had to be escalated: the same.
-        assert_eq!(ending(Some(why), false, 131), Ended::Rejoin(why.into()));
-        assert_eq!(ending(Some(why), true, 0), Ended::Exit(STEPPED_DOWN));
-        assert_eq!(ending(None, true, 0), Ended::Exit(0));
-        assert_eq!(ending(None, false, 137), Ended::Exit(137));
+        assert_eq!(
+            ending(end(131, Some(why), false)),
+            Ended::Rejoin(why.into())
+        );
+        assert_eq!(ending(end(0, Some(why), true)), Ended::Exit(STEPPED_DOWN));
+        assert_eq!(ending(end(0, None, true)), Ended::Exit(0));
+    }
+
+    #[test]
+    fn a_server_that_stops_on_its_own_restarts_in_place_only_with_standbys_and_room() {
+        let killed = "postgres exited with status 137".to_string();
+        assert_eq!(ending(end(137, None, false)), Ended::Restart(killed));
+        // A single instance: the container restarts, as it always did.
+        let single = ServerEnd {
+            leased: false,
+            ..end(137, None, false)
+        };
+        assert_eq!(ending(single), Ended::Exit(137));
+        // A full volume: the container ends with the message the operator grows it on.
+        let full = ServerEnd {
+            volume_full: true,
+            ..end(1, None, false)
+        };
+        assert_eq!(ending(full), Ended::Exit(1));
+    }
+
+    #[test]
+    fn restarts_in_place_back_off_from_one_to_fifteen_seconds_and_reset_after_ten_minutes() {
+        let s = Duration::from_secs;
+        let mut pause = None;
+        let mut seen = vec![];
+        for _ in 0..6 {
+            let next = restart_pause(pause, s(3));
+            seen.push(next.as_secs());
+            pause = Some(next);
+        }
+        assert_eq!(seen, [1, 2, 4, 8, 15, 15]);
+        assert_eq!(restart_pause(pause, s(600)), s(1));
     }
 }
