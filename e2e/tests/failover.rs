@@ -396,19 +396,7 @@ async fn a_switchover_and_scaling_to_five_then_two_lose_no_acknowledged_commit()
             .contains_key("dbop.dev/promote")
     );
 
-    // Five instances: two more standbys clone the primary and stream, the writer going on.
-    bed.apply_database(&ns, real_node_database("swap", "15.20", 5))
-        .await;
-    for standby in ["swap-3", "swap-4"] {
-        bed.streaming_standby(&ns, standby, READY_WAIT).await;
-    }
-    wait_until("five ready instances", READY_WAIT, || async {
-        let s = databases.get("swap").await.ok()?.status?;
-        let ready = s.instances.iter().filter(|i| i.ready).count();
-        (s.phase == Some(Phase::Ready) && ready == 5).then_some(())
-    })
-    .await;
-    more_acknowledged(&bed, &ns, 20, FAILOVER_WAIT).await;
+    grow_swap_to_five(&bed, &ns).await;
 
     // Two instances: the scale-down would remove swap-2, the primary (and swap-3 and swap-4).
     // It hands over to a standby that stays by a switchover first; the writer goes on meanwhile.
@@ -448,6 +436,23 @@ async fn a_switchover_and_scaling_to_five_then_two_lose_no_acknowledged_commit()
         "swap-0"
     };
     bed.streaming_standby(&ns, standby, READY_WAIT).await;
+}
+
+/// Five instances: two more standbys clone the primary and stream, the writer going on.
+async fn grow_swap_to_five(bed: &TestBed, ns: &str) {
+    bed.apply_database(ns, real_node_database("swap", "15.20", 5))
+        .await;
+    for standby in ["swap-3", "swap-4"] {
+        bed.streaming_standby(ns, standby, READY_WAIT).await;
+    }
+    let databases = bed.databases(ns);
+    wait_until("five ready instances", READY_WAIT, || async {
+        let s = databases.get("swap").await.ok()?.status?;
+        let ready = s.instances.iter().filter(|i| i.ready).count();
+        (s.phase == Some(Phase::Ready) && ready == 5).then_some(())
+    })
+    .await;
+    more_acknowledged(bed, ns, 20, FAILOVER_WAIT).await;
 }
 
 /// A restart (`kubectl dbop restart`'s annotation) of three instances whose primary is roll-0:

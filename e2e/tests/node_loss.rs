@@ -46,6 +46,23 @@ async fn nodes_of(bed: &TestBed, ns: &str, name: &str) -> BTreeMap<String, Strin
         .collect()
 }
 
+/// The instances prefer different nodes and the second node has one volume: exactly one
+/// instance runs there, of three.
+fn the_one_on_the_second_node(nodes: &BTreeMap<String, String>) -> String {
+    let far_away: Vec<&String> = nodes
+        .iter()
+        .filter(|(_, node)| node.as_str() == SECOND_NODE)
+        .map(|(pod, _)| pod)
+        .collect();
+    assert_eq!(
+        far_away.len(),
+        1,
+        "not one instance on {SECOND_NODE}: {nodes:?}"
+    );
+    assert_eq!(nodes.len(), 3, "{nodes:?}");
+    far_away[0].clone()
+}
+
 /// Whether the API server still calls `node` Ready.
 async fn called_ready(bed: &TestBed, node: &str) -> bool {
     let nodes: Api<Node> = Api::all(bed.client.clone());
@@ -70,21 +87,8 @@ async fn a_lost_node_fails_over_to_the_other_node_and_loses_no_acknowledged_comm
     bed.wait_for_phase(&ns, "far", Phase::Ready, READY_WAIT)
         .await;
 
-    // The instances prefer different nodes and the second node has one volume: exactly one
-    // instance runs there. It becomes the primary (a switchover, if it is not already).
     let nodes = nodes_of(&bed, &ns, "far").await;
-    let far_away: Vec<&String> = nodes
-        .iter()
-        .filter(|(_, node)| node.as_str() == SECOND_NODE)
-        .map(|(pod, _)| pod)
-        .collect();
-    assert_eq!(
-        far_away.len(),
-        1,
-        "not one instance on {SECOND_NODE}: {nodes:?}"
-    );
-    let far_away = far_away[0].clone();
-    assert_eq!(nodes.len(), 3, "{nodes:?}");
+    let far_away = the_one_on_the_second_node(&nodes);
     bed.local_ok(&ns, "far-0", "create table acked (id int primary key)");
     for standby in ["far-1", "far-2"] {
         bed.streaming_standby(&ns, standby, READY_WAIT).await;
@@ -93,6 +97,7 @@ async fn a_lost_node_fails_over_to_the_other_node_and_loses_no_acknowledged_comm
         .await;
     start_acked_writer(&bed, &ns);
     more_acknowledged(&bed, &ns, 20, READY_WAIT).await;
+    // The instance on the second node becomes the primary (a switchover, if it is not already).
     if far_away != "far-0" {
         let patch = json!({"metadata": {"annotations": {"dbop.dev/promote": far_away}}});
         bed.databases(&ns)
