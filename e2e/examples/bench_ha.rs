@@ -72,6 +72,11 @@ impl Kind {
 
 struct Trial {
     gap: Duration,
+    /// When the new primary first acknowledged an insert on its own socket, from the fault.
+    new_primary_wrote: Option<Duration>,
+    /// Each attempt of the writer: when it ended, whether it was acknowledged, how long the
+    /// insert through `-rw` took (printed for a trial whose gap is long, to say where it went).
+    attempts: Vec<(Duration, bool, Duration)>,
     two_primary_writes: u32,
     /// Inserts acknowledged through `-rw`, in this trial and every one before, missing on the
     /// primary.
@@ -212,17 +217,21 @@ async fn trial(
     // next acknowledged one (a deleted pod serves until its shutdown begins).
     let mut last_ack = Duration::ZERO;
     let mut failed = false;
+    let mut new_primary_wrote = None;
+    let mut attempts = Vec::new();
     let gap = loop {
         assert!(
             start.elapsed() < FAULT_WAIT,
             "{kind:?}: no write within {FAULT_WAIT:?}"
         );
         *counter += 1;
+        let began = start.elapsed();
         let acked = write_rw(bed, ns, *counter);
         if acked {
             acknowledged.push(*counter);
         }
         let at = start.elapsed();
+        attempts.push((at, acked, at - began));
         let now_primary = primary(bed, ns).await;
         let moved = now_primary != old;
         // Another instance acknowledged a write on its own socket (a -rw acknowledgement may
@@ -230,14 +239,17 @@ async fn trial(
         let sql = |n: u64| format!("insert into bench values ({})", n + 1_000_000_000);
         if moved && !other_wrote && bed.local_psql(ns, &now_primary, &sql(*counter)).0 {
             other_wrote = true;
+            new_primary_wrote = Some(start.elapsed());
         }
         if other_wrote && bed.local_psql(ns, &old, &sql(*counter + 500_000_000)).0 {
             two_primary_writes += 1;
         }
         match (acked, failed) {
             (true, true) => break at - last_ack,
-            // The primary moved and no insert was refused: no gap the writer could see.
-            (true, false) if moved => break Duration::ZERO,
+            // The new primary writes and no insert was refused: no gap the writer could see.
+            // (Before it writes, an insert acknowledged through `-rw` may be the old primary's,
+            // which has yet to stop.)
+            (true, false) if other_wrote => break Duration::ZERO,
             (true, false) => last_ack = at,
             (false, _) => failed = true,
         }
@@ -260,6 +272,8 @@ async fn trial(
     all_ready(bed, ns).await;
     Trial {
         gap,
+        new_primary_wrote,
+        attempts,
         two_primary_writes,
         lost_so_far: lost_commits(bed, ns, acknowledged).await,
     }
@@ -396,6 +410,22 @@ async fn upgrades(bed: &TestBed, ns: &str, trials: usize) -> serde_json::Value {
            "unavailable_s": totals.iter().map(Duration::as_secs_f64).collect::<Vec<_>>()})
 }
 
+/// A trial's attempts, compact: `1.23+0.31 ok`, `2.10+2.00 no`.
+fn timeline(attempts: &[(Duration, bool, Duration)]) -> String {
+    attempts
+        .iter()
+        .map(|(at, ok, took)| {
+            let verdict = if *ok { "ok" } else { "no" };
+            format!(
+                "{:.2}+{:.2} {verdict}",
+                at.as_secs_f64(),
+                took.as_secs_f64()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i]
@@ -521,13 +551,21 @@ async fn main() {
             let lost_now = t.lost_so_far.saturating_sub(lost_so_far);
             lost_so_far = t.lost_so_far;
             println!(
-                "{} #{n}: {:.2} s, two-primary writes {}, acknowledged commits lost {} (the trial took {:.0} s)",
+                "{} #{n}: {:.2} s, two-primary writes {}, acknowledged commits lost {} (the trial took {:.0} s; the new primary wrote on its own socket at {})",
                 kind.label(),
                 t.gap.as_secs_f64(),
                 t.two_primary_writes,
                 lost_now,
-                began.elapsed().as_secs_f64()
+                began.elapsed().as_secs_f64(),
+                t.new_primary_wrote
+                    .map_or("-".into(), |d| format!("{:.2} s", d.as_secs_f64()))
             );
+            if t.gap > Duration::from_secs(5) {
+                println!(
+                    "  attempts (ended at s, acknowledged, insert took s): {}",
+                    timeline(&t.attempts)
+                );
+            }
             gaps.push(t.gap);
             two += t.two_primary_writes;
             lost += lost_now;
