@@ -27,6 +27,9 @@ use crate::role::Read;
 
 /// How often the Lease is read.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
+/// How often the Lease is looked at while this instance waits to take it (it is named the
+/// primary) or to see its release written.
+const EAGER_LOOK: Duration = Duration::from_millis(200);
 /// How long one request to the API server may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -62,6 +65,9 @@ struct Shared {
     released: bool,
     /// The last problem logged (each is logged once).
     problem: Option<String>,
+    /// Named the primary and not holding the Lease yet: looked at every `EAGER_LOOK`, for the
+    /// old primary's release is the moment writes can resume.
+    eager: bool,
 }
 
 impl PrimaryLease {
@@ -159,15 +165,15 @@ fn follow(name: &str, me: &str, shared: &Mutex<Shared>) {
         let mut renewed: Option<Instant> = None;
         loop {
             look(&api, name, me, shared, &mut renewed).await;
-            let (release, released) = {
+            let (release, released, eager) = {
                 let s = lock(shared);
-                (s.release, s.released)
+                (s.release, s.released, s.eager)
             };
             if released {
                 return;
             }
-            let pause = if release {
-                Duration::from_millis(200)
+            let pause = if release || eager {
+                EAGER_LOOK
             } else {
                 LOOK_EVERY
             };
@@ -219,11 +225,13 @@ async fn look(
             // Another instance holds it, or nobody: this one may not write.
             s.valid_until = None;
         }
-        match (s.release, s.stopping, named) {
+        let want = match (s.release, s.stopping, named) {
             (true, _, _) => Want::Release,
             (false, false, true) => Want::Hold,
             _ => Want::Leave,
-        }
+        };
+        s.eager = want == Want::Hold && state.holder.as_deref() != Some(me);
+        want
     };
     let look = Look {
         lease: &state,
