@@ -90,6 +90,15 @@ async fn primary(bed: &TestBed, ns: &str) -> String {
 
 async fn all_ready(bed: &TestBed, ns: &str) {
     three_ready(bed, ns, NAME).await;
+    // Every standby on the primary's timeline (a standby that streamed from the one before
+    // rejoins the new primary first; a switchover to it meanwhile is refused).
+    wait_until("every instance on one timeline", RECOVERY, || async {
+        let s = bed.databases(ns).get(NAME).await.ok()?.status?;
+        let timelines: std::collections::BTreeSet<_> =
+            s.instances.iter().map(|i| i.timeline).collect();
+        (timelines.len() == 1 && !timelines.contains(&None)).then_some(())
+    })
+    .await;
     // Each standby itself (the status can be behind it, and a standby stays ready for 30 s
     // after its stream stops): a trial starts only when every one streams again.
     let now = primary(bed, ns).await;
