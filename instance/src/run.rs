@@ -474,9 +474,21 @@ fn supervise(o: &Options, setup: &Setup, p: &Prepared) -> Result<Ended, Fatal> {
                 fenced = Some(why);
             }
         }
-        std::thread::sleep(o.poll);
+        std::thread::sleep(pause_while(state, o.poll));
     }
 }
+
+/// How long the supervisor sleeps between two looks: `poll`, or at most `STOPPING_POLL` while
+/// the server stops (its end is when the Lease is released, and a new primary can take it).
+fn pause_while(state: State, poll: Duration) -> Duration {
+    match state {
+        State::Stopping { .. } => poll.min(STOPPING_POLL),
+        State::Running => poll,
+    }
+}
+
+/// How often a stopping server is looked at.
+const STOPPING_POLL: Duration = Duration::from_millis(50);
 
 fn server_exit(pid: u32) -> Option<i32> {
     process::reap()
