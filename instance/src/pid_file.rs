@@ -1,5 +1,7 @@
-//! The data directory's `postmaster.pid` as the manager judges it: whether a server runs on the
-//! data directory, and the removal of a lock file a killed server left behind.
+//! The lock files a server keeps, as the manager judges them: the data directory's
+//! `postmaster.pid` and the socket's `.s.PGSQL.<port>.lock` (in the socket directory, a volume
+//! that outlives the container). Whether a server runs on the data directory, and the removal
+//! of a lock file a killed server left behind.
 //!
 //! PostgreSQL takes its lock file for a live server's when the PID in it is alive and is not
 //! its own, its parent's or its grandparent's. In a container that restarted, PIDs count from
@@ -82,7 +84,12 @@ fn process(pid: i32) -> Process {
 
 /// The verdict on `pgdata`'s lock file.
 pub fn read(pgdata: &Path) -> PidFile {
-    let pid = std::fs::read_to_string(pgdata.join("postmaster.pid"))
+    read_lock(&pgdata.join("postmaster.pid"), pgdata)
+}
+
+/// The verdict on the lock file `lock` of a server on `pgdata`.
+fn read_lock(lock: &Path, pgdata: &Path) -> PidFile {
+    let pid = std::fs::read_to_string(lock)
         .ok()
         .and_then(|t| parse_pid(&t));
     let canonical = std::fs::canonicalize(pgdata).unwrap_or_else(|_| pgdata.to_path_buf());
@@ -90,27 +97,45 @@ pub fn read(pgdata: &Path) -> PidFile {
     judge(pid, &seen, std::process::id() as i32, &canonical)
 }
 
-/// Removes a stale lock file; returns the PID it named when it removed one. A server running
-/// on the data directory is an error.
+/// Removes a stale `postmaster.pid`; returns the PID it named when it removed one. A server
+/// running on the data directory is an error.
 pub fn clear_stale(pgdata: &Path) -> Result<Option<i32>, String> {
-    match read(pgdata) {
+    clear_stale_lock(&pgdata.join("postmaster.pid"), pgdata)
+}
+
+fn clear_stale_lock(lock: &Path, pgdata: &Path) -> Result<Option<i32>, String> {
+    let name = lock.file_name().unwrap_or_default().to_string_lossy();
+    match read_lock(lock, pgdata) {
         PidFile::Absent => Ok(None),
         PidFile::Running(pid) => Err(format!(
             "a server (PID {pid}) runs on the data directory: stop it first"
         )),
-        PidFile::Stale(pid) => match std::fs::remove_file(pgdata.join("postmaster.pid")) {
+        PidFile::Stale(pid) => match std::fs::remove_file(lock) {
             Ok(()) => Ok(Some(pid)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(format!("cannot remove the stale postmaster.pid: {e}")),
+            Err(e) => Err(format!("cannot remove the stale {name}: {e}")),
         },
     }
 }
 
 /// `clear_stale`, saying in the manager's log what it removed.
 pub fn clear(pgdata: &Path) -> Result<(), String> {
-    if let Some(pid) = clear_stale(pgdata)? {
+    clear_lock(&pgdata.join("postmaster.pid"), pgdata)
+}
+
+/// The socket's lock file in `socket_dir` for `port`, cleared the same way: PostgreSQL refuses
+/// to start ("lock file … already exists") while the PID in it is alive, and after a server was
+/// killed that PID is soon a thread of this manager, which lives on across the server's
+/// restarts.
+pub fn clear_socket(socket_dir: &Path, port: u16, pgdata: &Path) -> Result<(), String> {
+    clear_lock(&socket_dir.join(format!(".s.PGSQL.{port}.lock")), pgdata)
+}
+
+fn clear_lock(lock: &Path, pgdata: &Path) -> Result<(), String> {
+    if let Some(pid) = clear_stale_lock(lock, pgdata)? {
+        let name = lock.file_name().unwrap_or_default().to_string_lossy();
         eprintln!(
-            "dbop-instance: removed a stale postmaster.pid (PID {pid} is no server on this data \
+            "dbop-instance: removed a stale {name} (PID {pid} is no server on this data \
              directory: a PID from before the container restarted, or a server killed)"
         );
     }
@@ -174,6 +199,60 @@ mod tests {
         }
     }
 
+    /// A thread of this test process, parked until `end`: its id is a live PID to `kill(0)`.
+    struct Parked {
+        tid: i32,
+        done: std::sync::mpsc::Sender<()>,
+        handle: std::thread::JoinHandle<()>,
+    }
+
+    impl Parked {
+        fn spawn() -> Self {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let (done, done_rx) = std::sync::mpsc::channel::<()>();
+            let handle = std::thread::spawn(move || {
+                // SAFETY: gettid has no preconditions.
+                tx.send(unsafe { libc::gettid() }).unwrap();
+                let _ = done_rx.recv();
+            });
+            let tid = rx.recv().unwrap();
+            Self { tid, done, handle }
+        }
+
+        fn end(self) {
+            self.done.send(()).unwrap();
+            self.handle.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn a_stale_socket_lock_naming_a_thread_of_the_manager_is_removed() {
+        let data = tempfile::tempdir().unwrap();
+        let sockets = tempfile::tempdir().unwrap();
+        let lock = sockets.path().join(".s.PGSQL.5432.lock");
+        // The killed server's PID is now a thread of this (test) process: PostgreSQL would take
+        // it for a live server.
+        let thread = Parked::spawn();
+        let tid = thread.tid;
+        let text = format!("{tid}\n{}\n1700000000\n5432\n", data.path().display());
+        std::fs::write(&lock, text).unwrap();
+        clear_socket(sockets.path(), 5432, data.path()).unwrap();
+        assert!(!lock.exists(), "the stale socket lock is still there");
+        // A server on the data directory keeps its lock.
+        let inside = std::process::Command::new("sleep")
+            .arg("60")
+            .current_dir(data.path())
+            .spawn()
+            .unwrap();
+        std::fs::write(&lock, format!("{}\n", inside.id())).unwrap();
+        assert!(clear_socket(sockets.path(), 5432, data.path()).is_err());
+        assert!(lock.exists());
+        thread.end();
+        let mut inside = inside;
+        inside.kill().unwrap();
+        inside.wait().unwrap();
+    }
+
     #[test]
     fn parses_the_first_line() {
         assert_eq!(parse_pid("4711\n/var/lib/data\n1700000000\n"), Some(4711));
@@ -211,19 +290,12 @@ mod tests {
         assert!(clear_stale(data.path()).is_err());
         assert!(data.path().join("postmaster.pid").exists());
         // A thread of this test process.
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            // SAFETY: gettid has no preconditions.
-            tx.send(unsafe { libc::gettid() }).unwrap();
-            let _ = done_rx.recv();
-        });
-        let tid = rx.recv().unwrap();
+        let thread = Parked::spawn();
+        let tid = thread.tid;
         std::fs::write(data.path().join("postmaster.pid"), format!("{tid}\n")).unwrap();
         assert_eq!(clear_stale(data.path()), Ok(Some(tid)));
         assert!(!data.path().join("postmaster.pid").exists());
-        done_tx.send(()).unwrap();
-        thread.join().unwrap();
+        thread.end();
         for mut child in [other, inside] {
             let _ = child.kill();
             let _ = child.wait();

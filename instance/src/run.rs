@@ -286,6 +286,7 @@ fn start(o: &Options, setup: &Setup) -> Result<Option<Prepared>, Fatal> {
     let (bin, user) = (&setup.bin, &setup.user);
     let _ = std::fs::remove_file(o.socket_dir.join(READY_MARKER));
     crate::pid_file::clear(&o.pgdata).map_err(Fatal)?;
+    crate::pid_file::clear_socket(&o.socket_dir, o.port, &o.pgdata).map_err(Fatal)?;
     // Before the role's start: a standby's clone or rewind verifies the primary with its CA.
     let tls = match &o.tls_dir {
         Some(mounted) => Some(crate::tls::prepare(mounted, &o.socket_dir)?.1),
