@@ -43,30 +43,32 @@ async fn status_primary(bed: &TestBed, ns: &str) -> Option<String> {
     bed.databases(ns).get("orders").await.ok()?.status?.primary
 }
 
-/// The operator, and a Ready Database `orders` of three instances whose Lease designates
-/// `orders-0`; the Leases of the namespace.
-async fn three_instances(bed: &TestBed, ns: &str) -> (OperatorProcess, Api<Lease>) {
+/// The operator, a Ready Database `orders` of three instances whose Lease designates
+/// `orders-0`, the Leases of the namespace, and orders-0's renewals. orders-0 renews from the
+/// moment the Lease exists, as its manager would: a designation nobody takes is a lost primary
+/// once it is the Lease's 10 s old, and a loaded machine can take that long to report Ready.
+async fn three_instances(bed: &TestBed, ns: &str) -> (OperatorProcess, Api<Lease>, Renewing) {
     let operator = bed.operator_binary(ns);
+    let leases: Api<Lease> = Api::namespaced(bed.client.clone(), ns);
+    let primary = Renewing::start(&leases, LEASE, "orders-0");
     bed.apply_database(ns, database_manifest("orders", json!({"instances": 3})))
         .await;
     bed.wait_for_phase(ns, "orders", Phase::Ready, WAIT).await;
-    let leases: Api<Lease> = Api::namespaced(bed.client.clone(), ns);
     wait_until("the Lease designating orders-0", WAIT, || async {
         (designated(&leases, LEASE).await.as_deref() == Some("orders-0")).then_some(())
     })
     .await;
-    (operator, leases)
+    (operator, leases, primary)
 }
 
 #[tokio::test]
 async fn a_lost_primary_is_replaced_once_even_across_an_operator_kill() {
     let bed = testbed().await;
     let ns = bed.namespace("failover-control").await;
-    let (mut operator, leases) = three_instances(&bed, &ns).await;
+    let (mut operator, leases, primary) = three_instances(&bed, &ns).await;
     let pods: Api<Pod> = Api::namespaced(bed.client.clone(), &ns);
 
-    // orders-0 takes and renews its Lease: for longer than the Lease's duration, nothing moves.
-    let primary = Renewing::start(&leases, LEASE, "orders-0");
+    // orders-0 renews its Lease: for longer than the Lease's duration, nothing moves.
     primary.for_renewals(7).await;
     assert_eq!(status_primary(&bed, &ns).await.as_deref(), Some("orders-0"));
     assert!(failed_over_events(&bed, &ns).await.is_empty());
@@ -150,8 +152,7 @@ async fn expired_renewal_ms(leases: &Api<Lease>, lease: &str) -> i64 {
 async fn a_failover_announced_before_a_kill_is_announced_once() {
     let bed = testbed().await;
     let ns = bed.namespace("failover-announced").await;
-    let (mut operator, leases) = three_instances(&bed, &ns).await;
-    let primary = Renewing::start(&leases, LEASE, "orders-0");
+    let (mut operator, leases, primary) = three_instances(&bed, &ns).await;
     primary.for_renewals(2).await;
     operator.kill9();
     primary.stop();
