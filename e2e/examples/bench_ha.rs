@@ -32,6 +32,8 @@
 //! the primary: one missing counts as an acknowledged commit lost (0 is the promise of
 //! synchronous mode; an asynchronous standby may lack the last commits of a killed primary).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use dbop::api::{Phase, UpgradeStage};
@@ -39,8 +41,9 @@ use dbop_e2e::instances::real_node_database;
 use dbop_e2e::node::{SECOND_NODE, SecondNode, two_real_nodes_placement};
 use dbop_e2e::{TestBed, testbed, wait_until};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 
 const NAME: &str = "bench";
@@ -78,6 +81,8 @@ struct Trial {
     /// insert through `-rw` took (printed for a trial whose gap is long, to say where it went).
     attempts: Vec<(Duration, bool, Duration)>,
     two_primary_writes: u32,
+    /// When `-rw` moved off the old primary, from the fault.
+    route: RouteMoved,
     /// Inserts acknowledged through `-rw`, in this trial and every one before, missing on the
     /// primary.
     lost_so_far: usize,
@@ -100,14 +105,32 @@ async fn all_ready(bed: &TestBed, ns: &str) {
     })
     .await;
     // Each standby itself (the status can be behind it, and a standby stays ready for 30 s
-    // after its stream stops): a trial starts only when every one streams again.
+    // after its stream stops): a trial starts only when every one streams from the primary
+    // (a standby that streamed from the one before restarts to follow the new one, seconds
+    // after the switchover, and a switchover to it meanwhile is refused: PromoteRefused).
     let now = primary(bed, ns).await;
     for ordinal in 0..3 {
         let pod = format!("{NAME}-{ordinal}");
         if pod != now {
-            bed.streaming_standby(ns, &pod, RECOVERY).await;
+            streams_from(bed, ns, &pod, &now).await;
         }
     }
+}
+
+/// Waits until standby `pod` streams from `primary` (its WAL receiver's host is the
+/// primary's name in the headless Service).
+async fn streams_from(bed: &TestBed, ns: &str, pod: &str, primary: &str) {
+    let sql = "select status || ' ' || coalesce(sender_host, '') from pg_stat_wal_receiver";
+    let from = format!("streaming {primary}.");
+    wait_until(
+        &format!("{pod} streaming from {primary}"),
+        RECOVERY,
+        || async {
+            let (ok, out, _) = bed.local_psql(ns, pod, sql);
+            (ok && out.trim().starts_with(&from)).then_some(())
+        },
+    )
+    .await;
 }
 
 /// One insert through `-rw` from the client pod.
@@ -206,6 +229,100 @@ async fn lost_commits(bed: &TestBed, ns: &str, acknowledged: &[u64]) -> usize {
         .count()
 }
 
+/// When `-rw` stopped sending to the old primary and sent only to another instance, from the
+/// fault: in the API (the Service's EndpointSlice, the endpoints controller's write) and on the
+/// first real node (the DNAT rules its kube-proxy wrote). Separates what the Service layer of
+/// the test bed took from what dbop took, trial by trial.
+#[derive(Clone, Copy, Default)]
+struct RouteMoved {
+    endpoint_slice: Option<Duration>,
+    kube_proxy: Option<Duration>,
+}
+
+impl RouteMoved {
+    fn describe(&self) -> String {
+        let at =
+            |d: Option<Duration>| d.map_or("-".into(), |d| format!("{:.2} s", d.as_secs_f64()));
+        format!(
+            "-rw moved in its EndpointSlice at {}, in kube-proxy's rules at {}",
+            at(self.endpoint_slice),
+            at(self.kube_proxy)
+        )
+    }
+}
+
+/// The addresses `-rw`'s EndpointSlices name as ready.
+async fn rw_endpoints(client: &kube::Client, ns: &str) -> Vec<String> {
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
+    let selector = format!("kubernetes.io/service-name={NAME}-rw");
+    let Ok(list) = slices.list(&ListParams::default().labels(&selector)).await else {
+        return Vec::new();
+    };
+    list.items
+        .iter()
+        .flat_map(|slice| slice.endpoints.iter().flatten())
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+        .flat_map(|e| e.addresses.iter().cloned())
+        .collect()
+}
+
+/// The addresses kube-proxy's DNAT rules send `-rw`'s connections to (`iptables-save`: the
+/// first real node's kube-proxy writes this machine's rules).
+fn rw_proxied(ns: &str) -> Vec<String> {
+    let Ok(out) = std::process::Command::new("iptables-save")
+        .args(["-t", "nat"])
+        .output()
+    else {
+        return Vec::new();
+    };
+    let service = format!("--comment \"{ns}/{NAME}-rw");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| {
+            let rest = &line[line.find(&service)? + service.len()..];
+            if !(rest.starts_with(':') || rest.starts_with('"')) {
+                return None;
+            }
+            let to = line.split("--to-destination ").nth(1)?;
+            Some(to.split(':').next()?.to_string())
+        })
+        .collect()
+}
+
+/// Watches `-rw` from `start` until it sends only to addresses other than `old_ip`, both in
+/// the API and in kube-proxy's rules, or until `done`.
+fn watch_route(
+    bed: &TestBed,
+    ns: &str,
+    old_ip: String,
+    start: Instant,
+    done: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<RouteMoved> {
+    let (client, ns) = (bed.client.clone(), ns.to_string());
+    let moved = move |ips: &[String]| !ips.is_empty() && !ips.contains(&old_ip);
+    tokio::spawn(async move {
+        let mut route = RouteMoved::default();
+        while !done.load(Ordering::SeqCst)
+            && (route.endpoint_slice.is_none() || route.kube_proxy.is_none())
+        {
+            if route.endpoint_slice.is_none() && moved(&rw_endpoints(&client, &ns).await) {
+                route.endpoint_slice = Some(start.elapsed());
+            }
+            if route.kube_proxy.is_none() && moved(&rw_proxied(&ns)) {
+                route.kube_proxy = Some(start.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        route
+    })
+}
+
+async fn pod_ip(bed: &TestBed, ns: &str, pod: &str) -> String {
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), ns);
+    let pod = pods.get(pod).await.unwrap();
+    pod.status.and_then(|s| s.pod_ip).unwrap_or_default()
+}
+
 async fn trial(
     bed: &TestBed,
     ns: &str,
@@ -218,7 +335,10 @@ async fn trial(
         primary_on_the_second_node(bed, ns).await;
     }
     let old = primary(bed, ns).await;
+    let old_ip = pod_ip(bed, ns, &old).await;
     let start = Instant::now();
+    let done = Arc::new(AtomicBool::new(false));
+    let route = watch_route(bed, ns, old_ip, start, done.clone());
     let mut undo = fault(bed, ns, kind, &old, second).await;
     let mut two_primary_writes = 0;
     let mut other_wrote = false;
@@ -226,6 +346,11 @@ async fn trial(
     // next acknowledged one (a deleted pod serves until its shutdown begins).
     let mut last_ack = Duration::ZERO;
     let mut failed = false;
+    // In a switchover the old primary serves until it stops: an insert it acknowledges after a
+    // refused one closes a gap the writer saw, but not the switchover's, which goes on until
+    // the new primary writes. Such earlier gaps are added to it.
+    let old_may_answer = matches!(kind, Kind::Switchover);
+    let mut earlier = Duration::ZERO;
     let mut new_primary_wrote = None;
     let mut attempts = Vec::new();
     let gap = loop {
@@ -254,15 +379,23 @@ async fn trial(
             two_primary_writes += 1;
         }
         match (acked, failed) {
-            (true, true) => break at - last_ack,
-            // The new primary writes and no insert was refused: no gap the writer could see.
-            // (Before it writes, an insert acknowledged through `-rw` may be the old primary's,
-            // which has yet to stop.)
-            (true, false) if other_wrote => break Duration::ZERO,
+            (true, true) if other_wrote || !old_may_answer => break earlier + (at - last_ack),
+            (true, true) => {
+                earlier += at - last_ack;
+                (failed, last_ack) = (false, at);
+            }
+            // The new primary writes and no insert was refused since: no gap the writer could
+            // see. (Before it writes, an insert acknowledged through `-rw` may be the old
+            // primary's, which has yet to stop.)
+            (true, false) if other_wrote => break earlier,
             (true, false) => last_ack = at,
             (false, _) => failed = true,
         }
     };
+    // The route has moved by now unless -rw acknowledged the old primary all along (a
+    // switchover with no gap the writer could see): the watch stops with the writer.
+    done.store(true, Ordering::SeqCst);
+    let route = route.await.unwrap();
     if !matches!(undo, Undo::Nothing) {
         wait_until("another primary after the fault", FAULT_WAIT, || async {
             (primary(bed, ns).await != old).then_some(())
@@ -284,6 +417,7 @@ async fn trial(
         new_primary_wrote,
         attempts,
         two_primary_writes,
+        route,
         lost_so_far: lost_commits(bed, ns, acknowledged).await,
     }
 }
@@ -544,7 +678,7 @@ async fn main() {
     let mut acknowledged = Vec::new();
     let mut lost_so_far = 0;
     for kind in faults {
-        let mut gaps = Vec::new();
+        let (mut gaps, mut routes) = (Vec::new(), Vec::new());
         let (mut two, mut lost) = (0, 0);
         for n in 0..trials {
             let began = Instant::now();
@@ -569,6 +703,13 @@ async fn main() {
                 t.new_primary_wrote
                     .map_or("-".into(), |d| format!("{:.2} s", d.as_secs_f64()))
             );
+            println!("  {}", t.route.describe());
+            routes.push(json!([
+                t.route.endpoint_slice.map(|d| d.as_secs_f64()),
+                t.route.kube_proxy.map(|d| d.as_secs_f64()),
+                t.new_primary_wrote.map(|d| d.as_secs_f64()),
+                t.gap.as_secs_f64()
+            ]));
             if t.gap > Duration::from_secs(5) {
                 println!(
                     "  attempts (ended at s, acknowledged, insert took s): {}",
@@ -579,7 +720,10 @@ async fn main() {
             two += t.two_primary_writes;
             lost += lost_now;
         }
-        let summary = summarise(kind, gaps, two, lost, acknowledged.len());
+        let mut summary = summarise(kind, gaps, two, lost, acknowledged.len());
+        // Per trial, in order: -rw moved in its EndpointSlice, in kube-proxy's rules, the new
+        // primary wrote on its own socket (s from the fault), the write gap (s).
+        summary["route_slice_proxy_wrote_gap_s"] = json!(routes);
         results.insert(kind.label().into(), summary);
         save(&results);
     }
