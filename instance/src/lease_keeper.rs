@@ -3,12 +3,13 @@
 //! topology the operator designates in it, takes and renews it while the topology names this
 //! instance (`lease::step`), and says until when this instance may accept writes: the start of
 //! its last successful renewal plus `lease::holder_validity`. The supervisor fences the server
-//! when that moment passes, and releases the Lease once the server has stopped.
+//! when that moment passes, and releases the Lease once the server has stopped. News (another
+//! topology, the Lease taken) wakes the supervisor at once rather than at its next poll.
 //!
 //! Every request has a timeout, and the thread never blocks the supervisor: an API server that
 //! does not answer only lets the validity run out.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dbop_contract::lease::{
@@ -44,6 +45,8 @@ pub struct PrimaryLease {
     shared: Arc<Mutex<Shared>>,
     /// Wakes the thread from its pause: a release is written at once, not at the next look.
     wake: Arc<Notify>,
+    /// Wakes the supervisor from its pause when `Shared::news` grows.
+    news: Arc<Condvar>,
 }
 
 impl std::fmt::Debug for PrimaryLease {
@@ -71,6 +74,10 @@ struct Shared {
     /// Named the primary and not holding the Lease yet: looked at every `EAGER_LOOK`, for the
     /// old primary's release is the moment writes can resume.
     eager: bool,
+    /// How many times the Lease said something the supervisor acts on: a topology other than
+    /// the last one read (a primary to follow, or to step down for), or the Lease taken (the
+    /// moment to promote).
+    news: u64,
 }
 
 impl PrimaryLease {
@@ -78,10 +85,34 @@ impl PrimaryLease {
     pub fn start(name: String, me: String) -> Arc<Self> {
         let shared = Arc::new(Mutex::new(Shared::default()));
         let wake = Arc::new(Notify::new());
-        let (thread_shared, thread_wake) = (shared.clone(), wake.clone());
+        let news = Arc::new(Condvar::new());
+        let (thread_shared, thread_wake, thread_news) =
+            (shared.clone(), wake.clone(), news.clone());
         let lease_name = name.clone();
-        std::thread::spawn(move || follow(&lease_name, &me, &thread_shared, &thread_wake));
-        Arc::new(Self { name, shared, wake })
+        std::thread::spawn(move || {
+            let side = Side {
+                shared: &thread_shared,
+                news: &thread_news,
+            };
+            follow(&lease_name, &me, side, &thread_wake)
+        });
+        Arc::new(Self {
+            name,
+            shared,
+            wake,
+            news,
+        })
+    }
+
+    /// Sleeps `pause`, or less: until the Lease says something new since `seen` (which it
+    /// then updates), so that the supervisor fences, rejoins or promotes at once.
+    pub fn wait_for_news(&self, seen: &mut u64, pause: Duration) {
+        let s = self.lock();
+        let (s, _) = self
+            .news
+            .wait_timeout_while(s, pause, |s| s.news == *seen)
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        *seen = s.news;
     }
 
     fn lock(&self) -> MutexGuard<'_, Shared> {
@@ -142,6 +173,29 @@ fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// What the Lease's thread shares with the supervisor.
+#[derive(Clone, Copy)]
+struct Side<'a> {
+    shared: &'a Mutex<Shared>,
+    news: &'a Condvar,
+}
+
+impl Side<'_> {
+    /// Something the supervisor acts on: counted, and the supervisor woken.
+    fn tell(&self, s: &mut Shared) {
+        s.news += 1;
+        self.news.notify_all();
+    }
+
+    /// The topology just read: news when it is not the last one read.
+    fn publish(&self, s: &mut Shared, topology: Read) {
+        if s.topology.as_ref() != Some(&topology) {
+            self.tell(s);
+        }
+        s.topology = Some(topology);
+    }
+}
+
 fn problem(shared: &Mutex<Shared>, message: String) {
     let mut s = lock(shared);
     if s.problem.as_ref() != Some(&message) {
@@ -151,7 +205,8 @@ fn problem(shared: &Mutex<Shared>, message: String) {
 }
 
 /// The thread: a client, then a look at the Lease every `LOOK_EVERY` until it is released.
-fn follow(name: &str, me: &str, shared: &Mutex<Shared>, wake: &Notify) {
+fn follow(name: &str, me: &str, side: Side<'_>, wake: &Notify) {
+    let shared = side.shared;
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -169,7 +224,7 @@ fn follow(name: &str, me: &str, shared: &Mutex<Shared>, wake: &Notify) {
         };
         let mut renewed: Option<Instant> = None;
         loop {
-            look(&api, name, me, shared, &mut renewed).await;
+            look(&api, name, me, side, &mut renewed).await;
             let (release, released, eager) = {
                 let s = lock(shared);
                 (s.release, s.released, s.eager)
@@ -205,9 +260,10 @@ async fn look(
     api: &Api<Lease>,
     name: &str,
     me: &str,
-    shared: &Mutex<Shared>,
+    side: Side<'_>,
     renewed: &mut Option<Instant>,
 ) {
+    let shared = side.shared;
     let lease = match tokio::time::timeout(REQUEST_TIMEOUT, api.get(name)).await {
         Ok(Ok(lease)) => lease,
         Ok(Err(e)) => return problem(shared, format!("cannot read the primary Lease {name}: {e}")),
@@ -227,7 +283,7 @@ async fn look(
     let grace = designation_grace(&state, released_by, me, now);
     let want = {
         let mut s = lock(shared);
-        s.topology = Some(topology);
+        side.publish(&mut s, topology);
         s.grace_until = grace.map(|d| Instant::now() + d);
         if state.holder.as_deref() != Some(me) {
             // Another instance holds it, or nobody: this one may not write.
@@ -262,7 +318,7 @@ async fn look(
     )
     .await
     {
-        Ok(Ok(_)) => wrote(shared, step, started, state.duration_ms, renewed),
+        Ok(Ok(_)) => wrote(side, step, started, state.duration_ms, renewed),
         Ok(Err(e)) => problem(
             shared,
             format!("cannot write the primary Lease ({step:?}): {e}"),
@@ -277,24 +333,25 @@ async fn look(
 /// What a written Lease means: released, or held until its validity counted from `started`
 /// (the moment the write was sent, never later) — unless the server is stopping.
 fn wrote(
-    shared: &Mutex<Shared>,
+    side: Side<'_>,
     step: Step,
     started: Instant,
     duration_ms: i64,
     renewed: &mut Option<Instant>,
 ) {
-    let mut s = lock(shared);
+    let mut s = lock(side.shared);
     if step == Step::Release {
         s.released = true;
         log("released the primary Lease");
         return;
     }
-    if step == Step::Take {
-        log("took the primary Lease: this instance may run as the primary");
-    }
     *renewed = Some(started);
     s.valid_until = (!s.stopping).then(|| started + holder_validity(duration_ms));
     s.problem = None;
+    if step == Step::Take {
+        log("took the primary Lease: this instance may run as the primary");
+        side.tell(&mut s);
+    }
 }
 
 fn now_ms() -> i64 {
@@ -352,4 +409,88 @@ fn written(mut lease: Lease, step: Step, me: &str) -> Lease {
         annotations.remove(RELEASED_BY_ANNOTATION);
     }
     lease
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Lease side with no thread following an API server: the test plays the thread.
+    fn unfollowed() -> PrimaryLease {
+        PrimaryLease {
+            name: "orders-primary".into(),
+            shared: Arc::new(Mutex::new(Shared::default())),
+            wake: Arc::new(Notify::new()),
+            news: Arc::new(Condvar::new()),
+        }
+    }
+
+    fn topology(primary: &str) -> Read {
+        let text = format!(
+            "primary={primary}\ninstance=orders-0 orders-0.orders-hl 5432\n\
+             instance=orders-1 orders-1.orders-hl 5432\n"
+        );
+        Read::Parsed(Topology::parse(&text).unwrap())
+    }
+
+    /// What the thread does with the topology it read.
+    fn read(lease: &PrimaryLease, read: Read) {
+        let side = Side {
+            shared: &lease.shared,
+            news: &lease.news,
+        };
+        side.publish(&mut lock(side.shared), read);
+    }
+
+    /// Long enough that a supervisor not woken fails the test (its `seen` stays as it was).
+    const LONG: Duration = Duration::from_secs(10);
+
+    #[test]
+    fn the_supervisor_wakes_when_the_lease_names_another_primary_not_at_every_look() {
+        let lease = Arc::new(unfollowed());
+        let mut seen = 0;
+        read(&lease, topology("orders-0"));
+        // The first topology is news: no wait.
+        lease.wait_for_news(&mut seen, LONG);
+        assert_eq!(seen, 1);
+        // The same topology read again is not: the wait lasts its pause.
+        read(&lease, topology("orders-0"));
+        let start = Instant::now();
+        lease.wait_for_news(&mut seen, Duration::from_millis(100));
+        assert!(start.elapsed() >= Duration::from_millis(100));
+        assert_eq!(seen, 1);
+        // A switchover read while the supervisor waits ends its wait.
+        let thread = {
+            let lease = lease.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                read(&lease, topology("orders-1"));
+            })
+        };
+        lease.wait_for_news(&mut seen, LONG);
+        assert_eq!(seen, 2);
+        thread.join().unwrap();
+    }
+
+    #[test]
+    fn taking_the_lease_wakes_the_supervisor_to_promote() {
+        let lease = unfollowed();
+        let side = Side {
+            shared: &lease.shared,
+            news: &lease.news,
+        };
+        let mut renewed = None;
+        wrote(side, Step::Renew, Instant::now(), 10_000, &mut renewed);
+        let mut seen = 0;
+        let start = Instant::now();
+        lease.wait_for_news(&mut seen, Duration::from_millis(100));
+        assert!(
+            start.elapsed() >= Duration::from_millis(100),
+            "a renewal is no news"
+        );
+        wrote(side, Step::Take, Instant::now(), 10_000, &mut renewed);
+        lease.wait_for_news(&mut seen, LONG);
+        assert_eq!(seen, 1);
+        assert!(lease.holds());
+    }
 }

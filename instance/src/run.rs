@@ -433,6 +433,7 @@ fn supervise(o: &Options, setup: &Setup, p: &Prepared) -> Result<Ended, Fatal> {
     let mut keeper = Keeper::new(o, bin, user, p.following.clone());
     let mut fenced: Option<String> = None;
     let mut stop_asked = false;
+    let mut lease_news = 0;
     loop {
         let now = Instant::now();
         let signals = process::take_signals();
@@ -475,7 +476,11 @@ fn supervise(o: &Options, setup: &Setup, p: &Prepared) -> Result<Ended, Fatal> {
                 fenced = Some(why);
             }
         }
-        std::thread::sleep(pause_while(state, o.poll));
+        let pause = pause_while(state, o.poll);
+        match &o.lease {
+            Some(lease) => lease.wait_for_news(&mut lease_news, pause),
+            None => std::thread::sleep(pause),
+        }
     }
 }
 
