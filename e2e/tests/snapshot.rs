@@ -153,6 +153,23 @@ async fn wait_claim_deleted(bed: &TestBed, ns: &str, db: &str) {
 }
 
 /// The reasons of the Events about the Database.
+/// Waits until the Events of Database `name` include each of `reasons` (an Event is published
+/// after the status it goes with: read once, it can be a moment behind); the reasons seen.
+async fn wait_events(bed: &TestBed, ns: &str, name: &str, reasons: &[&str]) -> BTreeSet<String> {
+    let seen = dbop_e2e::wait_until_or_none(WAIT, || async {
+        let seen = event_reasons(bed, ns, name).await;
+        reasons.iter().all(|r| seen.contains(*r)).then_some(seen)
+    })
+    .await;
+    match seen {
+        Some(seen) => seen,
+        None => panic!(
+            "no Event {reasons:?} for {name}: {:?}",
+            event_reasons(bed, ns, name).await
+        ),
+    }
+}
+
 async fn event_reasons(bed: &TestBed, ns: &str, name: &str) -> BTreeSet<String> {
     Api::<Event>::namespaced(bed.client.clone(), ns)
         .list(&ListParams::default().fields(&format!("regarding.name={name}")))
@@ -214,10 +231,13 @@ async fn snapshot_deletes_the_claim_only_after_the_final_backup_succeeded() {
             .is_empty()
     );
     wait_backup(&bed, &ns, &final_name, BackupPhase::Succeeded).await;
-    let reasons = event_reasons(&bed, &ns, "snap").await;
-    for want in ["FinalBackupStarted", "FinalBackupSucceeded"] {
-        assert!(reasons.contains(want), "no {want} Event: {reasons:?}");
-    }
+    wait_events(
+        &bed,
+        &ns,
+        "snap",
+        &["FinalBackupStarted", "FinalBackupSucceeded"],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -239,8 +259,7 @@ async fn a_failed_final_backup_keeps_the_claim_and_holds_the_deletion_until_the_
     assert!(message.contains("S3 access denied"), "{message}");
     assert!(message.contains("data volumes are kept"), "{message}");
     assert_claim_kept(&bed, &ns, "held").await;
-    let reasons = event_reasons(&bed, &ns, "held").await;
-    assert!(reasons.contains("FinalBackupFailed"), "{reasons:?}");
+    wait_events(&bed, &ns, "held", &["FinalBackupFailed"]).await;
 
     // Retrying: deleting the failed backup makes a new one, which succeeds.
     backups(&bed, &ns)
