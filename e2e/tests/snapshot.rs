@@ -152,24 +152,23 @@ async fn wait_claim_deleted(bed: &TestBed, ns: &str, db: &str) {
     .await;
 }
 
-/// The reasons of the Events about the Database.
 /// Waits until the Events of Database `name` include each of `reasons` (an Event is published
-/// after the status it goes with: read once, it can be a moment behind); the reasons seen.
-async fn wait_events(bed: &TestBed, ns: &str, name: &str, reasons: &[&str]) -> BTreeSet<String> {
+/// after the status it goes with: read once, it can be a moment behind).
+async fn wait_events(bed: &TestBed, ns: &str, name: &str, reasons: &[&str]) {
     let seen = dbop_e2e::wait_until_or_none(WAIT, || async {
         let seen = event_reasons(bed, ns, name).await;
-        reasons.iter().all(|r| seen.contains(*r)).then_some(seen)
+        reasons.iter().all(|r| seen.contains(*r)).then_some(())
     })
     .await;
-    match seen {
-        Some(seen) => seen,
-        None => panic!(
+    if seen.is_none() {
+        panic!(
             "no Event {reasons:?} for {name}: {:?}",
             event_reasons(bed, ns, name).await
-        ),
+        );
     }
 }
 
+/// The reasons of the Events about the Database.
 async fn event_reasons(bed: &TestBed, ns: &str, name: &str) -> BTreeSet<String> {
     Api::<Event>::namespaced(bed.client.clone(), ns)
         .list(&ListParams::default().fields(&format!("regarding.name={name}")))
