@@ -2,8 +2,12 @@
 # `measure`, `best`, `median`, `sample_load`, `generate`, `init_pg`, `start_pg`, `stop_pg`):
 #
 # 1. `dbop-backup base-backup` (pg_basebackup's tar → zstd → S3 multipart, then its record)
-#    against the bare `pg_basebackup -Ft -D - -X none > /dev/null` with the agent's flags, in
-#    rounds, on one instance (orders-like tables of PHYS_GIB plus pgbench's at PGBENCH_SCALE);
+#    against pg_basebackup with the agent's flags, in rounds, on one instance (orders-like
+#    tables of PHYS_GIB plus pgbench's at PGBENCH_SCALE), four ways: writing to /dev/null itself
+#    (what the server sends, nothing kept); read through a pipe by `cat > /dev/null` (the floor
+#    of any program that reads the stream, the agent included); writing its tar to a local
+#    directory and syncing it (what pg_basebackup alone keeps); and the hand-made equivalent of
+#    the agent, `| zstd -1 -T1 | rclone rcat` to the same S3 server;
 # 2. WAL archiving through `wal-push` (archive_command, its S3 key in files) while pgbench's
 #    TPC-B-like script runs: WAL generated against archived, the rate, the `.ready` backlog
 #    sampled every second, the time to drain it after the run;
@@ -19,6 +23,7 @@
 # shellcheck disable=SC2016,SC2153  # backquotes are markdown; AGENT, RUNS, WORK… are run.sh's
 
 PHYS_GIB=${PHYS_GIB:-1}                  # orders-like tables (GiB of dump) in the instance
+PHYS_BASE_ONLY=${PHYS_BASE_ONLY:-0}      # 1: part 1 only (the base backups)
 PGBENCH_SCALE=${PGBENCH_SCALE:-50}       # pgbench -i -s (50: ~750 MB)
 PGBENCH_CLIENTS=${PGBENCH_CLIENTS:-8}
 PGBENCH_SECONDS=${PGBENCH_SECONDS:-60}
@@ -79,8 +84,17 @@ phys_instance() {
 # One base backup (round r) of a contender; prints "wall cpu maxrss_kib stored_bytes".
 run_base() {
   local contender=$1 r=$2 m stored=0
+  local pgbb="'$PGBIN/pg_basebackup' --format=tar --wal-method=none --no-password --checkpoint=fast --manifest-checksums=CRC32C --label=bench"
   case $contender in
-    baseline) m=$(measure bash -c "exec '$PGBIN/pg_basebackup' --format=tar --pgdata=- --wal-method=none --no-password --checkpoint=fast --manifest-checksums=CRC32C --label=bench > /dev/null") || return ;;
+    baseline) m=$(measure bash -c "exec $pgbb --pgdata=- > /dev/null") || return ;;
+    read) m=$(measure bash -o pipefail -c "$pgbb --pgdata=- | cat > /dev/null") || return ;;
+    local)
+      rm -rf "$WORK/phys-local"
+      m=$(measure bash -c "$pgbb --pgdata='$WORK/phys-local' && sync -f '$WORK/phys-local/base.tar'") || return
+      rm -rf "$WORK/phys-local" ;;
+    pipeline)
+      m=$(measure bash -o pipefail -c "$pgbb --pgdata=- | zstd -q -1 -T1 | rclone rcat bench:bench/phys-pipeline/run$r.tar.zst") || return
+      stored=$(stat -c %s "$WORK/s3/bench/phys-pipeline/run$r.tar.zst") ;;
     dbop)
       m=$(measure "$AGENT" base-backup --prefix phys --database "$PHYS_DB" --backup-id "run$r" --fast-checkpoint) || return
       stored=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["sizeBytes"])' "$WORK/stdout.txt") ;;
@@ -110,7 +124,7 @@ base_backups() {
   local raw=$1 r contender m label
   local -A results=()
   for ((r = 1; r <= RUNS; r++)); do
-    for contender in baseline dbop; do
+    for contender in baseline read local pipeline dbop; do
       sample_load
       m=$(run_base "$contender" "$r")
       log "base backup round $r $contender: $m"
@@ -121,9 +135,14 @@ base_backups() {
   echo "| instance | contender | MB/s (instance) | wall s (best) | wall s (median) | CPU s | peak RSS MiB | stored MB |"
   echo "|---|---|---:|---:|---:|---:|---:|---:|"
   phys_row "$label" '`pg_basebackup -Ft -D - -X none -c fast > /dev/null`' "$raw" "${results[baseline]}"
+  phys_row "$label" '`pg_basebackup -Ft -D - … \\| cat > /dev/null`' "$raw" "${results[read]}"
+  phys_row "$label" '`pg_basebackup -Ft -D dir …` + `sync` (local disk, uncompressed)' "$raw" "${results[local]}"
+  phys_row "$label" '`pg_basebackup -Ft -D - … \\| zstd -1 -T1 \\| rclone rcat`' "$raw" "${results[pipeline]}"
   phys_row "$label" '`dbop-backup base-backup --fast-checkpoint` (zstd -1)' "$raw" "${results[dbop]}"
   echo
-  echo "The agent's throughput as a share of bare pg_basebackup's: $(share "${results[baseline]}" "${results[dbop]}")."
+  echo "The agent's throughput as a share of each: pg_basebackup to /dev/null $(share "${results[baseline]}" "${results[dbop]}");"
+  echo "read through a pipe $(share "${results[read]}" "${results[dbop]}"); to local disk $(share "${results[local]}" "${results[dbop]}");"
+  echo "the zstd and rclone pipeline $(share "${results[pipeline]}" "${results[dbop]}")."
   echo
 }
 
@@ -282,7 +301,7 @@ restores() {
   replay_script
   local -A results=()
   for ((r = 1; r <= RESTORE_RUNS; r++)); do
-    for contender in baseline dbop; do
+    for contender in baseline read local pipeline dbop; do
       sample_load
       m=$(run_restore "$contender" "$r" "$id")
       log "restore round $r $contender: $m"
@@ -384,6 +403,7 @@ physical() {
   agent_script
   phys_instance
   base_backups "$PHYS_RAW"
+  if [[ $PHYS_BASE_ONLY == 1 ]]; then stop_pg "$PHYS_DATA"; return; fi
   wal_archiving
   restores "run$RUNS" "$(wal_since "run$RUNS")"
   stop_pg "$PHYS_DATA"
