@@ -48,6 +48,11 @@ async fn write_through_rw(bed: &TestBed, ns: &str, sql: &str) {
     .await;
 }
 
+/// When an instance's server started.
+const STARTED_AT: &str = "select pg_postmaster_start_time()";
+/// The host a standby streams from (empty: it does not stream).
+const STREAMING_FROM: &str = "select coalesce((select sender_host from pg_stat_wal_receiver where status = 'streaming'), '')";
+
 /// `kill -9` of the postmaster of `pod`.
 fn kill_postmaster(bed: &TestBed, ns: &str, pod: &str) {
     let (killed, _, err) = bed.exec(
@@ -372,6 +377,7 @@ async fn a_switchover_and_scaling_to_five_then_two_lose_no_acknowledged_commit()
     let _operator = bed.operator_for_real_node(&ns);
     three_instances_with_a_writer(&bed, &ns, "swap").await;
 
+    let swap1_started = bed.local_ok(&ns, "swap-1", STARTED_AT);
     // The request, as `kubectl dbop promote swap swap-2` makes it.
     let databases = bed.databases(&ns);
     let patch = json!({"metadata": {"annotations": {"dbop.dev/promote": "swap-2"}}});
@@ -385,6 +391,18 @@ async fn a_switchover_and_scaling_to_five_then_two_lose_no_acknowledged_commit()
     for standby in ["swap-0", "swap-1"] {
         bed.streaming_standby(&ns, standby, READY_WAIT).await;
     }
+    // swap-1 followed swap-2 by a reload: it streams from it, its server never stopped.
+    wait_until("swap-1 streaming from swap-2", READY_WAIT, || async {
+        let (ok, sender, _) = bed.local_psql(&ns, "swap-1", STREAMING_FROM);
+        (ok && sender.trim().starts_with("swap-2.")).then_some(())
+    })
+    .await;
+    assert_eq!(
+        bed.local_ok(&ns, "swap-1", STARTED_AT),
+        swap1_started,
+        "swap-1's server restarted to follow swap-2\n{}",
+        bed.pod_story(&ns, "swap-1")
+    );
     assert!(
         !bed.event_messages(&ns, "Switchover").trim().is_empty(),
         "no Switchover Event"

@@ -156,6 +156,44 @@ pub fn decide(me: &str, read: &Read, standby: bool, following: Option<&Member>) 
     }
 }
 
+/// How long a standby repointed at a new primary by a reload may take to stream from it before
+/// it restarts to check its timeline against it: time for the new primary to finish promoting
+/// and for the WAL receiver's retry (`wal_retrieve_retry_interval`, 5 s) twice.
+pub const FOLLOW_GRACE: Duration = Duration::from_secs(15);
+
+/// Where a standby repointed by a reload stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Repointed {
+    /// It streams from the new primary: done.
+    Streaming,
+    /// Not yet, within `FOLLOW_GRACE`: look again.
+    Waiting,
+    /// Not within the grace: PostgreSQL refuses to follow a timeline that forked before the
+    /// WAL this standby already replayed (and retries for ever), and only a start can rewind.
+    Restart,
+}
+
+/// Whether a repointed standby streams from `primary_host`, given the WAL receiver's
+/// `status|sender_host` (`pg_stat_wal_receiver`; empty: none runs), waited for `since`.
+pub fn repointed(
+    receiver: &str,
+    primary_host: &str,
+    since: Duration,
+    grace: Duration,
+) -> Repointed {
+    let (status, sender) = receiver
+        .trim()
+        .split_once('|')
+        .unwrap_or((receiver.trim(), ""));
+    if streaming(Some(status)) && sender == primary_host {
+        Repointed::Streaming
+    } else if since < grace {
+        Repointed::Waiting
+    } else {
+        Repointed::Restart
+    }
+}
+
 /// Whether a standby named primary promotes now: once it no longer streams from the old
 /// primary (which stopped, or is gone), or when the old one has had `grace` since this
 /// instance first saw itself named (`named_for`) and still streams.
@@ -421,6 +459,57 @@ mod tests {
                 standby_ready(accepting, receiver, None),
                 want,
                 "{receiver:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_repointed_standby_is_done_once_it_streams_from_the_new_primary_and_restarts_after_the_grace()
+     {
+        let new = "orders-1.orders-pods.db.svc";
+        let grace = FOLLOW_GRACE;
+        let s = Duration::from_secs;
+        let table = [
+            (
+                "streaming|orders-1.orders-pods.db.svc\n",
+                s(0),
+                Repointed::Streaming,
+            ),
+            (
+                "streaming|orders-1.orders-pods.db.svc",
+                s(20),
+                Repointed::Streaming,
+            ),
+            // Still the old primary's stream, or the new one's not yet streaming.
+            (
+                "streaming|orders-0.orders-pods.db.svc",
+                s(3),
+                Repointed::Waiting,
+            ),
+            (
+                "starting|orders-1.orders-pods.db.svc",
+                s(3),
+                Repointed::Waiting,
+            ),
+            ("", s(14), Repointed::Waiting),
+            // A timeline PostgreSQL refuses to follow: the WAL receiver never streams.
+            ("", s(15), Repointed::Restart),
+            (
+                "waiting|orders-1.orders-pods.db.svc",
+                s(15),
+                Repointed::Restart,
+            ),
+            (
+                "streaming|orders-0.orders-pods.db.svc",
+                s(16),
+                Repointed::Restart,
+            ),
+        ];
+        for (receiver, since, want) in table {
+            assert_eq!(
+                repointed(receiver, new, since, grace),
+                want,
+                "{receiver:?} {since:?}"
             );
         }
     }

@@ -1,5 +1,6 @@
 //! While the server runs: follows the topology file (`Keeper`). A standby repoints at a new
-//! primary (a reload) or is promoted when the topology names it; a primary that is no longer
+//! primary (a reload; under a primary Lease watched until it streams from it, and restarted to
+//! check its timeline if it does not in time) or is promoted when the topology names it; a primary that is no longer
 //! named is fenced (the supervisor stops it, and the container restarts as a standby); a
 //! primary keeps the replication role's password the mounted one's and a slot for every
 //! standby, dropping dbop's others only after `role::SLOT_GRACE`, and sets
@@ -50,6 +51,8 @@ pub struct Keeper<'a> {
     problem: Option<String>,
     /// Since when this standby has seen itself named primary.
     named_primary: Option<Instant>,
+    /// The new primary a reload repointed this standby at, and since when, until it streams.
+    repointed: Option<(Member, Instant)>,
 }
 
 impl<'a> Keeper<'a> {
@@ -71,6 +74,7 @@ impl<'a> Keeper<'a> {
             unwanted_since: BTreeMap::new(),
             problem: None,
             named_primary: None,
+            repointed: None,
         }
     }
 
@@ -111,13 +115,23 @@ impl<'a> Keeper<'a> {
         match action {
             Action::Fence(primary) => return Some(stepped_down(&primary)),
             Action::Promote => self.promote_when_safe(),
-            // A new primary after a failover: its timeline may have forked before this
-            // standby's last WAL. The start checks it (and rewinds); a reload could not.
+            // Under a primary Lease a new primary's timeline may have forked before this
+            // standby's last WAL (a failover): the reload is tried and watched, and a standby
+            // that does not stream from the new primary in time restarts, which checks the
+            // timeline and rewinds (`check_repointed`).
             Action::Follow(primary) if self.o.lease.is_some() => {
-                return Some(rejoining(&primary.name));
+                self.follow(&me, &primary);
+                if self.following.as_ref() != Some(&primary) {
+                    return Some(rejoining(&primary.name));
+                }
+                self.repointed = Some((primary, Instant::now()));
             }
             Action::Follow(primary) => self.follow(&me, &primary),
-            Action::Nothing => {}
+            Action::Nothing => {
+                if let Some(why) = self.check_repointed() {
+                    return Some(why);
+                }
+            }
         }
         // Degraded synchronous replication follows who streams: looked at more often.
         let every = match &read {
@@ -207,6 +221,43 @@ impl<'a> Keeper<'a> {
                 self.following = Some(primary.clone());
             }
             Err(Fatal(why)) => self.problem(format!("cannot follow {}: {why}", primary.name)),
+        }
+    }
+
+    /// A standby repointed by a reload: done once it streams from the new primary; restarted
+    /// (`rejoining`) when it has not within `role::FOLLOW_GRACE`.
+    fn check_repointed(&mut self) -> Option<String> {
+        let (primary, since) = self.repointed.as_ref()?;
+        let receiver = self
+            .server
+            .query("SELECT status || '|' || coalesce(sender_host, '') FROM pg_stat_wal_receiver;\n")
+            .unwrap_or_default();
+        match role::repointed(
+            &receiver,
+            &primary.host,
+            since.elapsed(),
+            role::FOLLOW_GRACE,
+        ) {
+            role::Repointed::Waiting => None,
+            role::Repointed::Streaming => {
+                log(&format!(
+                    "streaming from the new primary {} {} ms after the reload, without a restart",
+                    primary.name,
+                    since.elapsed().as_millis()
+                ));
+                self.repointed = None;
+                None
+            }
+            role::Repointed::Restart => {
+                let why = rejoining(&primary.name);
+                log(&format!(
+                    "not streaming from the new primary {} {} s after the reload",
+                    primary.name,
+                    role::FOLLOW_GRACE.as_secs()
+                ));
+                self.repointed = None;
+                Some(why)
+            }
         }
     }
 
