@@ -166,6 +166,8 @@ pub const FOLLOW_GRACE: Duration = Duration::from_secs(15);
 pub enum Repointed {
     /// It streams from the new primary: done.
     Streaming,
+    /// It is no standby any more (named primary and promoted meanwhile): nothing to follow.
+    Promoted,
     /// Not yet, within `FOLLOW_GRACE`: look again.
     Waiting,
     /// Not within the grace: PostgreSQL refuses to follow a timeline that forked before the
@@ -173,9 +175,11 @@ pub enum Repointed {
     Restart,
 }
 
-/// Whether a repointed standby streams from `primary_host`, given the WAL receiver's
-/// `status|sender_host` (`pg_stat_wal_receiver`; empty: none runs), waited for `since`.
+/// Whether a repointed standby (`standby`: it still is one) streams from `primary_host`, given
+/// the WAL receiver's `status|sender_host` (`pg_stat_wal_receiver`; empty: none runs), waited
+/// for `since`.
 pub fn repointed(
+    standby: bool,
     receiver: &str,
     primary_host: &str,
     since: Duration,
@@ -185,7 +189,9 @@ pub fn repointed(
         .trim()
         .split_once('|')
         .unwrap_or((receiver.trim(), ""));
-    if streaming(Some(status)) && sender == primary_host {
+    if !standby {
+        Repointed::Promoted
+    } else if streaming(Some(status)) && sender == primary_host {
         Repointed::Streaming
     } else if since < grace {
         Repointed::Waiting
@@ -507,10 +513,14 @@ mod tests {
         ];
         for (receiver, since, want) in table {
             assert_eq!(
-                repointed(receiver, new, since, grace),
+                repointed(true, receiver, new, since, grace),
                 want,
                 "{receiver:?} {since:?}"
             );
+        }
+        // Named primary and promoted before it streamed: never restarted for the old reload.
+        for since in [s(3), s(15), s(60)] {
+            assert_eq!(repointed(false, "", new, since, grace), Repointed::Promoted);
         }
     }
 

@@ -1,12 +1,12 @@
 //! While the server runs: follows the topology file (`Keeper`). A standby repoints at a new
 //! primary (a reload; under a primary Lease watched until it streams from it, and restarted to
-//! check its timeline if it does not in time) or is promoted when the topology names it; a primary that is no longer
-//! named is fenced (the supervisor stops it, and the container restarts as a standby); a
-//! primary keeps the replication role's password the mounted one's and a slot for every
-//! standby, dropping dbop's others only after `role::SLOT_GRACE`, and sets
-//! `synchronous_standby_names` as the topology's synchronous replication says. With a primary Lease
-//! (`lease_keeper`) the topology is the Lease's, a standby promotes only once it holds the Lease
-//! and a primary whose hold ran out is fenced at the next poll.
+//! check its timeline if it does not in time) or is promoted when the topology names it; a
+//! primary that is no longer named is fenced (the supervisor stops it, and it starts again as a
+//! standby); a primary keeps the replication role's password the mounted one's and a slot for
+//! every standby, dropping dbop's others only after `role::SLOT_GRACE`, and sets
+//! `synchronous_standby_names` as the topology's synchronous replication says. With a primary
+//! Lease (`lease_keeper`) the topology is the Lease's, a standby promotes only once it holds the
+//! Lease and a primary whose hold ran out is fenced at the next poll.
 //!
 //! The decisions are `role`'s; this module reads files, runs SQL and writes the standby file.
 
@@ -193,6 +193,7 @@ impl<'a> Keeper<'a> {
             Ok(()) => {
                 log("promoted: the server accepts writes");
                 self.following = None;
+                self.repointed = None;
                 self.role_password = None;
                 self.duties_done = None;
             }
@@ -233,12 +234,18 @@ impl<'a> Keeper<'a> {
             .query("SELECT status || '|' || coalesce(sender_host, '') FROM pg_stat_wal_receiver;\n")
             .unwrap_or_default();
         match role::repointed(
+            config::is_standby(&self.o.pgdata),
             &receiver,
             &primary.host,
             since.elapsed(),
             role::FOLLOW_GRACE,
         ) {
             role::Repointed::Waiting => None,
+            // Named primary and promoted before it streamed: nothing to follow any more.
+            role::Repointed::Promoted => {
+                self.repointed = None;
+                None
+            }
             role::Repointed::Streaming => {
                 log(&format!(
                     "streaming from the new primary {} {} ms after the reload, without a restart",
