@@ -64,6 +64,9 @@ pub struct RowCounter {
     /// Set when the TOC is complete: the data blocks follow.
     data: Option<Data>,
     failed: Option<FormatError>,
+    /// Counts the `TABLE DATA` entries of tables the archive does not define too (a part of a
+    /// dump in parallel streams, whose caller picks the tables that count).
+    every_table: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -138,6 +141,16 @@ struct Block {
 impl RowCounter {
     pub fn new() -> RowCounter {
         RowCounter::default()
+    }
+
+    /// A counter for an archive without the tables' definitions (`--data-only`, or only the
+    /// data and post-data sections): every `TABLE DATA` entry is counted, extension members'
+    /// too; the caller keeps the tables that count.
+    pub fn every_table() -> RowCounter {
+        RowCounter {
+            every_table: true,
+            ..RowCounter::default()
+        }
     }
 
     /// Reads the next piece of the archive. After an error every later call returns it again.
@@ -219,7 +232,11 @@ impl RowCounter {
             self.toc.add(entry);
             self.entries_left = Some(left - 1);
         }
-        self.data = Some(Data::new(header, std::mem::take(&mut self.toc))?);
+        self.data = Some(Data::new(
+            header,
+            std::mem::take(&mut self.toc),
+            self.every_table,
+        )?);
         Ok(pos)
     }
 }
@@ -502,7 +519,7 @@ fn identifier(s: &[u8]) -> Result<Ident<'_>, FormatError> {
 }
 
 impl Data {
-    fn new(header: Header, toc: Toc) -> Result<Data, FormatError> {
+    fn new(header: Header, toc: Toc, every_table: bool) -> Result<Data, FormatError> {
         let mut data = Data {
             header,
             index: HashMap::new(),
@@ -514,7 +531,7 @@ impl Data {
             block: Block::default(),
         };
         for e in toc.table_data {
-            if !toc.tables.contains(&(e.namespace.clone(), e.tag.clone())) {
+            if !every_table && !toc.tables.contains(&(e.namespace.clone(), e.tag.clone())) {
                 continue; // an extension member's configuration table
             }
             let (id, name) = (e.dump_id, copy_target(&e.copy_stmt, &e.namespace, &e.tag)?);

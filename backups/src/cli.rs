@@ -219,6 +219,13 @@ pub struct DumpArgs {
     #[arg(long, env = "DBOP_BACKUP_UPLOAD_CONCURRENCY", default_value_t = 2,
           value_parser = clap::value_parser!(u16).range(1..=16))]
     pub upload_concurrency: u16,
+    /// pg_dump streams per database, all reading the same snapshot: with N > 1 the largest
+    /// tables' rows are shared out among N − 1 data-only streams beside the rest of the dump,
+    /// each stored as an object of its own (a backup in parts, which agents that predate parts
+    /// refuse whole). Memory grows with N: about N × (concurrency + 2) × part size.
+    #[arg(long, env = "DBOP_BACKUP_JOBS", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=16))]
+    pub jobs: u16,
     /// Backup id (default: the UTC start time, YYYYMMDDTHHMMSSZ). If a complete backup with
     /// this id exists, `dump` reports it as succeeded without dumping again.
     #[arg(long, env = "DBOP_BACKUP_ID")]

@@ -14,7 +14,7 @@
 //! filled, one waits in a channel of capacity 1, and at most `concurrency` parts are in flight:
 //! about (concurrency + 2) × part size, whatever the databases.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,20 +23,22 @@ use chrono::Utc;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
+use crate::archive::RowCounter;
 use crate::crypto::{self, Key};
 use crate::databases::{self, Listed};
 use crate::error::{Error, Result};
 use crate::globals;
 use crate::layout::{self, GLOBALS_FILE, Layout};
 use crate::manifest::{
-    self, DatabaseDump, EncryptionInfo, GlobalsInfo, MAX_MANIFEST_BYTES, Manifest, Stored,
-    object_context,
+    self, DatabaseDump, DumpPart, EncryptionInfo, GlobalsInfo, MAX_MANIFEST_BYTES, Manifest,
+    Stored, object_context,
 };
 use crate::pg::{self, PgTools, PsqlSession};
 use crate::result::BackupResult;
 use crate::retention::Policy;
 use crate::s3::Store;
 use crate::signals::Interrupt;
+use crate::streams::{self, Stream, Table};
 use crate::upload::{Compressed, compress, upload_parts};
 
 /// Parts are planned for at most this many (S3 allows 10,000), leaving headroom.
@@ -62,10 +64,13 @@ pub struct DumpOptions {
     pub incomplete_grace: Duration,
     /// Encrypt every object with this key (`crypto`); `None`: stored as before, in the clear.
     pub key: Option<Key>,
+    /// pg_dump streams per database (`streams`): 1 dumps each database as one object.
+    pub jobs: usize,
 }
 
-/// An upload in progress, remembered so it can be aborted whatever happens.
-type PendingUpload = Arc<Mutex<Option<(String, String)>>>;
+/// The uploads in progress (one per stream), remembered so they can be aborted whatever
+/// happens.
+type PendingUpload = Arc<Mutex<Vec<(String, String)>>>;
 
 /// Runs `dump`, filling `result` as facts become known (so a failure still names them).
 pub async fn dump(
@@ -82,26 +87,26 @@ pub async fn dump(
         s = interrupt.wait() => Err(Error::Interrupted(s)),
     };
     if outcome.is_err() {
-        let upload = pending.lock().map(|mut p| p.take()).unwrap_or(None);
-        if let Some((key, upload_id)) = upload {
-            match tokio::time::timeout(
-                Duration::from_secs(15),
-                store.abort_upload(&key, &upload_id),
-            )
-            .await
-            {
-                Ok(Ok(())) => tracing::info!(key, "multipart upload aborted"),
-                Ok(Err(e)) => {
-                    tracing::error!(key, error = %e, "could not abort the multipart upload; prune removes it after the grace period")
-                }
-                Err(_) => tracing::error!(
-                    key,
-                    "aborting the multipart upload timed out; prune removes it after the grace period"
-                ),
-            }
+        let uploads = pending.lock().map(|mut p| std::mem::take(&mut *p));
+        for (key, upload_id) in uploads.unwrap_or_default() {
+            abort_upload(store, &key, &upload_id).await;
         }
     }
     outcome
+}
+
+/// Aborts one multipart upload of a failed dump; what cannot be aborted is left to prune.
+async fn abort_upload(store: &Store, key: &str, upload_id: &str) {
+    match tokio::time::timeout(Duration::from_secs(15), store.abort_upload(key, upload_id)).await {
+        Ok(Ok(())) => tracing::info!(key, "multipart upload aborted"),
+        Ok(Err(e)) => {
+            tracing::error!(key, error = %e, "could not abort the multipart upload; prune removes it after the grace period")
+        }
+        Err(_) => tracing::error!(
+            key,
+            "aborting the multipart upload timed out; prune removes it after the grace period"
+        ),
+    }
 }
 
 /// The dump, step by step: name it, open the snapshot, skip it if it exists, stream
@@ -204,26 +209,22 @@ async fn dump_all(
             (Some(_), 1..) => format!("db-{index:03}.pgc.zst"),
             _ => databases::dump_file_name(index, &db.name),
         };
-        let key = format!("{}{file}", target.prefix);
-        let (compressed, row_counts) = stream_dump(
+        let dump = dump_database(
             store,
             tools,
             opts,
-            &server,
-            (&key, &target.backup_id, &file),
+            target,
+            &file,
             &mut session,
+            &server,
             pending,
         )
         .await?;
         session.finish().await?;
         dumps.push(DatabaseDump {
             name: db.name.clone(),
-            dump_file: file,
-            raw_bytes: compressed.raw_bytes,
-            size_bytes: compressed.size_bytes,
-            sha256: compressed.sha256,
-            row_counts,
             definition: Some(db.definition.clone()),
+            ..dump
         });
     }
     Ok(dumps)
@@ -420,28 +421,163 @@ async fn already_complete(
     }
 }
 
-/// Streams pg_dump through zstd into a multipart upload, completes it and checks the stored
-/// size. Returns what the compressor saw and the row counts: counted in the archive as it
-/// streamed past; should the agent not read the archive (a pg_dump format it does not know),
-/// counted by the server in the same snapshot instead, which the session still holds.
-async fn stream_dump(
+/// One database's dump in its snapshot: one stream, or (`--jobs` > 1) the streams of
+/// `streams::plan` run at once, each its own object. The row counts are read from the archives
+/// as they stream past; should the agent not read one (a pg_dump format it does not know),
+/// they are counted by the server in the same snapshot instead, which `session` still holds.
+#[allow(clippy::too_many_arguments)]
+async fn dump_database(
     store: &Store,
     tools: &PgTools,
     opts: &DumpOptions,
-    server: &ServerFacts,
-    (key, backup_id, file): (&str, &str, &str),
+    target: &Target,
+    file: &str,
     session: &mut PsqlSession,
+    server: &ServerFacts,
     pending: &PendingUpload,
-) -> Result<(Compressed, BTreeMap<String, u64>)> {
+) -> Result<DatabaseDump> {
     if let Some(major) = server.server_major {
         tools
             .check_version("pg_dump", major, &server.database)
             .await?;
     }
+    let (plan, counted) = match opts.jobs {
+        0 | 1 => (vec![Stream::Whole], None),
+        jobs => {
+            let (tables, other_bytes) = tables_of(session, &server.database).await?;
+            let counted: BTreeSet<String> = tables.iter().map(|t| t.counted_as.clone()).collect();
+            (streams::plan(&tables, jobs, other_bytes), Some(counted))
+        }
+    };
+    let runs = plan.iter().enumerate().map(|(index, stream)| {
+        let file = stream.file_name(index, file);
+        async move {
+            let key = format!("{}{file}", target.prefix);
+            let (compressed, counted) = stream_dump(
+                store,
+                tools,
+                opts,
+                server,
+                stream,
+                (&key, &target.backup_id, &file),
+                pending,
+            )
+            .await?;
+            Ok::<_, Error>((file, compressed, counted))
+        }
+    });
+    let streamed = futures::future::try_join_all(runs).await?;
+    let mut row_counts = BTreeMap::new();
+    let mut parts = Vec::with_capacity(streamed.len());
+    let mut uncounted = None;
+    for (file, compressed, counted) in streamed {
+        match counted {
+            Ok(counts) => row_counts.extend(counts),
+            Err(e) => uncounted = Some(e),
+        }
+        parts.push(DumpPart {
+            file,
+            raw_bytes: compressed.raw_bytes,
+            size_bytes: compressed.size_bytes,
+            sha256: compressed.sha256,
+        });
+    }
+    if let Some(counted) = counted.filter(|_| plan.len() > 1) {
+        // The parts count extension members' configuration tables too; the manifest counts
+        // what `pg::ROW_COUNT_SQL` counts.
+        row_counts.retain(|name, _| counted.contains(name));
+    }
+    if let Some(e) = uncounted {
+        tracing::warn!(error = %e, "rows not counted from the dump stream; counting them in the snapshot");
+        row_counts = session.row_counts().await?;
+    }
+    Ok(database_dump(parts, row_counts))
+}
+
+/// A database's dump of these objects: one, or parts whose sizes add up.
+fn database_dump(mut parts: Vec<DumpPart>, row_counts: BTreeMap<String, u64>) -> DatabaseDump {
+    let sum = |f: fn(&DumpPart) -> u64| parts.iter().map(f).fold(0u64, u64::saturating_add);
+    let (raw_bytes, size_bytes) = (sum(|p| p.raw_bytes), sum(|p| p.size_bytes));
+    let first = parts.first().cloned().unwrap_or(DumpPart {
+        file: String::new(),
+        raw_bytes: 0,
+        size_bytes: 0,
+        sha256: String::new(),
+    });
+    if parts.len() < 2 {
+        parts.clear();
+    }
+    DatabaseDump {
+        name: String::new(),
+        dump_file: first.file,
+        raw_bytes,
+        size_bytes,
+        sha256: first.sha256,
+        row_counts,
+        definition: None,
+        parts,
+    }
+}
+
+/// The tables whose rows pg_dump dumps, with their sizes, and the large objects' size, as the
+/// snapshot's session sees them (names as JSON: they may hold newlines).
+async fn tables_of(session: &mut PsqlSession, database: &str) -> Result<(Vec<Table>, u64)> {
+    let lines = session.query(TABLES_SQL).await?;
+    let Some((large_objects, tables)) = lines.split_last() else {
+        return Err(pg::pg_error("psql", database, "no table sizes"));
+    };
+    let unexpected =
+        |e: String| pg::pg_error("psql", database, format!("unexpected table list: {e}"));
+    let tables = tables
+        .iter()
+        .map(|line| {
+            serde_json::from_str::<(String, String, u64, String)>(line)
+                .map(|(schema, name, bytes, counted_as)| Table {
+                    schema,
+                    name,
+                    bytes,
+                    counted_as,
+                })
+                .map_err(|e| unexpected(e.to_string()))
+        })
+        .collect::<Result<Vec<Table>>>()?;
+    let large_objects = large_objects
+        .trim()
+        .parse()
+        .map_err(|e: std::num::ParseIntError| unexpected(e.to_string()))?;
+    Ok((tables, large_objects))
+}
+
+/// Ordinary tables and partitions with rows pg_dump dumps (not the catalogs', temporary
+/// tables or extensions' own), then the size of the large objects.
+const TABLES_SQL: &str = "SELECT json_build_array(n.nspname, c.relname, pg_table_size(c.oid), \
+                                       format('%I.%I', n.nspname, c.relname))::text \
+     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+     WHERE c.relkind = 'r' AND c.relpersistence <> 't' \
+       AND n.nspname <> 'information_schema' AND n.nspname !~ '^pg_' \
+       AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_class'::regclass \
+                       AND d.objid = c.oid AND d.deptype = 'e');\n\
+     SELECT pg_table_size('pg_largeobject');";
+
+/// Streams one pg_dump stream through zstd into a multipart upload, completes it and checks
+/// the stored size. Returns what the compressor saw and the row counts it read in the archive
+/// (or why it could not).
+async fn stream_dump(
+    store: &Store,
+    tools: &PgTools,
+    opts: &DumpOptions,
+    server: &ServerFacts,
+    stream: &Stream,
+    (key, backup_id, file): (&str, &str, &str),
+    pending: &PendingUpload,
+) -> Result<(
+    Compressed,
+    std::result::Result<BTreeMap<String, u64>, String>,
+)> {
     let database = &server.database;
     tracing::info!(database, backup_id, key, "dump starting");
     let upload_id = begin_upload(store, key, pending).await?;
-    let (child, stderr, stdout) = spawn_pg_dump(tools, server)?;
+    let (child, stderr, stdout) = spawn_pg_dump(tools, server, stream)?;
     let part_size = part_size_for(opts.part_size, server.db_size);
     if part_size != opts.part_size {
         tracing::info!(part_size, "part size raised to stay within 10,000 parts");
@@ -452,34 +588,32 @@ async fn stream_dump(
         .key
         .clone()
         .map(|k| (k, object_context(backup_id, file)));
-    let compressor =
-        tokio::task::spawn_blocking(move || compress(stdout, level, part_size, sealing, tx));
+    let counter = match stream {
+        Stream::Whole => RowCounter::new(),
+        _ => RowCounter::every_table(),
+    };
+    let compressor = tokio::task::spawn_blocking(move || {
+        compress(stdout, level, part_size, sealing, (tx, counter))
+    });
     let parts = upload_parts(store, key, &upload_id, rx, opts.concurrency).await?;
     let compressed = compressor
         .await
         .map_err(|e| Error::io("compressor", std::io::Error::other(e.to_string())))?;
     wait_pg_dump(child, stderr, database).await?;
     let (compressed, counted) = compressed.map_err(|e| Error::io("reading pg_dump output", e))?;
-    let row_counts = match counted {
-        Ok(counts) => counts,
-        Err(e) => {
-            tracing::warn!(error = %e, "rows not counted from the dump stream; counting them in the snapshot");
-            session.row_counts().await?
-        }
-    };
     store.complete_upload(key, &upload_id, parts).await?;
     if let Ok(mut p) = pending.lock() {
-        p.take();
+        p.retain(|(k, _)| k != key);
     }
     check_stored_size(store, key, compressed.size_bytes).await?;
-    Ok((compressed, row_counts))
+    Ok((compressed, counted.map_err(|e| e.to_string())))
 }
 
 /// Starts the multipart upload, remembered in `pending` so it is aborted if the dump fails.
 async fn begin_upload(store: &Store, key: &str, pending: &PendingUpload) -> Result<String> {
     let upload_id = store.create_upload(key, "application/zstd").await?;
     if let Ok(mut p) = pending.lock() {
-        *p = Some((key.to_string(), upload_id.clone()));
+        p.push((key.to_string(), upload_id.clone()));
     }
     Ok(upload_id)
 }
@@ -505,10 +639,12 @@ async fn wait_pg_dump(
     Ok(())
 }
 
-/// pg_dump in the custom format, uncompressed (zstd does that), on the exported snapshot.
+/// pg_dump in the custom format, uncompressed (zstd does that), on the exported snapshot: the
+/// stream's part of the dump.
 fn spawn_pg_dump(
     tools: &PgTools,
     server: &ServerFacts,
+    stream: &Stream,
 ) -> Result<(
     tokio::process::Child,
     tokio::task::JoinHandle<String>,
@@ -524,6 +660,7 @@ fn spawn_pg_dump(
             "--snapshot",
         ])
         .arg(&server.snapshot)
+        .args(stream.pg_dump_args())
         .env("PGDATABASE", database)
         .spawn()
         .map_err(|e| pg::pg_error("pg_dump", database, format!("cannot run pg_dump: {e}")))?;
@@ -559,6 +696,10 @@ fn manifest_of(
     started: chrono::DateTime<Utc>,
     mut dumps: Vec<DatabaseDump>,
 ) -> Manifest {
+    let format = match dumps.iter().any(|d| !d.parts.is_empty()) {
+        true => manifest::FORMAT_PARTS,
+        false => manifest::FORMAT,
+    };
     let first = (!dumps.is_empty()).then(|| dumps.remove(0));
     let first = first.unwrap_or_else(|| DatabaseDump {
         name: String::new(),
@@ -568,6 +709,7 @@ fn manifest_of(
         sha256: String::new(),
         row_counts: BTreeMap::new(),
         definition: None,
+        parts: vec![],
     });
     Manifest {
         manifest_version: manifest::MANIFEST_VERSION,
@@ -580,12 +722,13 @@ fn manifest_of(
         raw_bytes: first.raw_bytes,
         size_bytes: first.size_bytes,
         sha256: first.sha256,
-        format: manifest::FORMAT.into(),
+        format: format.into(),
         compression: manifest::COMPRESSION.into(),
         compression_level: opts.compression_level,
         agent_version: crate::AGENT_VERSION.into(),
         dump_file: first.dump_file,
         row_counts: first.row_counts,
+        parts: first.parts,
         globals: None,
         definition: first.definition,
         other_databases: dumps,
@@ -611,8 +754,9 @@ fn completion_message(m: &Manifest, elapsed: Duration) -> String {
     let raw: u64 = dumps.iter().map(|d| d.raw_bytes).sum();
     let stored: u64 = dumps.iter().map(|d| d.size_bytes).sum();
     let tables: usize = dumps.iter().map(|d| d.row_counts.len()).sum();
+    let objects: usize = dumps.iter().map(|d| d.objects().len()).sum();
     format!(
-        "backup {} of database '{}' complete: {} databases, {raw} raw bytes, {stored} stored, {tables} tables, {:.1} MB/s",
+        "backup {} of database '{}' complete: {} databases in {objects} objects, {raw} raw bytes, {stored} stored, {tables} tables, {:.1} MB/s",
         m.backup_id,
         m.database,
         dumps.len(),

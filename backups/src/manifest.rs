@@ -5,6 +5,11 @@
 //! to), as in version 1, so an older agent restores that one as before; version 2 adds how to
 //! recreate it (`definition`) and every other database of the instance (`otherDatabases`). A
 //! version 1 manifest is read as a backup of one database.
+//!
+//! A database dumped in parallel streams (`streams`) is stored as several objects restored in
+//! order in one transaction: its `parts`. Such a backup says so in `format`
+//! ([`FORMAT_PARTS`]), which agents that predate parts refuse rather than restore the first
+//! object alone.
 
 use std::collections::BTreeMap;
 
@@ -16,6 +21,8 @@ use crate::layout::{GLOBALS_FILE, MANIFEST_FILE};
 use crate::result::BackupResult;
 
 pub const FORMAT: &str = "pg_dump-custom";
+/// The format of a backup with at least one database in parts.
+pub const FORMAT_PARTS: &str = "pg_dump-custom-parts";
 pub const COMPRESSION: &str = "zstd";
 /// Manifests larger than this are refused when read.
 pub const MAX_MANIFEST_BYTES: usize = 16 << 20;
@@ -49,6 +56,11 @@ pub struct Manifest {
     /// Rows per table (`schema.table`, quoted as `format('%I.%I')` does), counted in the
     /// snapshot the dump was taken from.
     pub row_counts: BTreeMap<String, u64>,
+    /// The application database's objects in restore order when it was dumped in parallel
+    /// streams (then `dumpFile` and `sha256` are the first's, `rawBytes` and `sizeBytes` the
+    /// sums); empty for a single object.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<DumpPart>,
     /// The roles and memberships script beside the dump (absent in backups of older agents,
     /// which restore without it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -175,6 +187,35 @@ pub struct DatabaseDump {
     /// How to recreate it; absent for the single database of a version 1 manifest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub definition: Option<DatabaseDefinition>,
+    /// Its objects in restore order when dumped in parallel streams (see `Manifest::parts`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<DumpPart>,
+}
+
+/// One stored object of a database's dump.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DumpPart {
+    /// The file name inside the backup folder.
+    pub file: String,
+    pub raw_bytes: u64,
+    pub size_bytes: u64,
+    pub sha256: String,
+}
+
+impl DatabaseDump {
+    /// The objects to restore, in order: the parts, or the one dump object.
+    pub fn objects(&self) -> Vec<DumpPart> {
+        if !self.parts.is_empty() {
+            return self.parts.clone();
+        }
+        vec![DumpPart {
+            file: self.dump_file.clone(),
+            raw_bytes: self.raw_bytes,
+            size_bytes: self.size_bytes,
+            sha256: self.sha256.clone(),
+        }]
+    }
 }
 
 /// The globals script of a backup, checked like the dump before it is run.
@@ -207,9 +248,9 @@ impl Manifest {
     pub fn parse(bytes: &[u8]) -> Result<Manifest, String> {
         let m: Manifest =
             serde_json::from_slice(bytes).map_err(|e| format!("manifest is not valid: {e}"))?;
-        if m.format != FORMAT || m.compression != COMPRESSION {
+        if ![FORMAT, FORMAT_PARTS].contains(&m.format.as_str()) || m.compression != COMPRESSION {
             return Err(format!(
-                "unsupported backup format {}/{} (this agent reads {FORMAT}/{COMPRESSION})",
+                "unsupported backup format {}/{} (this agent reads {FORMAT} or {FORMAT_PARTS}, {COMPRESSION})",
                 m.format, m.compression
             ));
         }
@@ -231,6 +272,7 @@ impl Manifest {
             sha256: self.sha256.clone(),
             row_counts: self.row_counts.clone(),
             definition: self.definition.clone(),
+            parts: self.parts.clone(),
         };
         std::iter::once(first)
             .chain(self.other_databases.iter().cloned())
@@ -271,32 +313,59 @@ fn is_sha256(s: &str) -> bool {
 }
 
 /// The list of databases must be whole: unique names, and unique file names that stay inside
-/// the backup folder.
+/// the backup folder; a database in parts says so in the format, and its parts agree with its
+/// own fields.
 fn check_databases(m: &Manifest) -> Result<(), String> {
     let mut names = std::collections::BTreeSet::new();
     let mut files = std::collections::BTreeSet::new();
     for d in &m.dumps() {
-        let bad_file = d.dump_file.is_empty()
-            || d.dump_file.contains('/')
-            || d.dump_file.starts_with('.')
-            || [MANIFEST_FILE, GLOBALS_FILE].contains(&d.dump_file.as_str());
-        if bad_file || !files.insert(d.dump_file.clone()) {
-            return Err(format!("manifest names a bad dump file {:?}", d.dump_file));
-        }
         if d.name.is_empty() || !names.insert(d.name.clone()) {
             return Err(format!(
                 "manifest lists database {:?} twice or empty",
                 d.name
             ));
         }
-        if !is_sha256(&d.sha256) {
-            return Err(format!(
-                "manifest sha256 of database {:?} is not 64 hex digits",
-                d.name
-            ));
+        check_parts(m, d)?;
+        for part in d.objects() {
+            let bad_file = part.file.is_empty()
+                || part.file.contains('/')
+                || part.file.starts_with('.')
+                || [MANIFEST_FILE, GLOBALS_FILE].contains(&part.file.as_str());
+            if bad_file || !files.insert(part.file.clone()) {
+                return Err(format!("manifest names a bad dump file {:?}", part.file));
+            }
+            if !is_sha256(&part.sha256) {
+                return Err(format!(
+                    "manifest sha256 of database {:?} is not 64 hex digits",
+                    d.name
+                ));
+            }
         }
     }
     Ok(())
+}
+
+/// A database's parts: at least two, in a backup of the parts format, the first being its
+/// `dumpFile` and `sha256`, the sizes adding up to its own.
+fn check_parts(m: &Manifest, d: &DatabaseDump) -> Result<(), String> {
+    let Some(first) = d.parts.first() else {
+        return Ok(());
+    };
+    let sum = |f: fn(&DumpPart) -> u64| d.parts.iter().map(f).fold(0u64, u64::saturating_add);
+    let agrees = m.format == FORMAT_PARTS
+        && d.parts.len() >= 2
+        && first.file == d.dump_file
+        && first.sha256 == d.sha256
+        && sum(|p| p.raw_bytes) == d.raw_bytes
+        && sum(|p| p.size_bytes) == d.size_bytes;
+    if agrees {
+        Ok(())
+    } else {
+        Err(format!(
+            "manifest's parts of database {:?} do not agree with its dump fields or format",
+            d.name
+        ))
+    }
 }
 
 /// The first difference between expected and actual row counts, if any.
@@ -348,6 +417,7 @@ mod tests {
             row_counts: [("public.a".to_string(), 3u64)].into_iter().collect(),
             globals: None,
             definition: None,
+            parts: vec![],
             other_databases: vec![],
             encryption: None,
         }
@@ -493,5 +563,55 @@ mod tests {
                 Some(w) => assert!(got.as_deref().unwrap_or("").starts_with(w), "{got:?}"),
             }
         }
+    }
+
+    fn part(file: &str, raw: u64, size: u64, sha: char) -> DumpPart {
+        DumpPart {
+            file: file.into(),
+            raw_bytes: raw,
+            size_bytes: size,
+            sha256: sha.to_string().repeat(64),
+        }
+    }
+
+    #[test]
+    fn parts_are_checked() {
+        let mut m = sample();
+        m.format = FORMAT_PARTS.into();
+        m.parts = vec![
+            part("dump.pgc.zst", 60, 4, '0'),
+            part("dump.data-1.pgc.zst", 40, 6, 'a'),
+        ];
+        let parsed = Manifest::parse(&m.to_json()).unwrap();
+        assert_eq!(parsed.dumps()[0].objects(), m.parts);
+        assert_eq!(sample().dumps()[0].objects().len(), 1);
+
+        let refused = |change: fn(&mut Manifest)| {
+            let mut bad = m.clone();
+            change(&mut bad);
+            Manifest::parse(&bad.to_json()).unwrap_err()
+        };
+        assert!(refused(|b| b.format = FORMAT.into()).contains("do not agree"));
+        assert!(refused(|b| b.parts[0].file = "other.pgc.zst".into()).contains("do not agree"));
+        assert!(refused(|b| b.parts[1].raw_bytes += 1).contains("do not agree"));
+        assert!(refused(|b| b.parts[1].size_bytes += 1).contains("do not agree"));
+        assert!(
+            refused(|b| {
+                b.parts.truncate(1);
+                b.raw_bytes = 60;
+                b.size_bytes = 4
+            })
+            .contains("do not agree")
+        );
+        assert!(refused(|b| b.parts[1].file = "../x".into()).contains("bad dump file"));
+        assert!(refused(|b| b.parts[1].file = "dump.pgc.zst".into()).contains("bad dump file"));
+        assert!(refused(|b| b.parts[1].sha256 = "x".into()).contains("64 hex"));
+        let mut unknown = sample();
+        unknown.format = "pg_dump-directory".into();
+        assert!(
+            Manifest::parse(&unknown.to_json())
+                .unwrap_err()
+                .contains("unsupported backup format")
+        );
     }
 }

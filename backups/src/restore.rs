@@ -1,7 +1,7 @@
 //! `restore`: finds the backup (`resolve`: the newest succeeded one, or the one named, its
 //! manifest's seal checked with the keys given), refuses a dump of a newer major version,
 //! recreates the backup's roles (`globals`), then restores each database in its plan through
-//! `restore_stream` (download, checks, pg_restore in one transaction), dropping what it created
+//! `restore_database` (download, checks, pg_restore in one transaction), dropping what it created
 //! when a step fails. `verify` shares the resolution and the checks.
 
 use sha2::{Digest, Sha256};
@@ -16,7 +16,8 @@ use crate::manifest::{
     DatabaseDump, GlobalsInfo, MAX_MANIFEST_BYTES, Manifest, SealedManifest, Stored, object_context,
 };
 use crate::pg::PgTools;
-use crate::restore_stream::{OneRestore, restore_one};
+use crate::restore_database::restore_one;
+use crate::restore_stream::OneRestore;
 use crate::result::BackupResult;
 use crate::s3::Store;
 use crate::signals::Interrupt;
@@ -223,16 +224,13 @@ async fn restore_inner(
         if opts.only_database.is_none() {
             prepare_database(tools, opts, &target, step, dump, created).await?;
         }
-        let object = format!("{folder}{}", dump.dump_file);
-        let sealing = key
-            .clone()
-            .map(|k| (k, object_context(&id, &dump.dump_file)));
         let job = OneRestore {
             major,
-            key: &object,
+            folder: &folder,
+            backup_id: &id,
             dump,
             target: &step.target,
-            sealing,
+            key: key.clone(),
             no_owner: opts.no_owner,
             no_acl: opts.no_acl,
         };
@@ -334,8 +332,11 @@ pub(crate) async fn check_objects(
     if dumps.len() <= 1 {
         return Ok(());
     }
-    for dump in dumps {
-        let key = format!("{folder}{}", dump.dump_file);
+    for (dump, part) in dumps
+        .iter()
+        .flat_map(|d| d.objects().into_iter().map(move |p| (d, p)))
+    {
+        let key = format!("{folder}{}", part.file);
         let (mut body, _) = store.get_stream(&key).await?;
         let mut hasher = Sha256::new();
         let mut size = 0u64;
@@ -351,12 +352,12 @@ pub(crate) async fn check_objects(
             hasher.update(&chunk);
         }
         let sha = hex::encode(hasher.finalize());
-        if size != dump.size_bytes || sha != dump.sha256 {
+        if size != part.size_bytes || sha != part.sha256 {
             return Err(Error::Integrity {
                 key,
                 detail: format!(
                     "the dump of database {:?} has {size} bytes and sha256 {sha}, the manifest says {} and {}; nothing was restored",
-                    dump.name, dump.size_bytes, dump.sha256
+                    dump.name, part.size_bytes, part.sha256
                 ),
             });
         }

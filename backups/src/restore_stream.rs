@@ -1,5 +1,5 @@
-//! One database's dump, streamed from S3 into pg_restore and checked on the way (`restore` and
-//! `verify` both restore through it): download → SHA-256 and size check → decryption → zstd
+//! One stored object of a database's dump, streamed from S3 into pg_restore and checked on the
+//! way (`restore` and `verify` both restore through it, by way of `restore_database`): download → SHA-256 and size check → decryption → zstd
 //! decode (frame checksums checked) → pg_restore in one transaction. The SHA-256 is only known
 //! at the end, so the last decoded bytes are held back until it matches: pg_restore cannot reach
 //! the end of the archive, hence cannot commit, before the whole object has been checked. On any
@@ -13,49 +13,59 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use crate::crypto::Decrypt;
+use crate::crypto::Key;
 use crate::error::{Error, Result};
-use crate::manifest::DatabaseDump;
+use crate::manifest::{DatabaseDump, DumpPart, object_context};
 use crate::pg::{self, PgTools};
 use crate::s3::Store;
-use crate::upload::Sealing;
 
 /// Decoded bytes held back from pg_restore until the object's checksum has been checked.
 pub const HOLD_BACK: usize = 64 << 10;
 const CHUNK: usize = 256 << 10;
 
-/// One database's dump to restore: which object, into which database, decrypted how.
+/// One database's dump to restore: which objects, into which database, decrypted how.
 pub(crate) struct OneRestore<'a> {
     pub(crate) major: Option<u32>,
-    /// The object's key in the bucket.
-    pub(crate) key: &'a str,
+    /// The backup's folder in the bucket (ending in `/`) and id.
+    pub(crate) folder: &'a str,
+    pub(crate) backup_id: &'a str,
     pub(crate) dump: &'a DatabaseDump,
     pub(crate) target: &'a str,
-    pub(crate) sealing: Sealing,
+    /// The backup's key when it is encrypted.
+    pub(crate) key: Option<Key>,
     /// pg_restore's `--no-owner` and `--no-acl`.
     pub(crate) no_owner: bool,
     pub(crate) no_acl: bool,
 }
 
-/// Restores one database's dump into `target`: S3 → checks (→ decryption) → pg_restore in
-/// one transaction.
-pub(crate) async fn restore_one(store: &Store, tools: &PgTools, job: OneRestore<'_>) -> Result<()> {
-    let OneRestore {
-        major,
-        key,
-        dump,
-        target,
-        sealing,
-        no_owner,
-        no_acl,
-    } = job;
-    tracing::info!(database = dump.name, target, key, "restore starting");
-    let body = open_dump(store, key, dump.size_bytes).await?;
-    let restore = spawn_pg_restore(tools, major, (no_owner, no_acl), target)?;
+/// Where pg_restore sends the dump: into the target database itself, in one transaction, or
+/// as SQL into this pipe (a psql session that holds the transaction of several objects).
+pub(crate) enum Output<'a> {
+    Database,
+    Script(&'a std::fs::File),
+}
+
+/// Restores one stored object: S3 → checks (→ decryption) → pg_restore.
+pub(crate) async fn restore_object(
+    store: &Store,
+    tools: &PgTools,
+    job: &OneRestore<'_>,
+    part: &DumpPart,
+    output: Output<'_>,
+) -> Result<()> {
+    let key = format!("{}{}", job.folder, part.file);
+    let target = job.target;
+    tracing::info!(database = job.dump.name, target, key, "restore starting");
+    let body = open_dump(store, &key, part.size_bytes).await?;
+    let restore = spawn_pg_restore(tools, job, output)?;
     let expected = Expected {
-        sha256: dump.sha256.clone(),
-        size_bytes: dump.size_bytes,
-        raw_bytes: dump.raw_bytes,
-        decrypt: sealing.map(|(k, context)| Decrypt::new(k, &context)),
+        sha256: part.sha256.clone(),
+        size_bytes: part.size_bytes,
+        raw_bytes: part.raw_bytes,
+        decrypt: job
+            .key
+            .as_ref()
+            .map(|k| Decrypt::new(k.clone(), &object_context(job.backup_id, &part.file))),
     };
     let fed = pump(body, restore.stdin, expected, restore.pid).await;
     let mut child = restore.child;
@@ -64,7 +74,7 @@ pub(crate) async fn restore_one(store: &Store, tools: &PgTools, job: OneRestore<
         .await
         .map_err(|e| pg::pg_error("pg_restore", target, e.to_string()))?;
     let tail = restore.stderr.await.unwrap_or_default();
-    judge(store, key, target, fed, status, &tail)
+    judge(store, &key, target, fed, status, &tail)
 }
 
 /// The dump object's body, refused when the server announces another size than the manifest.
@@ -97,29 +107,33 @@ struct PgRestore {
 
 fn spawn_pg_restore(
     tools: &PgTools,
-    major: Option<u32>,
-    (no_owner, no_acl): (bool, bool),
-    target: &str,
+    job: &OneRestore<'_>,
+    output: Output<'_>,
 ) -> Result<PgRestore> {
-    let mut cmd = tools.command("pg_restore", major);
-    cmd.args([
-        "--format=custom",
-        "--single-transaction",
-        "--exit-on-error",
-        "--no-password",
-    ]);
-    if no_owner {
+    let target = job.target;
+    let mut cmd = tools.command("pg_restore", job.major);
+    cmd.args(["--format=custom", "--exit-on-error", "--no-password"]);
+    if job.no_owner {
         cmd.arg("--no-owner");
     }
-    if no_acl {
+    if job.no_acl {
         cmd.arg("--no-acl");
     }
-    // An empty --dbname makes pg_restore connect (rather than print SQL) with the database
-    // from PGDATABASE, so no name is ever parsed as a connection string.
-    cmd.args(["--dbname", ""])
-        .env("PGDATABASE", target)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null());
+    match output {
+        // An empty --dbname makes pg_restore connect (rather than print SQL) with the database
+        // from PGDATABASE, so no name is ever parsed as a connection string.
+        Output::Database => cmd
+            .args(["--single-transaction", "--dbname", ""])
+            .env("PGDATABASE", target)
+            .stdout(std::process::Stdio::null()),
+        Output::Script(pipe) => {
+            let pipe = pipe
+                .try_clone()
+                .map_err(|e| pg::pg_error("pg_restore", target, e.to_string()))?;
+            cmd.args(["--file", "-"]).stdout(pipe)
+        }
+    };
+    cmd.stdin(std::process::Stdio::piped());
     let mut child = cmd
         .spawn()
         .map_err(|e| pg::pg_error("pg_restore", target, format!("cannot run pg_restore: {e}")))?;

@@ -181,6 +181,7 @@ async fn dump_command(a: &DumpArgs, interrupt: &Interrupt) -> RunOutput {
             backup_id: a.backup_id.clone(),
             policy: a.retention.policy(),
             incomplete_grace: a.retention.incomplete_grace,
+            jobs: usize::from(a.jobs),
         };
         dump::dump(&store, &layout, &tools, &opts, interrupt, &mut result).await
     }

@@ -142,9 +142,8 @@ pub(crate) fn compress(
     level_threads: (i32, u32),
     part_size: usize,
     sealing: Sealing,
-    tx: mpsc::Sender<Bytes>,
+    (tx, mut counter): (mpsc::Sender<Bytes>, RowCounter),
 ) -> std::io::Result<(Compressed, StreamCounts)> {
-    let mut counter = RowCounter::new();
     // After an error the counter only repeats it: stop spending time on it.
     let mut counting = true;
     let mut observe = |chunk: &[u8]| counting = counting && counter.feed(chunk).is_ok();

@@ -9,11 +9,11 @@ use crate::crypto::{Key, KeyRing};
 use crate::databases::{self, quote_ident};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-use crate::manifest::object_context;
 use crate::manifest::{DatabaseDump, first_difference};
 use crate::pg::{self, PgTools};
 use crate::restore::{check_major, check_objects, env_database, note_backup, resolve};
-use crate::restore_stream::{OneRestore, restore_one};
+use crate::restore_database::restore_one;
+use crate::restore_stream::OneRestore;
 use crate::result::BackupResult;
 use crate::s3::Store;
 use crate::signals::Interrupt;
@@ -75,15 +75,13 @@ pub async fn verify(
     let started = std::time::Instant::now();
     for (index, dump) in dumps.iter().enumerate() {
         let scratch = scratch_name(&scratch, index);
-        let object = format!("{folder}{}", dump.dump_file);
         let job = ScratchRestore {
             major,
-            key: &object,
+            folder: &folder,
+            backup_id: &id,
             dump,
             scratch: &scratch,
-            sealing: key
-                .clone()
-                .map(|k| (k, object_context(&id, &dump.dump_file))),
+            key: key.clone(),
         };
         let actual = verify_one(store, tools, &job, interrupt).await?;
         if let Some(diff) = first_difference(&dump.row_counts, &actual) {
@@ -119,10 +117,11 @@ pub fn scratch_name(base: &str, index: usize) -> String {
 /// One database's dump to restore into a scratch database.
 struct ScratchRestore<'a> {
     major: Option<u32>,
-    key: &'a str,
+    folder: &'a str,
+    backup_id: &'a str,
     dump: &'a DatabaseDump,
     scratch: &'a str,
-    sealing: Option<(Key, String)>,
+    key: Option<Key>,
 }
 
 /// Creates the scratch database (with the source's encoding and locale when known), restores
@@ -150,10 +149,11 @@ async fn verify_one(
         r = async {
             let one = OneRestore {
                 major: job.major,
-                key: job.key,
+                folder: job.folder,
+                backup_id: job.backup_id,
                 dump: job.dump,
                 target: job.scratch,
-                sealing: job.sealing.clone(),
+                key: job.key.clone(),
                 no_owner: false,
                 no_acl: false,
             };

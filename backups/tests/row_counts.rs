@@ -102,18 +102,7 @@ fn stream_counts_equal_count_star_for_tricky_data() {
         assert!(!counts.contains_key(absent), "{absent} counted");
     }
 
-    let verified = agent(
-        &["verify", "--prefix", "rc", "--source-database", "app"],
-        &env_of(&pg, "postgres", &s3),
-    );
-    assert!(
-        verified
-            .ok()
-            .message
-            .as_deref()
-            .unwrap_or("")
-            .contains("row counts match")
-    );
+    assert_verified(&pg, &s3, "rc");
 }
 
 /// A pg_dump whose archive the counter cannot read (here `--inserts`: table data as INSERT

@@ -435,6 +435,23 @@ pub fn agent(args: &[&str], env: &[(String, String)]) -> AgentRun {
 }
 
 /// Environment for both servers.
+/// Runs `verify` of the latest backup of `app` under `prefix` and asserts the row counts matched.
+pub fn assert_verified(pg: &Pg, s3: &S3Server, prefix: &str) {
+    let run = agent(
+        &[
+            "verify",
+            "latest",
+            "--prefix",
+            prefix,
+            "--source-database",
+            "app",
+        ],
+        &env_of(pg, "postgres", s3),
+    );
+    let message = run.ok().message.clone().unwrap_or_default();
+    assert!(message.contains("row counts match"), "{message}");
+}
+
 pub fn env_of(pg: &Pg, db: &str, s3: &S3Server) -> Vec<(String, String)> {
     let mut e = pg.env(db);
     e.extend(s3.env());
