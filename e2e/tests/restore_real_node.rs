@@ -3,7 +3,9 @@
 //! Database created with `spec.bootstrap.fromBackup` (that `DatabaseBackup`) comes up
 //! `RestoredFromBackup` with the same fingerprint over every table (rows, owners, grants), and
 //! the application's login role logs in with its own password. The backups are encrypted on the
-//! client (`spec.backup.encryption`): the copy restores with the source's key Secret, and a
+//! client (`spec.backup.encryption`) and dumped in parallel streams (`spec.backup.dumpStreams`,
+//! stored in parts and restored in one transaction): the copy restores with the source's key
+//! Secret, and a
 //! Database given a Secret whose key of that name holds other bytes is refused before anything
 //! is restored (`EncryptionKeyRefused`).
 
@@ -67,7 +69,8 @@ async fn a_database_restored_from_another_databases_backup_holds_the_same_data()
         database(
             "ledger",
             json!({"init": {"sql": INIT_SQL}, "backup": {"schedule": "* * * * *", "s3": s3,
-                   "encryption": {"secretName": "backup-keys", "keyName": "k1"}}}),
+                   "encryption": {"secretName": "backup-keys", "keyName": "k1"},
+                   "dumpStreams": 2}}),
         ),
     )
     .await;
@@ -86,6 +89,15 @@ async fn a_database_restored_from_another_databases_backup_holds_the_same_data()
     let backup = succeeded_backup(&bed, &ns, None, BACKUP_WAIT).await;
     let name = backup.metadata.name.clone().unwrap();
     let id = backup.status.as_ref().and_then(|s| s.backup_id.clone());
+    // The application database in three parts (pre-data, one data stream, the rest), `postgres`
+    // (no tables) in one.
+    let message = backup.status.as_ref().and_then(|s| s.message.clone());
+    assert!(
+        message
+            .as_deref()
+            .is_some_and(|m| m.contains("2 databases in 4 objects")),
+        "{message:?}"
+    );
     bed.apply_database(
         &ns,
         database(

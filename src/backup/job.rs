@@ -387,6 +387,21 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn dump_streams_become_the_agents_jobs() {
+        let args = |extra: serde_json::Value| {
+            let db = with_backup(extra);
+            container(&backup_job(&db, &backup("b"), created(), &Settings::default()).unwrap())
+                .args
+                .unwrap()
+        };
+        assert!(args(serde_json::json!({"dumpStreams": 3})).contains(&"--jobs=3".to_string()));
+        for one in [serde_json::json!({}), serde_json::json!({"dumpStreams": 1})] {
+            let args = args(one);
+            assert!(!args.iter().any(|a| a.starts_with("--jobs")), "{args:?}");
+        }
+    }
+
+    #[test]
     fn no_job_without_a_backup_spec_or_a_running_version() {
         let mut db = with_backup(serde_json::json!({}));
         db.status = None;

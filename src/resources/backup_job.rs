@@ -100,6 +100,9 @@ fn dump_run(
     args.push(format!("--backup-id={id}"));
     args.extend(retention_args(limits));
     args.extend(encryption_arg(spec));
+    if let Some(streams) = spec.dump_streams.filter(|n| *n > 1) {
+        args.push(format!("--jobs={streams}"));
+    }
     let keys = encryption_secret(spec);
     let mut env = dump_env(db, &spec.s3, backup.spec.reason);
     env.extend(encryption_env(keys));
