@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Benchmark of `dbop-backup dump` against `pg_dump | zstd | rclone rcat` and the bare
-# `pg_dump -Fc -Z0 > /dev/null`, on the same generated databases and the same S3 server
-# (s3s-fs on loopback); and zstd at the agent's level against gzip -6 on the same saved
+# Benchmark of `dbop-backup dump` (one stream, and --jobs 2 and 4 on one snapshot) against
+# `pg_dump | zstd | rclone rcat`, the bare `pg_dump -Fc -Z0 > /dev/null` and `pg_dump -Fd -j 2`
+# writing to local disk, on the same generated databases (tables of mixed sizes) and the same
+# S3 server (s3s-fs on loopback); and zstd at the agent's level against gzip -6 on the same saved
 # pg_dump -Z0 stream (size and CPU). Contenders run in rounds (one run of each per round).
 # Prints markdown tables (best of RUNS by wall time, with the median wall time beside it) and
 # the load average sampled before each run; see docs/benchmarks.md. Then the physical side
@@ -11,6 +12,7 @@
 #   backups/bench/run.sh                 # sizes 1 and 4 GiB, 3 runs each, then the physical side
 #   SIZES="1" RUNS=2 backups/bench/run.sh
 #   LOGICAL=0 backups/bench/run.sh       # the physical side only (PHYSICAL=0: the dumps only)
+#   CONTENDERS="baseline dbop dbop-j2" PHYSICAL=0 backups/bench/run.sh
 #
 # Needs what backups/install-test-deps.sh installs. Run as root (PostgreSQL runs as `postgres`).
 set -euo pipefail
@@ -21,6 +23,7 @@ LEVEL=${LEVEL:-1}
 COMPRESSORS=${COMPRESSORS:-1}  # 0: skip the zstd/gzip comparison
 AGENT_FLAGS=${AGENT_FLAGS:-}   # extra flags for dbop-backup dump, e.g. "--compression-threads 1"
 LOGICAL=${LOGICAL:-1}          # 0: skip the dumps
+CONTENDERS=${CONTENDERS:-"baseline dbop dbop-j2 dbop-j4 dir-j2 pipeline"}
 PHYSICAL=${PHYSICAL:-1}        # 0: skip base backups, WAL archiving, recovery and RPO (physical.sh)
 ROWS_PER_GIB=${ROWS_PER_GIB:-6300000}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -89,12 +92,14 @@ export RCLONE_CONFIG_BENCH_FORCE_PATH_STYLE=true RCLONE_CONFIG_BENCH_REGION=us-e
 
 # Generates a database of about N GiB of pg_dump output: tables of orders-like rows (ids,
 # timestamps, numerics, short enums, emails, hex notes, jsonb), generated inside PostgreSQL,
-# two tables at a time.
+# two tables at a time; at least 8 tables, of mixed sizes (table t has t + 1 shares of the rows).
 generate() {
-  local db=$1 gib=$2 tables=$(( $2 * 4 )) rows=$(( ROWS_PER_GIB / 4 ))
+  local db=$1 gib=$2 tables=$(( $2 * 4 > 8 ? $2 * 4 : 8 ))
+  local shares=$(( tables * (tables + 1) / 2 )) first=1
   "$PGBIN/psql" -X -q -d postgres -c "CREATE DATABASE $db"
   local pids=()
   for ((t = 0; t < tables; t++)); do
+    local rows=$(( ROWS_PER_GIB * gib * (t + 1) / shares ))
     "$PGBIN/psql" -X -q -d "$db" -c "CREATE TABLE orders_$t AS SELECT i::bigint AS id,
         timestamptz '2024-01-01' + i * interval '17 seconds' AS created,
         round((random() * 10000)::numeric, 2) AS amount, (i % 97)::int AS qty,
@@ -102,9 +107,10 @@ generate() {
         'user' || (i % 100000) || '@example.com' AS email,
         md5(i::text) || ' ' || substr(md5((i * 7)::text), 1, 12) AS note,
         jsonb_build_object('k', i, 'tag', 'tag' || (i % 50), 'v', substr(md5(i::text), 1, 16)) AS payload
-      FROM generate_series($(( t * rows + 1 )), $(( (t + 1) * rows ))) i;
+      FROM generate_series($first, $(( first + rows - 1 ))) i;
       ALTER TABLE orders_$t ADD PRIMARY KEY (id);" &
     pids+=($!)
+    first=$(( first + rows ))
     if (( ${#pids[@]} == 2 )); then wait "${pids[@]}"; pids=(); fi
   done
   if (( ${#pids[@]} )); then wait "${pids[@]}"; fi
@@ -154,10 +160,17 @@ run_contender() {
   local contender=$1 r=$2 m stored
   case $contender in
     baseline) m=$(measure bash -c "exec '$PGBIN/pg_dump' -Fc -Z0 -d '$db' > /dev/null"); stored=0 ;;
-    dbop)
+    dbop | dbop-j*)
+      local jobs=${contender#dbop-j}
+      [[ $contender == dbop ]] && jobs=1
       # shellcheck disable=SC2086
-      m=$(PGDATABASE=$db measure "$AGENT" dump --prefix bench --backup-id "run$r" --compression-level "$LEVEL" $AGENT_FLAGS)
+      m=$(PGDATABASE=$db measure "$AGENT" dump --prefix bench --backup-id "run$r-j$jobs" --jobs "$jobs" --compression-level "$LEVEL" $AGENT_FLAGS)
       stored=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["sizeBytes"])' "$WORK/stdout.txt") ;;
+    dir-j*)
+      rm -rf "$WORK/dir"
+      m=$(measure bash -c "'$PGBIN/pg_dump' -Fd -Z0 -j '${contender#dir-j}' -d '$db' -f '$WORK/dir' && sync -f '$WORK/dir'")
+      stored=$(du -sb "$WORK/dir" | cut -f1)
+      rm -rf "$WORK/dir" ;;
     pipeline)
       m=$(measure bash -o pipefail -c "'$PGBIN/pg_dump' -Fc -Z0 -d '$db' | zstd -q -$LEVEL | rclone rcat bench:bench/pipeline/$db/run$r.pgc.zst")
       stored=$(stat -c %s "$WORK/s3/bench/pipeline/$db/run$r.pgc.zst") ;;
@@ -174,6 +187,8 @@ report_contender() {
   case $contender in
     baseline) name='`pg_dump -Fc -Z0 > /dev/null`' ;;
     dbop) name="\`dbop-backup dump\` (zstd -$LEVEL${AGENT_FLAGS:+ $AGENT_FLAGS})" ;;
+    dbop-j*) name="\`dbop-backup dump --jobs ${contender#dbop-j}\` (zstd -$LEVEL${AGENT_FLAGS:+ $AGENT_FLAGS})" ;;
+    dir-j*) name="\`pg_dump -Fd -Z0 -j ${contender#dir-j}\` to local disk, synced" ;;
     pipeline) name="\`pg_dump -Fc -Z0 \\\\| zstd -$LEVEL \\\\| rclone rcat\`" ;;  # \| keeps the table whole
   esac
   awk -v g="$gib GiB ($raw B)" -v n="$name" -v raw="$raw" -v w="$wall" -v m="$median_wall" -v c="$cpu" -v r="$rss" -v s="$stored" \
@@ -192,14 +207,14 @@ logical_size() {
   # shared) falls on all of them alike.
   local -A results=()
   for ((r = 1; r <= RUNS; r++)); do
-    for contender in baseline dbop pipeline; do
+    for contender in $CONTENDERS; do
       sample_load
       m=$(run_contender "$contender" "$r")
       log "$db round $r $contender: $m"
       results[$contender]+="$m"$'\n'
     done
   done
-  for contender in baseline dbop pipeline; do
+  for contender in $CONTENDERS; do
     report_contender "$gib" "$raw" "$contender" "${results[$contender]}"
   done
   if [[ $COMPRESSORS == 1 ]]; then compressors "$gib" "$raw"; fi
