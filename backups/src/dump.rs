@@ -10,9 +10,12 @@
 //! databases), not with the others. The databases are listed once, at the start: one dropped
 //! before its turn fails the backup; one created after the listing is not in this backup.
 //!
-//! Memory: the databases are dumped one after another, so at any time one part is being
-//! filled, one waits in a channel of capacity 1, and at most `concurrency` parts are in flight:
-//! about (concurrency + 2) × part size, whatever the databases.
+//! With `--jobs N` > 1 each database is dumped by the parallel streams of `streams`, all on
+//! that database's one exported snapshot, each its own object (the manifest's `parts`).
+//!
+//! Memory: the databases are dumped one after another; per stream, one part is being filled,
+//! one waits in a channel of capacity 1, and at most `concurrency` parts are in flight: about
+//! (concurrency + 2) × part size per stream, whatever the databases.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
