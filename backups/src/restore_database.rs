@@ -48,9 +48,14 @@ async fn restore_parts(
         .and_then(|s| pg::stdin_file(s).map_err(|e| pg::pg_error("psql", target, e.to_string())))?;
     let mut input = input;
     let fed = feed_parts(store, tools, job, parts, &mut input).await;
-    if fed.is_err() {
-        // Killed before its input closes: psql never reads an end it could take for the
-        // end of its script.
+    // After a failure, psql has either stopped on its own (an SQL error: the cause of what its
+    // writers saw next) or is waiting for more input: then it is killed before its input
+    // closes, so it never reads an end it could take for the end of its script.
+    let stopped_itself = match &fed {
+        Ok(()) => false,
+        Err(_) => tokio::time::timeout(OWN_STOP, psql.wait()).await.is_ok(),
+    };
+    if fed.is_err() && !stopped_itself {
         let _ = psql.start_kill();
     }
     drop(input);
@@ -67,15 +72,15 @@ async fn restore_parts(
         )
     };
     match fed {
-        // psql stopping on an SQL error is the cause of whatever its writers saw after it.
-        _ if !status.success() && !tail.trim().is_empty() => Err(psql_failed(status.to_string())),
+        Ok(()) if status.success() => Ok(()),
+        Ok(()) => Err(psql_failed(format!("{status}, the commit unconfirmed"))),
+        Err(_) if stopped_itself && !status.success() => Err(psql_failed(status.to_string())),
         Err(e) => Err(e),
-        Ok(()) if !status.success() => {
-            Err(psql_failed(format!("{status}, the commit unconfirmed")))
-        }
-        Ok(()) => Ok(()),
     }
 }
+
+/// How long a failed restore waits for psql to have stopped on its own before killing it.
+const OWN_STOP: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Opens the transaction, runs every part's pg_restore into `input` and commits after the
 /// last; returns at the first failure, before any `COMMIT`.
