@@ -96,7 +96,8 @@ pub struct BackupSpec {
     /// Job may use. Dumps only (`method: Logical`, pre-upgrade and final backups).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 16))]
-    pub dump_streams: Option<u16>,
+    #[schemars(transform = no_unsigned_format)]
+    pub dump_streams: Option<u32>,
 
     /// Proof that the backups restore. For dumps, a Job restores the latest backup into a
     /// scratch database on the server and compares its row counts with the backup's. For base
