@@ -260,6 +260,15 @@ pub struct RestoreArgs {
         env = "DBOP_BACKUP_RESTORE_DATABASE"
     )]
     pub database: Option<String>,
+    /// Sessions restoring a backup dumped in parts (`dump --jobs`) at once. 1: each database
+    /// in one transaction, all or nothing. N > 1, only into empty databases: the schema, then
+    /// the data streams N at once, then indexes and constraints, each step committed on its
+    /// own once its objects are checked whole; a failure after the first step leaves the
+    /// schema and some rows behind (the error says so), and the database must be emptied
+    /// before another restore.
+    #[arg(long, env = "DBOP_RESTORE_JOBS", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=16))]
+    pub jobs: u16,
     #[command(flatten)]
     pub keys: KeyArgs,
     #[command(flatten)]
@@ -281,6 +290,11 @@ pub struct VerifyArgs {
     /// Name of the scratch database (created, then dropped; default dbop_verify_<time>_<pid>).
     #[arg(long, env = "DBOP_BACKUP_SCRATCH_DATABASE")]
     pub scratch_database: Option<String>,
+    /// Sessions restoring a backup dumped in parts into the scratch database at once (in
+    /// steps, as `restore --jobs`: the scratch database is new and dropped whatever happens).
+    #[arg(long, env = "DBOP_VERIFY_JOBS", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=16))]
+    pub jobs: u16,
     #[command(flatten)]
     pub keys: KeyArgs,
     #[command(flatten)]

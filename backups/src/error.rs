@@ -58,6 +58,11 @@ pub enum Error {
     /// SIGTERM or SIGINT arrived.
     #[error("interrupted by {0}")]
     Interrupted(&'static str),
+    /// A restore in steps failed after committing some: the cause, and what the target holds.
+    #[error(
+        "{cause}. Database '{target}' now holds the backup's schema and some of its rows: drop it and create it again empty before restoring again"
+    )]
+    Partial { cause: Box<Error>, target: String },
     /// A local I/O or internal failure.
     #[error("{context}: {source}")]
     Io {
@@ -89,12 +94,13 @@ impl Error {
             Error::TargetBeforeBackups(_) => "target-before-backups",
             Error::TargetUnreachable(_) => "target-unreachable",
             Error::Interrupted(_) => "interrupted",
+            Error::Partial { cause, .. } => cause.label(),
             Error::Io { .. } => "io",
         }
     }
 
     /// The process exit code for this error: [`USAGE`], [`PERMANENT`] for what no retry can
-    /// change (the backup, its key, the target), 130/143 for a signal, else 1 (S3, PostgreSQL,
+    /// change (the backup, its key, the target, a target partly restored), 130/143 for a signal, else 1 (S3, PostgreSQL,
     /// local I/O: what may pass).
     pub fn exit_code(&self) -> i32 {
         match self {
@@ -105,7 +111,8 @@ impl Error {
             | Error::Incompatible(_)
             | Error::Key(_)
             | Error::TargetBeforeBackups(_)
-            | Error::TargetUnreachable(_) => PERMANENT,
+            | Error::TargetUnreachable(_)
+            | Error::Partial { .. } => PERMANENT,
             Error::Interrupted("SIGINT") => 130,
             Error::Interrupted(_) => 143,
             Error::S3 { .. } | Error::Postgres { .. } | Error::Io { .. } => 1,

@@ -41,6 +41,8 @@ pub struct RestoreOptions {
     /// Where the encryption keys are (`--encryption-key-dir`): an encrypted backup is read
     /// with the key its manifest names.
     pub keys: Option<KeyRing>,
+    /// Sessions restoring a dump in parts at once (`--jobs`); 1 (or 0): one transaction.
+    pub jobs: usize,
 }
 
 pub(crate) fn env_database() -> Option<String> {
@@ -233,6 +235,7 @@ async fn restore_inner(
             key: key.clone(),
             no_owner: opts.no_owner,
             no_acl: opts.no_acl,
+            jobs: opts.jobs,
         };
         restore_one(store, tools, job).await?;
     }

@@ -1,10 +1,11 @@
 //! One stored object of a database's dump, streamed from S3 into pg_restore and checked on the
-//! way (`restore` and `verify` both restore through it, by way of `restore_database`): download → SHA-256 and size check → decryption → zstd
-//! decode (frame checksums checked) → pg_restore in one transaction. The SHA-256 is only known
-//! at the end, so the last decoded bytes are held back until it matches: pg_restore cannot reach
-//! the end of the archive, hence cannot commit, before the whole object has been checked. On any
-//! mismatch or error pg_restore is killed before its input is closed, and the target database
-//! is left as it was.
+//! way (`restore` and `verify` both restore through it, by way of `restore_database`):
+//! download → SHA-256 and size check → decryption → zstd decode (frame checksums checked) →
+//! pg_restore into the database in one transaction, or as SQL into the psql session that holds
+//! the transaction. The SHA-256 is only known at the end, so the last decoded bytes are held
+//! back until it matches: pg_restore cannot reach the end of the archive, hence cannot commit,
+//! before the whole object has been checked. On any mismatch or error pg_restore is killed
+//! before its input is closed, and the target database is left as it was.
 
 use std::io::{Read, Write};
 
@@ -12,8 +13,7 @@ use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
-use crate::crypto::Decrypt;
-use crate::crypto::Key;
+use crate::crypto::{Decrypt, Key};
 use crate::error::{Error, Result};
 use crate::manifest::{DatabaseDump, DumpPart, object_context};
 use crate::pg::{self, PgTools};
@@ -36,13 +36,39 @@ pub(crate) struct OneRestore<'a> {
     /// pg_restore's `--no-owner` and `--no-acl`.
     pub(crate) no_owner: bool,
     pub(crate) no_acl: bool,
+    /// Sessions restoring at once (`restore_database`): 1 restores in one transaction.
+    pub(crate) jobs: usize,
 }
 
 /// Where pg_restore sends the dump: into the target database itself, in one transaction, or
-/// as SQL into this pipe (a psql session that holds the transaction of several objects).
+/// as SQL into this pipe (a psql session that holds the transaction of several objects),
+/// limited to one of the archive's sections.
 pub(crate) enum Output<'a> {
     Database,
-    Script(&'a std::fs::File),
+    Script {
+        into: &'a std::fs::File,
+        section: Section,
+    },
+}
+
+/// Which of an archive's sections pg_restore restores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Section {
+    All,
+    /// Table rows, sequence values, large objects.
+    Data,
+    /// Indexes, constraints, triggers, rules, materialized views' contents.
+    PostData,
+}
+
+impl Section {
+    fn arg(self) -> Option<&'static str> {
+        match self {
+            Section::All => None,
+            Section::Data => Some("--section=data"),
+            Section::PostData => Some("--section=post-data"),
+        }
+    }
 }
 
 /// Restores one stored object: S3 → checks (→ decryption) → pg_restore.
@@ -57,11 +83,16 @@ pub(crate) async fn restore_object(
     let target = job.target;
     tracing::info!(database = job.dump.name, target, key, "restore starting");
     let body = open_dump(store, &key, part.size_bytes).await?;
+    // pg_restore may stop reading once it has what one section needs (the table of contents
+    // alone, for the post-data): it only writes SQL, which commits nothing, and the rest of
+    // the object is still read and checked before the caller commits.
+    let may_stop = matches!(output, Output::Script { section, .. } if section != Section::All);
     let restore = spawn_pg_restore(tools, job, output)?;
     let expected = Expected {
         sha256: part.sha256.clone(),
         size_bytes: part.size_bytes,
         raw_bytes: part.raw_bytes,
+        reader_may_stop: may_stop,
         decrypt: job
             .key
             .as_ref()
@@ -126,10 +157,11 @@ fn spawn_pg_restore(
             .args(["--single-transaction", "--dbname", ""])
             .env("PGDATABASE", target)
             .stdout(std::process::Stdio::null()),
-        Output::Script(pipe) => {
-            let pipe = pipe
+        Output::Script { into, section } => {
+            let pipe = into
                 .try_clone()
                 .map_err(|e| pg::pg_error("pg_restore", target, e.to_string()))?;
+            cmd.args(section.arg());
             cmd.args(["--file", "-"]).stdout(pipe)
         }
     };
@@ -234,6 +266,9 @@ struct Expected {
     raw_bytes: u64,
     /// The object is encrypted: decrypted (each segment authenticated) after it is hashed.
     decrypt: Option<Decrypt>,
+    /// pg_restore may close its input before the end (then the object is still read and
+    /// checked to its end).
+    reader_may_stop: bool,
 }
 
 #[derive(Debug)]
@@ -347,6 +382,11 @@ fn feed_inner(
         decrypt_error: None,
         ended: false,
     };
+    let mut sink = Sink {
+        stdin,
+        may_stop: expected.reader_may_stop,
+        stopped: false,
+    };
     let mut decoder =
         zstd::stream::read::Decoder::new(reader).map_err(|e| FeedError::Internal(e.to_string()))?;
     let mut buf = vec![0u8; CHUNK];
@@ -379,18 +419,36 @@ fn feed_inner(
         held.extend_from_slice(&buf[..n]);
         if held.len() > HOLD_BACK {
             let release = held.len() - HOLD_BACK;
-            stdin
-                .write_all(&held[..release])
-                .map_err(FeedError::PgRestoreStopped)?;
+            sink.give(&held[..release])?;
             held.drain(..release);
         }
     }
     check_whole(decoder.finish(), raw, expected)?;
     // Checked: let pg_restore see the end of the archive, then EOF.
-    stdin
-        .write_all(&held)
-        .map_err(FeedError::PgRestoreStopped)?;
-    Ok(())
+    sink.give(&held)
+}
+
+/// pg_restore's input, which it may be allowed to close early.
+struct Sink<'a> {
+    stdin: &'a mut std::fs::File,
+    may_stop: bool,
+    stopped: bool,
+}
+
+impl Sink<'_> {
+    /// Writes `bytes` unless pg_restore has stopped reading, which is an error unless allowed.
+    fn give(&mut self, bytes: &[u8]) -> std::result::Result<(), FeedError> {
+        if self.stopped {
+            return Ok(());
+        }
+        match self.stdin.write_all(bytes) {
+            Err(e) if self.may_stop && e.kind() == std::io::ErrorKind::BrokenPipe => {
+                self.stopped = true;
+                Ok(())
+            }
+            r => r.map_err(FeedError::PgRestoreStopped),
+        }
+    }
 }
 
 /// Reads what is left after the last frame (it still counts towards the checksum), then holds
@@ -481,6 +539,7 @@ mod tests {
             size_bytes: object.len() as u64,
             raw_bytes: raw.len() as u64,
             decrypt: None,
+            reader_may_stop: false,
         }
     }
 
@@ -528,6 +587,50 @@ mod tests {
         let (r, out) = run_feed(object, e);
         assert!(r.is_err());
         assert!(out.len() < raw.len());
+    }
+
+    /// Runs the feeder into a pipe whose reader takes 1,000 bytes and goes away.
+    fn feed_a_reader_that_stops(object: Vec<u8>, expected: Expected) -> FeedResult {
+        let (mut reader, writer) = std::io::pipe().unwrap();
+        let stdin = std::fs::File::from(std::os::fd::OwnedFd::from(writer));
+        let (tx, rx) = mpsc::channel(4);
+        let t = std::thread::spawn(move || feed(rx, stdin, expected, 0));
+        let stops = std::thread::spawn(move || {
+            let mut first = vec![0u8; 1000];
+            reader.read_exact(&mut first).unwrap();
+        });
+        for chunk in object.chunks(1000) {
+            if tx.blocking_send(Ok(Bytes::copy_from_slice(chunk))).is_err() {
+                break; // the feeder gave up
+            }
+        }
+        drop(tx);
+        stops.join().unwrap();
+        t.join().unwrap()
+    }
+
+    type FeedResult = std::result::Result<(), FeedError>;
+
+    #[test]
+    fn a_reader_allowed_to_stop_early_still_has_the_whole_object_checked() {
+        let raw = data();
+        let object = frame(&raw);
+        let mut e = expect(&object, &raw);
+        e.reader_may_stop = true;
+        let r = feed_a_reader_that_stops(object.clone(), e);
+        assert!(r.is_ok(), "{r:?}");
+
+        let mut e = expect(&object, &raw);
+        e.reader_may_stop = true;
+        e.sha256 = "0".repeat(64);
+        let r = feed_a_reader_that_stops(object.clone(), e);
+        assert!(
+            matches!(r, Err(FeedError::Integrity(ref m)) if m.contains("sha256")),
+            "{r:?}"
+        );
+
+        let r = feed_a_reader_that_stops(object.clone(), expect(&object, &raw));
+        assert!(matches!(r, Err(FeedError::PgRestoreStopped(_))), "{r:?}");
     }
 
     #[test]

@@ -203,6 +203,7 @@ async fn restore_command(a: &RestoreArgs, interrupt: &Interrupt) -> RunOutput {
             restore_globals: !a.no_globals,
             only_database: a.database.clone(),
             keys: key_ring(&a.keys),
+            jobs: usize::from(a.jobs),
         };
         restore::restore(&store, &layout, &tools, &opts, interrupt, &mut result)
             .await
@@ -222,6 +223,7 @@ async fn verify_command(a: &VerifyArgs, interrupt: &Interrupt) -> RunOutput {
             source_database: a.source_database.clone(),
             scratch_database: a.scratch_database.clone(),
             keys: key_ring(&a.keys),
+            jobs: usize::from(a.jobs),
         };
         verify::verify(&store, &layout, &tools, &opts, interrupt, &mut result).await
     }

@@ -25,6 +25,8 @@ pub struct VerifyOptions {
     pub scratch_database: Option<String>,
     /// Where the encryption keys are (`--encryption-key-dir`).
     pub keys: Option<KeyRing>,
+    /// Sessions restoring a dump in parts at once (`--jobs`).
+    pub jobs: usize,
 }
 
 /// The database whose backup is verified (`--source-database` or PGDATABASE), and the scratch
@@ -82,6 +84,7 @@ pub async fn verify(
             dump,
             scratch: &scratch,
             key: key.clone(),
+            jobs: opts.jobs,
         };
         let actual = verify_one(store, tools, &job, interrupt).await?;
         if let Some(diff) = first_difference(&dump.row_counts, &actual) {
@@ -122,6 +125,7 @@ struct ScratchRestore<'a> {
     dump: &'a DatabaseDump,
     scratch: &'a str,
     key: Option<Key>,
+    jobs: usize,
 }
 
 /// Creates the scratch database (with the source's encoding and locale when known), restores
@@ -156,6 +160,7 @@ async fn verify_one(
                 key: job.key.clone(),
                 no_owner: false,
                 no_acl: false,
+                jobs: job.jobs,
             };
             restore_one(store, tools, one).await?;
             let counts = tools.query(Some(job.scratch), pg::ROW_COUNT_SQL).await?;

@@ -1,8 +1,10 @@
 //! Parallel dumps (`--jobs`): one database dumped in several pg_dump streams on one exported
-//! snapshot, stored in parts and restored in one transaction. Against real PostgreSQL and an
-//! S3 server: a hostile schema comes back identical; money moved between two tables in
-//! different streams while the dump runs adds up after the restore (one snapshot); a tampered
-//! or missing part refuses the restore and leaves the target as it was.
+//! snapshot, stored in parts, restored in one transaction or in steps (`restore --jobs`).
+//! Against real PostgreSQL and an S3 server: a hostile schema comes back identical both ways;
+//! money moved between two tables in different streams while the dump runs adds up after the
+//! restore (one snapshot); a tampered or missing part refuses the restore in one transaction
+//! and leaves the target as it was; in steps, a tampered stream's rows never commit, a
+//! non-empty target is refused, and an object swapped for another backup's commits nothing.
 
 mod common;
 use std::io::Write;
@@ -63,6 +65,11 @@ fn manifest(s3: &S3Server, run: &AgentRun) -> Manifest {
 }
 
 fn restore(pg: &Pg, s3: &S3Server, prefix: &str, target: &str) -> AgentRun {
+    restore_jobs(pg, s3, prefix, target, "1")
+}
+
+/// `restore --jobs N` of the latest backup of `app` into `target`.
+fn restore_jobs(pg: &Pg, s3: &S3Server, prefix: &str, target: &str, jobs: &str) -> AgentRun {
     agent(
         &[
             "restore",
@@ -73,6 +80,8 @@ fn restore(pg: &Pg, s3: &S3Server, prefix: &str, target: &str) -> AgentRun {
             "app",
             "--database",
             "app",
+            "--jobs",
+            jobs,
         ],
         &env_of(pg, target, s3),
     )
@@ -125,6 +134,15 @@ fn a_hostile_schema_dumped_in_parts_comes_back_identical() {
     );
 
     assert_verified(&pg, &s3, "par");
+
+    // In steps, three sessions at once: the same database.
+    pg.create_db("steps");
+    let restored = restore_jobs(&pg, &s3, "par", "steps", "3");
+    restored.ok();
+    restored.assert_no_secrets();
+    assert_eq!(pg.content_hash("app"), pg.content_hash("steps"));
+    assert_eq!(pg.psql("steps", "SELECT nextval('lonely')"), "42");
+    assert_verified_with(&pg, &s3, "par", &["--jobs", "3"]);
 }
 
 /// Accounts split over two tables, each large enough to get a stream of its own; a writer
@@ -208,6 +226,9 @@ fn money_moved_during_a_parallel_dump_adds_up_after_the_restore() {
         total,
         "the accounts' total changed: the streams did not read one snapshot"
     );
+    pg.create_db("steps");
+    restore_jobs(&pg, &s3, "bank", "steps", "2").ok();
+    assert_eq!(pg.psql("steps", TOTAL), total, "restored in steps");
     let restored_transfers: u64 = pg.psql("copy", "SELECT n FROM transfers").parse().unwrap();
     assert!(
         (before..=after).contains(&restored_transfers),
@@ -279,4 +300,98 @@ fn a_tampered_or_missing_part_refuses_the_restore_and_leaves_the_target_alone() 
     pg.psql("copy", "DROP TABLE left_accounts_pkey");
     restore(&pg, &s3, "tamper", "copy").ok();
     assert_eq!(pg.psql("copy", TOTAL), pg.psql("app", TOTAL));
+}
+
+#[test]
+fn a_restore_in_steps_loads_only_an_empty_database_and_commits_no_unchecked_part() {
+    let (pg, s3) = servers(BANK);
+    pg.psql("app", "ALTER DATABASE postgres ALLOW_CONNECTIONS false");
+    let run = dump(&env_of(&pg, "app", &s3), "steps", "2");
+    let id = manifest(&s3, &run).backup_id.clone();
+
+    pg.psql("app", "CREATE DATABASE busy");
+    pg.psql("busy", "CREATE TABLE before_restore (id int)");
+    let untouched = pg.content_hash("busy");
+    let refused = restore_jobs(&pg, &s3, "steps", "busy", "2");
+    let message = refused.failed().message.clone().unwrap_or_default();
+    assert!(message.contains("is not empty"), "{message}");
+    assert_eq!(pg.content_hash("busy"), untouched, "the target changed");
+
+    // A flipped byte in the data stream: its rows are never committed, and the error says
+    // what the target holds.
+    let data = format!("steps/app/{id}/dump.data-1.pgc.zst");
+    let good = s3.get(&data);
+    let mut bad = good.clone();
+    let middle = bad.len() / 2;
+    bad[middle] ^= 0x01;
+    s3.put(&data, bad);
+    pg.psql("app", "CREATE DATABASE copy");
+    let failed = restore_jobs(&pg, &s3, "steps", "copy", "2");
+    let message = failed.failed().message.clone().unwrap_or_default();
+    assert!(
+        message.contains("holds the backup's schema and some of its rows"),
+        "{message}"
+    );
+    let rows =
+        "SELECT (SELECT count(*) FROM left_accounts) + (SELECT count(*) FROM right_accounts)";
+    let restored: u64 = pg.psql("copy", rows).parse().unwrap();
+    assert!(
+        restored <= 150_000,
+        "{restored} rows: the tampered stream's rows were committed"
+    );
+    let again = restore_jobs(&pg, &s3, "steps", "copy", "2");
+    let message = again.failed().message.clone().unwrap_or_default();
+    assert!(message.contains("is not empty"), "{message}");
+
+    s3.put(&data, good);
+    pg.psql("app", "DROP DATABASE copy");
+    pg.psql("app", "CREATE DATABASE copy");
+    restore_jobs(&pg, &s3, "steps", "copy", "2").ok();
+    assert_eq!(pg.psql("copy", TOTAL), pg.psql("app", TOTAL));
+}
+
+/// Two tables with indexes, and a trigger function that a later backup uses.
+const INDEXED: &str = "
+CREATE TABLE wide (id int PRIMARY KEY, a int, b int, pad text);
+INSERT INTO wide SELECT i, i % 97, i % 89, repeat('w', 100) FROM generate_series(1, 20000) i;
+CREATE TABLE narrow (id int PRIMARY KEY);
+INSERT INTO narrow SELECT generate_series(1, 1000);
+CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE 'no'; END $$;
+DO $$ BEGIN FOR i IN 1..20 LOOP
+  EXECUTE format('CREATE INDEX ON wide (a, b) WHERE a > %s', i);
+END LOOP; END $$;
+";
+
+#[test]
+fn a_rest_swapped_for_another_backups_is_refused_before_any_of_it_commits() {
+    let (pg, s3) = servers(INDEXED);
+    pg.psql("app", "ALTER DATABASE postgres ALLOW_CONNECTIONS false");
+    let env = env_of(&pg, "app", &s3);
+    let original = manifest(&s3, &dump(&env, "swap", "3"));
+    // Another valid backup of the same schema whose post-data adds a trigger.
+    pg.psql(
+        "app",
+        "CREATE TRIGGER planted BEFORE INSERT ON narrow FOR EACH ROW EXECUTE FUNCTION refuse()",
+    );
+    let other = manifest(&s3, &dump(&env, "other", "3"));
+    let rest = |m: &Manifest, prefix: &str| {
+        let part = m.parts.last().expect("a rest part");
+        assert_eq!(part.file, "dump.rest.pgc.zst");
+        format!("{prefix}/app/{}/{}", m.backup_id, part.file)
+    };
+    let swapped = s3.get(&rest(&other, "other"));
+    s3.put(&rest(&original, "swap"), swapped);
+
+    pg.psql("app", "CREATE DATABASE copy");
+    let refused = restore_jobs(&pg, &s3, "swap", "copy", "3");
+    let message = refused.failed().message.clone().unwrap_or_default();
+    assert!(message.contains("integrity check failed"), "{message}");
+    assert_eq!(
+        pg.psql(
+            "copy",
+            "SELECT count(*) FROM pg_trigger WHERE tgname = 'planted'"
+        ),
+        "0",
+        "the swapped object's trigger was committed"
+    );
 }

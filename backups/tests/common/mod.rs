@@ -437,17 +437,21 @@ pub fn agent(args: &[&str], env: &[(String, String)]) -> AgentRun {
 /// Environment for both servers.
 /// Runs `verify` of the latest backup of `app` under `prefix` and asserts the row counts matched.
 pub fn assert_verified(pg: &Pg, s3: &S3Server, prefix: &str) {
-    let run = agent(
-        &[
-            "verify",
-            "latest",
-            "--prefix",
-            prefix,
-            "--source-database",
-            "app",
-        ],
-        &env_of(pg, "postgres", s3),
-    );
+    assert_verified_with(pg, s3, prefix, &[]);
+}
+
+/// [`assert_verified`] with more flags for `verify` (e.g. `--jobs 2`).
+pub fn assert_verified_with(pg: &Pg, s3: &S3Server, prefix: &str, flags: &[&str]) {
+    let mut args = vec![
+        "verify",
+        "latest",
+        "--prefix",
+        prefix,
+        "--source-database",
+        "app",
+    ];
+    args.extend_from_slice(flags);
+    let run = agent(&args, &env_of(pg, "postgres", s3));
     let message = run.ok().message.clone().unwrap_or_default();
     assert!(message.contains("row counts match"), "{message}");
 }
