@@ -4,7 +4,7 @@
 //! `RestoredFromBackup` with the same fingerprint over every table (rows, owners, grants), and
 //! the application's login role logs in with its own password. The backups are encrypted on the
 //! client (`spec.backup.encryption`) and dumped in parallel streams (`spec.backup.dumpStreams`,
-//! stored in parts and restored in one transaction): the copy restores with the source's key
+//! stored in parts): the copy restores them in steps (`restoreStreams`) with the source's key
 //! Secret, and a
 //! Database given a Secret whose key of that name holds other bytes is refused before anything
 //! is restored (`EncryptionKeyRefused`).
@@ -102,7 +102,7 @@ async fn a_database_restored_from_another_databases_backup_holds_the_same_data()
         &ns,
         database(
             "copy",
-            json!({"bootstrap": {"fromBackup": {"databaseBackup": name}}}),
+            json!({"bootstrap": {"fromBackup": {"databaseBackup": name, "restoreStreams": 2}}}),
         ),
     )
     .await;

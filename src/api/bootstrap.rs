@@ -86,6 +86,18 @@ pub struct FromBackupSpec {
     /// physical backup (`method: Physical`), which is the base backup recovered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery_target: Option<RecoveryTarget>,
+
+    /// How many sessions restore a dump taken with `dumpStreams` > 1 at once (1–16, default
+    /// 1). With 1, the dump is restored in one transaction: all or nothing. With N > 1, in
+    /// steps, each its own transaction committed once its objects are checked whole: the
+    /// schema, then the dump's data streams N at once, then indexes, constraints and
+    /// triggers. Faster, but a failure after the schema leaves the application database
+    /// partly restored: the Database is marked failed, never initialised, and must be
+    /// created again to retry. Dumps of one stream are always restored in one transaction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 16))]
+    #[schemars(transform = super::shared::no_unsigned_format)]
+    pub restore_streams: Option<u32>,
 }
 
 /// Where a point-in-time recovery stops: exactly one of a moment, a WAL location, a named

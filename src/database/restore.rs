@@ -200,6 +200,7 @@ fn from_location(db: &Database, from: &FromBackupSpec) -> RestoreSource {
         source_database: None,
         encryption_secret: from.encryption.as_ref().map(|e| e.secret_name.clone()),
         target: from.recovery_target.clone(),
+        streams: from.restore_streams,
     }
 }
 
@@ -280,6 +281,7 @@ fn from_database_backup(
         s3,
         encryption_secret,
         target: from.recovery_target.clone(),
+        streams: from.restore_streams,
     })
 }
 

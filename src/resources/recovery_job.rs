@@ -14,18 +14,14 @@
 //!
 //! Pure: a function of the Database, the resolved source and the operator's settings.
 
-use dbop_contract::result::{EXIT_PERMANENT, EXIT_USAGE};
-use k8s_openapi::api::batch::v1::{
-    Job, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement,
-    PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
-};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaimVolumeSource, Volume};
 
 use super::job::job;
 use super::pod::mount;
 use super::private_server::{Bucket, bucket_args, private_server_pod};
-use super::restore_job::{RESTORE_CONTAINER, RestoreSource, restore_job_parts};
+use super::restore_job::{RESTORE_CONTAINER, RestoreSource, restore_job_parts, retry_policy};
 use super::statefulset::{DATA_MOUNT, PGDATA, data_claim_template};
 use super::{Names, image};
 use crate::api::{Database, RecoveryTarget};
@@ -37,9 +33,6 @@ use crate::settings::Settings;
 /// reports a recovery that finished. What no retry can fix fails the Job at once
 /// ([`retry_policy`]).
 const BACKOFF_LIMIT: i32 = 6;
-/// The agent's exit codes for bad usage and for a failure no retry can fix (a target outside
-/// the archive, a missing or damaged backup, a wrong key).
-const FINAL_EXIT_CODES: [i32; 2] = [EXIT_USAGE, EXIT_PERMANENT];
 const DATA_VOLUME: &str = "data";
 
 impl Names {
@@ -87,34 +80,6 @@ pub fn recovery_job(db: &Database, source: &RestoreSource, settings: &Settings) 
     job
 }
 
-/// Which failed pods count against the back-off limit: an exit with [`FINAL_EXIT_CODES`]
-/// fails the Job at once (the agent's message says why, and retrying would only hide it for
-/// minutes); a pod evicted, preempted or lost with its node is not counted; any other failure
-/// is retried.
-fn retry_policy(container: &str) -> PodFailurePolicy {
-    PodFailurePolicy {
-        rules: vec![
-            PodFailurePolicyRule {
-                action: "FailJob".into(),
-                on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
-                    container_name: Some(container.into()),
-                    operator: "In".into(),
-                    values: FINAL_EXIT_CODES.to_vec(),
-                }),
-                ..PodFailurePolicyRule::default()
-            },
-            PodFailurePolicyRule {
-                action: "Ignore".into(),
-                on_pod_conditions: Some(vec![PodFailurePolicyOnPodConditionsPattern {
-                    type_: "DisruptionTarget".into(),
-                    status: Some("True".into()),
-                }]),
-                ..PodFailurePolicyRule::default()
-            },
-        ],
-    }
-}
-
 /// `recover <PGDATA>` with where the base backups and WAL are and where to stop. Nothing secret.
 fn recovery_args(source: &RestoreSource, bucket: &Bucket<'_>) -> Vec<String> {
     let mut args = vec!["recover".into(), PGDATA.into()];
@@ -157,6 +122,7 @@ mod tests {
             source_database: None,
             encryption_secret: None,
             target: Some(serde_json::from_value(target).unwrap()),
+            streams: None,
         }
     }
 

@@ -1,7 +1,8 @@
 //! The restore Job of `spec.bootstrap.fromBackup`: one pod that runs `dbop-backup restore` from
 //! the Database's own image (so `pg_restore` matches the server), with the agent copied in by an
 //! init container from dbop's image, against the `-rw` Service. The agent recreates the
-//! backup's roles, then restores the dump into the application database in one transaction.
+//! backup's roles, then restores the dump into the application database in one transaction
+//! (or, with `restoreStreams`, in steps with several sessions).
 //!
 //! Like the backup Job, the database and S3 credentials and the encryption keys reach the
 //! container only as files of read-only Secret volumes (never in the environment, on the command
@@ -9,7 +10,11 @@
 //!
 //! Pure: a function of the Database, the resolved source and the operator's settings.
 
-use k8s_openapi::api::batch::v1::Job;
+use dbop_contract::result::{EXIT_PERMANENT, EXIT_USAGE};
+use k8s_openapi::api::batch::v1::{
+    Job, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement,
+    PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
+};
 
 use super::agent::{CA_FILE, TERMINATION_LOG, agent_env, agent_secrets, encryption_env};
 use super::job::{AgentRun, JobParts, JobPod, agent_pod, job};
@@ -20,9 +25,14 @@ use crate::settings::Settings;
 
 /// The name of the restore container (the one whose termination message holds the result).
 pub const RESTORE_CONTAINER: &str = "restore";
-/// A retry covers a pod lost with its node; the restore is one transaction, and recreating
-/// the roles is idempotent, so a second run starts from the same empty database.
+/// A retry covers a pod that failed for a reason that may pass; the restore is one
+/// transaction, and recreating the roles is idempotent, so a second run starts from the same
+/// empty database. (After a restore in steps failed, the agent exits with a final code: the
+/// database holds part of the backup, which a second run would refuse.)
 pub const BACKOFF_LIMIT: i32 = 1;
+/// The agent's exit codes for bad usage and for a failure no retry can fix (a target outside
+/// the archive, a missing or damaged backup, a wrong key, a database partly restored).
+const FINAL_EXIT_CODES: [i32; 2] = [EXIT_USAGE, EXIT_PERMANENT];
 /// A restore that hangs (a lock, an S3 server that stops answering) fails instead.
 pub const ACTIVE_DEADLINE_SECONDS: i64 = 6 * 3600;
 
@@ -43,6 +53,8 @@ pub struct RestoreSource {
     pub encryption_secret: Option<String>,
     /// With a target, a physical recovery (`recovery_job`) instead of a dump's restore.
     pub target: Option<RecoveryTarget>,
+    /// Sessions restoring a dump in parts at once (`fromBackup.restoreStreams`).
+    pub streams: Option<u32>,
 }
 
 /// The key prefix of a Database's backups in a bucket: `<prefix>/<namespace>/<database>`.
@@ -64,11 +76,15 @@ pub fn restore_job(db: &Database, source: &RestoreSource, settings: &Settings) -
         database_ca: super::tls::client_ca(db),
         secrets: agent_secrets(db, &source.s3, keys),
     };
-    job(
+    let mut job = job(
         db,
         settings,
         restore_job_parts(db, agent_pod(settings, run), BACKOFF_LIMIT),
-    )
+    );
+    if let Some(spec) = job.spec.as_mut() {
+        spec.pod_failure_policy = Some(retry_policy(RESTORE_CONTAINER));
+    }
+    job
 }
 
 /// The Job `<name>-restore` around `pod`, owned by the Database, with the restore's deadline:
@@ -82,6 +98,34 @@ pub fn restore_job_parts(db: &Database, pod: JobPod, backoff_limit: i32) -> JobP
         ttl_seconds_after_finished: None,
         class: JobClass::Database,
         pod,
+    }
+}
+
+/// Which failed pods count against the back-off limit: an exit with [`FINAL_EXIT_CODES`]
+/// fails the Job at once (the agent's message says why, and retrying would only hide it for
+/// minutes); a pod evicted, preempted or lost with its node is not counted; any other failure
+/// is retried.
+pub fn retry_policy(container: &str) -> PodFailurePolicy {
+    PodFailurePolicy {
+        rules: vec![
+            PodFailurePolicyRule {
+                action: "FailJob".into(),
+                on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
+                    container_name: Some(container.into()),
+                    operator: "In".into(),
+                    values: FINAL_EXIT_CODES.to_vec(),
+                }),
+                ..PodFailurePolicyRule::default()
+            },
+            PodFailurePolicyRule {
+                action: "Ignore".into(),
+                on_pod_conditions: Some(vec![PodFailurePolicyOnPodConditionsPattern {
+                    type_: "DisruptionTarget".into(),
+                    status: Some("True".into()),
+                }]),
+                ..PodFailurePolicyRule::default()
+            },
+        ],
     }
 }
 
@@ -99,6 +143,9 @@ fn agent_args(source: &RestoreSource) -> Vec<String> {
     ];
     if let Some(database) = &source.source_database {
         args.push(format!("--source-database={database}"));
+    }
+    if let Some(streams) = source.streams.filter(|n| *n > 1) {
+        args.push(format!("--jobs={streams}"));
     }
     if s3.force_path_style {
         args.push("--path-style".into());
@@ -134,6 +181,7 @@ mod tests {
             source_database: Some("postgres".into()),
             encryption_secret: None,
             target: None,
+            streams: None,
         }
     }
 
@@ -180,9 +228,33 @@ mod tests {
                 "--path-style",
             ]
         );
+        let rules = job.spec.clone().unwrap().pod_failure_policy.unwrap().rules;
+        assert_eq!(
+            rules[0].on_exit_codes.as_ref().map(|c| c.values.clone()),
+            Some(vec![2, 4]),
+            "bad usage and what no retry can fix fail the Job at once"
+        );
         let pod = job.spec.unwrap().template.spec.unwrap();
         assert_eq!(pod.automount_service_account_token, Some(false));
         assert_eq!(pod.init_containers.unwrap()[0].name, "copy-dbop-backup");
+    }
+
+    #[test]
+    fn restore_streams_become_the_agents_jobs() {
+        let db = testing::minimal();
+        let args = |streams| {
+            let source = RestoreSource {
+                streams,
+                ..source(s3(serde_json::json!({})))
+            };
+            container(&restore_job(&db, &source, &Settings::default()))
+                .args
+                .unwrap()
+        };
+        assert!(args(Some(4)).contains(&"--jobs=4".to_string()));
+        for one in [None, Some(1)] {
+            assert!(!args(one).iter().any(|a| a.starts_with("--jobs")));
+        }
     }
 
     #[test]
