@@ -399,6 +399,16 @@ pub(crate) mod tests {
             let args = args(one);
             assert!(!args.iter().any(|a| a.starts_with("--jobs")), "{args:?}");
         }
+        // The verify Job restores such a dump into its scratch database as many at once.
+        let verify_args = |extra: serde_json::Value| {
+            let db = with_backup(extra);
+            container(&verify_job(&db, "orders-verify-1", &Settings::default()).unwrap())
+                .args
+                .unwrap()
+        };
+        assert!(verify_args(serde_json::json!({"dumpStreams": 3})).contains(&"--jobs=3".into()));
+        let one = verify_args(serde_json::json!({}));
+        assert!(!one.iter().any(|a| a.starts_with("--jobs")), "{one:?}");
     }
 
     #[test]

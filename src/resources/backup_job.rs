@@ -87,6 +87,13 @@ pub fn backup_job(
 /// What a Job's agent container runs: its arguments, environment and Secret volumes.
 type Run = (Vec<String>, Vec<EnvVar>, Vec<(Volume, VolumeMount)>);
 
+/// The agent's `--jobs` for `spec.backup.dumpStreams` > 1.
+fn jobs_arg(spec: &BackupSpec) -> Option<String> {
+    spec.dump_streams
+        .filter(|n| *n > 1)
+        .map(|streams| format!("--jobs={streams}"))
+}
+
 /// `dump` with the Database's credentials, pruning its dumps by `spec.backup`'s retention.
 fn dump_run(
     db: &Database,
@@ -100,9 +107,7 @@ fn dump_run(
     args.push(format!("--backup-id={id}"));
     args.extend(retention_args(limits));
     args.extend(encryption_arg(spec));
-    if let Some(streams) = spec.dump_streams.filter(|n| *n > 1) {
-        args.push(format!("--jobs={streams}"));
-    }
+    args.extend(jobs_arg(spec));
     let keys = encryption_secret(spec);
     let mut env = dump_env(db, &spec.s3, backup.spec.reason);
     env.extend(encryption_env(keys));
@@ -191,6 +196,9 @@ pub fn verify_job(
             env.extend(encryption_env(keys));
             let mut args = vec!["verify".to_string(), "latest".to_string()];
             args.extend(s3_args(db, spec));
+            // The scratch database is new and dropped whatever happens: a dump in parts is
+            // restored into it in steps, as many at once as it was dumped.
+            args.extend(jobs_arg(spec));
             let secrets = agent_secrets(db, &spec.s3, keys);
             agent_pod(
                 settings,
