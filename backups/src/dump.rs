@@ -499,8 +499,8 @@ async fn dump_database(
 
 /// A database's dump of these objects: one, or parts whose sizes add up.
 fn database_dump(mut parts: Vec<DumpPart>, row_counts: BTreeMap<String, u64>) -> DatabaseDump {
-    let sum = |f: fn(&DumpPart) -> u64| parts.iter().map(f).fold(0u64, u64::saturating_add);
-    let (raw_bytes, size_bytes) = (sum(|p| p.raw_bytes), sum(|p| p.size_bytes));
+    let (raw_bytes, size_bytes) = DumpPart::sizes(&parts);
+    debug_assert!(!parts.is_empty(), "a dump has at least one object");
     let first = parts.first().cloned().unwrap_or(DumpPart {
         file: String::new(),
         raw_bytes: 0,

@@ -203,6 +203,14 @@ pub struct DumpPart {
     pub sha256: String,
 }
 
+impl DumpPart {
+    /// The raw and stored sizes of `parts` together.
+    pub fn sizes(parts: &[DumpPart]) -> (u64, u64) {
+        let sum = |f: fn(&DumpPart) -> u64| parts.iter().map(f).fold(0u64, u64::saturating_add);
+        (sum(|p| p.raw_bytes), sum(|p| p.size_bytes))
+    }
+}
+
 impl DatabaseDump {
     /// The objects to restore, in order: the parts, or the one dump object.
     pub fn objects(&self) -> Vec<DumpPart> {
@@ -351,13 +359,11 @@ fn check_parts(m: &Manifest, d: &DatabaseDump) -> Result<(), String> {
     let Some(first) = d.parts.first() else {
         return Ok(());
     };
-    let sum = |f: fn(&DumpPart) -> u64| d.parts.iter().map(f).fold(0u64, u64::saturating_add);
     let agrees = m.format == FORMAT_PARTS
         && d.parts.len() >= 2
         && first.file == d.dump_file
         && first.sha256 == d.sha256
-        && sum(|p| p.raw_bytes) == d.raw_bytes
-        && sum(|p| p.size_bytes) == d.size_bytes;
+        && DumpPart::sizes(&d.parts) == (d.raw_bytes, d.size_bytes);
     if agrees {
         Ok(())
     } else {
