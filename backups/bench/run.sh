@@ -3,7 +3,8 @@
 # `pg_dump | zstd | rclone rcat`, the bare `pg_dump -Fc -Z0 > /dev/null` and `pg_dump -Fd -j 2`
 # writing to local disk, on the same generated databases (tables of mixed sizes) and the same
 # S3 server (s3s-fs on loopback); and zstd at the agent's level against gzip -6 on the same saved
-# pg_dump -Z0 stream (size and CPU). Contenders run in rounds (one run of each per round).
+# pg_dump -Z0 stream (size and CPU); and `dbop-backup restore` of the --jobs 2 backup in one
+# transaction against --jobs 2 (in steps). Contenders run in rounds (one run of each per round).
 # Prints markdown tables (best of RUNS by wall time, with the median wall time beside it) and
 # the load average sampled before each run; see docs/benchmarks.md. Then the physical side
 # (physical.sh): `base-backup` against bare pg_basebackup, WAL archiving through `wal-push`
@@ -13,6 +14,7 @@
 #   SIZES="1" RUNS=2 backups/bench/run.sh
 #   LOGICAL=0 backups/bench/run.sh       # the physical side only (PHYSICAL=0: the dumps only)
 #   CONTENDERS="baseline dbop dbop-j2" PHYSICAL=0 backups/bench/run.sh
+#   CONTENDERS="dbop-j2 restore-1 restore-2" PHYSICAL=0 backups/bench/run.sh   # restores
 #
 # Needs what backups/install-test-deps.sh installs. Run as root (PostgreSQL runs as `postgres`).
 set -euo pipefail
@@ -23,7 +25,8 @@ LEVEL=${LEVEL:-1}
 COMPRESSORS=${COMPRESSORS:-1}  # 0: skip the zstd/gzip comparison
 AGENT_FLAGS=${AGENT_FLAGS:-}   # extra flags for dbop-backup dump, e.g. "--compression-threads 1"
 LOGICAL=${LOGICAL:-1}          # 0: skip the dumps
-CONTENDERS=${CONTENDERS:-"baseline dbop dbop-j2 dbop-j4 dir-j2 pipeline"}
+# restore-N restores the backup dbop-j2 made in the same round with --jobs N (after it).
+CONTENDERS=${CONTENDERS:-"baseline dbop dbop-j2 dbop-j4 dir-j2 pipeline restore-1 restore-2"}
 PHYSICAL=${PHYSICAL:-1}        # 0: skip base backups, WAL archiving, recovery and RPO (physical.sh)
 ROWS_PER_GIB=${ROWS_PER_GIB:-6300000}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -171,6 +174,14 @@ run_contender() {
       m=$(measure bash -c "'$PGBIN/pg_dump' -Fd -Z0 -j '${contender#dir-j}' -d '$db' -f '$WORK/dir' && sync -f '$WORK/dir'")
       stored=$(du -sb "$WORK/dir" | cut -f1)
       rm -rf "$WORK/dir" ;;
+    restore-*)
+      # The backup the `dbop-j2` contender made this round, into a new database.
+      local target=${db}_restored
+      "$PGBIN/psql" -X -q -d postgres -c "DROP DATABASE IF EXISTS $target" -c "CREATE DATABASE $target"
+      m=$(PGDATABASE=$target measure "$AGENT" restore "run$r-j2" --prefix bench --source-database "$db" \
+        --database "$db" --no-globals --jobs "${contender#restore-}")
+      "$PGBIN/psql" -X -q -d postgres -c "DROP DATABASE $target"
+      stored=0 ;;
     pipeline)
       m=$(measure bash -o pipefail -c "'$PGBIN/pg_dump' -Fc -Z0 -d '$db' | zstd -q -$LEVEL | rclone rcat bench:bench/pipeline/$db/run$r.pgc.zst")
       stored=$(stat -c %s "$WORK/s3/bench/pipeline/$db/run$r.pgc.zst") ;;
@@ -189,6 +200,8 @@ report_contender() {
     dbop) name="\`dbop-backup dump\` (zstd -$LEVEL${AGENT_FLAGS:+ $AGENT_FLAGS})" ;;
     dbop-j*) name="\`dbop-backup dump --jobs ${contender#dbop-j}\` (zstd -$LEVEL${AGENT_FLAGS:+ $AGENT_FLAGS})" ;;
     dir-j*) name="\`pg_dump -Fd -Z0 -j ${contender#dir-j}\` to local disk, synced" ;;
+    restore-1) name="\`dbop-backup restore\` of the --jobs 2 backup (one transaction)" ;;
+    restore-*) name="\`dbop-backup restore --jobs ${contender#restore-}\` of the --jobs 2 backup (in steps)" ;;
     pipeline) name="\`pg_dump -Fc -Z0 \\\\| zstd -$LEVEL \\\\| rclone rcat\`" ;;  # \| keeps the table whole
   esac
   awk -v g="$gib GiB ($raw B)" -v n="$name" -v raw="$raw" -v w="$wall" -v m="$median_wall" -v c="$cpu" -v r="$rss" -v s="$stored" \

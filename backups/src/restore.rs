@@ -16,7 +16,7 @@ use crate::manifest::{
     DatabaseDump, GlobalsInfo, MAX_MANIFEST_BYTES, Manifest, SealedManifest, Stored, object_context,
 };
 use crate::pg::PgTools;
-use crate::restore_database::restore_one;
+use crate::restore_database::{Restored, restore_one};
 use crate::restore_stream::OneRestore;
 use crate::result::BackupResult;
 use crate::s3::Store;
@@ -221,6 +221,7 @@ async fn restore_inner(
         }
         _ => 0,
     };
+    let mut in_steps = 0;
     for step in &steps {
         let dump = &dumps[step.index];
         if opts.only_database.is_none() {
@@ -237,11 +238,17 @@ async fn restore_inner(
             no_acl: opts.no_acl,
             jobs: opts.jobs,
         };
-        restore_one(store, tools, job).await?;
+        if restore_one(store, tools, job).await? == Restored::InSteps {
+            in_steps += 1;
+        }
     }
     result.completed_at = Some(chrono::Utc::now());
+    let how = match in_steps {
+        0 => "each in one transaction".to_string(),
+        n => format!("{n} in steps with {} sessions", opts.jobs),
+    };
     result.message = Some(format!(
-        "backup {id} of database '{source}' restored into '{target}' ({} raw bytes, sha256 checked, {roles} roles recreated; {} databases, {} created)",
+        "backup {id} of database '{source}' restored into '{target}' ({} raw bytes, sha256 checked, {roles} roles recreated; {} databases, {} created, {how})",
         m.raw_bytes,
         dumps.len(),
         created.len()

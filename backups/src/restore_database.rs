@@ -24,19 +24,32 @@ use crate::pg::{self, PgTools};
 use crate::restore_stream::{OneRestore, Output, Section, restore_object};
 use crate::s3::Store;
 
+/// How a database's dump was restored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Restored {
+    InOneTransaction,
+    InSteps,
+}
+
 /// Restores one database's dump into the job's target: its one object through pg_restore, its
 /// parts in one transaction, or its parts in steps with `job.jobs` sessions.
-pub(crate) async fn restore_one(store: &Store, tools: &PgTools, job: OneRestore<'_>) -> Result<()> {
+pub(crate) async fn restore_one(
+    store: &Store,
+    tools: &PgTools,
+    job: OneRestore<'_>,
+) -> Result<Restored> {
     match job.dump.objects().as_slice() {
         [one] => restore_object(store, tools, &job, one, Output::Database).await,
         [pre, data @ .., rest] if job.jobs > 1 && !data.is_empty() => {
-            restore_in_steps(store, tools, &job, pre, data, rest).await
+            restore_in_steps(store, tools, &job, pre, data, rest).await?;
+            return Ok(Restored::InSteps);
         }
         parts => {
             let pieces: Vec<Piece> = parts.iter().map(Piece::whole).collect();
             in_one_transaction(store, tools, &job, &pieces).await
         }
     }
+    .map(|()| Restored::InOneTransaction)
 }
 
 /// What one pg_restore of a transaction restores: a section of one stored object.

@@ -138,7 +138,8 @@ fn a_hostile_schema_dumped_in_parts_comes_back_identical() {
     // In steps, three sessions at once: the same database.
     pg.create_db("steps");
     let restored = restore_jobs(&pg, &s3, "par", "steps", "3");
-    restored.ok();
+    let message = restored.ok().message.clone().unwrap_or_default();
+    assert!(message.contains("1 in steps with 3 sessions"), "{message}");
     restored.assert_no_secrets();
     assert_eq!(pg.content_hash("app"), pg.content_hash("steps"));
     assert_eq!(pg.psql("steps", "SELECT nextval('lonely')"), "42");

@@ -113,6 +113,13 @@ async fn a_database_restored_from_another_databases_backup_holds_the_same_data()
         condition(&copy, "Initialized"),
         Some(("True".into(), "RestoredFromBackup".into()))
     );
+    let said = copy
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Initialized"))
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(said.contains("1 in steps with 2 sessions"), "{said}");
     let restored = copy.status.unwrap().bootstrap.expect("status.bootstrap");
     assert_eq!(restored.restored_backup_id, id);
 

@@ -425,9 +425,12 @@ fn from_job(job: &str, fact: &RestoreJobFact) -> RestoreDecision {
         ),
         JobState::Succeeded => {
             let id = result.and_then(|r| r.backup_id.clone());
-            let message = match &id {
-                Some(id) => format!("restored backup {id} (roles, then data, in one transaction)"),
-                None => format!("restore Job {job} succeeded"),
+            // The agent says how: the roles, the databases, in one transaction or in steps.
+            let said = result.and_then(|r| r.message.as_deref());
+            let message = match (&id, said) {
+                (Some(id), Some(said)) => format!("restored backup {id}: {said}"),
+                (Some(id), None) => format!("restored backup {id}"),
+                (None, _) => format!("restore Job {job} succeeded"),
             };
             let c = ConditionStatus::new(
                 ConditionType::Initialized,
