@@ -28,6 +28,10 @@ LOGICAL=${LOGICAL:-1}          # 0: skip the dumps
 # restore-N restores the backup dbop-j2 made in the same round with --jobs N (after it).
 CONTENDERS=${CONTENDERS:-"baseline dbop dbop-j2 dbop-j4 dir-j2 pipeline restore-1 restore-2"}
 PHYSICAL=${PHYSICAL:-1}        # 0: skip base backups, WAL archiving, recovery and RPO (physical.sh)
+# The logical side's server: minimal (no WAL for rows loaded into a table its own transaction
+# created, which favours a restore in one transaction) or replica (what servers with standbys
+# or WAL archiving run).
+LOGICAL_WAL_LEVEL=${LOGICAL_WAL_LEVEL:-minimal}
 ROWS_PER_GIB=${ROWS_PER_GIB:-6300000}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 WORK=${BENCH_DIR:-/var/tmp/dbop-bench}
@@ -235,11 +239,11 @@ logical_size() {
   rm -rf "${WORK:?}/s3/bench/"*
 }
 
-# The logical side on its own server (wal_level=minimal, the data in the page cache).
+# The logical side on its own server (wal_level $LOGICAL_WAL_LEVEL, the data in the page cache).
 logical() {
   init_pg "$WORK/pg/data"
   start_pg "$WORK/pg/data" "$PORT" listen_addresses=127.0.0.1 fsync=off synchronous_commit=off \
-    full_page_writes=off wal_level=minimal max_wal_senders=0 shared_buffers=2GB max_wal_size=16GB
+    full_page_writes=off wal_level="$LOGICAL_WAL_LEVEL" max_wal_senders=0 shared_buffers=2GB max_wal_size=16GB
   echo "| size | contender | MB/s (raw) | wall s (best) | wall s (median) | CPU s | peak RSS MiB | stored MB |"
   echo "|---|---|---:|---:|---:|---:|---:|---:|"
   : >"$WORK/compressors.md"
