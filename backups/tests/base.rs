@@ -1235,9 +1235,24 @@ fn a_base_backup_killed_mid_upload_leaves_nothing_restorable_and_its_retry_compl
     assert_eq!(restore_and_start(&src, &["--backup-id", id]), "1,2,3");
 }
 
-/// The bytes stored below `dir`.
+/// The bytes stored below `dir`, which the S3 server is writing: a file or folder that goes
+/// away between its listing and its reading (an upload's temporary file) counts as nothing.
 fn dir_size(dir: &Path) -> u64 {
-    snapshot(dir).iter().map(|(_, len, _, _)| len).sum()
+    let mut total = 0;
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue; // gone since it was listed
+        };
+        for e in entries.flatten() {
+            match e.metadata() {
+                Ok(m) if m.is_dir() => todo.push(e.path()),
+                Ok(m) => total += m.len(),
+                Err(_) => {} // gone since it was listed
+            }
+        }
+    }
+    total
 }
 
 /// A uid the image's /etc/passwd does not list (OpenShift assigns one from the namespace's
