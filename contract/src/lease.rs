@@ -66,20 +66,34 @@ impl LeaseState {
     }
 
     /// The operator's view: `primary`, the instance it designated, is lost. Either it held the
-    /// Lease and has not renewed it for the whole duration, or it has not held it for the whole
-    /// duration since it was designated (it released it when its server stopped, or never took
-    /// it).
+    /// Lease and has not renewed it for the whole duration, or it has not taken it within the
+    /// whole duration since it could first take it (it released it when its server stopped, or
+    /// never took it).
     pub fn lost(&self, primary: &str, now_ms: i64) -> bool {
         now_ms > self.lost_at(primary)
     }
 
-    /// When `primary` will be lost if nothing changes (Unix milliseconds).
+    /// When `primary` will be lost if nothing changes (Unix milliseconds). A designated primary
+    /// that does not hold the Lease has its whole duration from the later of its designation
+    /// and the moment the Lease became free: in a switchover the old primary holds it until its
+    /// server has stopped (a fast shutdown sends its standbys all of its WAL first, which can
+    /// take longer than the duration), and the new one cannot take it before.
     pub fn lost_at(&self, primary: &str) -> i64 {
         let since = match self.holder.as_deref() {
-            Some(h) if h == primary => self.renewed_ms,
-            _ => self.designated_ms,
+            Some(h) if h == primary => self.renewed_ms.unwrap_or(0),
+            _ => self.designated_ms.unwrap_or(0).max(self.free_since()),
         };
-        since.unwrap_or(0) + self.duration_ms
+        since + self.duration_ms
+    }
+
+    /// Since when the Lease may be taken (Unix milliseconds): its release, or once its holder's
+    /// last renewal is the whole duration old (0: never taken).
+    fn free_since(&self) -> i64 {
+        let renewed = self.renewed_ms.unwrap_or(0);
+        match self.holder {
+            Some(_) => renewed + self.duration_ms,
+            None => renewed,
+        }
     }
 
     /// The Lease was released by `primary` (its server stopped on purpose, or died): the
@@ -170,19 +184,46 @@ mod tests {
         assert!(!lease.lost("orders-0", 110_000));
         assert!(lease.lost("orders-0", 110_001));
         assert_eq!(lease.lost_at("orders-0"), 110_000);
-        // orders-1 was designated at 108 s and the old holder's Lease is still there.
+        // orders-1 was designated at 112 s, once the old holder's Lease had run out (a failover).
         let designated = LeaseState {
-            designated_ms: Some(108_000),
+            designated_ms: Some(112_000),
             ..lease.clone()
         };
-        assert!(!designated.lost("orders-1", 117_000));
-        assert!(designated.lost("orders-1", 118_001));
+        assert!(!designated.lost("orders-1", 122_000));
+        assert!(designated.lost("orders-1", 122_001));
         let released = LeaseState {
             holder: None,
             ..lease
         };
         assert!(released.released_by("orders-0", Some("orders-0")));
         assert!(!released.released_by("orders-0", Some("orders-1")));
+    }
+
+    #[test]
+    fn a_switchovers_new_primary_is_given_the_whole_duration_from_the_old_ones_release() {
+        // orders-0 renewed at 100 s; orders-1 was designated at 101 s (a switchover). The old
+        // primary's fast shutdown lasts: it stopped renewing, and still holds the Lease.
+        let switching = LeaseState {
+            designated_ms: Some(101_000),
+            ..held("orders-0", 100_000)
+        };
+        // orders-1 may take it from 110 s, when the old holder's last renewal is 10 s old.
+        assert!(!switching.lost("orders-1", 111_001));
+        assert_eq!(switching.lost_at("orders-1"), 120_000);
+        // The old primary's server stopped at 115 s and it released the Lease then.
+        let released = LeaseState {
+            holder: None,
+            renewed_ms: Some(115_000),
+            ..switching
+        };
+        assert!(!released.lost("orders-1", 124_000));
+        assert!(released.lost("orders-1", 125_001));
+        // A release long before the designation: counted from the designation.
+        let long_free = LeaseState {
+            designated_ms: Some(200_000),
+            ..released
+        };
+        assert_eq!(long_free.lost_at("orders-1"), 210_000);
     }
 
     #[test]
