@@ -577,6 +577,15 @@ pub fn condition(db: &Database, type_: &str) -> Option<(String, String)> {
         .map(|c| (c.status.clone(), c.reason.clone()))
 }
 
+/// The message of the Database's condition `type_` ("" when it has none).
+pub fn condition_message(db: &Database, type_: &str) -> String {
+    db.status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
 /// A minimal Database manifest; `extra` is merged into `spec`.
 pub fn database_manifest(name: &str, extra: Value) -> Value {
     let mut spec = serde_json::json!({"version": "16.4", "storage": {"size": "1Gi"}});

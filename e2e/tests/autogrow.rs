@@ -34,12 +34,12 @@
 
 use std::time::{Duration, Instant};
 
-use dbop::api::{Database, Phase};
+use dbop::api::Phase;
 use dbop_e2e::node::{POD_WAIT, pod_ready, real_node_placement};
 use dbop_e2e::sized_volume::{
     EXPANDABLE_CLASS, FIXED_CLASS, SizedVolume, SizedVolumes, Usage, quantity_bytes,
 };
-use dbop_e2e::{TestBed, condition, testbed, wait_until, wait_until_or_none};
+use dbop_e2e::{TestBed, condition, condition_message, testbed, wait_until, wait_until_or_none};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
@@ -187,7 +187,7 @@ async fn wait_auto_grow(
         let db = dbs.get(name).await.ok()?;
         let (s, r) = condition(&db, "StorageAutoGrow")?;
         (s == status && reason.is_none_or(|want| want == r)).then(|| {
-            let message = auto_grow_message(&db);
+            let message = condition_message(&db, "StorageAutoGrow");
             (s, r, message)
         })
     })
@@ -204,14 +204,6 @@ async fn wait_auto_grow(
     panic!(
         "StorageAutoGrow of {ns}/{name} not {status} {reason:?} within {timeout:?}; last status: {last:#?}"
     )
-}
-
-fn auto_grow_message(db: &Database) -> String {
-    db.status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "StorageAutoGrow"))
-        .map(|c| c.message.clone())
-        .unwrap_or_default()
 }
 
 /// The messages of the Database's Events with this reason.

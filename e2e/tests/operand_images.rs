@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use dbop::api::Phase;
 use dbop_e2e::node::{POD_WAIT, POSTGRES_15_18};
-use dbop_e2e::{TestBed, condition, testbed, wait_until};
+use dbop_e2e::{TestBed, condition, condition_message, testbed, wait_until};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::Api;
 use serde_json::{Value, json};
@@ -134,12 +134,7 @@ async fn images_of_other_uids_and_an_arbitrary_uid_serve_and_one_without_a_user_
         (status.as_str(), reason.as_str()),
         ("False", "ImageUserNotFound")
     );
-    let message = db
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
-        .map(|c| c.message.clone())
-        .unwrap_or_default();
+    let message = condition_message(&db, "Ready");
     assert!(
         message.starts_with("pod nouser-0: ")
             && message.contains(&format!("uid {ARBITRARY_UID}"))

@@ -23,7 +23,10 @@ use dbop_e2e::backup_jobs::succeeded_backup;
 use dbop_e2e::failover::{named_primary, new_primary};
 use dbop_e2e::node::{REAL_NODE_STORAGE_CLASS, real_node_placement};
 use dbop_e2e::plugin::{finished, plugin};
-use dbop_e2e::{TestBed, condition, http_get, sample, testbed, wait_until, wait_until_or_none};
+use dbop_e2e::{
+    TestBed, condition, condition_message, http_get, sample, testbed, wait_until,
+    wait_until_or_none,
+};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -293,12 +296,7 @@ async fn a_new_database_has_exactly_the_rows_committed_before_the_target() {
     )
     .await;
     let db = wait_initialized(&bed, &ns, "too-early", "RecoveryTargetBeforeBackups").await;
-    let message = db
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Initialized"))
-        .map(|c| c.message.clone())
-        .unwrap_or_default();
+    let message = condition_message(&db, "Initialized");
     assert!(message.contains("earliest"), "{message}");
     assert_eq!(db.status.and_then(|s| s.phase), Some(Phase::Failed));
     let (_, out, _) = bed.kubectl(&["-n", &ns, "get", "statefulset", "too-early", "-o", "name"]);

@@ -14,7 +14,7 @@ use std::time::Duration;
 use dbop::api::Phase;
 use dbop_e2e::backup_jobs::succeeded_backup;
 use dbop_e2e::node::{REAL_NODE_STORAGE_CLASS, real_node_placement};
-use dbop_e2e::{TestBed, condition, testbed, wait_until_or_none};
+use dbop_e2e::{TestBed, condition, condition_message, testbed, wait_until_or_none};
 use kube::Api;
 use serde_json::{Value, json};
 
@@ -113,12 +113,7 @@ async fn a_database_restored_from_another_databases_backup_holds_the_same_data()
         condition(&copy, "Initialized"),
         Some(("True".into(), "RestoredFromBackup".into()))
     );
-    let said = copy
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Initialized"))
-        .map(|c| c.message.clone())
-        .unwrap_or_default();
+    let said = condition_message(&copy, "Initialized");
     assert!(said.contains("1 in steps with 2 sessions"), "{said}");
     let restored = copy.status.unwrap().bootstrap.expect("status.bootstrap");
     assert_eq!(restored.restored_backup_id, id);
