@@ -21,7 +21,9 @@ set -euo pipefail
 
 SIZES=${SIZES:-"1 4"}
 RUNS=${RUNS:-3}
-LEVEL=${LEVEL:-1}
+LEVEL=${LEVEL:-1}   # the zstd level, as the agent's --compression-level (-7 … 19)
+# The zstd command line's spelling of it: negative levels are --fast=N.
+if ((LEVEL < 0)); then ZSTD_LEVEL="--fast=${LEVEL#-}"; else ZSTD_LEVEL="-$LEVEL"; fi
 COMPRESSORS=${COMPRESSORS:-1}  # 0: skip the zstd/gzip comparison
 AGENT_FLAGS=${AGENT_FLAGS:-}   # extra flags for dbop-backup dump, e.g. "--compression-threads 1"
 LOGICAL=${LOGICAL:-1}          # 0: skip the dumps
@@ -145,7 +147,7 @@ sample_load() { LOADS+=("$(cut -d' ' -f1 /proc/loadavg)"); }
 compressors() {
   local gib=$1 raw=$2 file=$WORK/raw.pgc
   "$PGBIN/pg_dump" -Fc -Z0 -d "$db" >"$file"
-  for c in "zstd -q -$LEVEL" "gzip -6"; do
+  for c in "zstd -q $ZSTD_LEVEL" "gzip -6"; do
     local cpus=() size=0
     for ((r = 1; r <= RUNS; r++)); do
       sample_load
@@ -171,7 +173,7 @@ run_contender() {
       local jobs=${contender#dbop-j}
       [[ $contender == dbop ]] && jobs=1
       # shellcheck disable=SC2086
-      m=$(PGDATABASE=$db measure "$AGENT" dump --prefix bench --backup-id "run$r-j$jobs" --jobs "$jobs" --compression-level "$LEVEL" $AGENT_FLAGS)
+      m=$(PGDATABASE=$db measure "$AGENT" dump --prefix bench --backup-id "run$r-j$jobs" --jobs "$jobs" --compression-level="$LEVEL" $AGENT_FLAGS)
       stored=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["sizeBytes"])' "$WORK/stdout.txt") ;;
     dir-j*)
       rm -rf "$WORK/dir"
@@ -187,7 +189,7 @@ run_contender() {
       "$PGBIN/psql" -X -q -d postgres -c "DROP DATABASE $target"
       stored=0 ;;
     pipeline)
-      m=$(measure bash -o pipefail -c "'$PGBIN/pg_dump' -Fc -Z0 -d '$db' | zstd -q -$LEVEL | rclone rcat bench:bench/pipeline/$db/run$r.pgc.zst")
+      m=$(measure bash -o pipefail -c "'$PGBIN/pg_dump' -Fc -Z0 -d '$db' | zstd -q $ZSTD_LEVEL | rclone rcat bench:bench/pipeline/$db/run$r.pgc.zst")
       stored=$(stat -c %s "$WORK/s3/bench/pipeline/$db/run$r.pgc.zst") ;;
   esac
   echo "$m $stored"
@@ -201,12 +203,12 @@ report_contender() {
   read -r wall cpu rss stored <<<"$(printf '%s' "$runs" | best)"
   case $contender in
     baseline) name='`pg_dump -Fc -Z0 > /dev/null`' ;;
-    dbop) name="\`dbop-backup dump\` (zstd -$LEVEL${AGENT_FLAGS:+ $AGENT_FLAGS})" ;;
-    dbop-j*) name="\`dbop-backup dump --jobs ${contender#dbop-j}\` (zstd -$LEVEL${AGENT_FLAGS:+ $AGENT_FLAGS})" ;;
+    dbop) name="\`dbop-backup dump\` (zstd level $LEVEL${AGENT_FLAGS:+ $AGENT_FLAGS})" ;;
+    dbop-j*) name="\`dbop-backup dump --jobs ${contender#dbop-j}\` (zstd level $LEVEL${AGENT_FLAGS:+ $AGENT_FLAGS})" ;;
     dir-j*) name="\`pg_dump -Fd -Z0 -j ${contender#dir-j}\` to local disk, synced" ;;
     restore-1) name="\`dbop-backup restore\` of the --jobs 2 backup (one transaction)" ;;
     restore-*) name="\`dbop-backup restore --jobs ${contender#restore-}\` of the --jobs 2 backup (in steps)" ;;
-    pipeline) name="\`pg_dump -Fc -Z0 \\\\| zstd -$LEVEL \\\\| rclone rcat\`" ;;  # \| keeps the table whole
+    pipeline) name="\`pg_dump -Fc -Z0 \\\\| zstd $ZSTD_LEVEL \\\\| rclone rcat\`" ;;  # \| keeps the table whole
   esac
   awk -v g="$gib GiB ($raw B)" -v n="$name" -v raw="$raw" -v w="$wall" -v m="$median_wall" -v c="$cpu" -v r="$rss" -v s="$stored" \
     'BEGIN { printf "| %s | %s | %.0f | %.1f | %.1f | %.1f | %.1f | %s |\n", g, n, raw / w / 1e6, w, m, c, r / 1024, (s > 0 ? sprintf("%.0f", s / 1e6) : "-") }'

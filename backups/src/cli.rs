@@ -152,6 +152,7 @@ pub struct KeyArgs {
 pub struct EncodeArgs {
     /// zstd level (1 fast … 19 small; negative levels are faster still).
     #[arg(long, env = "DBOP_BACKUP_COMPRESSION_LEVEL", default_value_t = 1,
+          allow_negative_numbers = true,
           value_parser = clap::value_parser!(i32).range(-7..=19))]
     pub compression_level: i32,
     /// Encrypt every object written with this key of `--encryption-key-dir`.
@@ -474,6 +475,22 @@ mod tests {
     #[test]
     fn cli_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn a_negative_compression_level_is_a_value_not_a_flag() {
+        let level = |args: &[&str]| {
+            let cli =
+                Cli::try_parse_from([&["dbop-backup", "dump", "--bucket", "b"], args].concat())
+                    .map_err(|e| e.to_string())?;
+            let Command::Dump(d) = cli.command else {
+                panic!("not a dump")
+            };
+            Ok::<_, String>(d.encode.compression_level)
+        };
+        assert_eq!(level(&["--compression-level", "-3"]), Ok(-3));
+        assert_eq!(level(&["--compression-level=-7"]), Ok(-7));
+        assert!(level(&["--compression-level", "-8"]).is_err());
     }
 
     #[test]
