@@ -678,7 +678,7 @@ impl Field {
 
 impl Block {
     fn add(&mut self, chunk: &[u8]) {
-        self.newlines += chunk.iter().filter(|b| **b == b'\n').count() as u64;
+        self.newlines += count_newlines(chunk);
         self.bytes += chunk.len() as u64;
         let keep = chunk.len().min(self.tail.len());
         self.tail.rotate_left(keep);
@@ -692,6 +692,16 @@ impl Block {
         let own_line = self.bytes == 5 || self.tail[0] == b'\n';
         (ends && own_line).then(|| self.newlines - 3)
     }
+}
+
+/// The newlines in `bytes`, counted in runs of 255 into one byte each, which the compiler turns
+/// into vector code: counting into a `u64` per byte was 8 % of a dump's CPU time (the agent
+/// reads every byte of the data to count rows).
+fn count_newlines(bytes: &[u8]) -> u64 {
+    bytes
+        .chunks(255)
+        .map(|run| u64::from(run.iter().map(|b| u8::from(*b == b'\n')).sum::<u8>()))
+        .sum()
 }
 
 #[cfg(test)]
@@ -1030,6 +1040,17 @@ mod tests {
                 want.insert(format!("public.t{t}"), rows.len() as u64);
             }
             prop_assert_eq!(count_in_pieces(&w.out, piece), Ok(want));
+        }
+
+        /// The vectorised count is the plain one, over runs of newlines longer than a
+        /// byte's range and over any length.
+        #[test]
+        fn newlines_are_counted_as_one_by_one(
+            bytes in proptest::collection::vec(prop_oneof![Just(b'\n'), any::<u8>()], 0..2000),
+        ) {
+            let plain = bytes.iter().filter(|b| **b == b'\n').count() as u64;
+            prop_assert_eq!(count_newlines(&bytes), plain);
+            prop_assert_eq!(count_newlines(&vec![b'\n'; bytes.len()]), bytes.len() as u64);
         }
 
         /// Arbitrary bytes never panic, and the outcome does not depend on how they arrive.
