@@ -39,17 +39,20 @@ pub(crate) async fn restore_one(
     job: OneRestore<'_>,
 ) -> Result<Restored> {
     match job.dump.objects().as_slice() {
-        [one] => restore_object(store, tools, &job, one, Output::Database).await,
+        [one] => {
+            restore_object(store, tools, &job, one, Output::Database).await?;
+            Ok(Restored::InOneTransaction)
+        }
         [pre, data @ .., rest] if job.jobs > 1 && !data.is_empty() => {
             restore_in_steps(store, tools, &job, pre, data, rest).await?;
-            return Ok(Restored::InSteps);
+            Ok(Restored::InSteps)
         }
         parts => {
             let pieces: Vec<Piece> = parts.iter().map(Piece::whole).collect();
-            in_one_transaction(store, tools, &job, &pieces).await
+            in_one_transaction(store, tools, &job, &pieces).await?;
+            Ok(Restored::InOneTransaction)
         }
     }
-    .map(|()| Restored::InOneTransaction)
 }
 
 /// What one pg_restore of a transaction restores: a section of one stored object.

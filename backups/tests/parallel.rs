@@ -138,7 +138,7 @@ fn a_hostile_schema_dumped_in_parts_comes_back_identical() {
     // In steps, three sessions at once: the same database.
     pg.create_db("steps");
     let restored = restore_jobs(&pg, &s3, "par", "steps", "3");
-    let message = restored.ok().message.clone().unwrap_or_default();
+    let message = restored.ok_message();
     assert!(message.contains("1 in steps with 3 sessions"), "{message}");
     restored.assert_no_secrets();
     assert_eq!(pg.content_hash("app"), pg.content_hash("steps"));
@@ -259,7 +259,7 @@ fn a_tampered_or_missing_part_refuses_the_restore_and_leaves_the_target_alone() 
     bad[middle] ^= 0x01;
     s3.put(&rest, bad);
     let refused = restore(&pg, &s3, "tamper", "copy");
-    let message = refused.failed().message.clone().unwrap_or_default();
+    let message = refused.failure_message();
     // Refused by the checksum at the end, or earlier by pg_restore choking on what the flipped
     // byte decoded to: either way before any COMMIT.
     assert!(
@@ -291,7 +291,7 @@ fn a_tampered_or_missing_part_refuses_the_restore_and_leaves_the_target_alone() 
     pg.psql("copy", "CREATE TABLE left_accounts_pkey (id int)");
     let untouched = pg.content_hash("copy");
     let refused = restore(&pg, &s3, "tamper", "copy");
-    let message = refused.failed().message.clone().unwrap_or_default();
+    let message = refused.failure_message();
     assert!(
         message.contains("nothing was committed") && message.contains("left_accounts_pkey"),
         "{message}"
@@ -314,7 +314,7 @@ fn a_restore_in_steps_loads_only_an_empty_database_and_commits_no_unchecked_part
     pg.psql("busy", "CREATE TABLE before_restore (id int)");
     let untouched = pg.content_hash("busy");
     let refused = restore_jobs(&pg, &s3, "steps", "busy", "2");
-    let message = refused.failed().message.clone().unwrap_or_default();
+    let message = refused.failure_message();
     assert!(message.contains("is not empty"), "{message}");
     assert_eq!(pg.content_hash("busy"), untouched, "the target changed");
 
@@ -328,7 +328,7 @@ fn a_restore_in_steps_loads_only_an_empty_database_and_commits_no_unchecked_part
     s3.put(&data, bad);
     pg.psql("app", "CREATE DATABASE copy");
     let failed = restore_jobs(&pg, &s3, "steps", "copy", "2");
-    let message = failed.failed().message.clone().unwrap_or_default();
+    let message = failed.failure_message();
     assert!(
         message.contains("holds the backup's schema and some of its rows"),
         "{message}"
@@ -341,7 +341,7 @@ fn a_restore_in_steps_loads_only_an_empty_database_and_commits_no_unchecked_part
         "{restored} rows: the tampered stream's rows were committed"
     );
     let again = restore_jobs(&pg, &s3, "steps", "copy", "2");
-    let message = again.failed().message.clone().unwrap_or_default();
+    let message = again.failure_message();
     assert!(message.contains("is not empty"), "{message}");
 
     s3.put(&data, good);
@@ -385,7 +385,7 @@ fn a_rest_swapped_for_another_backups_is_refused_before_any_of_it_commits() {
 
     pg.psql("app", "CREATE DATABASE copy");
     let refused = restore_jobs(&pg, &s3, "swap", "copy", "3");
-    let message = refused.failed().message.clone().unwrap_or_default();
+    let message = refused.failure_message();
     assert!(message.contains("integrity check failed"), "{message}");
     assert_eq!(
         pg.psql(

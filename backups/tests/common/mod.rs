@@ -377,6 +377,16 @@ impl AgentRun {
         r
     }
 
+    /// The message of a run that must have succeeded.
+    pub fn ok_message(&self) -> String {
+        self.ok().message.clone().unwrap_or_default()
+    }
+
+    /// The message of a run that must have failed (and kept its secrets).
+    pub fn failure_message(&self) -> String {
+        self.failed().message.clone().unwrap_or_default()
+    }
+
     pub fn message(&self) -> String {
         self.result
             .as_ref()
