@@ -34,14 +34,14 @@ use crate::globals;
 use crate::layout::{self, GLOBALS_FILE, Layout};
 use crate::manifest::{
     self, DatabaseDump, DumpPart, EncryptionInfo, GlobalsInfo, MAX_MANIFEST_BYTES, Manifest,
-    Stored, object_context,
+    Stored, TableCopy, object_context,
 };
 use crate::pg::{self, PgTools, PsqlSession};
 use crate::result::BackupResult;
 use crate::retention::Policy;
 use crate::s3::Store;
 use crate::signals::Interrupt;
-use crate::streams::{self, Stream, Table};
+use crate::streams::{self, Producer, Stream, Table};
 use crate::upload::{Compressed, compress, upload_parts};
 
 /// Parts are planned for at most this many (S3 allows 10,000), leaving headroom.
@@ -305,6 +305,8 @@ struct ServerFacts {
     db_size: u64,
     /// The exported snapshot pg_dump imports.
     snapshot: String,
+    /// `server_encoding`, in which slices are dumped and restored.
+    encoding: String,
 }
 
 /// Where one backup's objects go.
@@ -368,10 +370,19 @@ async fn try_open_snapshot(
              SELECT current_setting('server_version');\n\
              SELECT current_setting('server_version_num');\n\
              SELECT pg_database_size(current_database());\n\
+             SELECT current_setting('server_encoding');\n\
              SELECT pg_export_snapshot();",
         )
         .await?;
-    let [database, server_version, version_num, db_size, snapshot] = facts.as_slice() else {
+    let [
+        database,
+        server_version,
+        version_num,
+        db_size,
+        encoding,
+        snapshot,
+    ] = facts.as_slice()
+    else {
         return Err(pg::pg_error(
             "psql",
             &pg::database_label(database),
@@ -391,6 +402,7 @@ async fn try_open_snapshot(
         server_major: pg::major_of_version_num(version_num),
         db_size: db_size.trim().parse().unwrap_or(0),
         snapshot: snapshot.clone(),
+        encoding: encoding.clone(),
     };
     Ok((session, server))
 }
@@ -445,14 +457,62 @@ async fn dump_database(
             .await?;
     }
     let (plan, counted) = match opts.jobs {
-        0 | 1 => (vec![Stream::Whole], None),
+        0 | 1 => (streams::plan(&[], 1, 0), None),
         jobs => {
-            let (tables, other_bytes) = tables_of(session, &server.database).await?;
+            let (mut tables, other_bytes) = tables_of(session, &server.database).await?;
+            if server.server_major.is_none_or(|major| major < SLICES_SINCE) {
+                // Without TID range scans, every slice would read the whole table.
+                tables.iter_mut().for_each(|t| t.pages = 0);
+            }
             let counted: BTreeSet<String> = tables.iter().map(|t| t.counted_as.clone()).collect();
             (streams::plan(&tables, jobs, other_bytes), Some(counted))
         }
     };
-    let runs = plan.iter().enumerate().map(|(index, stream)| {
+    let streamed = stream_lanes(store, tools, opts, (target, file), server, pending, &plan).await?;
+    let mut row_counts: BTreeMap<String, u64> = BTreeMap::new();
+    let mut parts = Vec::with_capacity(streamed.len());
+    let mut uncounted = None;
+    for (index, file, compressed, counted) in streamed {
+        match counted {
+            // A sliced table's rows are in several parts.
+            Ok(counts) => counts
+                .into_iter()
+                .for_each(|(table, rows)| *row_counts.entry(table).or_default() += rows),
+            Err(e) => uncounted = Some(e),
+        }
+        parts.push(DumpPart {
+            file,
+            raw_bytes: compressed.raw_bytes,
+            size_bytes: compressed.size_bytes,
+            sha256: compressed.sha256,
+            copy: table_copy(&plan.streams[index], &server.encoding),
+        });
+    }
+    if let Some(counted) = counted.filter(|_| plan.streams.len() > 1) {
+        // The parts count extension members' configuration tables too; the manifest counts
+        // what `pg::ROW_COUNT_SQL` counts.
+        row_counts.retain(|name, _| counted.contains(name));
+    }
+    if let Some(e) = uncounted {
+        tracing::warn!(error = %e, "rows not counted from the dump stream; counting them in the snapshot");
+        row_counts = session.row_counts().await?;
+    }
+    Ok(database_dump(parts, row_counts))
+}
+
+/// Every stream of `plan`, its lanes at once and each lane's streams one after another;
+/// returned in restore order with what each compressor saw and counted.
+async fn stream_lanes(
+    store: &Store,
+    tools: &PgTools,
+    opts: &DumpOptions,
+    (target, file): (&Target, &str),
+    server: &ServerFacts,
+    pending: &PendingUpload,
+    plan: &streams::Plan,
+) -> Result<Vec<Streamed>> {
+    let run = |index: usize| {
+        let stream = &plan.streams[index];
         let file = stream.file_name(index, file);
         async move {
             let key = format!("{}{file}", target.prefix);
@@ -466,35 +526,48 @@ async fn dump_database(
                 pending,
             )
             .await?;
-            Ok::<_, Error>((file, compressed, counted))
+            Ok::<_, Error>((index, file, compressed, counted))
         }
+    };
+    let run = &run;
+    let lanes = plan.lanes.iter().map(|lane| async move {
+        let mut done = Vec::with_capacity(lane.len());
+        for &index in lane {
+            done.push(run(index).await?);
+        }
+        Ok::<_, Error>(done)
     });
-    let streamed = futures::future::try_join_all(runs).await?;
-    let mut row_counts = BTreeMap::new();
-    let mut parts = Vec::with_capacity(streamed.len());
-    let mut uncounted = None;
-    for (file, compressed, counted) in streamed {
-        match counted {
-            Ok(counts) => row_counts.extend(counts),
-            Err(e) => uncounted = Some(e),
-        }
-        parts.push(DumpPart {
-            file,
-            raw_bytes: compressed.raw_bytes,
-            size_bytes: compressed.size_bytes,
-            sha256: compressed.sha256,
-        });
+    let mut streamed: Vec<Streamed> = futures::future::try_join_all(lanes)
+        .await?
+        .into_iter()
+        .flatten()
+        .collect();
+    streamed.sort_by_key(|(index, ..)| *index);
+    Ok(streamed)
+}
+
+/// One stream's index in the plan, file name, compressed output and row counts (or why not).
+type Streamed = (
+    usize,
+    String,
+    Compressed,
+    std::result::Result<BTreeMap<String, u64>, String>,
+);
+
+/// Slices need TID range scans (PostgreSQL 14).
+const SLICES_SINCE: u32 = 14;
+
+/// Where a slice's rows are restored (`None` for a pg_dump archive).
+fn table_copy(stream: &Stream, encoding: &str) -> Option<TableCopy> {
+    match stream {
+        Stream::Slice(t, _) => Some(TableCopy {
+            schema: t.schema.clone(),
+            table: t.name.clone(),
+            columns: t.columns.clone(),
+            encoding: encoding.to_string(),
+        }),
+        _ => None,
     }
-    if let Some(counted) = counted.filter(|_| plan.len() > 1) {
-        // The parts count extension members' configuration tables too; the manifest counts
-        // what `pg::ROW_COUNT_SQL` counts.
-        row_counts.retain(|name, _| counted.contains(name));
-    }
-    if let Some(e) = uncounted {
-        tracing::warn!(error = %e, "rows not counted from the dump stream; counting them in the snapshot");
-        row_counts = session.row_counts().await?;
-    }
-    Ok(database_dump(parts, row_counts))
 }
 
 /// A database's dump of these objects: one, or parts whose sizes add up.
@@ -506,6 +579,7 @@ fn database_dump(mut parts: Vec<DumpPart>, row_counts: BTreeMap<String, u64>) ->
         raw_bytes: 0,
         size_bytes: 0,
         sha256: String::new(),
+        copy: None,
     });
     if parts.len() < 2 {
         parts.clear();
@@ -522,48 +596,16 @@ fn database_dump(mut parts: Vec<DumpPart>, row_counts: BTreeMap<String, u64>) ->
     }
 }
 
-/// The tables whose rows pg_dump dumps, with their sizes, and the large objects' size, as the
-/// snapshot's session sees them (names as JSON: they may hold newlines).
+/// The tables whose rows pg_dump dumps and the large objects' size, as the snapshot's
+/// session sees them.
 async fn tables_of(session: &mut PsqlSession, database: &str) -> Result<(Vec<Table>, u64)> {
-    let lines = session.query(TABLES_SQL).await?;
-    let Some((large_objects, tables)) = lines.split_last() else {
-        return Err(pg::pg_error("psql", database, "no table sizes"));
-    };
-    let unexpected =
-        |e: String| pg::pg_error("psql", database, format!("unexpected table list: {e}"));
-    let tables = tables
-        .iter()
-        .map(|line| {
-            serde_json::from_str::<(String, String, u64, String)>(line)
-                .map(|(schema, name, bytes, counted_as)| Table {
-                    schema,
-                    name,
-                    bytes,
-                    counted_as,
-                })
-                .map_err(|e| unexpected(e.to_string()))
-        })
-        .collect::<Result<Vec<Table>>>()?;
-    let large_objects = large_objects
-        .trim()
-        .parse()
-        .map_err(|e: std::num::ParseIntError| unexpected(e.to_string()))?;
-    Ok((tables, large_objects))
+    let lines = session.query(streams::TABLES_SQL).await?;
+    streams::parse_tables(&lines)
+        .map_err(|e| pg::pg_error("psql", database, format!("unexpected table list: {e}")))
 }
 
-/// Ordinary tables and partitions with rows pg_dump dumps (not the catalogs', temporary
-/// tables or extensions' own), then the size of the large objects.
-const TABLES_SQL: &str = "SELECT json_build_array(n.nspname, c.relname, pg_table_size(c.oid), \
-                                       format('%I.%I', n.nspname, c.relname))::text \
-     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-     WHERE c.relkind = 'r' AND c.relpersistence <> 't' \
-       AND n.nspname <> 'information_schema' AND n.nspname !~ '^pg_' \
-       AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_class'::regclass \
-                       AND d.objid = c.oid AND d.deptype = 'e');\n\
-     SELECT pg_table_size('pg_largeobject');";
-
-/// Streams one pg_dump stream through zstd into a multipart upload, completes it and checks
-/// the stored size. Returns what the compressor saw and the row counts it read in the archive
+/// Streams one stream (pg_dump's, or a slice's `COPY`) through zstd into a multipart upload,
+/// completes it and checks the stored size. Returns what the compressor saw and the row counts it read in the archive
 /// (or why it could not).
 async fn stream_dump(
     store: &Store,
@@ -580,7 +622,11 @@ async fn stream_dump(
     let database = &server.database;
     tracing::info!(database, backup_id, key, "dump starting");
     let upload_id = begin_upload(store, key, pending).await?;
-    let (child, stderr, stdout) = spawn_pg_dump(tools, server, stream)?;
+    let (program, producer) = match stream.producer(&server.snapshot, &server.encoding) {
+        Producer::PgDump(args) => ("pg_dump", spawn_pg_dump(tools, server, &args)?),
+        Producer::Copy(script) => ("psql", spawn_copy(tools, server, script)?),
+    };
+    let (child, stderr, stdout) = producer;
     let part_size = part_size_for(opts.part_size, server.db_size);
     if part_size != opts.part_size {
         tracing::info!(part_size, "part size raised to stay within 10,000 parts");
@@ -593,6 +639,7 @@ async fn stream_dump(
         .map(|k| (k, object_context(backup_id, file)));
     let counter = match stream {
         Stream::Whole => RowCounter::new(),
+        Stream::Slice(table, _) => RowCounter::copy_lines(&table.counted_as),
         _ => RowCounter::every_table(),
     };
     let compressor = tokio::task::spawn_blocking(move || {
@@ -602,8 +649,8 @@ async fn stream_dump(
     let compressed = compressor
         .await
         .map_err(|e| Error::io("compressor", std::io::Error::other(e.to_string())))?;
-    wait_pg_dump(child, stderr, database).await?;
-    let (compressed, counted) = compressed.map_err(|e| Error::io("reading pg_dump output", e))?;
+    wait_producer(child, stderr, program, database).await?;
+    let (compressed, counted) = compressed.map_err(|e| Error::io("reading the dump stream", e))?;
     store.complete_upload(key, &upload_id, parts).await?;
     if let Ok(mut p) = pending.lock() {
         p.retain(|(k, _)| k != key);
@@ -621,20 +668,22 @@ async fn begin_upload(store: &Store, key: &str, pending: &PendingUpload) -> Resu
     Ok(upload_id)
 }
 
-/// pg_dump's exit: a failure says why in its own words (the tail of its stderr).
-async fn wait_pg_dump(
+/// The producer's exit (pg_dump's or psql's): a failure says why in its own words (the tail
+/// of its stderr).
+async fn wait_producer(
     mut child: tokio::process::Child,
     stderr: tokio::task::JoinHandle<String>,
+    program: &str,
     database: &str,
 ) -> Result<()> {
     let status = child
         .wait()
         .await
-        .map_err(|e| pg::pg_error("pg_dump", database, e.to_string()))?;
+        .map_err(|e| pg::pg_error(program, database, e.to_string()))?;
     let stderr_tail = stderr.await.unwrap_or_default();
     if !status.success() {
         return Err(pg::pg_error(
-            "pg_dump",
+            program,
             database,
             format!("{status}: {}", pg::tail_text(&stderr_tail)),
         ));
@@ -644,15 +693,7 @@ async fn wait_pg_dump(
 
 /// pg_dump in the custom format, uncompressed (zstd does that), on the exported snapshot: the
 /// stream's part of the dump.
-fn spawn_pg_dump(
-    tools: &PgTools,
-    server: &ServerFacts,
-    stream: &Stream,
-) -> Result<(
-    tokio::process::Child,
-    tokio::task::JoinHandle<String>,
-    std::fs::File,
-)> {
+fn spawn_pg_dump(tools: &PgTools, server: &ServerFacts, args: &[String]) -> Result<Producing> {
     let database = &server.database;
     let mut child = tools
         .command("pg_dump", server.server_major)
@@ -663,7 +704,7 @@ fn spawn_pg_dump(
             "--snapshot",
         ])
         .arg(&server.snapshot)
-        .args(stream.pg_dump_args())
+        .args(args)
         .env("PGDATABASE", database)
         .spawn()
         .map_err(|e| pg::pg_error("pg_dump", database, format!("cannot run pg_dump: {e}")))?;
@@ -675,6 +716,43 @@ fn spawn_pg_dump(
         .and_then(|s| {
             pg::stdout_file(s).map_err(|e| pg::pg_error("pg_dump", database, e.to_string()))
         })?;
+    Ok((child, stderr, stdout))
+}
+
+/// A running producer of a stream: the process, its stderr's tail to come, its stdout.
+type Producing = (
+    tokio::process::Child,
+    tokio::task::JoinHandle<String>,
+    std::fs::File,
+);
+
+/// psql running a slice's session script (given on its input, so nothing of it is on a
+/// command line): the slice's rows in `COPY` text on its output.
+fn spawn_copy(tools: &PgTools, server: &ServerFacts, script: String) -> Result<Producing> {
+    use tokio::io::AsyncWriteExt;
+    let database = &server.database;
+    let failed = |e: String| pg::pg_error("psql", database, e);
+    let mut child = tools
+        .command("psql", server.server_major)
+        .args(["-X", "-w", "-q", "-v", "ON_ERROR_STOP=1"])
+        .env("PGDATABASE", database)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| failed(format!("cannot run psql: {e}")))?;
+    let stderr = pg::collect_stderr(&mut child, "psql");
+    let mut stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| failed("no stdin pipe".into()))?;
+    // Written apart from the reading: a long column list may not fit in the pipe at once.
+    tokio::spawn(async move {
+        let _ = stdin.write_all(script.as_bytes()).await;
+    });
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| failed("no stdout pipe".into()))
+        .and_then(|s| pg::stdout_file(s).map_err(|e| failed(e.to_string())))?;
     Ok((child, stderr, stdout))
 }
 
@@ -699,7 +777,12 @@ fn manifest_of(
     started: chrono::DateTime<Utc>,
     mut dumps: Vec<DatabaseDump>,
 ) -> Manifest {
+    let sliced = dumps
+        .iter()
+        .flat_map(|d| &d.parts)
+        .any(|p| p.copy.is_some());
     let format = match dumps.iter().any(|d| !d.parts.is_empty()) {
+        true if sliced => manifest::FORMAT_SLICED,
         true => manifest::FORMAT_PARTS,
         false => manifest::FORMAT,
     };

@@ -39,6 +39,7 @@ pub mod run;
 pub mod s3;
 pub mod secrets;
 pub mod signals;
+pub mod slices;
 pub mod streams;
 pub mod tar;
 pub mod upload;

@@ -9,7 +9,9 @@
 //! A database dumped in parallel streams (`streams`) is stored as several objects restored in
 //! order in one transaction: its `parts`. Such a backup says so in `format`
 //! ([`FORMAT_PARTS`]), which agents that predate parts refuse rather than restore the first
-//! object alone.
+//! object alone. A part may also be a slice of one large table's rows in `COPY` text
+//! (`slices`) rather than a pg_dump archive; a backup with such a part says so with
+//! [`FORMAT_SLICED`], which agents that predate slices refuse.
 
 use std::collections::BTreeMap;
 
@@ -23,6 +25,8 @@ use crate::result::BackupResult;
 pub const FORMAT: &str = "pg_dump-custom";
 /// The format of a backup with at least one database in parts.
 pub const FORMAT_PARTS: &str = "pg_dump-custom-parts";
+/// The format of a backup with at least one part that is a slice of a table ([`TableCopy`]).
+pub const FORMAT_SLICED: &str = "pg_dump-custom-parts-sliced";
 pub const COMPRESSION: &str = "zstd";
 /// Manifests larger than this are refused when read.
 pub const MAX_MANIFEST_BYTES: usize = 16 << 20;
@@ -201,6 +205,19 @@ pub struct DumpPart {
     pub raw_bytes: u64,
     pub size_bytes: u64,
     pub sha256: String,
+    /// Set for a slice of one table's rows in `COPY` text, not a pg_dump archive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy: Option<TableCopy>,
+}
+
+/// Where a slice's rows go: `COPY schema.table (columns) FROM STDIN`, the text in the
+/// source database's `encoding`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableCopy {
+    pub schema: String,
+    pub table: String,
+    pub columns: Vec<String>,
+    pub encoding: String,
 }
 
 impl DumpPart {
@@ -222,6 +239,7 @@ impl DatabaseDump {
             raw_bytes: self.raw_bytes,
             size_bytes: self.size_bytes,
             sha256: self.sha256.clone(),
+            copy: None,
         }]
     }
 }
@@ -256,9 +274,11 @@ impl Manifest {
     pub fn parse(bytes: &[u8]) -> Result<Manifest, String> {
         let m: Manifest =
             serde_json::from_slice(bytes).map_err(|e| format!("manifest is not valid: {e}"))?;
-        if ![FORMAT, FORMAT_PARTS].contains(&m.format.as_str()) || m.compression != COMPRESSION {
+        if ![FORMAT, FORMAT_PARTS, FORMAT_SLICED].contains(&m.format.as_str())
+            || m.compression != COMPRESSION
+        {
             return Err(format!(
-                "unsupported backup format {}/{} (this agent reads {FORMAT} or {FORMAT_PARTS}, {COMPRESSION})",
+                "unsupported backup format {}/{} (this agent reads {FORMAT}, {FORMAT_PARTS} or {FORMAT_SLICED}, {COMPRESSION})",
                 m.format, m.compression
             ));
         }
@@ -353,13 +373,25 @@ fn check_databases(m: &Manifest) -> Result<(), String> {
     Ok(())
 }
 
-/// A database's parts: at least two, in a backup of the parts format, the first being its
-/// `dumpFile` and `sha256`, the sizes adding up to its own.
+/// A database's parts: at least two, in a backup of a parts format (slices only in the sliced
+/// one, and never first or last: the schema comes before them and the post-data after), the
+/// first being its `dumpFile` and `sha256`, the sizes adding up to its own.
 fn check_parts(m: &Manifest, d: &DatabaseDump) -> Result<(), String> {
-    let Some(first) = d.parts.first() else {
+    let (Some(first), Some(last)) = (d.parts.first(), d.parts.last()) else {
         return Ok(());
     };
-    let agrees = m.format == FORMAT_PARTS
+    let sliced = d.parts.iter().any(|p| p.copy.is_some());
+    let format_agrees = match sliced {
+        true => m.format == FORMAT_SLICED,
+        false => [FORMAT_PARTS, FORMAT_SLICED].contains(&m.format.as_str()),
+    };
+    let slices_inside = first.copy.is_none()
+        && last.copy.is_none()
+        && d.parts
+            .iter()
+            .all(|p| p.copy.as_ref().is_none_or(|c| !c.columns.is_empty()));
+    let agrees = format_agrees
+        && slices_inside
         && d.parts.len() >= 2
         && first.file == d.dump_file
         && first.sha256 == d.sha256
@@ -577,6 +609,7 @@ mod tests {
             raw_bytes: raw,
             size_bytes: size,
             sha256: sha.to_string().repeat(64),
+            copy: None,
         }
     }
 
@@ -619,5 +652,43 @@ mod tests {
                 .unwrap_err()
                 .contains("unsupported backup format")
         );
+    }
+
+    #[test]
+    fn slices_need_their_format_and_stay_between_the_schema_and_the_rest() {
+        let copy = TableCopy {
+            schema: "s".into(),
+            table: "t".into(),
+            columns: vec!["id".into()],
+            encoding: "UTF8".into(),
+        };
+        let mut m = sample();
+        m.format = FORMAT_SLICED.into();
+        m.parts = vec![
+            part("dump.pgc.zst", 50, 4, '0'),
+            DumpPart {
+                copy: Some(copy.clone()),
+                ..part("dump.slice-1.copy.zst", 20, 3, 'b')
+            },
+            part("dump.rest.pgc.zst", 30, 3, 'a'),
+        ];
+        let parsed = Manifest::parse(&m.to_json()).unwrap();
+        assert_eq!(parsed.dumps()[0].objects()[1].copy.as_ref(), Some(&copy));
+        let refused = |change: fn(&mut Manifest)| {
+            let mut bad = m.clone();
+            change(&mut bad);
+            Manifest::parse(&bad.to_json()).unwrap_err()
+        };
+        // An agent that knows parts but not slices must refuse such a backup, not feed a
+        // slice to pg_restore: the format says so.
+        assert!(refused(|b| b.format = FORMAT_PARTS.into()).contains("do not agree"));
+        assert!(refused(|b| b.parts.swap(1, 2)).contains("do not agree"));
+        assert!(
+            refused(|b| b.parts[1].copy.as_mut().unwrap().columns.clear()).contains("do not agree")
+        );
+        // A backup without slices may still say it is sliced (nothing is misread).
+        let mut plain = m.clone();
+        plain.parts[1].copy = None;
+        assert!(Manifest::parse(&plain.to_json()).is_ok());
     }
 }

@@ -15,9 +15,10 @@ use tokio::sync::mpsc;
 
 use crate::crypto::{Decrypt, Key};
 use crate::error::{Error, Result};
-use crate::manifest::{DatabaseDump, DumpPart, object_context};
+use crate::manifest::{DatabaseDump, DumpPart, TableCopy, object_context};
 use crate::pg::{self, PgTools};
 use crate::s3::Store;
+use crate::slices;
 
 /// Decoded bytes held back from pg_restore until the object's checksum has been checked.
 pub const HOLD_BACK: usize = 64 << 10;
@@ -71,7 +72,8 @@ impl Section {
     }
 }
 
-/// Restores one stored object: S3 → checks (→ decryption) → pg_restore.
+/// Restores one stored object: S3 → checks (→ decryption) → pg_restore, or, for a slice of a
+/// table, straight into the psql session as the rows of its `COPY … FROM STDIN`.
 pub(crate) async fn restore_object(
     store: &Store,
     tools: &PgTools,
@@ -82,22 +84,16 @@ pub(crate) async fn restore_object(
     let key = format!("{}{}", job.folder, part.file);
     let target = job.target;
     tracing::info!(database = job.dump.name, target, key, "restore starting");
+    if let Some(copy) = &part.copy {
+        return restore_slice(store, job, part, copy, output, &key).await;
+    }
     let body = open_dump(store, &key, part.size_bytes).await?;
     // pg_restore may stop reading once it has what one section needs (the table of contents
     // alone, for the post-data): it only writes SQL, which commits nothing, and the rest of
     // the object is still read and checked before the caller commits.
     let may_stop = matches!(output, Output::Script { section, .. } if section != Section::All);
     let restore = spawn_pg_restore(tools, job, output)?;
-    let expected = Expected {
-        sha256: part.sha256.clone(),
-        size_bytes: part.size_bytes,
-        raw_bytes: part.raw_bytes,
-        reader_may_stop: may_stop,
-        decrypt: job
-            .key
-            .as_ref()
-            .map(|k| Decrypt::new(k.clone(), &object_context(job.backup_id, &part.file))),
-    };
+    let expected = Expected::of(job, part, may_stop);
     let fed = pump(body, restore.stdin, expected, restore.pid).await;
     let mut child = restore.child;
     let status = child
@@ -106,6 +102,45 @@ pub(crate) async fn restore_object(
         .map_err(|e| pg::pg_error("pg_restore", target, e.to_string()))?;
     let tail = restore.stderr.await.unwrap_or_default();
     judge(store, &key, target, fed, status, &tail)
+}
+
+/// A slice's rows written into the session between its `COPY … FROM STDIN` and the `\.` that
+/// ends them; the end is written only once the object was checked whole, so a bad object
+/// leaves the session inside the `COPY`, which the caller's kill rolls back.
+async fn restore_slice(
+    store: &Store,
+    job: &OneRestore<'_>,
+    part: &DumpPart,
+    copy: &TableCopy,
+    output: Output<'_>,
+    key: &str,
+) -> Result<()> {
+    let target = job.target;
+    let failed = |e: String| pg::pg_error("psql", target, e);
+    let (Output::Script { into, .. }, Some(copy_in)) = (
+        output,
+        slices::copy_in(&copy.schema, &copy.table, &copy.columns),
+    ) else {
+        return Err(Error::Usage(format!(
+            "{key} is a slice of table {}.{} and is only restored with the rest of its backup",
+            copy.schema, copy.table
+        )));
+    };
+    let mut session = into.try_clone().map_err(|e| failed(e.to_string()))?;
+    let header = slices::restore_header(&copy.encoding, &copy_in);
+    session
+        .write_all(header.as_bytes())
+        .map_err(|e| failed(format!("psql stopped reading: {e}")))?;
+    let body = open_dump(store, key, part.size_bytes).await?;
+    let expected = Expected::of(job, part, false);
+    let rows = session.try_clone().map_err(|e| failed(e.to_string()))?;
+    match pump(body, rows, expected, 0).await {
+        Ok(()) => session
+            .write_all(b"\\.\n")
+            .map_err(|e| failed(format!("psql stopped reading: {e}"))),
+        Err(FeedError::PgRestoreStopped(e)) => Err(failed(format!("psql stopped reading: {e}"))),
+        Err(e) => Err(fed_error(store, key, e)),
+    }
 }
 
 /// The dump object's body, refused when the server announces another size than the manifest.
@@ -233,7 +268,6 @@ fn judge(
             format!("{what}; nothing was committed: {}", pg::tail_text(tail)),
         )
     };
-    let stopped = "the restore was stopped before committing";
     match fed {
         Ok(()) if status.success() => Ok(()),
         Ok(()) => Err(restore_failed(&status.to_string())),
@@ -243,20 +277,27 @@ fn judge(
         Err(FeedError::PgRestoreStopped(e)) => {
             Err(restore_failed(&format!("pg_restore stopped reading: {e}")))
         }
-        Err(FeedError::Integrity(detail)) => Err(Error::Integrity {
+        Err(e) => Err(fed_error(store, dump_key, e)),
+    }
+}
+
+/// What a failure to read the object whole says.
+fn fed_error(store: &Store, dump_key: &str, fed: FeedError) -> Error {
+    let stopped = "the restore was stopped before committing";
+    match fed {
+        FeedError::Integrity(detail) => Error::Integrity {
             key: dump_key.to_string(),
             detail: format!("{detail}; {stopped}"),
-        }),
-        Err(FeedError::Download(detail)) => Err(Error::S3 {
+        },
+        FeedError::Download(detail) => Error::S3 {
             operation: "GetObject",
             endpoint: store.endpoint.clone(),
             bucket: store.bucket.clone(),
             key: Some(dump_key.to_string()),
             detail: format!("{detail}; {stopped}"),
-        }),
-        Err(FeedError::Internal(detail)) => {
-            Err(Error::io("restore", std::io::Error::other(detail)))
-        }
+        },
+        FeedError::PgRestoreStopped(e) => Error::io("restore", e),
+        FeedError::Internal(detail) => Error::io("restore", std::io::Error::other(detail)),
     }
 }
 
@@ -269,6 +310,22 @@ struct Expected {
     /// pg_restore may close its input before the end (then the object is still read and
     /// checked to its end).
     reader_may_stop: bool,
+}
+
+impl Expected {
+    /// What the manifest says of `part` (`reader_may_stop`: its reader may close early).
+    fn of(job: &OneRestore<'_>, part: &DumpPart, reader_may_stop: bool) -> Expected {
+        Expected {
+            sha256: part.sha256.clone(),
+            size_bytes: part.size_bytes,
+            raw_bytes: part.raw_bytes,
+            reader_may_stop,
+            decrypt: job
+                .key
+                .as_ref()
+                .map(|k| Decrypt::new(k.clone(), &object_context(job.backup_id, &part.file))),
+        }
+    }
 }
 
 #[derive(Debug)]

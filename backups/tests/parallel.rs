@@ -94,7 +94,7 @@ fn a_hostile_schema_dumped_in_parts_comes_back_identical() {
 
     let run = dump(&env, "par", "3");
     let m = manifest(&s3, &run);
-    assert_eq!(m.format, dbop_backup::manifest::FORMAT_PARTS);
+    assert_eq!(m.format, dbop_backup::manifest::FORMAT_SLICED);
     let files: Vec<String> = m.parts.iter().map(|p| p.file.clone()).collect();
     assert_eq!(
         files,
@@ -102,10 +102,18 @@ fn a_hostile_schema_dumped_in_parts_comes_back_identical() {
             "dump.pgc.zst",
             "dump.data-1.pgc.zst",
             "dump.data-2.pgc.zst",
+            "dump.slice-3.copy.zst",
+            "dump.slice-4.copy.zst",
+            "dump.slice-5.copy.zst",
             "dump.rest.pgc.zst"
         ],
-        "pre-data, two data streams, the rest"
+        "pre-data; 3 lanes: child_rows (over half the dump) in 3 slices, the other tables \
+         in 2 data streams and the rest"
     );
+    let sliced: Vec<&str> = (m.parts.iter())
+        .filter_map(|p| p.copy.as_ref().map(|c| c.table.as_str()))
+        .collect();
+    assert_eq!(sliced, ["child_rows"; 3]);
     let id = m.backup_id.clone();
     for part in &m.parts {
         let stored = s3.get(&format!("par/app/{id}/{}", part.file));
@@ -141,6 +149,11 @@ fn a_hostile_schema_dumped_in_parts_comes_back_identical() {
     let message = restored.ok_message();
     assert!(message.contains("1 in steps with 3 sessions"), "{message}");
     restored.assert_no_secrets();
+    // child_rows' slices load at once, so its rows' physical order is theirs: put both in the
+    // key's order before comparing (in one transaction above, the order was kept).
+    for db in ["app", "steps"] {
+        pg.psql(db, "CLUSTER child_rows USING child_rows_pkey");
+    }
     assert_eq!(pg.content_hash("app"), pg.content_hash("steps"));
     assert_eq!(pg.psql("steps", "SELECT nextval('lonely')"), "42");
     assert_verified_with(&pg, &s3, "par", &["--jobs", "3"]);
@@ -160,9 +173,25 @@ INSERT INTO transfers VALUES (0);
 const TOTAL: &str = "SELECT (SELECT sum(balance) FROM left_accounts) \
                      + (SELECT sum(balance) FROM right_accounts)";
 
-/// Runs transfers from one psql session until `stop`: each moves money from a left account
-/// to a right one (or back) and counts itself, committed on its own.
-fn spawn_writer(pg: &Pg, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+/// The `i`th transfer between the two tables: from a left account to a right one (or back).
+fn left_to_right(i: u64) -> String {
+    let (id, amount) = (
+        1 + i * 7919 % 150_000,
+        if i.is_multiple_of(2) { 5 } else { -3 },
+    );
+    format!(
+        "UPDATE left_accounts SET balance = balance - {amount} WHERE id = {id};\n\
+         UPDATE right_accounts SET balance = balance + {amount} WHERE id = {id};\n"
+    )
+}
+
+/// Runs transfers from one psql session until `stop`: each moves money as `transfer` says and
+/// counts itself, committed on its own.
+fn spawn_writer(
+    pg: &Pg,
+    stop: Arc<AtomicBool>,
+    transfer: fn(u64) -> String,
+) -> std::thread::JoinHandle<()> {
     let mut child = Command::new(pg.bin.join("psql"))
         .args(["-X", "-w", "-q", "-v", "ON_ERROR_STOP=1"])
         .env_clear()
@@ -175,14 +204,9 @@ fn spawn_writer(pg: &Pg, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let mut i: u64 = 0;
         while !stop.load(Ordering::SeqCst) {
-            let (id, amount) = (
-                1 + i * 7919 % 150_000,
-                if i.is_multiple_of(2) { 5 } else { -3 },
-            );
             let sql = format!(
-                "BEGIN; UPDATE left_accounts SET balance = balance - {amount} WHERE id = {id};\n\
-                 UPDATE right_accounts SET balance = balance + {amount} WHERE id = {id};\n\
-                 UPDATE transfers SET n = n + 1; COMMIT;\n"
+                "BEGIN; {}UPDATE transfers SET n = n + 1; COMMIT;\n",
+                transfer(i)
             );
             if stdin.write_all(sql.as_bytes()).is_err() {
                 break;
@@ -194,18 +218,20 @@ fn spawn_writer(pg: &Pg, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     })
 }
 
-#[test]
-fn money_moved_during_a_parallel_dump_adds_up_after_the_restore() {
-    let (pg, s3) = servers(BANK);
-    let total = pg.psql("app", TOTAL);
-    let env = env_of(&pg, "app", &s3);
+/// `dump --jobs` while `transfer`s commit one after another; the transfers counted before and
+/// after it, some of them while it ran.
+fn dump_while_moving_money(
+    pg: &Pg,
+    env: &[(String, String)],
+    transfer: fn(u64) -> String,
+    (prefix, jobs): (&str, &str),
+) -> (AgentRun, u64, u64) {
     let transfers = || -> u64 { pg.psql("app", "SELECT n FROM transfers").parse().unwrap() };
-
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = spawn_writer(&pg, stop.clone());
+    let writer = spawn_writer(pg, stop.clone(), transfer);
     wait_until(30, "the writer's first transfers", || transfers() > 100);
     let before = transfers();
-    let run = dump(&env, "bank", "2");
+    let run = dump(env, prefix, jobs);
     let after = transfers();
     stop.store(true, Ordering::SeqCst);
     writer.join().unwrap();
@@ -213,6 +239,15 @@ fn money_moved_during_a_parallel_dump_adds_up_after_the_restore() {
         after > before,
         "no transfer committed while the dump ran ({before} → {after})"
     );
+    (run, before, after)
+}
+
+#[test]
+fn money_moved_during_a_parallel_dump_adds_up_after_the_restore() {
+    let (pg, s3) = servers(BANK);
+    let total = pg.psql("app", TOTAL);
+    let env = env_of(&pg, "app", &s3);
+    let (run, before, after) = dump_while_moving_money(&pg, &env, left_to_right, ("bank", "2"));
 
     let m = manifest(&s3, &run);
     let files: Vec<&str> = m.parts.iter().map(|p| p.file.as_str()).collect();
@@ -395,4 +430,147 @@ fn a_rest_swapped_for_another_backups_is_refused_before_any_of_it_commits() {
         "0",
         "the swapped object's trigger was committed"
     );
+}
+
+/// One table of accounts, most of the dump: with 3 jobs it is dumped in 3 slices at once.
+const ONE_BANK: &str = "
+CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL, pad text);
+INSERT INTO accounts SELECT i, 1000, repeat('p', 200) FROM generate_series(1, 200000) i;
+CREATE TABLE transfers (n bigint NOT NULL);
+INSERT INTO transfers VALUES (0);
+";
+
+const ONE_TOTAL: &str = "SELECT sum(balance) FROM accounts";
+
+/// The `i`th transfer between an account in the first half of the table and one in the
+/// second: an update writes the row's new version where there is room, often in another
+/// slice's pages than the old one, which the snapshot still sees.
+fn across_slices(i: u64) -> String {
+    let (low, amount) = (
+        1 + i * 7919 % 100_000,
+        if i.is_multiple_of(2) { 7 } else { -2 },
+    );
+    let high = 200_001 - low;
+    format!(
+        "UPDATE accounts SET balance = balance - {amount} WHERE id = {low};\n\
+         UPDATE accounts SET balance = balance + {amount} WHERE id = {high};\n"
+    )
+}
+
+#[test]
+fn money_moved_across_the_slices_of_one_table_adds_up_after_the_restore() {
+    let (pg, s3) = servers(ONE_BANK);
+    let total = pg.psql("app", ONE_TOTAL);
+    let env = env_of(&pg, "app", &s3);
+    let (run, before, after) = dump_while_moving_money(&pg, &env, across_slices, ("one", "3"));
+
+    let m = manifest(&s3, &run);
+    assert_eq!(m.format, dbop_backup::manifest::FORMAT_SLICED);
+    let sliced: Vec<&str> = (m.parts.iter())
+        .filter_map(|p| p.copy.as_ref().map(|c| c.table.as_str()))
+        .collect();
+    assert_eq!(sliced, ["accounts"; 3], "{:?}", m.parts);
+    assert_eq!(m.row_counts.get("public.accounts"), Some(&200_000));
+
+    pg.create_db("copy");
+    restore(&pg, &s3, "one", "copy").ok();
+    let rows = "SELECT count(*), count(DISTINCT id) FROM accounts";
+    assert_eq!(pg.psql("copy", rows), "200000|200000");
+    assert_eq!(
+        pg.psql("copy", ONE_TOTAL),
+        total,
+        "the accounts' total changed: the slices did not read one snapshot"
+    );
+    let restored_transfers: u64 = pg.psql("copy", "SELECT n FROM transfers").parse().unwrap();
+    assert!(
+        (before..=after).contains(&restored_transfers),
+        "{restored_transfers} transfers restored, {before}..{after} expected"
+    );
+    pg.create_db("steps");
+    restore_jobs(&pg, &s3, "one", "steps", "3").ok();
+    assert_eq!(pg.psql("steps", rows), "200000|200000");
+    assert_eq!(pg.psql("steps", ONE_TOTAL), total, "restored in steps");
+    assert_verified_with(&pg, &s3, "one", &["--jobs", "3"]);
+}
+
+/// The ids of the rows in a stored slice (not encrypted): its first column.
+fn ids_in_slice(object: &[u8]) -> Vec<u64> {
+    let text = zstd::decode_all(object).expect("a zstd object");
+    String::from_utf8(text)
+        .expect("text")
+        .lines()
+        .map(|line| {
+            line.split('\t')
+                .next()
+                .unwrap_or_default()
+                .parse()
+                .expect("an id")
+        })
+        .collect()
+}
+
+#[test]
+fn a_tampered_slice_refuses_the_restore_and_none_of_its_rows_commit() {
+    let (pg, s3) = servers(ONE_BANK);
+    pg.psql("app", "ALTER DATABASE postgres ALLOW_CONNECTIONS false");
+    let run = dump(&env_of(&pg, "app", &s3), "tslice", "3");
+    let m = manifest(&s3, &run);
+    let middle = m
+        .parts
+        .iter()
+        .filter(|p| p.copy.is_some())
+        .nth(1)
+        .expect("a middle slice")
+        .file
+        .clone();
+    let key = format!("tslice/app/{}/{middle}", m.backup_id);
+    let good = s3.get(&key);
+    // Written once in order and never changed: the middle slice holds one run of ids.
+    let its_ids = ids_in_slice(&good);
+    let (low, high) = (its_ids[0], its_ids[its_ids.len() - 1]);
+    assert!(its_ids.len() > 10_000, "{} rows in {middle}", its_ids.len());
+    assert_eq!(its_ids, (low..=high).collect::<Vec<u64>>());
+    let mut bad = good.clone();
+    let at = bad.len() / 2;
+    bad[at] ^= 0x01;
+    s3.put(&key, bad);
+
+    // In one transaction: refused, the target as it was.
+    pg.psql("app", "CREATE DATABASE copy");
+    pg.psql("copy", "CREATE TABLE before_restore (id int)");
+    let untouched = pg.content_hash("copy");
+    let message = restore(&pg, &s3, "tslice", "copy").failure_message();
+    assert!(
+        message.contains("stopped before committing") || message.contains("nothing was committed"),
+        "{message}"
+    );
+    assert_eq!(pg.content_hash("copy"), untouched, "the target changed");
+
+    // In steps: the other slices may commit, not one row of the tampered one.
+    pg.psql("app", "CREATE DATABASE steps");
+    let message = restore_jobs(&pg, &s3, "tslice", "steps", "3").failure_message();
+    assert!(
+        message.contains("holds the backup's schema and some of its rows"),
+        "{message}"
+    );
+    let count = |range: &str| pg.psql("steps", &format!("SELECT count(*) FROM accounts {range}"));
+    assert_eq!(
+        count(&format!("WHERE id BETWEEN {low} AND {high}")),
+        "0",
+        "rows of the tampered slice were committed"
+    );
+    assert_ne!(count(""), "0", "the other slices should have committed");
+
+    // A slice that is not the part the manifest names (another slice's object): refused.
+    let first = (m.parts.iter().find(|p| p.copy.is_some()))
+        .expect("a slice")
+        .file
+        .clone();
+    s3.put(&key, s3.get(&format!("tslice/app/{}/{first}", m.backup_id)));
+    restore(&pg, &s3, "tslice", "copy").failed();
+    assert_eq!(pg.content_hash("copy"), untouched, "the target changed");
+
+    s3.put(&key, good);
+    restore(&pg, &s3, "tslice", "copy").ok();
+    assert_eq!(pg.psql("copy", ONE_TOTAL), pg.psql("app", ONE_TOTAL));
 }

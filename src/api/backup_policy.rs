@@ -88,11 +88,12 @@ pub struct BackupSpec {
     #[serde(default)]
     pub compression: Compression,
 
-    /// How many pg_dump streams dump each database at once (1–16, default 1). With N > 1 the
-    /// largest tables' rows are shared out among N − 1 streams beside the rest of the dump;
-    /// all of them read one exported snapshot, so the backup is as consistent as a single
-    /// `pg_dump`, and it is restored in one transaction as before. Each stream takes a CPU
-    /// core for compression and its own upload buffers, so set it to the cores the backup
+    /// How many streams dump each database at once (1–16, default 1). With N > 1 the largest
+    /// tables' rows are shared out among N streams, one of them with the rest of the dump, and
+    /// a table much larger than its share (PostgreSQL 14+) is cut into ranges of pages dumped
+    /// side by side; all of them read one exported snapshot, so the backup is as consistent as
+    /// a single `pg_dump`, and it is restored in one transaction as before. Each stream takes a
+    /// CPU core for compression and its own upload buffers, so set it to the cores the backup
     /// Job may use. Dumps only (`method: Logical`, pre-upgrade and final backups).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 16))]
