@@ -15,6 +15,8 @@
 #   LOGICAL=0 backups/bench/run.sh       # the physical side only (PHYSICAL=0: the dumps only)
 #   CONTENDERS="baseline dbop dbop-j2" PHYSICAL=0 backups/bench/run.sh
 #   CONTENDERS="dbop-j2 restore-1 restore-2" PHYSICAL=0 backups/bench/run.sh   # restores
+#   SHAPE=skewed SIZES=1 PHYSICAL=0 backups/bench/run.sh   # one table of 80 % (sliced)
+#   CONTENDERS="dbop-j2 unsplit-j2" SHAPE=skewed PHYSICAL=0 backups/bench/run.sh   # what slices bring
 #
 # Needs what backups/install-test-deps.sh installs. Run as root (PostgreSQL runs as `postgres`).
 set -euo pipefail
@@ -35,6 +37,9 @@ PHYSICAL=${PHYSICAL:-1}        # 0: skip base backups, WAL archiving, recovery a
 # or WAL archiving run).
 LOGICAL_WAL_LEVEL=${LOGICAL_WAL_LEVEL:-minimal}
 ROWS_PER_GIB=${ROWS_PER_GIB:-6300000}
+# The tables' sizes: mixed (table t has t + 1 shares of the rows) or skewed (table 0 has 80 %
+# of the rows, the others share the rest: one table that pg_dump cannot split).
+SHAPE=${SHAPE:-mixed}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 WORK=${BENCH_DIR:-/var/tmp/dbop-bench}
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
@@ -101,7 +106,8 @@ export RCLONE_CONFIG_BENCH_FORCE_PATH_STYLE=true RCLONE_CONFIG_BENCH_REGION=us-e
 
 # Generates a database of about N GiB of pg_dump output: tables of orders-like rows (ids,
 # timestamps, numerics, short enums, emails, hex notes, jsonb), generated inside PostgreSQL,
-# two tables at a time; at least 8 tables, of mixed sizes (table t has t + 1 shares of the rows).
+# two tables at a time; at least 8 tables, of mixed sizes (table t has t + 1 shares of the rows)
+# or, with SHAPE=skewed, one table of 80 % of the rows and the others of equal shares.
 generate() {
   local db=$1 gib=$2 tables=$(( $2 * 4 > 8 ? $2 * 4 : 8 ))
   local shares=$(( tables * (tables + 1) / 2 )) first=1
@@ -109,6 +115,9 @@ generate() {
   local pids=()
   for ((t = 0; t < tables; t++)); do
     local rows=$(( ROWS_PER_GIB * gib * (t + 1) / shares ))
+    if [[ $SHAPE == skewed ]]; then
+      rows=$(( t == 0 ? ROWS_PER_GIB * gib * 4 / 5 : ROWS_PER_GIB * gib / 5 / (tables - 1) ))
+    fi
     "$PGBIN/psql" -X -q -d "$db" -c "CREATE TABLE orders_$t AS SELECT i::bigint AS id,
         timestamptz '2024-01-01' + i * interval '17 seconds' AS created,
         round((random() * 10000)::numeric, 2) AS amount, (i % 97)::int AS qty,
@@ -169,11 +178,14 @@ run_contender() {
   local contender=$1 r=$2 m stored
   case $contender in
     baseline) m=$(measure bash -c "exec '$PGBIN/pg_dump' -Fc -Z0 -d '$db' > /dev/null"); stored=0 ;;
-    dbop | dbop-j*)
-      local jobs=${contender#dbop-j}
+    dbop | dbop-j* | unsplit-j*)
+      local jobs=${contender##*-j} split=()
       [[ $contender == dbop ]] && jobs=1
+      # unsplit-jN: the same streams with no table sliced (1 PiB and up only).
+      [[ $contender == unsplit-j* ]] && split=(--split-tables-larger-than 1048576GiB) && jobs+=-unsplit
       # shellcheck disable=SC2086
-      m=$(PGDATABASE=$db measure "$AGENT" dump --prefix bench --backup-id "run$r-j$jobs" --jobs "$jobs" --compression-level="$LEVEL" $AGENT_FLAGS)
+      m=$(PGDATABASE=$db measure "$AGENT" dump --prefix bench --backup-id "run$r-j$jobs" --jobs "${jobs%-unsplit}" \
+        --compression-level="$LEVEL" "${split[@]}" $AGENT_FLAGS)
       stored=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["sizeBytes"])' "$WORK/stdout.txt") ;;
     dir-j*)
       rm -rf "$WORK/dir"
@@ -205,6 +217,7 @@ report_contender() {
     baseline) name='`pg_dump -Fc -Z0 > /dev/null`' ;;
     dbop) name="\`dbop-backup dump\` (zstd level $LEVEL${AGENT_FLAGS:+ $AGENT_FLAGS})" ;;
     dbop-j*) name="\`dbop-backup dump --jobs ${contender#dbop-j}\` (zstd level $LEVEL${AGENT_FLAGS:+ $AGENT_FLAGS})" ;;
+    unsplit-j*) name="\`dbop-backup dump --jobs ${contender#unsplit-j}\`, no table sliced" ;;
     dir-j*) name="\`pg_dump -Fd -Z0 -j ${contender#dir-j}\` to local disk, synced" ;;
     restore-1) name="\`dbop-backup restore\` of the --jobs 2 backup (one transaction)" ;;
     restore-*) name="\`dbop-backup restore --jobs ${contender#restore-}\` of the --jobs 2 backup (in steps)" ;;

@@ -227,6 +227,12 @@ pub struct DumpArgs {
     #[arg(long, env = "DBOP_BACKUP_JOBS", default_value_t = 1,
           value_parser = clap::value_parser!(u16).range(1..=16))]
     pub jobs: u16,
+    /// With `--jobs` > 1 on PostgreSQL 14 and later, a table larger than this and than 1.5 ×
+    /// one stream's share of the dump is cut into ranges of its pages dumped side by side
+    /// (smaller ones dump in seconds: a slice of their own would only add objects).
+    #[arg(long, env = "DBOP_BACKUP_SPLIT_TABLES_LARGER_THAN", default_value = "64MiB",
+          value_parser = parse_size)]
+    pub split_tables_larger_than: u64,
     /// Backup id (default: the UTC start time, YYYYMMDDTHHMMSSZ). If a complete backup with
     /// this id exists, `dump` reports it as succeeded without dumping again.
     #[arg(long, env = "DBOP_BACKUP_ID")]
@@ -518,6 +524,7 @@ mod tests {
         assert_eq!(d.retention.max_age, Some(Duration::from_secs(30 * 86_400)));
         assert_eq!(d.encode.compression_level, 1);
         assert_eq!(d.storage.s3_checksums, ChecksumMode::WhenRequired);
+        assert_eq!((d.jobs, d.split_tables_larger_than), (1, 64 << 20));
     }
 
     #[test]

@@ -69,6 +69,8 @@ pub struct DumpOptions {
     pub key: Option<Key>,
     /// pg_dump streams per database (`streams`): 1 dumps each database as one object.
     pub jobs: usize,
+    /// With `jobs` > 1, tables larger than this may be dumped in slices (`slices`).
+    pub split_above: u64,
 }
 
 /// The uploads in progress (one per stream), remembered so they can be aborted whatever
@@ -457,15 +459,17 @@ async fn dump_database(
             .await?;
     }
     let (plan, counted) = match opts.jobs {
-        0 | 1 => (streams::plan(&[], 1, 0), None),
+        0 | 1 => (streams::plan(&[], 1, 0, None), None),
         jobs => {
-            let (mut tables, other_bytes) = tables_of(session, &server.database).await?;
-            if server.server_major.is_none_or(|major| major < SLICES_SINCE) {
-                // Without TID range scans, every slice would read the whole table.
-                tables.iter_mut().for_each(|t| t.pages = 0);
-            }
+            let (tables, other_bytes) = tables_of(session, &server.database).await?;
+            // Without TID range scans, every slice would read the whole table.
+            let split_above = server
+                .server_major
+                .is_some_and(|major| major >= SLICES_SINCE)
+                .then_some(opts.split_above);
             let counted: BTreeSet<String> = tables.iter().map(|t| t.counted_as.clone()).collect();
-            (streams::plan(&tables, jobs, other_bytes), Some(counted))
+            let plan = streams::plan(&tables, jobs, other_bytes, split_above);
+            (plan, Some(counted))
         }
     };
     let streamed = stream_lanes(store, tools, opts, (target, file), server, pending, &plan).await?;

@@ -182,6 +182,7 @@ async fn dump_command(a: &DumpArgs, interrupt: &Interrupt) -> RunOutput {
             policy: a.retention.policy(),
             incomplete_grace: a.retention.incomplete_grace,
             jobs: usize::from(a.jobs),
+            split_above: a.split_tables_larger_than,
         };
         dump::dump(&store, &layout, &tools, &opts, interrupt, &mut result).await
     }

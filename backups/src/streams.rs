@@ -73,8 +73,9 @@ enum Item<'a> {
 }
 
 /// The streams of a dump with `jobs` workers over `tables`, `other_bytes` (large objects) going
-/// with `Rest`. One stream, `Whole`, when there is nothing to share out.
-pub fn plan(tables: &[Table], jobs: usize, other_bytes: u64) -> Plan {
+/// with `Rest`; only tables larger than `split_above` may be sliced (`None`: none). One stream,
+/// `Whole`, when there is nothing to share out.
+pub fn plan(tables: &[Table], jobs: usize, other_bytes: u64, split_above: Option<u64>) -> Plan {
     let whole = Plan {
         streams: vec![Stream::Whole],
         lanes: vec![vec![0]],
@@ -88,9 +89,10 @@ pub fn plan(tables: &[Table], jobs: usize, other_bytes: u64) -> Plan {
         .fold(other_bytes, u64::saturating_add);
     let mut items: Vec<(u64, Item)> = Vec::new();
     for table in shared {
-        let count = match table.columns.is_empty() {
-            true => 1,
-            false => slices::slice_count(table.bytes, table.pages, total, jobs),
+        let may_split = split_above.is_some_and(|above| table.bytes > above);
+        let count = match may_split && !table.columns.is_empty() {
+            false => 1,
+            true => slices::slice_count(table.bytes, table.pages, total, jobs),
         };
         if count < 2 {
             items.push((table.bytes, Item::Table(table)));
@@ -264,6 +266,9 @@ impl Stream {
 mod tests {
     use super::*;
 
+    /// Any table may be sliced.
+    const SPLIT: Option<u64> = Some(0);
+
     fn table(name: &str, bytes: u64) -> Table {
         Table {
             schema: "public".into(),
@@ -305,12 +310,12 @@ mod tests {
             streams: vec![Stream::Whole],
             lanes: vec![vec![0]],
         };
-        assert_eq!(plan(&[table("a", 9), table("b", 1)], 1, 0), whole);
-        assert_eq!(plan(&[table("a", 9)], 4, 0), whole);
-        assert_eq!(plan(&[], 4, 0), whole);
+        assert_eq!(plan(&[table("a", 9), table("b", 1)], 1, 0, SPLIT), whole);
+        assert_eq!(plan(&[table("a", 9)], 4, 0, SPLIT), whole);
+        assert_eq!(plan(&[], 4, 0, SPLIT), whole);
         // One table too small to slice (under a page per slice), or without stored columns.
-        assert_eq!(plan(&[sliceable("a", 9)], 4, 0), whole);
-        assert_eq!(plan(&[table("a", 1 << 30)], 4, 0), whole);
+        assert_eq!(plan(&[sliceable("a", 9)], 4, 0, SPLIT), whole);
+        assert_eq!(plan(&[table("a", 1 << 30)], 4, 0, SPLIT), whole);
     }
 
     #[test]
@@ -321,7 +326,7 @@ mod tests {
             table("small", 40),
             table("tiny", 1),
         ];
-        let streams = plan(&tables, 2, 0).streams;
+        let streams = plan(&tables, 2, 0, SPLIT).streams;
         // big → Rest (the first on a tie), mid → Data, small → Data (60 < 100), tiny → Rest
         // (100 = 100).
         let shared = vec![pattern("public", "mid"), pattern("public", "small")];
@@ -329,7 +334,7 @@ mod tests {
         assert_eq!(data_of(&streams), std::slice::from_ref(&shared));
         assert_eq!(streams.last(), Some(&Stream::Rest(shared)));
         // Large objects weigh on Rest: the big table goes to a data stream.
-        let streams = plan(&tables, 2, 1_000).streams;
+        let streams = plan(&tables, 2, 1_000, SPLIT).streams;
         assert_eq!(data_of(&streams)[0][0], pattern("public", "big"));
     }
 
@@ -338,7 +343,7 @@ mod tests {
         let tables: Vec<Table> = (0..1_000u64)
             .map(|i| table(&format!("t{i}"), i * 7 % 101))
             .collect();
-        let streams = plan(&tables, 4, 0).streams;
+        let streams = plan(&tables, 4, 0, SPLIT).streams;
         assert_eq!(streams.len(), 5);
         let mut shared: Vec<String> = data_of(&streams).concat();
         let Some(Stream::Rest(left_out)) = streams.last() else {
@@ -381,7 +386,7 @@ mod tests {
             sliceable("a", 60 * mb),
             table("b", 40 * mb),
         ];
-        let plan = plan(&tables, 2, 0);
+        let plan = plan(&tables, 2, 0, SPLIT);
         let slices: Vec<&Stream> = plan
             .streams
             .iter()
@@ -408,6 +413,15 @@ mod tests {
         assert_eq!(froms[0], None);
         assert!(froms[1].is_some() && froms[1] > froms[0]);
         assert_eq!(plan.lanes.len(), 3, "Pre and one lane per stream: {plan:?}");
+        // Not when the table is under the size slicing starts at, nor on old servers.
+        for split_above in [Some(900 * mb), None] {
+            let unsplit = super::plan(&tables, 2, 0, split_above);
+            let sliced = unsplit.streams.iter();
+            assert!(
+                !sliced.clone().any(|s| matches!(s, Stream::Slice(..))),
+                "{unsplit:?}"
+            );
+        }
         // A slice's script reads its pages in the snapshot.
         let script = args(slices[1]).concat();
         assert!(

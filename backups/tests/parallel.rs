@@ -55,8 +55,13 @@ fn servers(sql: &str) -> (Pg, S3Server) {
     (pg, s3)
 }
 
+/// `dump --jobs`, slicing tables from 1 MiB (these tables are small; the default is 64 MiB).
 fn dump(env: &[(String, String)], prefix: &str, jobs: &str) -> AgentRun {
-    agent(&["dump", "--prefix", prefix, "--jobs", jobs], env)
+    let split = ["--split-tables-larger-than", "1MiB"];
+    agent(
+        &[&["dump", "--prefix", prefix, "--jobs", jobs][..], &split].concat(),
+        env,
+    )
 }
 
 fn manifest(s3: &S3Server, run: &AgentRun) -> Manifest {

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use dbop::api::{Database, Phase};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use rand::Rng;
@@ -569,21 +570,23 @@ where
 
 /// The condition of the given type on a Database, as (status, reason).
 pub fn condition(db: &Database, type_: &str) -> Option<(String, String)> {
+    find_condition(db, type_).map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+/// The message of the Database's condition `type_` ("" when it has none).
+pub fn condition_message(db: &Database, type_: &str) -> String {
+    find_condition(db, type_)
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
+/// The Database's condition `type_`, if its status has one.
+fn find_condition<'a>(db: &'a Database, type_: &str) -> Option<&'a Condition> {
     db.status
         .as_ref()?
         .conditions
         .iter()
         .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.reason.clone()))
-}
-
-/// The message of the Database's condition `type_` ("" when it has none).
-pub fn condition_message(db: &Database, type_: &str) -> String {
-    db.status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
-        .map(|c| c.message.clone())
-        .unwrap_or_default()
 }
 
 /// A minimal Database manifest; `extra` is merged into `spec`.
