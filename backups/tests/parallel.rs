@@ -69,6 +69,17 @@ fn manifest(s3: &S3Server, run: &AgentRun) -> Manifest {
     Manifest::parse(&s3.get(&key)).expect("a manifest")
 }
 
+/// The manifest of an encrypted backup, opened with `key` (its base64 text).
+fn sealed_manifest(s3: &S3Server, run: &AgentRun, key: &str) -> Manifest {
+    use dbop_backup::manifest::Stored;
+    let stored = s3.get(run.ok().manifest_key.as_deref().expect("a manifest key"));
+    let Ok(Stored::Sealed(sealed)) = Stored::parse(&stored) else {
+        panic!("the manifest is not sealed")
+    };
+    let key = dbop_backup::crypto::Key::parse("k1", key.as_bytes()).expect("a key");
+    sealed.open(&key).expect("the manifest opens")
+}
+
 fn restore(pg: &Pg, s3: &S3Server, prefix: &str, target: &str) -> AgentRun {
     restore_jobs(pg, s3, prefix, target, "1")
 }
@@ -466,10 +477,19 @@ fn across_slices(i: u64) -> String {
 fn money_moved_across_the_slices_of_one_table_adds_up_after_the_restore() {
     let (pg, s3) = servers(ONE_BANK);
     let total = pg.psql("app", ONE_TOTAL);
-    let env = env_of(&pg, "app", &s3);
+    // Encrypted, so every slice is also decrypted on its way into the restore's COPY.
+    let keys = tempfile::tempdir().unwrap();
+    let key = "AwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISI=";
+    std::fs::write(keys.path().join("k1"), format!("{key}\n")).unwrap();
+    let key_dir = keys.path().display().to_string();
+    let mut env = env_of(&pg, "app", &s3);
+    env.extend([
+        ("DBOP_BACKUP_ENCRYPTION_KEY_DIR".into(), key_dir.clone()),
+        ("DBOP_BACKUP_ENCRYPTION_KEY".into(), "k1".into()),
+    ]);
     let (run, before, after) = dump_while_moving_money(&pg, &env, across_slices, ("one", "3"));
 
-    let m = manifest(&s3, &run);
+    let m = sealed_manifest(&s3, &run, key);
     assert_eq!(m.format, dbop_backup::manifest::FORMAT_SLICED);
     let sliced: Vec<&str> = (m.parts.iter())
         .filter_map(|p| p.copy.as_ref().map(|c| c.table.as_str()))
@@ -478,7 +498,19 @@ fn money_moved_across_the_slices_of_one_table_adds_up_after_the_restore() {
     assert_eq!(m.row_counts.get("public.accounts"), Some(&200_000));
 
     pg.create_db("copy");
-    restore(&pg, &s3, "one", "copy").ok();
+    let restore_into = |target: &str, jobs: &str| {
+        let args = [
+            "restore",
+            "latest",
+            "--prefix",
+            "one",
+            "--source-database",
+            "app",
+        ];
+        let keys = ["--encryption-key-dir", &key_dir, "--jobs", jobs];
+        agent(&[&args[..], &keys].concat(), &env_of(&pg, target, &s3))
+    };
+    restore_into("copy", "1").ok();
     let rows = "SELECT count(*), count(DISTINCT id) FROM accounts";
     assert_eq!(pg.psql("copy", rows), "200000|200000");
     assert_eq!(
@@ -492,10 +524,15 @@ fn money_moved_across_the_slices_of_one_table_adds_up_after_the_restore() {
         "{restored_transfers} transfers restored, {before}..{after} expected"
     );
     pg.create_db("steps");
-    restore_jobs(&pg, &s3, "one", "steps", "3").ok();
+    restore_into("steps", "3").ok();
     assert_eq!(pg.psql("steps", rows), "200000|200000");
     assert_eq!(pg.psql("steps", ONE_TOTAL), total, "restored in steps");
-    assert_verified_with(&pg, &s3, "one", &["--jobs", "3"]);
+    assert_verified_with(
+        &pg,
+        &s3,
+        "one",
+        &["--jobs", "3", "--encryption-key-dir", &key_dir],
+    );
 }
 
 /// The ids of the rows in a stored slice (not encrypted): its first column.
