@@ -30,7 +30,7 @@ pub struct Table {
     pub bytes: u64,
     /// Its name in the manifest's row counts (`%I.%I`).
     pub counted_as: String,
-    /// Its heap's pages as `relpages` estimates them; 0 where it must not be sliced.
+    /// Its heap's pages when the dump asked (`pg_relation_size`): what its slices divide.
     pub pages: u64,
     /// Its stored columns, in order (what a slice copies).
     pub columns: Vec<String>,
@@ -87,6 +87,7 @@ pub fn plan(tables: &[Table], jobs: usize, other_bytes: u64, split_above: Option
         .iter()
         .map(|t| t.bytes)
         .fold(other_bytes, u64::saturating_add);
+    // What to share out, with its size: a table, or its slices in page order.
     let mut items: Vec<(u64, Item)> = Vec::new();
     for table in shared {
         let may_split = split_above.is_some_and(|above| table.bytes > above);
@@ -107,20 +108,11 @@ pub fn plan(tables: &[Table], jobs: usize, other_bytes: u64, split_above: Option
     if bins < 2 {
         return whole;
     }
-    let mut loads = vec![0u64; bins];
-    loads[0] = kept
+    let kept_load = kept
         .iter()
         .map(|t| t.bytes)
         .fold(other_bytes, u64::saturating_add);
-    // Largest first, each to the lightest lane; `items` keeps the slices in page order.
-    let mut by_load: Vec<usize> = (0..items.len()).collect();
-    by_load.sort_by_key(|&i| std::cmp::Reverse(items[i].0));
-    let mut lane_of = vec![0; items.len()];
-    for i in by_load {
-        let lightest = (0..bins).min_by_key(|&b| (loads[b], b)).unwrap_or(0);
-        loads[lightest] = loads[lightest].saturating_add(items[i].0);
-        lane_of[i] = lightest;
-    }
+    let lane_of = lanes_of(&items, bins, kept_load);
     let mut tables_of: Vec<Vec<String>> = vec![Vec::new(); bins];
     let mut left_out: Vec<String> = Vec::new();
     let mut slices = Vec::new();
@@ -161,11 +153,27 @@ pub fn plan(tables: &[Table], jobs: usize, other_bytes: u64, split_above: Option
     Plan { streams, lanes }
 }
 
+/// The lane of each item: largest first, each to the least loaded of `bins` lanes, the first
+/// starting with `first_load` (what the rest always carries).
+fn lanes_of(items: &[(u64, Item)], bins: usize, first_load: u64) -> Vec<usize> {
+    let mut loads = vec![0u64; bins];
+    loads[0] = first_load;
+    let mut by_load: Vec<usize> = (0..items.len()).collect();
+    by_load.sort_by_key(|&i| std::cmp::Reverse(items[i].0));
+    let mut lane_of = vec![0; items.len()];
+    for i in by_load {
+        let lightest = (0..bins).min_by_key(|&b| (loads[b], b)).unwrap_or(0);
+        loads[lightest] = loads[lightest].saturating_add(items[i].0);
+        lane_of[i] = lightest;
+    }
+    lane_of
+}
+
 /// Ordinary tables and partitions with rows pg_dump dumps (not the catalogs', temporary
-/// tables or extensions' own), with their sizes, their heaps' pages now (rows added after
-/// the snapshot are on later pages, which only the last slice reads and the snapshot does not
-/// see) and their stored columns (generated ones are computed again on restore), names as
-/// JSON (they may hold newlines); then the size of the large objects.
+/// tables or extensions' own), with their sizes, their heaps' pages in the snapshot's
+/// transaction (every row the snapshot sees is on one of them) and their stored columns
+/// (generated ones are computed again on restore), names as JSON (they may hold newlines);
+/// then the size of the large objects.
 pub const TABLES_SQL: &str = "SELECT json_build_array(n.nspname, c.relname, pg_table_size(c.oid), \
        format('%I.%I', n.nspname, c.relname), \
        pg_relation_size(c.oid) / current_setting('block_size')::bigint, \
@@ -206,6 +214,10 @@ pub fn parse_tables(lines: &[String]) -> Result<(Vec<Table>, u64), String> {
     Ok((tables, large_objects))
 }
 
+/// What a slice of a table without stored columns runs: an error.
+const NO_COLUMNS: &str =
+    "DO $$BEGIN RAISE EXCEPTION 'a slice of a table without stored columns'; END$$";
+
 /// A pg_dump pattern that matches exactly this table: both names in double quotes (inside
 /// which pattern characters are literal), embedded quotes doubled.
 pub fn pattern(schema: &str, name: &str) -> String {
@@ -233,12 +245,11 @@ impl Stream {
                     .collect(),
             ),
             Stream::Slice(t, range) => {
-                let copy = slices::copy_out(&t.schema, &t.name, &t.columns, *range);
-                Producer::Copy(slices::session_script(
-                    snapshot,
-                    encoding,
-                    copy.as_deref().unwrap_or_default(),
-                ))
+                // `plan` slices only tables with stored columns; were one without planned, its
+                // dump fails rather than store an empty slice.
+                let copy = slices::copy_out(&t.schema, &t.name, &t.columns, *range)
+                    .unwrap_or_else(|| NO_COLUMNS.to_string());
+                Producer::Copy(slices::session_script(snapshot, encoding, &copy))
             }
         }
     }
@@ -432,6 +443,17 @@ mod tests {
             script.contains(r#"FROM ONLY "public"."big" WHERE ctid >= "#),
             "{script}"
         );
+    }
+
+    #[test]
+    fn a_slice_without_columns_fails_rather_than_dump_nothing() {
+        let whole = PageRange {
+            from_page: None,
+            to_page: None,
+        };
+        let script = args(&Stream::Slice(table("t", 1), whole)).concat();
+        assert!(script.contains("RAISE EXCEPTION"), "{script}");
+        assert!(!script.contains("COPY"), "{script}");
     }
 
     #[test]
