@@ -11,9 +11,10 @@ use dbop::context::Context;
 use dbop::context::caches::{self, Caches};
 use dbop::database::reconcile_database;
 use dbop::database::{decide, facts, status};
+use dbop::resources::init_job::init_job;
 use dbop::resources::{
     accounts, credentials, network_policy, primary_lease, replication, server_config, services,
-    statefulset, tls,
+    short_digest, statefulset, tls,
 };
 use dbop::settings::Settings;
 use http::{Request, Response, StatusCode};
@@ -493,36 +494,91 @@ async fn inline_init_sql_becomes_a_config_map_applied_before_its_job() {
                 panic!("no {method} {path}: {all:?}")
             })
     };
-    // Applied (server-side apply), not created once: a retry after InitFailed must run the SQL
-    // as the spec says it now, not as it was when the first Job ran (docs/runbooks.md).
-    let config_map = at(
-        "PATCH",
-        "/api/v1/namespaces/shop/configmaps/orders-init-sql",
+    // Named by the SQL's digest, immutable, created once: a Job mounts the SQL it was made
+    // for, whatever a kubelet cached of an earlier version.
+    let name = format!(
+        "orders-init-sql-{}",
+        &short_digest(b"CREATE TABLE t (id int);")[..10]
     );
+    let config_map = at("POST", "/api/v1/namespaces/shop/configmaps");
     let job = at("POST", "/apis/batch/v1/namespaces/shop/jobs");
     assert!(
         config_map < job,
         "the Job would wait for its ConfigMap: {:?}",
         writes.iter().map(|s| &s.path).collect::<Vec<_>>()
     );
+    let body = &writes[config_map].body;
+    assert_eq!(body["data"]["init.sql"], "CREATE TABLE t (id int);");
+    assert_eq!(body["metadata"]["name"], name.as_str());
+    assert_eq!(body["immutable"], true);
     assert_eq!(
-        writes[config_map].content_type,
-        "application/apply-patch+yaml"
-    );
-    assert_eq!(
-        writes[config_map].body["data"]["init.sql"],
-        "CREATE TABLE t (id int);"
-    );
-    assert_eq!(
-        writes[config_map].body["metadata"]["name"],
-        "orders-init-sql"
+        writes[job].body["metadata"]["annotations"]["dbop.dev/init-sql"],
+        short_digest(b"CREATE TABLE t (id int);")
     );
     let job_body = writes[job].body.to_string();
     assert!(
         !job_body.contains("CREATE TABLE"),
         "the SQL is inline in the Job"
     );
-    assert!(job_body.contains("orders-init-sql"));
+    assert!(job_body.contains(&name));
+}
+
+/// The spec's init SQL changed after its Job failed: that Job is deleted (only that one: its
+/// uid is the precondition) with the ConfigMap of its SQL; the next pass makes the new Job.
+#[tokio::test]
+async fn a_failed_init_job_is_replaced_once_its_sql_changed() {
+    let mut db = database();
+    db.spec.init = Some(serde_json::from_value(json!({"sql": "SELEC 1;"})).unwrap());
+    let mut world = ready_world(&db);
+    let mut failed =
+        serde_json::to_value(init_job(&db, &Settings::default(), None).unwrap()).unwrap();
+    failed["metadata"]["uid"] = json!("job-uid-1");
+    failed["status"] = json!({"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]});
+    world.insert(
+        "/apis/batch/v1/namespaces/shop/jobs/orders-init".into(),
+        failed,
+    );
+    let broken = format!("orders-init-sql-{}", &short_digest(b"SELEC 1;")[..10]);
+
+    db.spec.init = Some(serde_json::from_value(json!({"sql": "SELECT 1;"})).unwrap());
+    db.metadata.generation = Some(2);
+    let db = with_settled_status(db, &world);
+    let sent = reconcile_against(&db, world).await;
+    let writes: Vec<&Sent> = sent.iter().filter(|s| s.method != "GET").collect();
+    let summary: Vec<String> = writes
+        .iter()
+        .map(|s| format!("{} {}", s.method, s.path))
+        .collect();
+    let delete_job = writes
+        .iter()
+        .find(|s| {
+            s.method == "DELETE" && s.path == "/apis/batch/v1/namespaces/shop/jobs/orders-init"
+        })
+        .unwrap_or_else(|| panic!("the failed Job is not deleted: {summary:?}"));
+    assert_eq!(delete_job.body["preconditions"]["uid"], "job-uid-1");
+    assert_eq!(delete_job.body["propagationPolicy"], "Background");
+    let config_map = format!("/api/v1/namespaces/shop/configmaps/{broken}");
+    assert!(
+        writes
+            .iter()
+            .any(|s| s.method == "DELETE" && s.path == config_map),
+        "{summary:?}"
+    );
+    assert!(
+        !writes
+            .iter()
+            .any(|s| s.method == "POST" && s.path.ends_with("/jobs")),
+        "a new Job before the failed one is gone: {summary:?}"
+    );
+    let status = writes
+        .iter()
+        .find(|s| s.path.ends_with("/databases/orders/status"))
+        .unwrap_or_else(|| panic!("no status write: {summary:?}"));
+    assert_eq!(
+        status.body["status"]["phase"], "Initializing",
+        "{}",
+        status.body
+    );
 }
 
 #[tokio::test]

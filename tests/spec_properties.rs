@@ -25,8 +25,8 @@ use dbop::backup::schedule::{BackupRecord, scheduled_backup_name};
 use dbop::backup::settings::BackupSettings;
 use dbop::database::decide::{Decision, decide};
 use dbop::database::facts::{
-    ClaimSize, ClassFact, CredentialsFact, Facts, InitSourceFact, StatefulSetFact, StorageFact,
-    VolumeFact,
+    ClaimSize, ClassFact, CredentialsFact, Facts, InitJobFact, InitSourceFact, StatefulSetFact,
+    StorageFact, VolumeFact,
 };
 use dbop::database_backup::decide::decide as decide_backup;
 use dbop::database_backup::facts::{BackupFacts, DatabaseFacts, JobFacts};
@@ -506,6 +506,28 @@ fn job_state() -> BoxedStrategy<JobState> {
     .boxed()
 }
 
+/// One of a few digests, so that a Job's and the spec's often agree.
+fn sql_digest() -> BoxedStrategy<String> {
+    prop_oneof![Just("aaaa".to_string()), Just("bbbb".to_string())].boxed()
+}
+
+fn init_job_fact() -> BoxedStrategy<InitJobFact> {
+    (
+        job_state(),
+        proptest::option::of(sql_digest()),
+        proptest::option::of(0i64..4),
+        proptest::option::of(text("[a-z-]{1,30}")),
+    )
+        .prop_map(|(state, sql_digest, generation, config_map)| InitJobFact {
+            state,
+            uid: "uid".into(),
+            sql_digest,
+            generation,
+            config_map,
+        })
+        .boxed()
+}
+
 fn credentials_fact() -> BoxedStrategy<CredentialsFact> {
     prop_oneof![
         Just(CredentialsFact::Usable),
@@ -641,12 +663,22 @@ fn facts() -> BoxedStrategy<Facts> {
         init_source,
         statefulset,
         volume,
-        proptest::option::of(job_state()),
+        proptest::option::of(init_job_fact()),
         backups,
         storage_fact(),
+        proptest::option::of(sql_digest()),
     )
         .prop_map(
-            |(credentials, init_source, statefulset, volume, init_job, backups, storage)| Facts {
+            |(
+                credentials,
+                init_source,
+                statefulset,
+                volume,
+                init_job,
+                backups,
+                storage,
+                init_sql,
+            )| Facts {
                 credentials,
                 archiver: None,
                 init_source,
@@ -654,6 +686,7 @@ fn facts() -> BoxedStrategy<Facts> {
                 volume,
                 storage,
                 init_job,
+                init_sql,
                 backups,
                 bootstrap: None,
                 upgrade: Default::default(),
@@ -771,7 +804,7 @@ fn check_builders(db: &Database, d: &Decision, password: &str) -> Result<(), Tes
         serde_json::to_string(&headless).unwrap(),
         serde_json::to_string(&rw).unwrap(),
     ];
-    if let Some(job) = init_job(db, &settings) {
+    if let Some(job) = init_job(db, &settings, None) {
         check_meta("init Job", &job.metadata)?;
         built.push(serde_json::to_string(&job).unwrap());
     }

@@ -384,55 +384,107 @@ async fn under_a_resource_quota_a_backup_over_https_with_a_private_ca() {
     bed.assert_quota_counted(&ns).await;
 }
 
-/// The `InitFailed` runbook (docs/runbooks.md) for inline SQL, for real: a statement that fails
-/// stops the Database at Failed with `InitFailed`; with the SQL fixed in `spec.init.sql` and the
-/// failed Job deleted, the retry runs the fixed SQL — its ConfigMap follows the spec, it is not
-/// the one made for the first attempt — and the Database becomes Ready with the fixed schema.
+/// The `InitFailed` runbook (docs/runbooks.md), for real, for both sources of init SQL at once:
+/// a statement that fails stops each Database at Failed with `InitFailed`; fixing the SQL is
+/// enough — in `spec.init.sql` (a spec edit), or in the user's ConfigMap (`configMapRef`, which
+/// dbop does not watch) — dbop replaces the Job that ran the broken SQL with one that runs the
+/// fixed SQL, and each Database becomes Ready with the fixed schema. The inline SQL's broken
+/// ConfigMap goes with its Job.
 #[tokio::test]
-async fn a_failed_inline_init_sql_fixed_in_the_spec_runs_fixed_on_the_retry() {
+async fn a_failed_init_sql_fixed_where_it_lives_runs_again_fixed() {
     let bed = testbed().await;
     bed.require_real_node().await;
     let ns = bed.real_node_namespace("dp-init").await;
     let _operator = bed.operator_for_real_node(&ns);
+    let config_maps = Api::<ConfigMap>::namespaced(bed.client.clone(), &ns);
+    let jobs = Api::<Job>::namespaced(bed.client.clone(), &ns);
     let broken = "CREATE TABLE fixed (id int); SELEC 1;";
+    let users_sql = |sql: &str| -> ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": "schema"}, "data": {"init.sql": sql}}))
+            .unwrap()
+    };
+    config_maps
+        .create(&PostParams::default(), &users_sql(broken))
+        .await
+        .expect("the user's init SQL ConfigMap");
     bed.apply_database(&ns, database("fix", json!({"init": {"sql": broken}})))
         .await;
-    let db = bed
-        .wait_for_phase(&ns, "fix", Phase::Failed, READY_WAIT)
+    let from_config_map = json!({"init": {"configMapRef": {"name": "schema", "key": "init.sql"}}});
+    bed.apply_database(&ns, database("fixcm", from_config_map.clone()))
         .await;
-    assert_eq!(
-        condition(&db, "Ready").map(|(_, reason)| reason).as_deref(),
-        Some("InitFailed"),
-        "{:?}",
-        db.status
-    );
+    let mut failed_uids = vec![];
+    for name in ["fix", "fixcm"] {
+        let db = bed
+            .wait_for_phase(&ns, name, Phase::Failed, READY_WAIT)
+            .await;
+        assert_eq!(
+            condition(&db, "Ready").map(|(_, reason)| reason).as_deref(),
+            Some("InitFailed"),
+            "{name}: {:?}",
+            db.status
+        );
+        let job = jobs
+            .get(&format!("{name}-init"))
+            .await
+            .expect("the failed Job");
+        failed_uids.push(job.metadata.uid);
+    }
 
+    // Fixing the SQL where it lives is enough: no Job to delete by hand.
     let fixed = "CREATE TABLE fixed (id int); INSERT INTO fixed VALUES (7);";
     bed.apply_database(&ns, database("fix", json!({"init": {"sql": fixed}})))
         .await;
-    Api::<Job>::namespaced(bed.client.clone(), &ns)
-        .delete("fix-init", &DeleteParams::background())
+    config_maps
+        .replace("schema", &PostParams::default(), &users_sql(fixed))
         .await
-        .expect("the failed init Job deleted, as the runbook says");
-    wait_ready(&bed, &ns, "fix").await;
-    let config_maps = Api::<ConfigMap>::namespaced(bed.client.clone(), &ns);
-    let sql = config_maps
-        .get("fix-init-sql")
+        .expect("the user's ConfigMap fixed");
+    for (name, failed_uid) in ["fix", "fixcm"].into_iter().zip(failed_uids) {
+        wait_ready(&bed, &ns, name).await;
+        let job = jobs
+            .get(&format!("{name}-init"))
+            .await
+            .expect("the init Job");
+        assert_ne!(
+            job.metadata.uid, failed_uid,
+            "{name}: a new Job ran the fixed SQL"
+        );
+        bed.psql_client(
+            &ns,
+            &format!("client-{name}"),
+            name,
+            &format!("{name}-credentials"),
+        )
+        .await;
+        let rows = bed
+            .psql_until_ok(
+                &ns,
+                &format!("client-{name}"),
+                "app",
+                "select id from fixed",
+                NET_WAIT,
+            )
+            .await;
+        assert_eq!(rows, "7", "{name}: the fixed init SQL ran");
+    }
+    let made: Vec<String> = config_maps
+        .list(&ListParams::default())
         .await
-        .expect("the SQL ConfigMap");
-    assert!(
-        sql.data
-            .unwrap_or_default()
-            .values()
-            .any(|text| text.contains("INSERT INTO fixed VALUES (7)")),
-        "the retry's ConfigMap holds the fixed SQL"
+        .expect("list ConfigMaps")
+        .items
+        .into_iter()
+        .filter(|cm| {
+            cm.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("fix-init-sql-"))
+        })
+        .flat_map(|cm| cm.data.unwrap_or_default().into_values())
+        .collect();
+    assert_eq!(
+        made,
+        vec![fixed.to_string()],
+        "one SQL ConfigMap, the fixed SQL's: the broken one went with its Job"
     );
-    bed.psql_client(&ns, "client", "fix", "fix-credentials")
-        .await;
-    let rows = bed
-        .psql_until_ok(&ns, "client", "app", "select id from fixed", NET_WAIT)
-        .await;
-    assert_eq!(rows, "7", "the fixed init SQL ran");
 }
 
 /// The Events of the Database `shop` with this reason: each one's uid, how many times it was

@@ -190,7 +190,8 @@ pub struct DatabaseSpec {
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub roles: Vec<super::accounts::ManagedRoleSpec>,
 
-    /// SQL run once, by an init Job, after the first successful start.
+    /// SQL run once, by an init Job, after the first successful start. When it fails
+    /// (`InitFailed`), fixing it — here, or in its ConfigMap — runs it again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init: Option<InitSpec>,
 

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::DeleteParams;
+use kube::api::{DeleteParams, Preconditions};
 use kube::{Api, Resource};
 use rand::Rng;
 use rand::distr::Alphanumeric;
@@ -23,6 +23,7 @@ use tracing::{debug, info};
 use super::build::{AccountWrites, BackupWrites, Desired, TlsWrites};
 use super::events::{maintenance_events, release_events, transition_events};
 use super::facts::Observed;
+use super::init::FailedInitJob;
 use super::roles::SECRETS_SEEN_ANNOTATION;
 use super::status::Applied;
 use crate::api::conditions::{ConditionStatus, ConditionType, find};
@@ -76,6 +77,7 @@ pub async fn apply(
         claims_size,
         volume_growth,
         init_job,
+        replace_init_job,
         restore_job,
         backups,
         verify_job,
@@ -127,6 +129,9 @@ pub async fn apply(
             grown(ctx, db, note).await;
         }
         applied.overrides.extend(refused);
+    }
+    if let Some(failed) = replace_init_job {
+        delete_failed_init_job(ctx, db, &jobs, failed).await?;
     }
     write_jobs(ctx, db, &jobs, init_job, restore_job).await?;
     write_backups(ctx, db, &backup_api, backups).await?;
@@ -349,6 +354,37 @@ async fn label_instances(ctx: &Context, ns: &str, pods: Vec<(String, InstanceRol
     Ok(())
 }
 
+/// The failed init Job whose SQL changed since (only that Job: its uid is the precondition),
+/// then the ConfigMap of its SQL. The next pass finds no init Job and makes one.
+async fn delete_failed_init_job(
+    ctx: &Context,
+    db: &Database,
+    jobs: &Api<Job>,
+    failed: FailedInitJob,
+) -> Result<()> {
+    let name = Names::of(db).init_job();
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(failed.uid),
+            resource_version: None,
+        }),
+        ..DeleteParams::background()
+    };
+    match delete_if_exists(jobs, &name, &params).await {
+        Ok(deleted) => {
+            info!(job = %name, deleted, "the init SQL changed since its Job failed: replacing the Job")
+        }
+        // Another Job has its name already: the one made in its place.
+        Err(Error::Kube(kube::Error::Api(status))) if status.code == 409 => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    if let Some(config_map) = failed.config_map {
+        let api = Api::<ConfigMap>::namespaced(ctx.client.clone(), &db.namespace_or_default());
+        delete_if_exists(&api, &config_map, &DeleteParams::default()).await?;
+    }
+    Ok(())
+}
+
 /// The init Job (after the ConfigMap of its SQL) and the restore Job (after the data claim a
 /// physical recovery writes into), created once.
 async fn write_jobs(
@@ -359,13 +395,12 @@ async fn write_jobs(
     restore_job: Option<(Option<PersistentVolumeClaim>, Job)>,
 ) -> Result<()> {
     if let Some((sql, job)) = init_job {
-        // The SQL is mounted into the Job's pod as a file: its ConfigMap goes first, applied
-        // with the spec's SQL each time the Job is made, so a retry after `InitFailed` runs
-        // the SQL as fixed in the spec (docs/runbooks.md), not the first version.
+        // The SQL is mounted into the Job's pod as a file: its ConfigMap goes first. It is
+        // named by the SQL's digest and immutable: made once, for the Jobs of that SQL.
         if let Some(sql) = sql {
             let config_maps =
                 Api::<ConfigMap>::namespaced(ctx.client.clone(), &db.namespace_or_default());
-            apply_if_drifted(&config_maps, &sql, None).await?;
+            create_once(&config_maps, &sql).await?;
         }
         create_once(jobs, &job).await?;
     }

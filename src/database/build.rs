@@ -105,6 +105,8 @@ pub struct Desired {
     pub volume_growth: Option<String>,
     /// The init Job and the ConfigMap of its inline SQL (created first).
     pub init_job: Option<(Option<ConfigMap>, Job)>,
+    /// The failed init Job to delete, and the ConfigMap of its SQL (the SQL changed).
+    pub replace_init_job: Option<super::init::FailedInitJob>,
     /// The restore Job; a physical recovery's comes with the first data claim (created first).
     pub restore_job: Option<(Option<PersistentVolumeClaim>, Job)>,
     /// The schedule's backup, the history's pruning and the backup plan's Events.
@@ -225,6 +227,7 @@ pub fn build(
         expand_volumes,
         volume_growth,
         create_init_job,
+        replace_init_job,
         create_restore_job,
         create_preflight_job,
         create_pre_upgrade_backup,
@@ -279,9 +282,10 @@ pub fn build(
         claims_size: expand_volumes.clone(),
         volume_growth: volume_growth.clone(),
         init_job: create_init_job
-            .then(|| init_job(db, settings))
+            .then(|| init_job(db, settings, snap.init_config_map.as_ref()))
             .flatten()
             .map(|job| (init_sql_config_map(db), job)),
+        replace_init_job: replace_init_job.clone(),
         restore_job: create_restore_job
             .then(|| restore_writes(db, snap, settings))
             .flatten(),

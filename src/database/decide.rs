@@ -52,6 +52,8 @@ pub struct Steps {
     pub volume_growth: Option<String>,
     /// Create the init Job.
     pub create_init_job: bool,
+    /// Delete this failed init Job: the SQL changed since it ran.
+    pub replace_init_job: Option<super::init::FailedInitJob>,
     /// Create the restore Job of `spec.bootstrap.fromBackup` (in the init Job's place).
     pub create_restore_job: bool,
     /// Create the upgrade's preflight Job of this name.
@@ -254,6 +256,7 @@ fn init_steps(
     rollout: &Rollout,
 ) -> Stage {
     steps.create_init_job = init.create_job && db.spec.bootstrap.is_none();
+    steps.replace_init_job = init.replace_job.clone();
     steps.create_restore_job = init.create_job && db.spec.bootstrap.is_some();
     let physical = super::restore::is_physical(db) && init.outcome != InitOutcome::Done;
     if physical {
@@ -521,7 +524,7 @@ fn volume_to_expand(db: &Database, facts: &Facts) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::super::facts::{
-        InitSourceFact, InstanceFailureFact, StatefulSetFact, UnschedulableFact,
+        InitJobFact, InitSourceFact, InstanceFailureFact, StatefulSetFact, UnschedulableFact,
     };
     use super::super::stage::REQUEUE_IN_PROGRESS;
     use super::*;
@@ -873,7 +876,7 @@ mod tests {
                 "init running",
                 &init,
                 Facts {
-                    init_job: Some(JobState::Running),
+                    init_job: Some(InitJobFact::of(JobState::Running)),
                     ..serving.clone()
                 },
                 Phase::Initializing,
@@ -883,7 +886,7 @@ mod tests {
                 "init done",
                 &init,
                 Facts {
-                    init_job: Some(JobState::Succeeded),
+                    init_job: Some(InitJobFact::of(JobState::Succeeded)),
                     ..serving.clone()
                 },
                 Phase::Ready,
@@ -893,10 +896,10 @@ mod tests {
                 "init failed",
                 &init,
                 Facts {
-                    init_job: Some(JobState::Failed {
+                    init_job: Some(InitJobFact::of(JobState::Failed {
                         reason: "BackoffLimitExceeded".into(),
                         detail: String::new(),
-                    }),
+                    })),
                     ..serving.clone()
                 },
                 Phase::Failed,
@@ -1211,7 +1214,7 @@ mod tests {
                 .create_init_job
         );
         let running = Facts {
-            init_job: Some(JobState::Running),
+            init_job: Some(InitJobFact::of(JobState::Running)),
             ..serving.clone()
         };
         assert!(

@@ -34,6 +34,9 @@ use crate::objects::{JobState, job_state, owned_by, to_chrono};
 use crate::release::{Fleet, Marker};
 use crate::resources::cert_manager::Certificate;
 use crate::resources::credentials::{self, SecretProblem};
+use crate::resources::init_job::{
+    CONFIG_MAP_ANNOTATION, GENERATION_ANNOTATION, SQL_DIGEST_ANNOTATION, sql_digest,
+};
 use crate::resources::owner_reference;
 use crate::resources::primary_lease::LeaseFact;
 use crate::resources::quantity;
@@ -266,6 +269,33 @@ pub enum InitSourceFact {
     },
 }
 
+/// The init Job: its state, and what it was made from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InitJobFact {
+    pub state: JobState,
+    pub uid: String,
+    /// The digest of the SQL it runs (None: made by a release before digests).
+    pub sql_digest: Option<String>,
+    /// The generation of the Database it was made from (None: as above).
+    pub generation: Option<i64>,
+    /// The ConfigMap dbop made for its SQL (None: the user's, or a release before).
+    pub config_map: Option<String>,
+}
+
+#[cfg(test)]
+impl InitJobFact {
+    /// A Job in this state, made from nothing known (a release before digests).
+    pub fn of(state: JobState) -> InitJobFact {
+        InitJobFact {
+            state,
+            uid: String::new(),
+            sql_digest: None,
+            generation: None,
+            config_map: None,
+        }
+    }
+}
+
 /// Everything `decide` knows about the world besides the Database itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Facts {
@@ -277,7 +307,9 @@ pub struct Facts {
     pub volume: Option<VolumeFact>,
     /// The data claims' sizes, their volumes' usage and class (`autogrow`).
     pub storage: StorageFact,
-    pub init_job: Option<JobState>,
+    pub init_job: Option<InitJobFact>,
+    /// The digest of the init SQL as the spec has it now (`init_job::sql_digest`).
+    pub init_sql: Option<String>,
     pub backups: BackupHistory,
     /// The restore of `spec.bootstrap.fromBackup` (None without one).
     pub bootstrap: Option<BootstrapFact>,
@@ -344,7 +376,8 @@ impl Facts {
                 stopped_full: snap.database_pods.iter().filter_map(stopped_full).collect(),
                 class: snap.storage_class.clone(),
             },
-            init_job: snap.init_job.as_ref().map(job_state),
+            init_job: snap.init_job.as_ref().map(init_job_fact),
+            init_sql: sql_digest(db, snap.init_config_map.as_ref()),
             backups: backups_fact(db, snap),
             bootstrap: restore::fact(db, &snap.restore),
             upgrade: upgrade_fact(db, snap),
@@ -540,6 +573,23 @@ fn credentials_fact(db: &Database, secret: Option<&Secret>) -> CredentialsFact {
     }
 }
 
+fn init_job_fact(job: &Job) -> InitJobFact {
+    let annotation = |key| {
+        job.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .cloned()
+    };
+    InitJobFact {
+        state: job_state(job),
+        uid: job.metadata.uid.clone().unwrap_or_default(),
+        sql_digest: annotation(SQL_DIGEST_ANNOTATION),
+        generation: annotation(GENERATION_ANNOTATION).and_then(|g| g.parse().ok()),
+        config_map: annotation(CONFIG_MAP_ANNOTATION),
+    }
+}
+
 fn init_source_fact(db: &Database, config_map: Option<&ConfigMap>) -> InitSourceFact {
     let Some(r) = db
         .spec
@@ -632,6 +682,7 @@ impl Facts {
             volume: None,
             storage: Default::default(),
             init_job: None,
+            init_sql: None,
             backups: Default::default(),
             bootstrap: None,
             upgrade: Default::default(),

@@ -10,7 +10,7 @@ use crate::api::{BootstrapStatus, Database};
 use crate::objects::JobState;
 use crate::resources::Names;
 
-use super::facts::{Facts, InitSourceFact};
+use super::facts::{Facts, InitJobFact, InitSourceFact};
 use super::restore::{self, RestoreDecision, RestoreOutcome};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,11 +31,24 @@ pub(super) enum InitOutcome {
     },
 }
 
+/// A failed init Job whose SQL the spec has changed since.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailedInitJob {
+    /// Its uid: the delete's precondition, so that a pass reading a cache that still holds it
+    /// cannot delete the Job made in its place.
+    pub uid: String,
+    /// The ConfigMap of its inline SQL, when dbop made it.
+    pub config_map: Option<String>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct InitDecision {
     pub(super) outcome: InitOutcome,
     pub(super) condition: ConditionStatus,
     pub(super) create_job: bool,
+    /// The failed init Job to delete (with the ConfigMap of its SQL), so that the SQL as the
+    /// spec has it now runs in a new one.
+    pub(super) replace_job: Option<FailedInitJob>,
     /// Set when a restore of `spec.bootstrap.fromBackup` just succeeded.
     pub(super) restored: Option<BootstrapStatus>,
 }
@@ -46,6 +59,7 @@ impl InitDecision {
             outcome: InitOutcome::Done,
             condition: ConditionStatus::new(Initialized, true, reason, message),
             create_job: false,
+            replace_job: None,
             restored: None,
         }
     }
@@ -55,6 +69,7 @@ impl InitDecision {
             outcome: InitOutcome::Pending,
             condition: ConditionStatus::new(Initialized, false, reason, message),
             create_job,
+            replace_job: None,
             restored: None,
         }
     }
@@ -75,7 +90,23 @@ impl InitDecision {
             },
             condition: ConditionStatus::new(Initialized, false, reason, message),
             create_job: false,
+            replace_job: None,
             restored: None,
+        }
+    }
+
+    /// The init SQL changed since its Job failed: that Job goes, and a new one runs it.
+    fn rerun(failed: FailedInitJob, names: &Names) -> InitDecision {
+        InitDecision {
+            replace_job: Some(failed),
+            ..Self::pending(
+                "Retrying",
+                format!(
+                    "the init SQL changed since init Job {} failed: running it again",
+                    names.init_job()
+                ),
+                false,
+            )
         }
     }
 
@@ -95,6 +126,7 @@ impl InitDecision {
             },
             condition: d.condition,
             create_job: d.create_job,
+            replace_job: None,
             restored: d.status,
         }
     }
@@ -129,7 +161,10 @@ pub(super) fn decide_init(db: &Database, facts: &Facts, server_up: bool) -> Init
     }
     let names = Names::of(db);
     match &facts.init_job {
-        Some(job) => init_from_job(job, &names),
+        Some(job) => match changed_since(db, job, facts.init_sql.as_deref(), &names) {
+            Some(failed) => InitDecision::rerun(failed, &names),
+            None => init_from_job(&job.state, &names),
+        },
         None if !server_up => InitDecision::waiting_for_server(),
         None => init_from_source(&facts.init_source, &names),
     }
@@ -146,7 +181,7 @@ fn init_from_job(job: &JobState, names: &Names) -> InitDecision {
         ),
         JobState::Failed { reason, detail } => {
             let message = format!(
-                "init Job {} failed ({}): check its pod's logs, fix the SQL, then delete the Job to run it again",
+                "init Job {} failed ({}): check its pod's logs and fix the SQL (spec.init): it runs again once it changed; to run it unchanged, delete the Job",
                 names.init_job(),
                 JobState::failure_text(reason, detail)
             );
@@ -157,10 +192,34 @@ fn init_from_job(job: &JobState, names: &Names) -> InitDecision {
                 },
                 condition: ConditionStatus::new(Initialized, false, "Failed", message),
                 create_job: false,
+                replace_job: None,
                 restored: None,
             }
         }
     }
+}
+
+/// The failed init Job, when the SQL the spec names now is not the one it ran, and the
+/// Database is not older than the one the Job was made from (a pass reading a cache that is
+/// behind). A Job made by a release before digests counts as changed: it runs once more.
+fn changed_since(
+    db: &Database,
+    job: &InitJobFact,
+    sql_now: Option<&str>,
+    names: &Names,
+) -> Option<FailedInitJob> {
+    let JobState::Failed { .. } = job.state else {
+        return None;
+    };
+    let sql_now = sql_now?;
+    let newer_job = job.generation > Some(db.metadata.generation.unwrap_or_default());
+    if newer_job || job.sql_digest.as_deref() == Some(sql_now) {
+        return None;
+    }
+    Some(FailedInitJob {
+        uid: job.uid.clone(),
+        config_map: (job.config_map.clone()).filter(|name| names.is_init_sql_config_map(name)),
+    })
 }
 
 /// No Job yet and the server is up: start it, unless its SQL's source is missing.
@@ -187,6 +246,7 @@ fn init_from_source(source: &InitSourceFact, names: &Names) -> InitDecision {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::objects::JobState;
 
     #[test]
     fn init_steps_table() {
@@ -247,5 +307,71 @@ mod tests {
             "{}",
             d.condition.message
         );
+    }
+
+    #[test]
+    fn a_failed_init_runs_again_once_its_sql_changed() {
+        let names = Names::new("orders");
+        let mut db = crate::resources::testing::database(serde_json::json!({
+            "version": "16.4", "storage": {"size": "1Gi"}, "init": {"sql": "SELEC 1"}
+        }));
+        db.metadata.generation = Some(2);
+        let failed = InitJobFact {
+            state: JobState::Failed {
+                reason: "BackoffLimitExceeded".into(),
+                detail: String::new(),
+            },
+            uid: "uid-1".into(),
+            sql_digest: Some("aaaa".into()),
+            generation: Some(1),
+            config_map: Some("orders-init-sql-00000000aa".into()),
+        };
+        let rerun = |job: &InitJobFact, now: Option<&str>| changed_since(&db, job, now, &names);
+        // The spec's SQL is the one that failed: nothing to run again (nor while unread).
+        assert_eq!(rerun(&failed, Some("aaaa")), None);
+        assert_eq!(rerun(&failed, None), None);
+        // Changed: the Job goes (its uid the precondition), with the ConfigMap dbop made.
+        assert_eq!(
+            rerun(&failed, Some("bbbb")),
+            Some(FailedInitJob {
+                uid: "uid-1".into(),
+                config_map: Some("orders-init-sql-00000000aa".into()),
+            })
+        );
+        // A user's ConfigMap is the user's: never deleted.
+        let users = InitJobFact {
+            config_map: Some("schema".into()),
+            ..failed.clone()
+        };
+        assert_eq!(rerun(&users, Some("bbbb")).unwrap().config_map, None);
+        // A pass reading a Database older than the Job's leaves the Job alone.
+        let newer = InitJobFact {
+            generation: Some(3),
+            ..failed.clone()
+        };
+        assert_eq!(rerun(&newer, Some("bbbb")), None);
+        // A Job made before digests runs once more; a running one is never replaced.
+        let legacy = InitJobFact {
+            sql_digest: None,
+            generation: None,
+            ..failed.clone()
+        };
+        assert!(rerun(&legacy, Some("bbbb")).is_some());
+        let running = InitJobFact {
+            state: JobState::Running,
+            ..failed.clone()
+        };
+        assert_eq!(rerun(&running, Some("bbbb")), None);
+
+        let facts = Facts {
+            init_job: Some(failed.clone()),
+            init_sql: Some("bbbb".into()),
+            ..Facts::nothing_made_yet()
+        };
+        let d = decide_init(&db, &facts, true);
+        assert_eq!(d.outcome, InitOutcome::Pending);
+        assert_eq!(d.condition.reason, "Retrying");
+        assert!(!d.create_job, "the failed Job goes first");
+        assert_eq!(d.replace_job.map(|f| f.uid).as_deref(), Some("uid-1"));
     }
 }

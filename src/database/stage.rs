@@ -26,6 +26,20 @@ pub const REQUEUE_STEADY: Duration = Duration::from_secs(300);
 /// Only a spec change helps, and a spec change wakes us anyway.
 pub const REQUEUE_FAILED: Duration = Duration::from_secs(3600);
 
+/// A failed init runs again once its SQL changed (`init::changed_since`): a spec change wakes
+/// us, an edit of the user's ConfigMap (`spec.init.configMapRef`, not watched) does not.
+fn failed_init_requeue(db: &Database) -> Duration {
+    let users_config_map = db
+        .spec
+        .init
+        .as_ref()
+        .is_some_and(|i| i.config_map_ref.is_some());
+    match users_config_map && db.spec.bootstrap.is_none() {
+        true => REQUEUE_WAITING_ON_USER,
+        false => REQUEUE_FAILED,
+    }
+}
+
 /// Where the StatefulSet stands against the spec.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Rollout {
@@ -230,7 +244,7 @@ pub(super) fn stage_outcome(
         Stage::InitFailed { reason, message } => (
             Phase::Failed,
             not_ready(reason, message.clone()),
-            REQUEUE_FAILED,
+            failed_init_requeue(db),
         ),
         Stage::InstanceFailed(failure) => (
             Phase::Failed,

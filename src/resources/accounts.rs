@@ -133,11 +133,7 @@ pub fn inputs(db: &Database, versions: &[Option<String>]) -> String {
         digest.update(version.as_deref().unwrap_or("-").as_bytes());
         digest.update([0]);
     }
-    hex(&digest.finalize())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    super::hex(&digest.finalize())
 }
 
 /// The Secrets a role password comes from, in `spec.roles` order (`None` for a role without

@@ -27,6 +27,7 @@ pub const ACTIVE_DEADLINE_SECONDS: i64 = 1800;
 /// The key of the SQL in the ConfigMap dbop makes from inline SQL.
 pub const SQL_KEY: &str = "init.sql";
 const SQL_DIR: &str = "/etc/dbop/init";
+const SQL_VOLUME: &str = "sql";
 /// Where the credentials Secret is mounted (whole: a user's Secret may lack `username`).
 const CREDENTIALS_DIR: &str = "/etc/dbop/pg-credentials";
 /// The pgpass file the script writes into the `/tmp` emptyDir.
@@ -72,31 +73,57 @@ fn script(single: bool) -> String {
     )
 }
 
+/// On the init Job: the digest (`short_digest`) of the SQL it runs.
+pub const SQL_DIGEST_ANNOTATION: &str = "dbop.dev/init-sql";
+/// On the init Job: the Database's generation it was made from. A pass that read an older
+/// Database (a cache behind the API server) does not replace a Job made from a newer one.
+pub const GENERATION_ANNOTATION: &str = "dbop.dev/database-generation";
+/// On the init Job of inline SQL: the ConfigMap dbop made for it (deleted with the Job when
+/// the Job is replaced; the watch caches keep no Job spec to find it in).
+pub const CONFIG_MAP_ANNOTATION: &str = "dbop.dev/init-sql-config-map";
+
+/// The digest of the init SQL as the spec has it now: the inline SQL's, or the key's of the
+/// user's ConfigMap (`user_config_map`, as read). None without init SQL, or while the user's
+/// ConfigMap or its key is missing.
+pub fn sql_digest(db: &Database, user_config_map: Option<&ConfigMap>) -> Option<String> {
+    let init = db.spec.init.as_ref()?;
+    let sql = match &init.config_map_ref {
+        Some(r) => user_config_map?.data.as_ref()?.get(&r.key)?,
+        None => init.sql.as_ref()?,
+    };
+    Some(super::short_digest(sql.as_bytes()))
+}
+
 /// The ConfigMap holding inline init SQL (None when there is none, or it comes from the
-/// user's ConfigMap). Created once with the Job; owned by the Database.
+/// user's ConfigMap): named by the SQL's digest and immutable, so that a Job mounts the SQL
+/// it was made for and no other, whatever the kubelet cached. Owned by the Database.
 pub fn init_sql_config_map(db: &Database) -> Option<ConfigMap> {
     let init = db.spec.init.as_ref()?;
     if init.config_map_ref.is_some() {
         return None;
     }
     let sql = init.sql.clone()?;
-    let names = Names::of(db);
+    let name = Names::of(db).init_sql_config_map(&super::short_digest(sql.as_bytes()));
     Some(ConfigMap {
-        metadata: owned_meta(db, names.init_sql_config_map(), "init"),
+        metadata: owned_meta(db, name, "init"),
         data: Some(BTreeMap::from([(SQL_KEY.to_string(), sql)])),
+        immutable: Some(true),
         ..ConfigMap::default()
     })
 }
 
 /// The volume that puts the SQL at `/etc/dbop/init/init.sql`.
-fn sql_volume(db: &Database) -> Option<Volume> {
+fn sql_volume(db: &Database, digest: &str) -> Option<Volume> {
     let init = db.spec.init.as_ref()?;
     let (name, key) = match &init.config_map_ref {
         Some(r) => (r.name.clone(), r.key.clone()),
-        None => (Names::of(db).init_sql_config_map(), SQL_KEY.to_string()),
+        None => (
+            Names::of(db).init_sql_config_map(digest),
+            SQL_KEY.to_string(),
+        ),
     };
     Some(Volume {
-        name: "sql".into(),
+        name: SQL_VOLUME.into(),
         config_map: Some(ConfigMapVolumeSource {
             name,
             items: Some(vec![KeyToPath {
@@ -110,9 +137,16 @@ fn sql_volume(db: &Database) -> Option<Volume> {
     })
 }
 
-/// The init Job, or None when the Database has no init SQL.
-pub fn init_job(db: &Database, settings: &Settings) -> Option<Job> {
-    let sql = sql_volume(db)?;
+/// The init Job, or None when the Database has no init SQL (or the user's ConfigMap of it,
+/// `user_config_map` as read, lacks it). It carries the digest of its SQL and the generation
+/// of the Database it was made from (`SQL_DIGEST_ANNOTATION`, `GENERATION_ANNOTATION`).
+pub fn init_job(
+    db: &Database,
+    settings: &Settings,
+    user_config_map: Option<&ConfigMap>,
+) -> Option<Job> {
+    let digest = sql_digest(db, user_config_map)?;
+    let sql = sql_volume(db, &digest)?;
     let single = db.spec.init.as_ref().is_none_or(|i| i.single_transaction);
     let names = Names::of(db);
     let namespace = db.namespace_or_default();
@@ -128,7 +162,7 @@ pub fn init_job(db: &Database, settings: &Settings) -> Option<Job> {
     // The credentials as files (the script reads them), never as environment variables.
     let mut mounts = vec![
         mount("tmp", "/tmp", false),
-        mount("sql", SQL_DIR, true),
+        mount(SQL_VOLUME, SQL_DIR, true),
         mount("pg-credentials", CREDENTIALS_DIR, true),
     ];
     let mut volumes = vec![
@@ -149,8 +183,26 @@ pub fn init_job(db: &Database, settings: &Settings) -> Option<Job> {
         volume_mounts: Some(mounts),
         ..Container::default()
     };
+    let mut metadata = owned_meta(db, names.init_job(), "init");
+    let mut annotations = BTreeMap::from([
+        (SQL_DIGEST_ANNOTATION.to_string(), digest.clone()),
+        (
+            GENERATION_ANNOTATION.to_string(),
+            db.metadata.generation.unwrap_or_default().to_string(),
+        ),
+    ]);
+    let inline = db
+        .spec
+        .init
+        .as_ref()
+        .is_some_and(|i| i.config_map_ref.is_none());
+    if inline {
+        let made = names.init_sql_config_map(&digest);
+        annotations.insert(CONFIG_MAP_ANNOTATION.to_string(), made);
+    }
+    metadata.annotations = Some(annotations);
     let parts = JobParts {
-        metadata: owned_meta(db, names.init_job(), "init"),
+        metadata,
         pod_labels: job_pod_labels(db, "init"),
         backoff_limit: BACKOFF_LIMIT,
         active_deadline_seconds: ACTIVE_DEADLINE_SECONDS,
@@ -192,7 +244,7 @@ mod tests {
 
     #[test]
     fn no_init_no_job() {
-        assert!(init_job(&testing::minimal(), &Settings::default()).is_none());
+        assert!(init_job(&testing::minimal(), &Settings::default(), None).is_none());
         assert!(init_sql_config_map(&testing::minimal()).is_none());
     }
 
@@ -204,15 +256,19 @@ mod tests {
             "init": {"sql": big}
         }));
         let cm = init_sql_config_map(&db).unwrap();
-        assert_eq!(cm.metadata.name.as_deref(), Some("orders-init-sql"));
+        let digest = crate::resources::short_digest(big.as_bytes());
+        let name = format!("orders-init-sql-{}", &digest[..10]);
+        assert_eq!(cm.metadata.name.as_deref(), Some(name.as_str()));
         assert_eq!(cm.data.unwrap()[SQL_KEY], big);
+        assert_eq!(cm.immutable, Some(true));
         assert!(cm.metadata.owner_references.is_some());
-        let job = init_job(&db, &Settings::default()).unwrap();
+        let job = init_job(&db, &Settings::default(), None).unwrap();
         assert_eq!(job.metadata.name.as_deref(), Some("orders-init"));
-        assert_eq!(
-            sql_source(&job),
-            ("orders-init-sql".to_string(), SQL_KEY.to_string())
-        );
+        assert_eq!(sql_source(&job), (name.clone(), SQL_KEY.to_string()));
+        let annotations = job.metadata.annotations.clone().unwrap();
+        assert_eq!(annotations[SQL_DIGEST_ANNOTATION], digest);
+        assert_eq!(annotations[GENERATION_ANNOTATION], "1");
+        assert_eq!(annotations[CONFIG_MAP_ANNOTATION], name);
         let c = &pod(&job).containers[0];
         let text = format!("{:?}{:?}", c.command, c.env);
         assert!(!text.contains("CREATE TABLE"), "the SQL is inline: {text}");
@@ -305,7 +361,7 @@ mod tests {
             let db = testing::database(serde_json::json!({
                 "version": "16.4", "storage": {"size": "1Gi"}, "init": init
             }));
-            pod(&init_job(&db, &Settings::default()).unwrap()).containers[0]
+            pod(&init_job(&db, &Settings::default(), None).unwrap()).containers[0]
                 .command
                 .clone()
                 .unwrap()[2]
@@ -340,10 +396,27 @@ mod tests {
             "init": {"configMapRef": {"name": "schema", "key": "init.sql"}}
         }));
         assert!(init_sql_config_map(&db).is_none());
-        let job = init_job(&db, &Settings::default()).unwrap();
+        assert!(
+            init_job(&db, &Settings::default(), None).is_none(),
+            "no Job while the user's ConfigMap is unread"
+        );
+        let user = |sql: &str| ConfigMap {
+            data: Some(BTreeMap::from([("init.sql".to_string(), sql.to_string())])),
+            ..ConfigMap::default()
+        };
+        let job = init_job(&db, &Settings::default(), Some(&user("SELECT 1"))).unwrap();
         assert_eq!(
             sql_source(&job),
             ("schema".to_string(), "init.sql".to_string())
+        );
+        // The Job carries the digest of the user's SQL, so that a fix to it is seen.
+        let digest =
+            |job: &Job| job.metadata.annotations.clone().unwrap()[SQL_DIGEST_ANNOTATION].clone();
+        let fixed = init_job(&db, &Settings::default(), Some(&user("SELECT 2"))).unwrap();
+        assert_ne!(digest(&job), digest(&fixed));
+        assert_eq!(
+            sql_digest(&db, Some(&user("SELECT 2"))),
+            Some(digest(&fixed))
         );
         let creds = pod(&job)
             .volumes
@@ -363,7 +436,7 @@ mod tests {
             image_pull_secrets: vec!["regcred".into()],
             ..Settings::default()
         };
-        let job = init_job(&db, &settings).unwrap();
+        let job = init_job(&db, &settings, None).unwrap();
         let pod = pod(&job);
         assert_eq!(pod.automount_service_account_token, Some(false));
         assert_eq!(pod.image_pull_secrets.unwrap()[0].name, "regcred");

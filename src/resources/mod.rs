@@ -39,6 +39,21 @@ use kube::Resource;
 use crate::api::Database;
 use crate::settings::Settings;
 
+/// The digits of its SQL's digest in the name of an init SQL ConfigMap.
+const INIT_SQL_DIGITS: usize = 10;
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The first 16 hex digits of the SHA-256 of `bytes`: a name's or an annotation's short id of
+/// a content.
+pub fn short_digest(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex(&Sha256::digest(bytes)[..8])
+}
+
 /// The port every PostgreSQL instance listens on.
 pub const POSTGRES_PORT: i32 = 5432;
 /// The superuser name when the credentials Secret does not say (the instance manager's too).
@@ -98,9 +113,23 @@ impl Names {
     pub fn restore_job(&self) -> String {
         format!("{}-restore", self.database)
     }
-    /// The ConfigMap holding inline init SQL.
-    pub fn init_sql_config_map(&self) -> String {
-        format!("{}-init-sql", self.database)
+    /// The ConfigMap holding inline init SQL, named by its digest (`short_digest`; its first
+    /// 10 digits keep the name a DNS label): a Job can only ever mount the SQL it was made for.
+    pub fn init_sql_config_map(&self, digest: &str) -> String {
+        let short = digest.get(..INIT_SQL_DIGITS).unwrap_or(digest);
+        format!("{}-init-sql-{short}", self.database)
+    }
+    /// Whether `name` is one of the ConfigMaps dbop made for this Database's inline init SQL
+    /// (today's, named by digest, or the single one of releases before).
+    pub fn is_init_sql_config_map(&self, name: &str) -> bool {
+        let legacy = format!("{}-init-sql", self.database);
+        name == legacy
+            || name
+                .strip_prefix(&legacy)
+                .and_then(|rest| rest.strip_prefix('-'))
+                .is_some_and(|digest| {
+                    digest.len() == INIT_SQL_DIGITS && digest.bytes().all(|b| b.is_ascii_hexdigit())
+                })
     }
     pub fn pod(&self, ordinal: i32) -> String {
         format!("{}-{ordinal}", self.database)
@@ -275,6 +304,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_init_sql_config_maps_dbop_made_are_told_from_others() {
+        let n = Names::new("orders");
+        let made = n.init_sql_config_map(&short_digest(b"SELECT 1"));
+        assert_eq!(made.len(), "orders-init-sql-".len() + 10);
+        for ours in [made.as_str(), "orders-init-sql"] {
+            assert!(n.is_init_sql_config_map(ours), "{ours}");
+        }
+        for other in [
+            "schema",
+            "orders-init-sql-schema",
+            "orders-init-sql-0123456789abcdef",
+            "orders-2-init-sql-0123456789",
+            "order-init-sql-0123456789",
+        ] {
+            assert!(!n.is_init_sql_config_map(other), "{other}");
+        }
+    }
+
+    #[test]
     fn names_are_deterministic_and_distinct() {
         let n = Names::new("orders");
         let all = [
@@ -283,7 +331,7 @@ mod tests {
             n.rw_service(),
             n.generated_secret(),
             n.init_job(),
-            n.init_sql_config_map(),
+            n.init_sql_config_map("0123456789abcdef"),
             n.data_pvc(0),
         ];
         let mut sorted = all.to_vec();

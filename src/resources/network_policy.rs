@@ -240,7 +240,11 @@ mod tests {
         let instance = statefulset(&db, &settings, None).spec.template;
         let instance = instance.metadata.unwrap().labels.unwrap();
         assert!(admitted(&policy, 5432, &instance), "replication");
-        let init = init_job(&db, &settings).unwrap().spec.unwrap().template;
+        let init = init_job(&db, &settings, None)
+            .unwrap()
+            .spec
+            .unwrap()
+            .template;
         let init = init.metadata.unwrap().labels.unwrap();
         assert!(admitted(&policy, 5432, &init), "the init Job");
         for component in ["backup", "verify", "restore", "preflight"] {

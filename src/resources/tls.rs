@@ -20,7 +20,6 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{
     EnvVar, KeyToPath, PodTemplateSpec, Secret, SecretVolumeSource, Volume, VolumeMount,
 };
-use sha2::{Digest, Sha256};
 
 use super::pod::{env, mount};
 use super::{Names, owned_meta};
@@ -43,11 +42,7 @@ const JOB_CA_VOLUME: &str = "database-ca";
 
 /// The id of a CA: the first 16 hex digits of the SHA-256 of its certificate's PEM.
 pub fn ca_id(ca_cert_pem: &str) -> String {
-    hex(&Sha256::digest(ca_cert_pem.as_bytes())[..8])
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    super::short_digest(ca_cert_pem.as_bytes())
 }
 
 impl Names {
