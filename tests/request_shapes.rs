@@ -85,7 +85,92 @@ async fn reconcile_against(db: &Database, objects: HashMap<String, Value>) -> Ve
         .expect("reconcile succeeds");
     drop(ctx);
     server.await.unwrap();
-    Arc::try_unwrap(sent).unwrap().into_inner().unwrap()
+    let sent = Arc::try_unwrap(sent).unwrap().into_inner().unwrap();
+    let grants = chart_grants();
+    for request in &sent {
+        let (group, resource, verb) = rbac_of(request);
+        assert!(
+            grants
+                .iter()
+                .any(|(g, r, v)| *g == group && *r == resource && v.contains(&verb)),
+            "the chart's RBAC does not grant {verb} on {group:?} {resource} ({} {}): charts/dbop/templates/_helpers.tpl",
+            request.method,
+            request.path
+        );
+    }
+    sent
+}
+
+/// What the chart grants the operator (cluster-wide mode): the rules of `dbop.rules` in
+/// charts/dbop/templates/_helpers.tpl — plain YAML whose lists are JSON — and the ClusterRole's
+/// own (nodes, storage classes), as (API group, resource, verbs).
+fn chart_grants() -> Vec<(String, String, Vec<String>)> {
+    let helpers = include_str!("../charts/dbop/templates/_helpers.tpl");
+    let start = helpers.find(r#"define "dbop.rules""#).expect("dbop.rules");
+    let rules = &helpers[start..];
+    let rules = &rules[..rules.find("{{- end }}").expect("its end")];
+    let list = |line: &str, key: &str| -> Option<Vec<String>> {
+        let value = line.trim().trim_start_matches("- ").strip_prefix(key)?;
+        Some(serde_json::from_str(value.trim()).expect("a JSON list"))
+    };
+    let mut grants = vec![
+        (
+            String::new(),
+            "nodes".into(),
+            vec!["list".into(), "watch".into()],
+        ),
+        (
+            "storage.k8s.io".into(),
+            "storageclasses".into(),
+            vec!["get".into()],
+        ),
+    ];
+    let (mut groups, mut resources) = (vec![], vec![]);
+    for line in rules.lines() {
+        if let Some(g) = list(line, "apiGroups:") {
+            groups = g;
+        } else if let Some(r) = list(line, "resources:") {
+            resources = r;
+        } else if let Some(verbs) = list(line, "verbs:") {
+            for group in &groups {
+                for resource in &resources {
+                    grants.push((group.clone(), resource.clone(), verbs.clone()));
+                }
+            }
+        }
+    }
+    grants
+}
+
+/// The API group, resource (with its subresource) and RBAC verb of a request.
+fn rbac_of(request: &Sent) -> (String, String, String) {
+    let parts: Vec<&str> = request.path.trim_matches('/').split('/').collect();
+    let (group, rest) = match parts.as_slice() {
+        ["api", _version, rest @ ..] => (String::new(), rest),
+        ["apis", group, _version, rest @ ..] => (group.to_string(), rest),
+        _ => panic!("not an API path: {}", request.path),
+    };
+    let rest = match rest {
+        ["namespaces", _ns, rest @ ..] => rest,
+        rest => rest,
+    };
+    let (resource, named) = match rest {
+        [resource] => (resource.to_string(), false),
+        [resource, _name] => (resource.to_string(), true),
+        [resource, _name, sub] => (format!("{resource}/{sub}"), true),
+        _ => panic!("unexpected path: {}", request.path),
+    };
+    let verb = match (request.method.as_str(), named) {
+        ("GET", true) => "get",
+        ("GET", false) if request.query.contains("watch=true") => "watch",
+        ("GET", false) => "list",
+        ("POST", _) => "create",
+        ("PATCH", _) => "patch",
+        ("PUT", _) => "update",
+        ("DELETE", _) => "delete",
+        (method, _) => panic!("unexpected method {method}"),
+    };
+    (group, resource, verb.to_string())
 }
 
 /// The watch caches as the operator's watches would fill them: every object of the table whose

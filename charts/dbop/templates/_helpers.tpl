@@ -117,10 +117,12 @@ the operator as this chart's ServiceAccount and fails on any Forbidden in the au
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get", "list", "watch", "patch", "delete"]
-# The init Job, the restore Job, the backup and verify Jobs and the upgrade preflight Jobs.
+# The init Job, the restore Job, the backup and verify Jobs and the upgrade preflight Jobs; a
+# failed init Job whose SQL was fixed since is deleted (with its uid as precondition) and made
+# again.
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "list", "watch", "create"]
+  verbs: ["get", "list", "watch", "create", "delete"]
 # Job pods: the agent's result is in their termination message, a preflight's image pull error
 # in its waiting state. Database pods during an upgrade: their revision and readiness; a rollback
 # deletes the pods stuck on the image being rolled back (src/upgrade/plan.rs). Database pods are
@@ -145,12 +147,13 @@ the operator as this chart's ServiceAccount and fails on any Forbidden in the au
 - apiGroups: ["cert-manager.io"]
   resources: ["certificates"]
   verbs: ["get", "create", "patch", "delete"]
-# ConfigMaps: read those referenced by spec.init.configMapRef and s3.ca; apply the one holding
-# inline init SQL (mounted into the init Job as a file) and the server configuration
-# `<name>-config` (mounted into the database pods), both watched (dbop's label) for the cache.
+# ConfigMaps: read those referenced by spec.init.configMapRef and s3.ca; make the immutable one
+# holding inline init SQL (mounted into the init Job as a file; deleted with a replaced init
+# Job) and apply the server configuration `<name>-config` (mounted into the database pods),
+# both watched (dbop's label) for the cache.
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["get", "list", "watch", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # The primary Lease of every Database: watched (dbop's label) for the cache, made once (create),
 # its designated primary written with a compare-and-swap (update). Its instances' identity: a
 # ServiceAccount, and a Role and RoleBinding that let it read and update that one Lease (the
