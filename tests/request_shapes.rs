@@ -655,6 +655,20 @@ async fn a_failed_init_job_is_replaced_once_its_sql_changed() {
             .any(|s| s.method == "POST" && s.path.ends_with("/jobs")),
         "a new Job before the failed one is gone: {summary:?}"
     );
+    // `kubectl describe` says why the Job went.
+    let event = writes
+        .iter()
+        .find(|s| s.path.ends_with("/events") && s.body["reason"] == "InitRetrying")
+        .unwrap_or_else(|| panic!("no InitRetrying Event: {summary:?}"));
+    assert_eq!(event.body["type"], "Normal");
+    assert!(
+        event.body["note"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("orders-init"),
+        "{}",
+        event.body
+    );
     let status = writes
         .iter()
         .find(|s| s.path.ends_with("/databases/orders/status"))

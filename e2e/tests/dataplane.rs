@@ -448,6 +448,17 @@ async fn a_failed_init_sql_fixed_where_it_lives_runs_again_fixed() {
             job.metadata.uid, failed_uid,
             "{name}: a new Job ran the fixed SQL"
         );
+        let events = Api::<Event>::namespaced(bed.client.clone(), &ns)
+            .list(&ListParams::default().fields(&format!("regarding.name={name}")))
+            .await
+            .expect("list Events");
+        assert!(
+            events
+                .items
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("InitRetrying")),
+            "{name}: no InitRetrying Event"
+        );
         bed.psql_client(
             &ns,
             &format!("client-{name}"),

@@ -372,7 +372,18 @@ async fn delete_failed_init_job(
     };
     match delete_if_exists(jobs, &name, &params).await {
         Ok(deleted) => {
-            info!(job = %name, deleted, "the init SQL changed since its Job failed: replacing the Job")
+            info!(job = %name, deleted, "the init SQL changed since its Job failed: replacing the Job");
+            if deleted {
+                let note = format!(
+                    "the init SQL changed since init Job {name} failed: deleted it, a new one runs the SQL as the spec has it now"
+                );
+                let event = EventSpec {
+                    warning: false,
+                    reason: "InitRetrying".into(),
+                    note,
+                };
+                publish(ctx, db, &event).await;
+            }
         }
         // Another Job has its name already: the one made in its place.
         Err(Error::Kube(kube::Error::Api(status))) if status.code == 409 => return Ok(()),
