@@ -1,8 +1,8 @@
 //! The watch caches both controllers read instead of the API server: one reflector store per
 //! kind, filled by the controllers' own watches (`runtime::watches`: one watch per kind,
 //! shared by both controllers), slimmed to what readers look at (`Slim`), and the owned kinds
-//! whose whole object a reconcile compares (StatefulSets, Services, claims...) kept packed
-//! (`Packed`: metadata as is, the rest deflated JSON, unpacked by `get_unpacked`). A read here
+//! (StatefulSets, Services, claims, Jobs, the Secrets' metadata...) kept packed (`Packed`: the
+//! identity as is, the rest deflated JSON, unpacked by `get_unpacked`). A read here
 //! is a lookup in memory.
 //!
 //! A cache can lag the API server by the events still in flight; each of those events triggers
@@ -77,15 +77,17 @@ caches! {
     // of it, and a pass unpacks only its own Database's.
     statefulsets: Packed<StatefulSet>,
     services: Packed<Service>,
-    // Metadata only: a generated Secret's data is never read, only its owner.
-    secrets: PartialObjectMeta<Secret>,
-    jobs: Job,
+    // Metadata only, packed: a generated Secret's data is never read, only its owner and
+    // annotations.
+    secrets: Packed<PartialObjectMeta<Secret>>,
+    // Packed, slimmed to metadata and status (`Slim for Job`).
+    jobs: Packed<Job>,
     claims: Packed<PersistentVolumeClaim>,
     // The server configuration dbop ships (`<name>-config`) and the inline init SQL.
     config_maps: Packed<ConfigMap>,
     // The database pods (component `database`), slimmed to their role label, node and
-    // readiness: which instance is which.
-    pods: Pod,
+    // readiness (which instance is which), packed.
+    pods: Packed<Pod>,
     // The database pods' PodDisruptionBudgets.
     disruption_budgets: Packed<PodDisruptionBudget>,
     // The database pods' NetworkPolicies (`spec.networkPolicy`).
@@ -158,6 +160,29 @@ where
     store.get(&ObjectRef::new(name).within(namespace))?.unpack()
 }
 
+/// The packed objects in `namespace` whose name `named` accepts, unpacked, that `keep` accepts
+/// (`named` spares unpacking the others).
+pub fn list_unpacked<K>(
+    store: &Store<Packed<K>>,
+    namespace: &str,
+    named: impl Fn(&str) -> bool,
+    keep: impl Fn(&K) -> bool,
+) -> Vec<K>
+where
+    K: Resource<DynamicType = ()> + serde::Serialize + serde::de::DeserializeOwned + 'static,
+{
+    store
+        .state()
+        .iter()
+        .filter(|o| {
+            let meta = o.meta();
+            meta.namespace.as_deref() == Some(namespace) && meta.name.as_deref().is_some_and(&named)
+        })
+        .filter_map(|o| o.unpack())
+        .filter(keep)
+        .collect()
+}
+
 /// Every object of the store in `namespace` that `keep` accepts, cloned.
 pub fn list<K>(store: &Store<K>, namespace: &str, keep: impl Fn(&K) -> bool) -> Vec<K>
 where
@@ -192,10 +217,24 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 impl Slim for DeserializeGuard<Database> {}
 impl Slim for DatabaseBackup {}
-impl Slim for PartialObjectMeta<Secret> {}
+/// A Secret's metadata without its type fields (`PartialObjectMetadata`, the same for all).
+impl Slim for PartialObjectMeta<Secret> {
+    fn slim(&mut self) {
+        slim_meta(&mut self.metadata);
+        self.types = None;
+    }
+}
 impl Slim for Lease {}
-/// A packed object's metadata is slimmed; the rest is kept whole (packed).
-impl<K: Resource<DynamicType = ()>> Slim for Packed<K> {}
+impl Slim for StatefulSet {}
+impl Slim for Service {}
+impl Slim for PersistentVolumeClaim {}
+impl Slim for ConfigMap {}
+impl Slim for PodDisruptionBudget {}
+impl Slim for NetworkPolicy {}
+/// A packed object was slimmed as the kind it packs, before it was packed (`Packed::new`).
+impl<K: Resource<DynamicType = ()>> Slim for Packed<K> {
+    fn slim(&mut self) {}
+}
 
 /// A Job keeps its metadata and status only: readers ask whether it ran and when (`job_state`,
 /// `finished_at`, its owner); dbop creates a Job once and never compares its spec, and the pod
@@ -279,6 +318,36 @@ mod tests {
         assert!(get(&caches.services, "other", "orders-rw").is_none());
         assert_eq!(list(&caches.services, "shop", |_| true).len(), 1);
         assert!(list(&caches.services, "other", |_| true).is_empty());
+    }
+
+    /// Packed objects are picked by name before they are unpacked, then by what they hold.
+    #[test]
+    fn packed_objects_are_listed_by_name_then_by_content() {
+        let (caches, mut writers) = caches();
+        let pods = [
+            ("shop", "orders-0", "primary"),
+            ("shop", "orders-1", "replica"),
+            ("shop", "orders-archive-0", "primary"),
+            ("other", "orders-0", "primary"),
+        ];
+        for (namespace, name, role) in pods {
+            let pod: Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": namespace, "labels": {"role": role}},
+            }))
+            .unwrap();
+            writers
+                .pods
+                .apply_watcher_event(&Event::Apply(Packed::new(pod)));
+        }
+        let of_orders = |name: &str| {
+            name.strip_prefix("orders-")
+                .is_some_and(|o| o.parse::<u8>().is_ok())
+        };
+        let primary = |pod: &Pod| pod.metadata.labels.as_ref().unwrap()["role"] == "primary";
+        let found = list_unpacked(&caches.pods, "shop", of_orders, primary);
+        let names: Vec<_> = found.iter().map(|p| p.metadata.name.as_deref()).collect();
+        assert_eq!(names, [Some("orders-0")]);
+        assert_eq!(found[0].metadata.namespace.as_deref(), Some("shop"));
     }
 
     #[test]

@@ -23,7 +23,7 @@ use super::tls::TlsSteps;
 use crate::api::conditions::{self, ConditionType};
 use crate::api::{CaSource, Database, DatabaseBackup, TlsSpec};
 use crate::context::Context;
-use crate::context::caches::{cordoned, get, get_unpacked, list};
+use crate::context::caches::{cordoned, get, get_unpacked, list, list_unpacked};
 use crate::error::Error;
 use crate::kube_io::job_pods;
 use crate::objects::{JobState, job_state};
@@ -90,7 +90,7 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         backup_inputs(client, db, &ns, &secrets).await?;
     let restore = restore_objects(client, db).await?;
     let statefulset = get_unpacked(&caches.statefulsets, &ns, &names.statefulset());
-    let instance_pods = instance_pods(ctx, &ns, &name);
+    let instance_pods = instance_pods(ctx, &ns, &names);
     // The Lease before the positions: a primary releases it, or lets it run out, only after its
     // server stopped or fenced itself, so positions read after a Lease that says so are final —
     // a failover then compares every standby's last WAL, not a read from before the last of it.
@@ -142,7 +142,7 @@ pub async fn observe(ctx: &Context, db: &Database) -> Result<Observed, Error> {
         network_policy: get_unpacked(&caches.network_policies, &ns, &names.statefulset()),
         database_pods: database_pods(client, db, statefulset.as_ref()).await?,
         statefulset,
-        init_job: get(&caches.jobs, &ns, &names.init_job()),
+        init_job: get_unpacked(&caches.jobs, &ns, &names.init_job()),
         data_claims,
         upgrade: upgrade_objects(client, db).await?,
     })
@@ -311,15 +311,16 @@ fn services(ctx: &Context, ns: &str, names: &Names) -> Vec<Service> {
     .collect()
 }
 
-/// The database pods of the Database `database`, from the cache (slimmed: role label, node,
-/// readiness).
-fn instance_pods(ctx: &Context, ns: &str, database: &str) -> Vec<Pod> {
-    list(&ctx.caches.pods, ns, |p| {
+/// The database pods of the Database `names` names, from the cache (slimmed: role label, node,
+/// readiness): its StatefulSet's pods (by name) that carry its instance label.
+fn instance_pods(ctx: &Context, ns: &str, names: &Names) -> Vec<Pod> {
+    let of_statefulset = |pod: &str| names.ordinal_of(pod).is_some();
+    list_unpacked(&ctx.caches.pods, ns, of_statefulset, |p| {
         p.metadata
             .labels
             .as_ref()
             .and_then(|l| l.get(LABEL_INSTANCE))
-            .is_some_and(|i| i == database)
+            .is_some_and(|i| i == names.database())
     })
 }
 
@@ -394,7 +395,7 @@ pub async fn signing_ca(
 /// One of dbop's own Secrets from the cache: metadata only (its annotations say what a pass
 /// needs; the data is never held).
 fn secret_metadata(ctx: &Context, ns: &str, name: &str) -> Option<Secret> {
-    get(&ctx.caches.secrets, ns, name).map(|meta| Secret {
+    get_unpacked(&ctx.caches.secrets, ns, name).map(|meta| Secret {
         metadata: meta.metadata,
         ..Secret::default()
     })
@@ -540,7 +541,8 @@ fn release_fleet(ctx: &Context, statefulset: Option<&StatefulSet>) -> Fleet {
         return Fleet::default();
     }
     let statefulsets = ctx.caches.statefulsets.state();
-    let mut fleet = Fleet::of(statefulsets.iter().map(|s| s.as_ref()), &release);
+    let metadata: Vec<_> = statefulsets.iter().filter_map(|s| s.partial()).collect();
+    let mut fleet = Fleet::of(&metadata, &release);
     let pending = ctx.release_turns.pending(&fleet);
     fleet.rolling.extend(pending);
     fleet

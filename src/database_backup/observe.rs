@@ -19,7 +19,7 @@ use super::facts::{
 use crate::api::{BackupPhase, Database, DatabaseBackup};
 use crate::backup::s3_secret::{S3SecretProblem, s3_secret_problem};
 use crate::context::Context;
-use crate::context::caches::{get, list};
+use crate::context::caches::{get, get_unpacked, list};
 use crate::error::{Error, Result};
 use crate::kube_io::job_pods;
 use crate::objects::{JobState, job_state, owned_by};
@@ -51,7 +51,7 @@ pub async fn observe(
         }
         None => None,
     };
-    let job = get(&caches.jobs, &ns, &job_name(&name_of(backup)));
+    let job = get_unpacked(&caches.jobs, &ns, &job_name(&name_of(backup)));
     let stale_job = job.as_ref().is_some_and(|j| !ours(j, backup));
     let job = match job.filter(|j| ours(j, backup)) {
         Some(job) => Some(observe_job(client, &ns, &job).await?),

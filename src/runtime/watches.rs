@@ -110,15 +110,15 @@ pub fn start(
     let backups = watches.spawn(watch(c, &all), w.backups, m2, Clone::clone);
     let [statefulsets] = watches.spawn(watch(c, &managed), w.statefulsets, m3, packed_meta);
     let [services] = watches.spawn(watch(c, &managed), w.services, m4, packed_meta);
-    let secrets_meta = watch::<PartialObjectMeta<Secret>>(c, &managed);
-    let [secrets] = watches.spawn(secrets_meta, w.secrets, m5, meta);
-    let jobs = watches.spawn(watch(c, &managed), w.jobs, m6, meta);
+    let secrets_meta = watch::<Packed<PartialObjectMeta<Secret>>>(c, &managed);
+    let [secrets] = watches.spawn(secrets_meta, w.secrets, m5, packed_meta);
+    let jobs = watches.spawn(watch(c, &managed), w.jobs, m6, packed_meta);
     let [claims] = watches.spawn(watch(c, &managed), w.claims, m7, packed_meta);
     // Cached only (no trigger): a reconcile reads its ConfigMaps and rewrites what drifted.
     let [] = watches.spawn(watch(c, &managed), w.config_maps, m8, packed_meta);
     // The database pods: their roles and readiness (a new pod is labelled at once).
     let database_pods = all.clone().labels(DATABASE_POD_SELECTOR);
-    let [pods] = watches.spawn(watch(c, &database_pods), w.pods, m9, meta);
+    let [pods] = watches.spawn(watch(c, &database_pods), w.pods, m9, packed_meta);
     let budgets = watch(c, &managed);
     let [disruption_budgets] = watches.spawn(budgets, w.disruption_budgets, m10, packed_meta);
     let policies = watch(c, &managed);
@@ -276,9 +276,16 @@ fn meta<K: Resource>(object: &K) -> Meta<K> {
     meta_of(object.meta())
 }
 
-/// The trigger of a packed owned object (`Packed`): that of the object it packs.
-fn packed_meta<K: Resource<DynamicType = ()>>(object: &Packed<K>) -> Meta<K> {
-    meta_of(object.meta())
+/// The trigger of a packed owned object (`Packed`): that of the object it packs (its name and
+/// namespace alone if its metadata cannot be unpacked, which `Packed` logs).
+fn packed_meta<K>(object: &Packed<K>) -> Meta<K>
+where
+    K: Resource<DynamicType = ()> + serde::Serialize + serde::de::DeserializeOwned,
+{
+    match object.metadata() {
+        Some(metadata) => meta_of(&metadata),
+        None => meta_of(object.meta()),
+    }
 }
 
 /// A trigger of kind `K` from an object's metadata: its name, namespace, owners and labels.
@@ -311,6 +318,30 @@ mod tests {
             ..LeaseSpec::default()
         });
         lease
+    }
+
+    /// A packed object's trigger carries what the controller maps it by: its owners and labels
+    /// (packed with the rest of its metadata, not in what the store keys on).
+    #[test]
+    fn a_packed_objects_trigger_names_its_owner_and_labels() {
+        use k8s_openapi::api::core::v1::Service;
+        let service: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "orders-rw", "namespace": "shop",
+                "labels": {"app.kubernetes.io/instance": "orders"},
+                "ownerReferences": [{"apiVersion": "dbop.dev/v1alpha1", "kind": "Database",
+                                     "name": "orders", "uid": "5f0c", "controller": true}],
+            },
+        }))
+        .unwrap();
+        let trigger = packed_meta(&Packed::new(service.clone()));
+        assert_eq!(trigger.metadata.name.as_deref(), Some("orders-rw"));
+        assert_eq!(trigger.metadata.namespace.as_deref(), Some("shop"));
+        assert_eq!(
+            trigger.metadata.owner_references,
+            service.metadata.owner_references
+        );
+        assert_eq!(trigger.metadata.labels, service.metadata.labels);
     }
 
     /// Renewals (every two seconds) and designations of a Lease never taken wake nobody; a
