@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use chrono::{TimeZone, Utc};
 use dbop::api::{Database, DatabaseSpec};
 use dbop::context::Context;
-use dbop::context::caches::{self, Caches};
+use dbop::context::caches::{self, Cached, Caches};
 use dbop::database::reconcile_database;
 use dbop::database::{decide, facts, status};
 use dbop::resources::init_job::init_job;
@@ -198,12 +198,10 @@ fn cached(objects: &HashMap<String, Value>) -> Caches {
     caches
 }
 
-fn apply<K: serde::de::DeserializeOwned + kube::Resource<DynamicType = ()> + Clone>(
-    writer: &mut Writer<K>,
-    object: Value,
-) {
-    let object: K = serde_json::from_value(object).expect("an object of its kind");
-    writer.apply_watcher_event(&Event::Apply(object));
+/// `object` stored as its watch would store it (decoded, slimmed, packed: `Cached`).
+fn apply<S: Cached>(writer: &mut Writer<S>, object: Value) {
+    let object: S::Watched = serde_json::from_value(object).expect("an object of its kind");
+    writer.apply_watcher_event(&Event::Apply(S::from_watched(object)));
 }
 
 /// GETs come from the table (404 when absent, an empty list for collections); writes echo

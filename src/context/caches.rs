@@ -9,8 +9,10 @@
 //! another reconcile, which then sees it. Objects dbop does not label (the user's Secrets and
 //! ConfigMaps) are not watched and are still read from the API server.
 //!
-//! Adding a kind is one line in the `caches!` list below (and its watch in `runtime::watches`).
+//! Adding a kind is one line in the `caches!` list below (and its watch in `runtime::watches`;
+//! a kind stored as it is decoded, not packed, also goes in `cached_as_decoded!`).
 
+use std::fmt;
 use std::sync::Arc;
 
 use futures::stream::BoxStream;
@@ -27,11 +29,13 @@ use kube::Resource;
 use kube::core::{DeserializeGuard, PartialObjectMeta};
 use kube::runtime::reflector::{self, Lookup, ObjectRef, Store, store::Writer};
 use kube::runtime::watcher;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use crate::api::{Database, DatabaseBackup};
 
-pub use self::packed::Packed;
+pub use self::packed::{Packed, Watched};
 
 mod packed;
 
@@ -174,10 +178,7 @@ where
     store
         .state()
         .iter()
-        .filter(|o| {
-            let meta = o.meta();
-            meta.namespace.as_deref() == Some(namespace) && meta.name.as_deref().is_some_and(&named)
-        })
+        .filter(|o| o.namespace() == Some(namespace) && named(o.name()))
         .filter_map(|o| o.unpack())
         .filter(keep)
         .collect()
@@ -231,9 +232,40 @@ impl Slim for PersistentVolumeClaim {}
 impl Slim for ConfigMap {}
 impl Slim for PodDisruptionBudget {}
 impl Slim for NetworkPolicy {}
-/// A packed object was slimmed as the kind it packs, before it was packed (`Packed::new`).
-impl<K: Resource<DynamicType = ()>> Slim for Packed<K> {
+/// A watched object was slimmed as the kind it packs, before it was packed (`Packed::new`).
+impl<K: Resource<DynamicType = ()>> Slim for Watched<K> {
     fn slim(&mut self) {}
+}
+
+/// How a kind's store holds what its watch decodes: as it is, or packed (`Packed`).
+pub trait Cached: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static {
+    /// What the watch decodes.
+    type Watched: Slim + Clone + DeserializeOwned + fmt::Debug + Send + 'static;
+    fn from_watched(watched: Self::Watched) -> Self;
+}
+
+/// Kinds stored as they are decoded.
+macro_rules! cached_as_decoded {
+    ($($kind:ty),*) => {$(
+        impl Cached for $kind {
+            type Watched = $kind;
+            fn from_watched(watched: $kind) -> $kind {
+                watched
+            }
+        }
+    )*};
+}
+
+cached_as_decoded!(DeserializeGuard<Database>, DatabaseBackup, Lease, Node);
+
+impl<K> Cached for Packed<K>
+where
+    K: Resource<DynamicType = ()> + Slim + Serialize + DeserializeOwned + Send + Sync + 'static,
+{
+    type Watched = Watched<K>;
+    fn from_watched(watched: Watched<K>) -> Self {
+        watched.packed
+    }
 }
 
 /// A Job keeps its metadata and status only: readers ask whether it ran and when (`job_state`,
@@ -316,8 +348,12 @@ mod tests {
             .apply_watcher_event(&Event::Apply(Packed::new(service)));
         assert!(get(&caches.services, "shop", "orders-rw").is_some());
         assert!(get(&caches.services, "other", "orders-rw").is_none());
-        assert_eq!(list(&caches.services, "shop", |_| true).len(), 1);
-        assert!(list(&caches.services, "other", |_| true).is_empty());
+        let all = |_: &str| true;
+        assert_eq!(
+            list_unpacked(&caches.services, "shop", all, |_| true).len(),
+            1
+        );
+        assert!(list_unpacked(&caches.services, "other", all, |_| true).is_empty());
     }
 
     /// Packed objects are picked by name before they are unpacked, then by what they hold.
@@ -396,16 +432,15 @@ mod tests {
     #[test]
     fn other_kinds_keep_their_spec() {
         let (caches, mut writers) = caches();
-        let mut statefulset: Packed<StatefulSet> = serde_json::from_value(serde_json::json!({
+        let statefulset: Watched<StatefulSet> = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "orders", "namespace": "shop",
                          "managedFields": [{"manager": "dbop"}]},
             "spec": {"selector": {}, "serviceName": "orders-hl", "template": {}},
         }))
         .unwrap();
-        slim(&mut statefulset);
         writers
             .statefulsets
-            .apply_watcher_event(&Event::Apply(statefulset));
+            .apply_watcher_event(&Event::Apply(Packed::from_watched(statefulset)));
         let statefulset = get_unpacked(&caches.statefulsets, "shop", "orders").unwrap();
         assert_eq!(statefulset.spec.service_name.as_deref(), Some("orders-hl"));
         assert_eq!(statefulset.metadata.managed_fields, None);

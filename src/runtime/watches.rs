@@ -1,7 +1,7 @@
 //! The watches of both controllers: one per kind and watched namespace (or one per kind for
 //! all namespaces), each kind's watches filling its one store in the watch caches
-//! (`context::caches`, slimmed: `Slim`, the owned kinds a pass compares whole decoded straight
-//! into their packed form: `Packed`; `merge` keeps several namespaces' lists in one store) and
+//! (`context::caches`, slimmed: `Slim`, most kinds decoded straight into their packed form:
+//! `Watched`, stored `Packed`; `merge` keeps several namespaces' lists in one store) and
 //! handing every object they see — added, changed or deleted — at once to each
 //! controller that kind triggers. Owned objects are selected by dbop's label; Secrets are
 //! watched as metadata only.
@@ -28,7 +28,7 @@ use tokio::task::JoinHandle;
 use tracing::warn;
 
 use crate::api::DatabaseBackup;
-use crate::context::caches::{Packed, Slim, SyncedMarker, Trigger, Writers, slim};
+use crate::context::caches::{Cached, Packed, SyncedMarker, Trigger, Watched, Writers, slim};
 use crate::database::controller::Triggers as DatabaseTriggers;
 use crate::resources::{DATABASE_POD_SELECTOR, MANAGED_SELECTOR};
 
@@ -110,7 +110,7 @@ pub fn start(
     let backups = watches.spawn(watch(c, &all), w.backups, m2, Clone::clone);
     let [statefulsets] = watches.spawn(watch(c, &managed), w.statefulsets, m3, packed_meta);
     let [services] = watches.spawn(watch(c, &managed), w.services, m4, packed_meta);
-    let secrets_meta = watch::<Packed<PartialObjectMeta<Secret>>>(c, &managed);
+    let secrets_meta = watch::<Watched<PartialObjectMeta<Secret>>>(c, &managed);
     let [secrets] = watches.spawn(secrets_meta, w.secrets, m5, packed_meta);
     let jobs = watches.spawn(watch(c, &managed), w.jobs, m6, packed_meta);
     let [claims] = watches.spawn(watch(c, &managed), w.claims, m7, packed_meta);
@@ -199,17 +199,19 @@ where
 
 impl Watches {
     /// Runs the watches of one kind in one task: they fill the store through `writer` (one
-    /// `Merge`), mark the kind listed once each has listed completely, and hand `trigger(object)`
-    /// of each object stored or deleted to `N` triggers.
-    fn spawn<K, T, const N: usize>(
+    /// `Merge`) with what they decode, slimmed and in the store's form (`Cached`), mark the kind
+    /// listed once each has listed completely, and hand `trigger(object)` of each object stored
+    /// or deleted to `N` triggers.
+    fn spawn<S, T, const N: usize>(
         &mut self,
-        watches: Vec<Watch<K>>,
-        writer: Writer<K>,
+        watches: Vec<Watch<S::Watched>>,
+        writer: Writer<S>,
         mut synced: SyncedMarker,
-        trigger: fn(&K) -> T,
+        trigger: fn(&S) -> T,
     ) -> [Trigger<T>; N]
     where
-        K: Resource<DynamicType = ()> + Slim + Clone + Send + Sync + 'static,
+        S: Cached,
+        S::Watched: Resource,
         T: Clone + Send + 'static,
     {
         let mut senders = Vec::with_capacity(N);
@@ -223,8 +225,8 @@ impl Watches {
             |(i, (scope, events))| {
                 events
                     .backoff(crate::kube_io::watch::backoff())
-                    .modify(slim::<K>)
-                    .map(move |event| (i, scope.clone(), event))
+                    .modify(slim::<S::Watched>)
+                    .map(move |event| (i, scope.clone(), event.map(stored::<S>)))
                     .boxed()
             },
         ));
@@ -245,13 +247,24 @@ impl Watches {
                     }
                     Err(error) => {
                         let namespace = scope.as_deref().unwrap_or("<all>");
-                        let kind = <K as Resource>::kind(&());
+                        let kind = S::kind(&());
                         warn!(%error, %kind, namespace, "watch failed, retrying")
                     }
                 }
             }
         }));
         triggers
+    }
+}
+
+/// A watch's event in the store's form (`Cached`).
+fn stored<S: Cached>(event: Event<S::Watched>) -> Event<S> {
+    match event {
+        Event::Apply(o) => Event::Apply(S::from_watched(o)),
+        Event::Delete(o) => Event::Delete(S::from_watched(o)),
+        Event::Init => Event::Init,
+        Event::InitApply(o) => Event::InitApply(S::from_watched(o)),
+        Event::InitDone => Event::InitDone,
     }
 }
 
@@ -282,10 +295,12 @@ fn packed_meta<K>(object: &Packed<K>) -> Meta<K>
 where
     K: Resource<DynamicType = ()> + serde::Serialize + serde::de::DeserializeOwned,
 {
-    match object.metadata() {
-        Some(metadata) => meta_of(&metadata),
-        None => meta_of(object.meta()),
-    }
+    let metadata = object.metadata().unwrap_or_else(|| ObjectMeta {
+        name: Some(object.name().to_string()),
+        namespace: object.namespace().map(String::from),
+        ..ObjectMeta::default()
+    });
+    meta_of(&metadata)
 }
 
 /// A trigger of kind `K` from an object's metadata: its name, namespace, owners and labels.

@@ -1,20 +1,21 @@
-//! A cached object kept packed: of its metadata only what the store keys on and the watch
-//! resumes from (name, namespace, resource version) as it is; the rest of the metadata
-//! (labels, annotations, owners — what a trigger reads) and everything else (spec, status,
-//! data) as two deflated compact JSON bodies, unpacked only when a trigger or a reconcile reads
-//! them.
+//! A cached object kept packed: only its name and namespace as they are (what the store keys
+//! on); the rest of its metadata (labels, annotations, owners — what a trigger reads) and
+//! everything else (spec, status, data) as two deflated compact JSON bodies, unpacked only when
+//! a trigger or a reconcile reads them.
 //!
 //! Why: a decoded Kubernetes object is mostly empty `Option`s, `String`s and maps. A
 //! StatefulSet's pod template (three probes' command lines, the init container, the volumes)
-//! took ~15 KiB of heap per Database, half of the stores at 1,000 Databases; and once the
-//! bodies were packed, the metadata — a map of owned strings for the labels and another for the
-//! annotations, a list of owner references — was most of what was left (docs/benchmarks.md,
-//! "Where the steady memory goes"). The drift check, the template kept from another operator,
-//! the release's rollback all still see the whole object: nothing a reader sees changes, only
-//! when it is decoded (once per pass, for the one Database the pass is about).
+//! took ~15 KiB of heap per Database, half of the stores at 1,000 Databases; once the bodies
+//! were packed, the metadata — a 360-byte `ObjectMeta` per object, a map of owned strings for
+//! the labels and another for the annotations, a list of owner references — was most of what
+//! was left (docs/benchmarks.md, "Where the steady memory goes"). The drift check, the template
+//! kept from another operator, the release's rollback all still see the whole object: nothing
+//! a reader sees changes, only when it is decoded (once per pass, for the one Database the pass
+//! is about).
 //!
-//! A packed object is decoded straight from the watch (`Deserialize`), slimmed (`Slim`) and
-//! packed, so the whole object lives only while it is packed.
+//! A watch decodes a `Watched` object: slimmed (`Slim`) and packed at once, with beside it the
+//! resource version the watch resumes from; the store keeps its `Packed` part. The whole object
+//! lives only while it is packed.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -27,18 +28,18 @@ use flate2::write::DeflateEncoder;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::Lookup;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 use tracing::error;
 
 use super::Slim;
 
-/// An object of kind `K` with all but its identity packed.
+/// An object of kind `K` as the store keeps it: its name and namespace, the rest packed.
 pub struct Packed<K> {
-    /// Name, namespace and resource version; nothing else (`Resource::meta` answers with this:
-    /// the whole metadata is `metadata()`). Not the uid: the store would copy it into its key.
-    identity: ObjectMeta,
-    /// The rest of the metadata, as compact JSON, deflated.
+    name: Box<str>,
+    namespace: Option<Box<str>>,
+    /// The rest of the metadata (uid and resource version too), as compact JSON, deflated.
     metadata: Box<[u8]>,
     /// `K` with empty metadata, as compact JSON, deflated.
     body: Box<[u8]>,
@@ -50,14 +51,9 @@ impl<K: Resource<DynamicType = ()> + Slim + Serialize + DeserializeOwned> Packed
     pub fn new(mut object: K) -> Self {
         object.slim();
         let mut metadata = std::mem::take(object.meta_mut());
-        let identity = ObjectMeta {
-            name: metadata.name.take(),
-            namespace: metadata.namespace.take(),
-            resource_version: metadata.resource_version.take(),
-            ..ObjectMeta::default()
-        };
         Self {
-            identity,
+            name: metadata.name.take().unwrap_or_default().into(),
+            namespace: metadata.namespace.take().map(Into::into),
             metadata: pack(&metadata).into_boxed_slice(),
             body: pack(&object).into_boxed_slice(),
             kind: PhantomData,
@@ -78,11 +74,9 @@ impl<K: Resource<DynamicType = ()> + Serialize + DeserializeOwned> Packed<K> {
     /// The whole metadata (None, logged, as for `unpack`).
     pub fn metadata(&self) -> Option<ObjectMeta> {
         let rest: ObjectMeta = self.read(&self.metadata, "metadata")?;
-        let identity = self.identity.clone();
         Some(ObjectMeta {
-            name: identity.name,
-            namespace: identity.namespace,
-            resource_version: identity.resource_version,
+            name: Some(self.name.to_string()),
+            namespace: self.namespace.as_deref().map(String::from),
             ..rest
         })
     }
@@ -99,10 +93,22 @@ impl<K: Resource<DynamicType = ()> + Serialize + DeserializeOwned> Packed<K> {
     fn read<T: DeserializeOwned>(&self, packed: &[u8], part: &str) -> Option<T> {
         unpack(packed)
             .inspect_err(|problem| {
-                let (kind, name) = (K::kind(&()), &self.identity.name);
-                error!(%kind, ?name, part, problem, "a cached object cannot be unpacked");
+                let (kind, name) = (K::kind(&()), &self.name);
+                error!(%kind, %name, part, problem, "a cached object cannot be unpacked");
             })
             .ok()
+    }
+}
+
+impl<K> Packed<K> {
+    /// Its name (known without unpacking).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its namespace (known without unpacking).
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
     }
 }
 
@@ -123,60 +129,61 @@ fn unpack<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
     serde_json::from_slice(&json).map_err(|e| e.to_string())
 }
 
-/// Decodes a `K` and packs it (the watch decodes `Packed<K>` directly).
-impl<'de, K> Deserialize<'de> for Packed<K>
-where
-    K: Resource<DynamicType = ()> + Slim + Serialize + DeserializeOwned,
-{
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        K::deserialize(deserializer).map(Packed::new)
-    }
+/// The type information of a packed object: that of the kind `K` it packs (for `Lookup` and
+/// `Resource` alike).
+macro_rules! of_kind_k {
+    () => {
+        fn kind(dt: &()) -> Cow<'_, str> {
+            K::kind(dt)
+        }
+
+        fn group(dt: &()) -> Cow<'_, str> {
+            K::group(dt)
+        }
+
+        fn version(dt: &()) -> Cow<'_, str> {
+            K::version(dt)
+        }
+
+        fn api_version(dt: &()) -> Cow<'_, str> {
+            K::api_version(dt)
+        }
+
+        fn plural(dt: &()) -> Cow<'_, str> {
+            K::plural(dt)
+        }
+    };
 }
 
-impl<K: Resource<DynamicType = ()>> Resource for Packed<K> {
+/// What the store reads of a packed object: its kind (that of `K`), name and namespace. No
+/// resource version nor uid: the store would copy them into its key.
+impl<K: Resource<DynamicType = ()>> Lookup for Packed<K> {
     type DynamicType = ();
-    type Scope = K::Scope;
 
-    fn kind(dt: &()) -> Cow<'_, str> {
-        K::kind(dt)
+    of_kind_k!();
+
+    fn name(&self) -> Option<Cow<'_, str>> {
+        Some(Cow::Borrowed(&self.name))
     }
 
-    fn group(dt: &()) -> Cow<'_, str> {
-        K::group(dt)
+    fn namespace(&self) -> Option<Cow<'_, str>> {
+        self.namespace.as_deref().map(Cow::Borrowed)
     }
 
-    fn version(dt: &()) -> Cow<'_, str> {
-        K::version(dt)
+    fn resource_version(&self) -> Option<Cow<'_, str>> {
+        None
     }
 
-    fn api_version(dt: &()) -> Cow<'_, str> {
-        K::api_version(dt)
-    }
-
-    fn plural(dt: &()) -> Cow<'_, str> {
-        K::plural(dt)
-    }
-
-    /// A packed `PartialObjectMeta` is watched as metadata only, as the kind it packs.
-    fn metadata_api() -> bool {
-        K::metadata_api()
-    }
-
-    /// The identity only (name, namespace, resource version): what the store and the watch
-    /// read.
-    fn meta(&self) -> &ObjectMeta {
-        &self.identity
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.identity
+    fn uid(&self) -> Option<Cow<'_, str>> {
+        None
     }
 }
 
 impl<K> Clone for Packed<K> {
     fn clone(&self) -> Self {
         Self {
-            identity: self.identity.clone(),
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
             metadata: self.metadata.clone(),
             body: self.body.clone(),
             kind: PhantomData,
@@ -187,9 +194,81 @@ impl<K> Clone for Packed<K> {
 impl<K> fmt::Debug for Packed<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Packed")
-            .field("identity", &self.identity)
+            .field("name", &self.name)
+            .field("namespace", &self.namespace)
             .field("packed_bytes", &(self.metadata.len() + self.body.len()))
             .finish()
+    }
+}
+
+/// An object of kind `K` as its watch decodes it: packed at once, and its identity (name,
+/// namespace, resource version: what the watch resumes from) beside. Lives until the store
+/// takes its `packed` part.
+pub struct Watched<K> {
+    identity: ObjectMeta,
+    pub packed: Packed<K>,
+}
+
+impl<K: Resource<DynamicType = ()> + Slim + Serialize + DeserializeOwned> Watched<K> {
+    pub fn new(object: K) -> Self {
+        let meta = object.meta();
+        let identity = ObjectMeta {
+            name: meta.name.clone(),
+            namespace: meta.namespace.clone(),
+            resource_version: meta.resource_version.clone(),
+            ..ObjectMeta::default()
+        };
+        Self {
+            identity,
+            packed: Packed::new(object),
+        }
+    }
+}
+
+/// Decodes a `K` and packs it.
+impl<'de, K> Deserialize<'de> for Watched<K>
+where
+    K: Resource<DynamicType = ()> + Slim + Serialize + DeserializeOwned,
+{
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        K::deserialize(deserializer).map(Watched::new)
+    }
+}
+
+/// To the API, a watched object is of its kind `K`.
+impl<K: Resource<DynamicType = ()>> Resource for Watched<K> {
+    type DynamicType = ();
+    type Scope = K::Scope;
+
+    of_kind_k!();
+
+    /// A packed `PartialObjectMeta` is watched as metadata only, as the kind it packs.
+    fn metadata_api() -> bool {
+        K::metadata_api()
+    }
+
+    /// The identity only (name, namespace, resource version): what the watch reads.
+    fn meta(&self) -> &ObjectMeta {
+        &self.identity
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.identity
+    }
+}
+
+impl<K> Clone for Watched<K> {
+    fn clone(&self) -> Self {
+        Self {
+            identity: self.identity.clone(),
+            packed: self.packed.clone(),
+        }
+    }
+}
+
+impl<K> fmt::Debug for Watched<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.packed.fmt(f)
     }
 }
 
@@ -217,8 +296,9 @@ mod tests {
         observed["status"] = serde_json::json!({"replicas": 1, "readyReplicas": 1,
             "currentRevision": "orders-5d4", "updateRevision": "orders-5d4"});
         let observed: StatefulSet = serde_json::from_value(observed).unwrap();
-        let packed: Packed<StatefulSet> =
+        let watched: Watched<StatefulSet> =
             serde_json::from_value(serde_json::to_value(&observed).unwrap()).unwrap();
+        let packed = watched.packed;
         assert_eq!(packed.metadata().as_ref(), Some(&observed.metadata));
         assert_eq!(packed.unpack(), Some(observed.clone()));
         let json = serde_json::to_vec(&observed).unwrap().len();
@@ -231,7 +311,8 @@ mod tests {
         assert!(bytes * 2 < json, "{bytes} packed bytes of {json}");
     }
 
-    /// The store and the watch see the identity; the labels, annotations and owners are packed.
+    /// The watch sees the identity, the store the name and namespace; the labels, annotations,
+    /// owners and uid are packed.
     #[test]
     fn only_the_identity_is_kept_unpacked() {
         let sts = crate::resources::statefulset::statefulset(
@@ -244,16 +325,29 @@ mod tests {
         observed["metadata"]["uid"] = "5f0c".into();
         observed["metadata"]["resourceVersion"] = "42".into();
         observed["metadata"]["managedFields"] = serde_json::json!([{"manager": "dbop"}]);
-        let packed: Packed<StatefulSet> = serde_json::from_value(observed).unwrap();
+        let watched: Watched<StatefulSet> = serde_json::from_value(observed).unwrap();
         let identity = ObjectMeta {
             name: sts.metadata.name.clone(),
             namespace: Some("shop".into()),
             resource_version: Some("42".into()),
             ..ObjectMeta::default()
         };
-        assert_eq!(packed.meta(), &identity);
+        assert_eq!(watched.meta(), &identity);
+        let packed = watched.packed;
+        assert_eq!(
+            Lookup::name(&packed).as_deref(),
+            sts.metadata.name.as_deref()
+        );
+        assert_eq!(Lookup::namespace(&packed).as_deref(), Some("shop"));
+        assert_eq!(
+            packed.resource_version(),
+            None,
+            "not copied into the store's key"
+        );
+        assert_eq!(packed.uid(), None, "not copied into the store's key");
         let whole = packed.partial().unwrap().metadata;
         assert_eq!(whole.uid.as_deref(), Some("5f0c"));
+        assert_eq!(whole.resource_version.as_deref(), Some("42"));
         assert_eq!(whole.labels, sts.metadata.labels);
         assert!(whole.labels.is_some_and(|l| !l.is_empty()));
         assert_eq!(whole.owner_references, sts.metadata.owner_references);
@@ -264,17 +358,22 @@ mod tests {
     #[test]
     fn a_packed_metadata_kind_is_watched_as_metadata() {
         use k8s_openapi::api::core::v1::Secret;
-        assert!(Packed::<PartialObjectMeta<Secret>>::metadata_api());
-        assert!(!Packed::<Secret>::metadata_api());
+        assert!(Watched::<PartialObjectMeta<Secret>>::metadata_api());
+        assert!(!Watched::<Secret>::metadata_api());
     }
 
     #[test]
     fn a_packed_kind_is_its_kind_to_the_api() {
-        assert_eq!(Packed::<Service>::kind(&()), "Service");
-        assert_eq!(Packed::<Service>::plural(&()), "services");
-        assert_eq!(Packed::<StatefulSet>::api_version(&()), "apps/v1");
-        assert_eq!(Packed::<StatefulSet>::url_path(&(), Some("shop")), {
+        assert_eq!(<Watched<Service> as Resource>::kind(&()), "Service");
+        assert_eq!(<Watched<Service> as Resource>::plural(&()), "services");
+        assert_eq!(
+            <Watched<StatefulSet> as Resource>::api_version(&()),
+            "apps/v1"
+        );
+        assert_eq!(Watched::<StatefulSet>::url_path(&(), Some("shop")), {
             StatefulSet::url_path(&(), Some("shop"))
         });
+        assert_eq!(<Packed<Service> as Lookup>::kind(&()), "Service");
+        assert_eq!(<Packed<Service> as Lookup>::plural(&()), "services");
     }
 }

@@ -18,13 +18,12 @@
 
 use std::collections::HashSet;
 
-use kube::Resource;
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{Lookup, ObjectRef};
 use kube::runtime::watcher::Event;
 
 /// The writer of one kind's store and what its watches have shown.
-pub struct Merge<K: Resource<DynamicType = ()> + Clone + 'static> {
+pub struct Merge<K: Lookup<DynamicType = ()> + Clone + 'static> {
     writer: Writer<K>,
     /// What each watch covers: one namespace, or all (`None`).
     scopes: Vec<Option<String>>,
@@ -36,7 +35,7 @@ pub struct Merge<K: Resource<DynamicType = ()> + Clone + 'static> {
     swapped: bool,
 }
 
-impl<K: Resource<DynamicType = ()> + Clone + 'static> Merge<K> {
+impl<K: Lookup<DynamicType = ()> + Clone + 'static> Merge<K> {
     /// A merge into `writer` of one watch per scope (a namespace, or `None` for all).
     pub fn new(writer: Writer<K>, scopes: Vec<Option<String>>) -> Self {
         let n = scopes.len();
@@ -116,7 +115,7 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Merge<K> {
             .as_reader()
             .state()
             .into_iter()
-            .filter(|o| scope.is_none_or(|ns| o.meta().namespace.as_deref() == Some(ns)))
+            .filter(|o| scope.is_none_or(|ns| o.namespace().as_deref() == Some(ns)))
             .filter(|o| !seen.contains(&key(o.as_ref())))
             .map(|o| K::clone(&o))
             .collect();
@@ -129,11 +128,10 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Merge<K> {
 }
 
 /// An object's reference without its resourceVersion and uid (equality ignores them).
-fn key<K: Resource<DynamicType = ()>>(object: &K) -> ObjectRef<K> {
-    let meta = object.meta();
-    let reference = ObjectRef::new(meta.name.as_deref().unwrap_or_default());
-    match &meta.namespace {
-        Some(ns) => reference.within(ns),
+fn key<K: Lookup<DynamicType = ()>>(object: &K) -> ObjectRef<K> {
+    let reference = ObjectRef::new(&object.name().unwrap_or_default());
+    match object.namespace() {
+        Some(ns) => reference.within(&ns),
         None => reference,
     }
 }
