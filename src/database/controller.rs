@@ -226,7 +226,20 @@ async fn apply_or_clean_up(
         }
     })
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
+    .or_else(already_gone)
+}
+
+/// The finalizer's removal found the Database gone: this reconcile ran on a cached copy older
+/// than that removal (the Database went with its last finalizer, and a child's deletion woke
+/// the reconcile again). What the removal wanted is done; neither an error nor a Warning.
+fn already_gone(error: kube::runtime::finalizer::Error<Error>) -> Result<Action> {
+    use kube::runtime::finalizer::Error::RemoveFinalizer;
+    match error {
+        RemoveFinalizer(kube::Error::Api(status)) if status.code == 404 => {
+            Ok(Action::await_change())
+        }
+        error => Err(Error::Finalizer(Box::new(error))),
+    }
 }
 
 /// A Database this version of dbop cannot read (an edit the schema let through, a newer CRD):
@@ -272,4 +285,25 @@ fn error_policy(
     ctx: Arc<Context>,
 ) -> Action {
     ctx.retry_after_failure(key_of(&guard), error, "Database")
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::core::Status;
+    use kube::runtime::finalizer::Error as FinalizerError;
+
+    use super::*;
+
+    fn removal_failed(code: u16) -> FinalizerError<Error> {
+        let status = Status::failure("databases.dbop.dev \"a\"", "x").with_code(code);
+        FinalizerError::RemoveFinalizer(kube::Error::Api(status.boxed()))
+    }
+
+    #[test]
+    fn a_finalizer_removal_that_finds_the_database_gone_is_done() {
+        assert!(already_gone(removal_failed(404)).is_ok());
+        assert!(already_gone(removal_failed(409)).is_err());
+        let cleanup = FinalizerError::CleanupFailed(Error::DeletionWaiting("final backup".into()));
+        assert!(already_gone(cleanup).is_err());
+    }
 }
