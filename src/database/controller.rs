@@ -160,7 +160,10 @@ async fn admitted(
         .databases
         .get(&ObjectRef::from_obj(guard.as_ref()));
     match current {
-        Some(now) => reconcile(now, ctx).await,
+        // Boxed: a pass's future is tens of KiB, and kube's runner spawns every woken pass at
+        // once (a restart wakes them all). Inline, each waiting pass would hold that much
+        // while it waits for its lane; boxed, only the running ones do.
+        Some(now) => Box::pin(reconcile(now, ctx)).await,
         None => Ok(Action::await_change()),
     }
 }
@@ -297,6 +300,30 @@ mod tests {
     fn removal_failed(code: u16) -> FinalizerError<Error> {
         let status = Status::failure("databases.dbop.dev \"a\"", "x").with_code(code);
         FinalizerError::RemoveFinalizer(kube::Error::Api(status.boxed()))
+    }
+
+    /// kube's runner spawns every woken pass at once; each waits for its lane holding only
+    /// what `admitted` keeps across that wait (the pass itself is boxed once it runs).
+    #[tokio::test]
+    async fn a_pass_waiting_for_its_lane_holds_little() {
+        let (service, _server) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let client = kube::Client::new(service, "default");
+        let caches = crate::context::caches::caches().0;
+        let ctx = Context::new(client, crate::settings::Settings::default(), caches);
+        let db: Database = serde_json::from_value(json!({
+            "apiVersion": "dbop.dev/v1alpha1", "kind": "Database",
+            "metadata": {"name": "orders", "namespace": "shop"},
+            "spec": {"version": "16.4", "storage": {"size": "1Gi"}}
+        }))
+        .expect("a Database");
+        let queue = WorkQueue::new(Default::default());
+        let guard = Arc::new(DeserializeGuard(Ok(db)));
+        let pass = admitted(guard, Arc::new(ctx), queue, Arc::new(Lanes::new(1)));
+        let size = std::mem::size_of_val(&pass);
+        assert!(size <= 1024, "a waiting pass holds {size} bytes");
     }
 
     #[test]
