@@ -26,7 +26,7 @@ use crate::context::caches::Trigger;
 use crate::context::work_queue::{WorkQueue, forget_if_gone};
 use crate::context::{Context, FailureKey};
 use crate::error::{During, Error, Result, Step};
-use crate::ops::metrics::BACKUP_CONTROLLER;
+use crate::ops::metrics::{BACKUP_CONTROLLER, DatabaseKey};
 
 /// Runs the `DatabaseBackup` controller until SIGTERM/SIGINT, woken by `backups` (its own
 /// objects, read from the cache in `ctx`) and `jobs` (the Jobs they own).
@@ -68,7 +68,6 @@ fn key_of(b: &DatabaseBackup) -> FailureKey {
 #[instrument(skip_all, fields(namespace = ?backup.metadata.namespace, backup = %name_of(&backup)))]
 async fn reconcile(backup: Arc<DatabaseBackup>, ctx: Arc<Context>) -> Result<Action> {
     let started = Instant::now();
-    record_success(&ctx, &backup);
     let result = reconcile_once(&backup, &ctx).await;
     let error = result.as_ref().err().map(Error::label);
     ctx.metrics
@@ -76,24 +75,31 @@ async fn reconcile(backup: Arc<DatabaseBackup>, ctx: Arc<Context>) -> Result<Act
     result
 }
 
-/// A succeeded backup sets its Database's last-success metrics (the newest one wins).
-fn record_success(ctx: &Context, backup: &DatabaseBackup) {
-    let Some(status) = &backup.status else { return };
+/// A succeeded backup of a Database that exists sets that Database's last-success metrics (the
+/// newest one wins); a backup kept by retention after its Database was deleted sets nothing, or
+/// its series would come back after the Database's were removed.
+fn success_to_record(
+    backup: &DatabaseBackup,
+    database_exists: bool,
+) -> Option<(DatabaseKey, f64, Option<i64>)> {
+    let status = backup.status.as_ref().filter(|_| database_exists)?;
     let (Some(BackupPhase::Succeeded), Some(completed)) = (status.phase, status.completed_at)
     else {
-        return;
+        return None;
     };
     let namespace = backup.metadata.namespace.clone().unwrap_or_default();
     let key = (namespace, backup.spec.database.clone());
     let seconds = completed.timestamp_millis() as f64 / 1000.0;
-    ctx.metrics
-        .backup_succeeded(key, seconds, status.size_bytes);
+    Some((key, seconds, status.size_bytes))
 }
 
 async fn reconcile_once(backup: &DatabaseBackup, ctx: &Context) -> Result<Action> {
     let observed = observe(ctx, backup, Utc::now())
         .await
         .during(Step::Observe)?;
+    if let Some((key, seconds, size)) = success_to_record(backup, observed.database.is_some()) {
+        ctx.metrics.backup_succeeded(key, seconds, size);
+    }
     let decision = decide(backup, &observed.facts);
     let database = observed.database.as_ref();
     let early = act(ctx, backup, database, &decision, observed.facts.now)
@@ -111,4 +117,29 @@ async fn reconcile_once(backup: &DatabaseBackup, ctx: &Context) -> Result<Action
 
 fn error_policy(backup: Arc<DatabaseBackup>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.retry_after_failure(key_of(&backup), error, "backup")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::BackupReason;
+    use crate::database_backup::testing::{backup, now};
+
+    #[test]
+    fn a_succeeded_backup_sets_the_metrics_of_its_database_only_while_it_exists() {
+        let mut done = backup("b1", BackupReason::Manual, Some(BackupPhase::Succeeded), 60);
+        if let Some(status) = done.status.as_mut() {
+            status.completed_at = Some(now());
+            status.size_bytes = Some(4096);
+        }
+        let key = ("shop".to_string(), "orders".to_string());
+        let seconds = now().timestamp() as f64;
+        assert_eq!(
+            success_to_record(&done, true),
+            Some((key, seconds, Some(4096)))
+        );
+        assert_eq!(success_to_record(&done, false), None, "kept by retention");
+        let running = backup("b2", BackupReason::Manual, Some(BackupPhase::Running), 60);
+        assert_eq!(success_to_record(&running, true), None);
+    }
 }
