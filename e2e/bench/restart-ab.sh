@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A/B of the operator's restart on a populated bed: each binary given is started alone
-# (`dbop run`, RUST_LOG=warn, no request budget), VmRSS read every second for 60 s, then its CPU
+# (`dbop run`, RUST_LOG=warn, no request budget), VmRSS read every second for SECONDS_EACH (60) s, then its CPU
 # seconds (utime + stime) and the reconciles it ran; the binaries interleaved, ROUNDS rounds.
 #
 #   KUBECONFIG=/path/to/bed/kubeconfig e2e/bench/restart-ab.sh BIN_A BIN_B ...
@@ -12,17 +12,19 @@ set -euo pipefail
 : "${KUBECONFIG:?set KUBECONFIG to the bed of the benchmark}"
 export RUST_LOG=warn DBOP_API_QPS=0
 ticks=$(getconf CLK_TCK)
+seconds=${SECONDS_EACH:-60}
+quarter=$((seconds >= 4 ? seconds / 4 : 1))
 port=${METRICS_PORT:-19192}
 for round in $(seq 1 "${ROUNDS:-2}"); do
   for bin in "$@"; do
     "$bin" run --metrics-addr "127.0.0.1:$port" >/dev/null 2>&1 &
     pid=$!
     peak=0 samples=""
-    for t in $(seq 1 60); do
+    for t in $(seq 1 "$seconds"); do
       sleep 1
       rss=$(awk '/VmRSS/{print $2}' "/proc/$pid/status")
       [ "$rss" -gt "$peak" ] && peak=$rss
-      case $t in 15|30|45|60) samples="$samples ${t}s=$((rss / 1024))";; esac
+      if [ $((t % quarter)) -eq 0 ]; then samples="$samples ${t}s=$((rss / 1024))"; fi
     done
     read -r utime stime < <(awk '{print $14, $15}' "/proc/$pid/stat")
     reconciles=$({ curl -s "127.0.0.1:$port/metrics" || true; } |
