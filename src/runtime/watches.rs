@@ -293,7 +293,7 @@ fn meta<K: Resource>(object: &K) -> Meta<K> {
 /// namespace alone if its metadata cannot be unpacked, which `Packed` logs).
 fn packed_meta<K>(object: &Packed<K>) -> Meta<K>
 where
-    K: Resource<DynamicType = ()> + serde::Serialize + serde::de::DeserializeOwned,
+    K: Resource<DynamicType = ()> + serde::Serialize + serde::de::DeserializeOwned + 'static,
 {
     let metadata = object.metadata().unwrap_or_else(|| ObjectMeta {
         name: Some(object.name().to_string()),
