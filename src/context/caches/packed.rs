@@ -21,7 +21,7 @@
 //! object of the kind packed in this process. The objects of one kind that dbop makes differ
 //! mostly in their names, and small bodies deflate poorly alone: against another of its kind a
 //! StatefulSet's body packs to ~260 bytes instead of ~1,800, a Service's metadata to ~100
-//! instead of ~270 (the bench's objects; docs/benchmarks.md, "Packed against their kind").
+//! instead of ~270 (the bench's objects; docs/benchmarks.md, "5,000 Databases").
 
 use std::any::TypeId;
 use std::borrow::Cow;
@@ -167,8 +167,9 @@ fn unpack<K: 'static, T: DeserializeOwned>(part: Part, packed: &[u8]) -> Result<
     serde_json::from_slice(&json).map_err(|e| e.to_string())
 }
 
-/// Raw deflate of `data` with a preset dictionary (empty if it cannot deflate, which a stream
-/// given all its input and room to write never does; unpacking it then fails, logged).
+/// Raw deflate of `data` with a preset dictionary (empty if it cannot deflate or stops making
+/// progress, which a stream given all its input and room to write does not; unpacking it then
+/// fails, logged).
 fn deflate(data: &[u8], dictionary: &[u8]) -> Vec<u8> {
     let mut stream = Compress::new(Compression::fast(), false);
     let mut out = Vec::with_capacity(data.len() / 4 + 64);
@@ -176,11 +177,13 @@ fn deflate(data: &[u8], dictionary: &[u8]) -> Vec<u8> {
         return Vec::new();
     }
     loop {
-        let read = stream.total_in() as usize;
-        match stream.compress_vec(&data[read..], &mut out, FlushCompress::Finish) {
+        let (read, written) = (stream.total_in(), stream.total_out());
+        let at = read as usize;
+        match stream.compress_vec(&data[at..], &mut out, FlushCompress::Finish) {
             Ok(Status::StreamEnd) => return out,
-            Ok(_) => out.reserve(out.capacity()),
-            Err(_) => return Vec::new(),
+            Ok(_) if out.len() == out.capacity() => out.reserve(out.capacity()),
+            Ok(_) if (stream.total_in(), stream.total_out()) != (read, written) => {}
+            Ok(_) | Err(_) => return Vec::new(),
         }
     }
 }
