@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A/B of the operator's restart on a populated bed: each binary given is started alone
-# (`dbop run`, RUST_LOG=warn, no request budget), VmRSS read every second for SECONDS_EACH (60) s, then its CPU
-# seconds (utime + stime) and the reconciles it ran; the binaries interleaved, ROUNDS rounds.
+# (`dbop run`, RUST_LOG=warn, no request budget), VmRSS read every second for SECONDS_EACH (60)
+# s, then its CPU seconds (utime + stime) and the reconciles it ran; the binaries interleaved,
+# ROUNDS rounds.
 #
 #   KUBECONFIG=/path/to/bed/kubeconfig e2e/bench/restart-ab.sh BIN_A BIN_B ...
 #
