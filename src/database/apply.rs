@@ -20,7 +20,7 @@ use rand::distr::Alphanumeric;
 use serde_json::json;
 use tracing::{debug, info};
 
-use super::build::{AccountWrites, BackupWrites, Desired, TlsWrites};
+use super::build::{AccountWrites, BackupWrites, Desired, RoleWrites, TlsWrites};
 use super::events::{maintenance_events, release_events, transition_events};
 use super::facts::Observed;
 use super::init::FailedInitJob;
@@ -59,14 +59,7 @@ pub async fn apply(
         secret,
         adopt_secret,
         accounts,
-        instance_access,
-        primary_lease,
-        primary_lease_carries_over,
-        failover_event,
-        role_events,
-        promotion_answered,
-        label_pods,
-        refresh_pods,
+        roles,
         network_policy,
         services,
         disruption_budgets,
@@ -89,27 +82,7 @@ pub async fn apply(
     applied.overrides.extend(certificate);
     let ns = db.namespace_or_default();
     write_accounts(ctx, db, accounts).await?;
-    let lease = DesignatedLease {
-        planned: primary_lease,
-        observed: snap.primary_lease.as_ref(),
-        carries_over: primary_lease_carries_over,
-    };
-    // The failover's Event before the Lease that carries it out: an operator killed between
-    // the two decides the same failover again, and its Event has the same name.
-    if let Some(event) = &failover_event {
-        kube_io::publish_named(ctx, &db.object_ref(&()), "Reconcile", event).await;
-    }
-    write_primary_lease(ctx, &ns, instance_access, lease).await?;
-    for event in &role_events {
-        publish(ctx, db, event).await;
-    }
-    if promotion_answered {
-        let api: Api<Database> = Api::namespaced(ctx.client.clone(), &ns);
-        let patch = json!({"metadata": {"annotations": {PROMOTE_ANNOTATION: null}}});
-        merge_patch_if_exists(&api, &db.name(), &patch).await?;
-    }
-    label_instances(ctx, &ns, label_pods).await?;
-    refresh_secret_volumes(ctx, &ns, refresh_pods).await?;
+    write_roles(ctx, db, snap, roles).await?;
     for (name, budget) in disruption_budgets.into_iter().flatten() {
         write_disruption_budget(ctx, db, snap, &name, budget).await?;
     }
@@ -137,6 +110,49 @@ pub async fn apply(
     write_backups(ctx, db, &backup_api, backups).await?;
     create_each(&jobs, verify_job).await?;
     Ok(applied)
+}
+
+/// The roles plan's writes, in `RoleWrites`' order: the failover's Event before the Lease that
+/// carries it out, the Lease before the labels and the topology the instances read.
+async fn write_roles(
+    ctx: &Context,
+    db: &Database,
+    snap: &Observed,
+    roles: RoleWrites,
+) -> Result<()> {
+    let RoleWrites {
+        instance_access,
+        primary_lease,
+        primary_lease_carries_over,
+        failover_event,
+        role_events,
+        promotion_answered,
+        label_pods,
+        refresh_pods,
+    } = roles;
+    let ns = db.namespace_or_default();
+    let lease = DesignatedLease {
+        planned: primary_lease,
+        observed: snap.primary_lease.as_ref(),
+        carries_over: primary_lease_carries_over,
+    };
+    // The failover's Event before the Lease that carries it out: an operator killed between
+    // the two decides the same failover again, and its Event has the same name.
+    if let Some(event) = &failover_event {
+        kube_io::publish_named(ctx, &db.object_ref(&()), "Reconcile", event).await;
+    }
+    write_primary_lease(ctx, &ns, instance_access, lease).await?;
+    for event in &role_events {
+        publish(ctx, db, event).await;
+    }
+    if promotion_answered {
+        let api: Api<Database> = Api::namespaced(ctx.client.clone(), &ns);
+        let patch = json!({"metadata": {"annotations": {PROMOTE_ANNOTATION: null}}});
+        merge_patch_if_exists(&api, &db.name(), &patch).await?;
+    }
+    label_instances(ctx, &ns, label_pods).await?;
+    refresh_secret_volumes(ctx, &ns, refresh_pods).await?;
+    Ok(())
 }
 
 /// Creates the object, if any, unless it exists.

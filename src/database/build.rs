@@ -64,26 +64,8 @@ pub struct Desired {
     pub adopt_secret: Option<String>,
     /// The replication, application and accounts Secrets.
     pub accounts: AccountWrites,
-    /// The instances' ServiceAccount, Role and RoleBinding, made with the primary Lease.
-    pub instance_access: Option<(ServiceAccount, Role, RoleBinding)>,
-    /// The primary Lease to create, or to replace with a new designation (compare-and-swap):
-    /// written before the labels and the topology file, so the instances hear it first.
-    pub primary_lease: Option<Lease>,
-    /// A designation that loses its compare-and-swap to a renewal by the same holder may be
-    /// carried over onto the renewed Lease (`primary_lease::carried_over`): every designation
-    /// but a failover's.
-    pub primary_lease_carries_over: bool,
-    /// The Event of a failover, published once under its own name before the Lease
-    /// designates the new primary (`failover_event`).
-    pub failover_event: Option<NamedEvent>,
-    /// The Events of an answered promotion request and of a switchover.
-    pub role_events: Vec<EventSpec>,
-    /// Remove the promotion request (`PROMOTE_ANNOTATION`): it has been answered.
-    pub promotion_answered: bool,
-    /// Role labels to set on pods (before the Services that select by them).
-    pub label_pods: Vec<(String, InstanceRole)>,
-    /// The versions of their mounted Secrets to tell pods (`roles::SECRETS_SEEN_ANNOTATION`).
-    pub refresh_pods: Vec<(String, String)>,
+    /// The primary Lease, what makes the instances able to keep it, and the pods' role labels.
+    pub roles: RoleWrites,
     /// The NetworkPolicy of `spec.networkPolicy`: applied where it drifted (before the
     /// Services and the StatefulSet: new pods start behind it), or deleted (`None`: not asked).
     pub network_policy: Option<Option<NetworkPolicy>>,
@@ -127,6 +109,32 @@ pub struct AccountWrites {
     pub application_secret: Option<Secret>,
     pub accounts_secret: Option<Secret>,
     pub accounts_event: Option<EventSpec>,
+}
+
+/// What the roles plan writes, in this order: the instances' access, the failover's Event, the
+/// Lease, the role Events, the answered promotion request, the pods' labels and annotations.
+#[derive(Clone, Debug, Default)]
+pub struct RoleWrites {
+    /// The instances' ServiceAccount, Role and RoleBinding, made with the primary Lease.
+    pub instance_access: Option<(ServiceAccount, Role, RoleBinding)>,
+    /// The primary Lease to create, or to replace with a new designation (compare-and-swap):
+    /// written before the labels and the topology file, so the instances hear it first.
+    pub primary_lease: Option<Lease>,
+    /// A designation that loses its compare-and-swap to a renewal by the same holder may be
+    /// carried over onto the renewed Lease (`primary_lease::carried_over`): every designation
+    /// but a failover's.
+    pub primary_lease_carries_over: bool,
+    /// The Event of a failover, published once under its own name before the Lease
+    /// designates the new primary (`failover_event`).
+    pub failover_event: Option<NamedEvent>,
+    /// The Events of an answered promotion request and of a switchover.
+    pub role_events: Vec<EventSpec>,
+    /// Remove the promotion request (`PROMOTE_ANNOTATION`): it has been answered.
+    pub promotion_answered: bool,
+    /// Role labels to set on pods (before the Services that select by them).
+    pub label_pods: Vec<(String, InstanceRole)>,
+    /// The versions of their mounted Secrets to tell pods (`roles::SECRETS_SEEN_ANNOTATION`).
+    pub refresh_pods: Vec<(String, String)>,
 }
 
 /// What a staged upgrade creates before it replaces a pod.
@@ -233,8 +241,9 @@ pub fn build(
         create_pre_upgrade_backup,
         delete_pods,
         tls,
-        label_pods,
-        refresh_pods,
+        // Written by `role_writes`.
+        label_pods: _,
+        refresh_pods: _,
     } = &decision.steps;
     // The instances the StatefulSet keeps (more than the spec's while a scale-down waits for
     // the primary's switchover), as the Lease and the mounted ConfigMap name them.
@@ -251,21 +260,7 @@ pub fn build(
                 .map(|password| replication_secret(db, password)),
             ..account_writes(db, snap, fresh.accounts, fresh.application_password)
         },
-        instance_access: (*apply_statefulset && snap.primary_lease.is_none())
-            .then(|| instance_access(db)),
-        primary_lease: apply_statefulset
-            .then(|| designated_lease(db, snap, &topology))
-            .flatten(),
-        primary_lease_carries_over: decision.roles.failover.is_none(),
-        failover_event: decision
-            .roles
-            .failover
-            .as_ref()
-            .map(|f| failover_event(db, f)),
-        role_events: role_events(&decision.roles),
-        promotion_answered: decision.roles.promotion.is_some(),
-        label_pods: label_pods.clone(),
-        refresh_pods: refresh_pods.clone(),
+        roles: role_writes(db, snap, decision, &topology),
         network_policy: apply_services.then(|| network_policy(db)),
         services: (apply_services.then(|| services::all(db))).unwrap_or_default(),
         disruption_budgets: apply_statefulset.then(|| disruption_budgets(db)),
@@ -296,6 +291,38 @@ pub fn build(
             .and_then(|plan| plan.create.as_ref())
             .and_then(|name| verify_job(db, name, settings).ok()),
         tls: tls_writes(db, snap, tls, fresh.issued),
+    }
+}
+
+/// The roles plan's writes; the Lease and the instances' access only with the StatefulSet.
+fn role_writes(
+    db: &Database,
+    snap: &Observed,
+    decision: &Decision,
+    topology: &Topology,
+) -> RoleWrites {
+    let Steps {
+        apply_statefulset,
+        label_pods,
+        refresh_pods,
+        ..
+    } = &decision.steps;
+    RoleWrites {
+        instance_access: (*apply_statefulset && snap.primary_lease.is_none())
+            .then(|| instance_access(db)),
+        primary_lease: apply_statefulset
+            .then(|| designated_lease(db, snap, topology))
+            .flatten(),
+        primary_lease_carries_over: decision.roles.failover.is_none(),
+        failover_event: decision
+            .roles
+            .failover
+            .as_ref()
+            .map(|f| failover_event(db, f)),
+        role_events: role_events(&decision.roles),
+        promotion_answered: decision.roles.promotion.is_some(),
+        label_pods: label_pods.clone(),
+        refresh_pods: refresh_pods.clone(),
     }
 }
 
