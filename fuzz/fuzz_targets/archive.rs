@@ -1,14 +1,14 @@
-//! The backup agent's archive row counter (`backups/src/archive.rs`) on arbitrary bytes, as pg_dump
+//! The backup agent's archive row counter (`backups/src/archive/`) on arbitrary bytes, as pg_dump
 //! (or anything else) might write them: no panic, and the outcome (counts or error) does not
 //! depend on how the bytes are cut into pieces (one byte at a time, a few, or all at once).
 //!
-//! The module is std-only and compiled from its source file, so the fuzz build does not
+//! The module is std-only and compiled from its source files, so the fuzz build does not
 //! instrument the whole agent.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
-#[path = "../../backups/src/archive.rs"]
+#[path = "../../backups/src/archive/mod.rs"]
 #[allow(dead_code)]
 mod archive;
 
