@@ -499,10 +499,12 @@ async fn a_restart_replaces_the_primary_last_after_a_switchover() {
     // (Had roll-0's pod been replaced before it handed over, the Lease's release would have
     // been a failover: the FailedOver check below.)
     let primary = new_primary(&bed, &ns, "roll", "roll-0").await;
-    assert_eq!(
-        primary, "roll-1",
-        "the lowest of the replaced pods above the primary"
-    );
+    if primary != "roll-1" {
+        panic!(
+            "{primary} is the primary, not roll-1, the lowest of the replaced pods above it; {}",
+            why_no_failover(&bed, &ns, "roll").await
+        );
+    }
     // Then roll-0's pod is replaced too, as a standby, and the rollout ends.
     let restarted = wait_until_or_none(READY_WAIT, || async {
         let replaced = uid(pods.get_opt("roll-0").await.ok()?) != primary_uid;
@@ -556,10 +558,12 @@ async fn a_version_upgrade_replaces_the_primary_last_after_a_switchover() {
         .unwrap();
     // Preflight, then two standbys replaced one after the other, then the switchover.
     let primary = new_primary_within(&bed, &ns, "minor", "minor-0", READY_WAIT).await;
-    assert_eq!(
-        primary, "minor-1",
-        "the lowest of the upgraded pods above the primary"
-    );
+    if primary != "minor-1" {
+        panic!(
+            "{primary} is the primary, not minor-1, the lowest of the upgraded pods above it; {}",
+            why_no_failover(&bed, &ns, "minor").await
+        );
+    }
     let complete = wait_until_or_none(READY_WAIT, || async {
         let s = databases.get("minor").await.ok()?.status?;
         let stage = s.upgrade.as_ref().map(|u| u.stage);
