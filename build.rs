@@ -2,7 +2,11 @@
 //! that the operator's default agent image is its own published reference (src/settings.rs).
 
 fn main() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("release.env");
+    // Read when the script runs, not baked in when it is compiled: a script compiled for another
+    // checkout that shares this target directory would otherwise read that checkout's file.
+    let manifest_dir =
+        std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let path = std::path::Path::new(&manifest_dir).join("release.env");
     println!("cargo:rerun-if-changed={}", path.display());
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
