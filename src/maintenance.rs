@@ -439,12 +439,12 @@ mod tests {
         assert_eq!(Gate::of(&db, now), Gate::NoWindow);
         assert_eq!(condition(&Gate::NoWindow, &["x".into()]), None);
 
-        db.spec.maintenance_window = Some(MaintenanceWindowSpec {
+        db.spec.maintenance_window = Some(Box::new(MaintenanceWindowSpec {
             days: vec![],
             start: "02:00".into(),
             duration: "2h".into(),
             time_zone: Some("Europe/Berlin".into()),
-        });
+        }));
         let gate = Gate::of(&db, now);
         assert!(gate.holds() && !gate.is_open());
         assert_eq!(

@@ -879,7 +879,7 @@ fn database_specs_through_decide_and_the_builders() {
             let password = format!("{PASSWORD_MARK}{pw}");
             let d = decide(&db, &facts, &Settings::default());
             check_decision(&db, &d)?;
-            let invalid_backup = db.spec.backup.as_ref().map(BackupSettings::parse);
+            let invalid_backup = db.spec.backup.as_deref().map(BackupSettings::parse);
             bad_backup.set(bad_backup.get() + u32::from(matches!(invalid_backup, Some(Err(_)))));
             if d.steps.apply_statefulset {
                 built.set(built.get() + 1);

@@ -690,11 +690,11 @@ mod tests {
         let mut db = running.clone();
         db.spec.image = Some("mirror/postgres:16.4-patched".into());
         // Closed at the facts' moment (the epoch): it opens at 02:00 UTC.
-        db.spec.maintenance_window = Some(crate::api::MaintenanceWindowSpec {
+        db.spec.maintenance_window = Some(Box::new(crate::api::MaintenanceWindowSpec {
             start: "02:00".into(),
             duration: "1h".into(),
             ..Default::default()
-        });
+        }));
         let f = Facts {
             statefulset: Some(sts(1, true, IMAGE)),
             template: Some(template_origin::TemplateRecord::of(&applied)),

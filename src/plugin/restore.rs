@@ -59,12 +59,12 @@ pub fn manifest(
         new_name,
         DatabaseSpec {
             engine: source.spec.engine,
-            bootstrap: Some(BootstrapSpec {
+            bootstrap: Some(Box::new(BootstrapSpec {
                 from_backup: FromBackupSpec {
                     database_backup: Some(backup_name),
                     ..from_backup_default()
                 },
-            }),
+            })),
             ..spec
         },
     );

@@ -33,7 +33,7 @@ pub fn place(pod: &mut PodSpec, placement: Option<&PlacementSpec>) {
 
 /// The placement of the database pods.
 pub fn database_placement(db: &Database) -> Option<&PlacementSpec> {
-    db.spec.placement.as_ref()
+    db.spec.placement.as_deref()
 }
 
 /// The placement of a Job: `spec.backup.placement` replaces `spec.placement` as a whole for
@@ -43,7 +43,7 @@ pub fn job_placement(db: &Database, class: JobClass) -> Option<&PlacementSpec> {
         JobClass::Backup => db.spec.backup.as_ref().and_then(|b| b.placement.as_ref()),
         JobClass::Database => None,
     };
-    backup.or(db.spec.placement.as_ref())
+    backup.or(db.spec.placement.as_deref())
 }
 
 /// The resources of a Job's main container: `spec.backup.resources` (backup and verify), else
@@ -103,7 +103,7 @@ mod tests {
         for class in [JobClass::Database, JobClass::Backup] {
             assert_eq!(
                 job_placement(&inherits, class),
-                inherits.spec.placement.as_ref()
+                inherits.spec.placement.as_deref()
             );
         }
         let replaced = db(

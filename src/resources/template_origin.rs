@@ -612,11 +612,11 @@ mod tests {
         // Kept with its record: the next pass holds it again, until the window opens; moving
         // the window (to another closed one) releases nothing either.
         let mut moved = changed.clone();
-        moved.spec.maintenance_window = Some(crate::api::MaintenanceWindowSpec {
+        moved.spec.maintenance_window = Some(Box::new(crate::api::MaintenanceWindowSpec {
             start: "03:00".into(),
             duration: "1h".into(),
             ..Default::default()
-        });
+        }));
         let mut again = statefulset(&moved, &s, None);
         let choice = settle_at(&mut again, Some(&desired), &moved, &s, &closed());
         assert_eq!(choice, TemplateChoice::Hold(Held::default()));
