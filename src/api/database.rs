@@ -86,7 +86,8 @@ pub const POD_SECURITY_TRANSITION_RULE: &str = "(has(self.spec.podSecurity) ? \
 ]))]
 // The large sections most Databases leave out (placement, maintenanceWindow, backup, bootstrap)
 // are boxed: the operator keeps every Database in memory, and inline they took 1.8 KiB of each
-// one's 4.1 KiB (docs/benchmarks.md, "Boxed spec sections"). The schema is the same.
+// one's 4.1 KiB (docs/benchmarks.md, "1,000 Databases with the dictionaries, and the boxed spec
+// sections"). The schema is the same.
 pub struct DatabaseSpec {
     /// The database engine. Only `postgres` today; immutable.
     #[serde(default)]
