@@ -111,8 +111,9 @@ pub struct AccountWrites {
     pub accounts_event: Option<EventSpec>,
 }
 
-/// What the roles plan writes, in this order: the instances' access, the failover's Event, the
-/// Lease, the role Events, the answered promotion request, the pods' labels and annotations.
+/// What the roles plan writes, in this order (`apply::write_roles`): the failover's Event, the
+/// instances' access and the Lease, the role Events, the answered promotion request, the pods'
+/// labels and annotations.
 #[derive(Clone, Debug, Default)]
 pub struct RoleWrites {
     /// The instances' ServiceAccount, Role and RoleBinding, made with the primary Lease.
