@@ -386,19 +386,62 @@ fn instances_message(db: &Database, sts: Option<&StatefulSetFact>, roles: &Roles
             "{}/{} instances ready; see the pods' events and logs",
             s.ready_replicas, db.spec.instances
         ),
-        // A standby is ready only while it streams from the primary.
         Some(s) => format!(
-            "{}/{} instances ready; not ready: {} (a standby is ready only while it streams from the primary: see the pod's log)",
+            "{}/{} instances ready; not ready: {} ({})",
             s.ready_replicas,
             db.spec.instances,
-            not_ready.join(", ")
+            not_ready.join(", "),
+            not_ready_hint(roles)
         ),
+    }
+}
+
+/// Where to look for the instances that are not ready: a standby is ready only while it streams
+/// from the primary, which its log says; a primary's pod says why in its events and log.
+fn not_ready_hint(roles: &RolesPlan) -> &'static str {
+    let standby_waits = roles
+        .instances
+        .iter()
+        .any(|i| !i.ready && i.role != InstanceRole::Primary);
+    if standby_waits {
+        "a standby is ready only while it streams from the primary: see the pod's log"
+    } else {
+        "see the pod's events and log"
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_waiting_standby_is_pointed_at_streaming() {
+        let instance = |name: &str, role, ready| crate::api::InstanceStatus {
+            name: name.into(),
+            role,
+            ready,
+            ..Default::default()
+        };
+        let roles = |instances| RolesPlan {
+            instances,
+            ..Default::default()
+        };
+        let primary_down = roles(vec![
+            instance("orders-0", InstanceRole::Primary, false),
+            instance("orders-1", InstanceRole::Standby, true),
+        ]);
+        assert_eq!(
+            not_ready_hint(&primary_down),
+            "see the pod's events and log"
+        );
+        let standby_down = roles(vec![
+            instance("orders-0", InstanceRole::Primary, true),
+            instance("orders-1", InstanceRole::Standby, false),
+        ]);
+        assert!(
+            not_ready_hint(&standby_down).starts_with("a standby is ready only while it streams")
+        );
+    }
 
     #[test]
     fn stage_table() {
