@@ -32,6 +32,7 @@ pub mod prune;
 pub mod recover;
 pub mod recovery;
 pub mod recovery_check;
+pub mod replication;
 pub mod restore;
 pub mod restore_database;
 pub mod restore_stream;
