@@ -6,15 +6,20 @@
 //! Layout, beside the logical backups and the WAL of the same database folder:
 //!
 //! ```text
-//! <prefix>/<database>/base/<backup id>/base.tar.zst   pg_basebackup -Ft -X none: one zstd frame
-//!                                                     (encrypted when a key is set)
+//! <prefix>/<database>/base/<backup id>/base.tar.zst   the tar (-X none) in zstd frames, the
+//!                                                     server's or the agent's (encrypted when
+//!                                                     a key is set)
+//! <prefix>/<database>/base/<backup id>/backup_manifest.zst
+//!                                                     the manifest, when the server compressed
+//!                                                     the tar (`StoredManifest`)
 //! <prefix>/<database>/base/<backup id>/backup.json    the record (`BaseRecord`), written last:
 //!                                                     a base backup without one is incomplete
 //! <prefix>/<database>/wal/<timeline>/<file>.zst       the archived WAL (`wal`)
 //! ```
 //!
-//! The tar holds PostgreSQL's `backup_manifest` (checked with `pg_verifybackup` on restore) and
-//! no WAL: recovery fetches it from the archive (`wal-fetch`).
+//! PostgreSQL's `backup_manifest` (checked with `pg_verifybackup` on restore) is in the tar when
+//! pg_basebackup took the backup, beside it when the server compressed it; the tar holds no
+//! WAL: recovery fetches it from the archive (`wal-fetch`).
 //!
 //! Pure: no client, no file system, no clock (the caller passes the facts).
 
@@ -29,8 +34,12 @@ pub const BASE_DIR: &str = "base";
 pub const BASE_FILE: &str = "base.tar.zst";
 /// The record, written after the tar is stored.
 pub const RECORD_FILE: &str = "backup.json";
-/// The record format's version.
-pub const RECORD_VERSION: u32 = 1;
+/// The backup manifest beside the tar, when the server compressed the tar (its own zstd frame,
+/// encrypted when a key is set); older backups hold it in the tar.
+pub const MANIFEST_FILE: &str = "backup_manifest.zst";
+/// The record format's version: 2 when the manifest is stored beside the tar (an agent that
+/// knows only 1 would look for it in the tar, so it refuses the record instead).
+pub const RECORD_VERSION: u32 = 2;
 /// The largest record read back.
 pub const MAX_RECORD_BYTES: usize = 64 << 10;
 /// The largest `backup_manifest` read out of the stream (one line per file of the instance).
@@ -44,6 +53,11 @@ pub fn base_prefix(layout: &Layout, database: &str) -> String {
 /// `<prefix>/<database>/base/<id>/base.tar.zst`.
 pub fn tar_key(layout: &Layout, database: &str, id: &str) -> String {
     format!("{}{id}/{BASE_FILE}", base_prefix(layout, database))
+}
+
+/// `<prefix>/<database>/base/<id>/backup_manifest.zst`.
+pub fn manifest_key(layout: &Layout, database: &str, id: &str) -> String {
+    format!("{}{id}/{MANIFEST_FILE}", base_prefix(layout, database))
 }
 
 /// `<prefix>/<database>/base/<id>/backup.json`.
@@ -63,6 +77,11 @@ pub fn id_of_record_key<'a>(layout: &Layout, database: &str, key: &'a str) -> Op
 /// The encryption context of a base backup's tar: it cannot pass for another object.
 pub fn crypto_context(id: &str) -> String {
     format!("{BASE_DIR}/{id}/{BASE_FILE}")
+}
+
+/// The encryption context of the manifest stored beside the tar.
+pub fn manifest_crypto_context(id: &str) -> String {
+    format!("{BASE_DIR}/{id}/{MANIFEST_FILE}")
 }
 
 /// A WAL location, `X/Y` in hex as PostgreSQL writes it.
@@ -297,8 +316,12 @@ pub fn summary(record: &BaseRecord, taken_now: bool) -> String {
     } else {
         "already complete, not taken again"
     };
+    let compressed_by = match record.manifest {
+        Some(_) => "the server",
+        None => "the agent",
+    };
     format!(
-        "base backup {} {how}: WAL from {} to {} on timeline {} (from the {}), {} files",
+        "base backup {} {how}: WAL from {} to {} on timeline {} (from the {}), {} files, compressed by {compressed_by}",
         record.backup_id,
         record.start_lsn,
         record.stop_lsn,
@@ -402,6 +425,17 @@ pub struct BaseRecord {
     pub agent_version: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encryption: Option<Encryption>,
+    /// The manifest stored beside the tar (`MANIFEST_FILE`); absent: it is in the tar.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest: Option<StoredManifest>,
+}
+
+/// The stored manifest object: its size and SHA-256 as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredManifest {
+    pub size_bytes: u64,
+    pub sha256: String,
 }
 
 impl BaseRecord {
@@ -776,6 +810,7 @@ mod tests {
             compression: "zstd".into(),
             agent_version: "0".into(),
             encryption: None,
+            manifest: None,
         }
     }
 

@@ -82,7 +82,16 @@ pub async fn base_restore(
     let restored = async {
         let key = decryption_key(&record, opts.keys.as_ref())?;
         // The unpacking stops on a signal by itself, so nothing writes after the clean-up.
-        unpack(store, layout, &record, key, &opts.data_dir, interrupt).await?;
+        unpack(
+            store,
+            layout,
+            &record,
+            key.clone(),
+            &opts.data_dir,
+            interrupt,
+        )
+        .await?;
+        fetch_manifest(store, layout, &record, key.as_ref(), &opts.data_dir).await?;
         tokio::select! {
             r = verify_manifest(tools, &record, &opts.data_dir) => r?,
             s = interrupt.wait() => return Err(Error::Interrupted(s)),
@@ -221,6 +230,55 @@ async fn unpack(
         )));
     }
     Ok(())
+}
+
+/// The manifest stored beside the tar (base backups the server compressed), written into the
+/// data directory as `backup_manifest` for the check, after its size, SHA-256, encryption and
+/// zstd checksum are checked. Nothing to do for a manifest inside the tar.
+async fn fetch_manifest(
+    store: &Store,
+    layout: &Layout,
+    record: &BaseRecord,
+    key: Option<&Key>,
+    dir: &Path,
+) -> Result<()> {
+    let Some(stored) = &record.manifest else {
+        return Ok(());
+    };
+    let object = base::manifest_key(layout, &record.database, &record.backup_id);
+    let integrity = |detail: String| Error::Integrity {
+        key: object.clone(),
+        detail: format!("{detail}; the data directory was emptied again"),
+    };
+    let bytes = store
+        .get_small(&object, base::MAX_MANIFEST_BYTES)
+        .await?
+        .ok_or_else(|| integrity("the record names a backup manifest that is not stored".into()))?;
+    let sha256 = hex::encode(Sha256::digest(&bytes));
+    if bytes.len() as u64 != stored.size_bytes || sha256 != stored.sha256 {
+        return Err(integrity(format!(
+            "the manifest object has {} bytes with sha256 {sha256}, the record says {} bytes with sha256 {}",
+            bytes.len(),
+            stored.size_bytes,
+            stored.sha256
+        )));
+    }
+    let plain = match key {
+        Some(k) => {
+            crate::crypto::open(k, &base::manifest_crypto_context(&record.backup_id), &bytes)
+                .map_err(integrity)?
+        }
+        None => bytes.to_vec(),
+    };
+    let manifest = zstd::bulk::decompress(&plain, base::MAX_MANIFEST_BYTES)
+        .map_err(|e| integrity(format!("the manifest does not decompress: {e}")))?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(dir.join("backup_manifest"))
+        .and_then(|mut f| f.write_all(&manifest))
+        .map_err(|e| Error::io("writing backup_manifest", e))
 }
 
 /// Why the download stopped before the end of the object.

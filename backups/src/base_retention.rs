@@ -260,6 +260,7 @@ mod tests {
             compression: "zstd".into(),
             agent_version: "0".into(),
             encryption: None,
+            manifest: None,
         }
     }
 

@@ -1,8 +1,9 @@
-//! Physical base backups, the I/O of `base-backup`: `pg_basebackup -Ft -D - -X none` (the
-//! whole instance, from a primary or a standby; WAL comes from the archive) → zstd →
-//! encryption when a key is set → S3 multipart upload, SHA-256 on the fly, nothing staged on
-//! disk; `backup_label` and `backup_manifest` are read out of the tar stream as it passes for
-//! the WAL range; the record is written last. The restore is `base_restore`.
+//! Physical base backups, the I/O of `base-backup`: the whole instance, from a primary or a
+//! standby, without WAL (it comes from the archive), through the agent's own replication
+//! connection with the server compressing (`base_direct`), or else `pg_basebackup -Ft -D - -X
+//! none` → zstd here; either way → encryption when a key is set → S3 multipart upload,
+//! SHA-256 on the fly, nothing staged on disk; `backup_label` and `backup_manifest` are read
+//! for the WAL range; the record is written last. The restore is `base_restore`.
 //!
 //! Every decision (keys, record, WAL range) is `base`'s.
 
@@ -14,10 +15,13 @@ use chrono::Utc;
 use tokio::sync::mpsc;
 
 use crate::base::{self, BaseRecord};
+use crate::base_direct::{self, Direct, NotDirect};
 use crate::crypto::{self, Key};
 use crate::error::{Error, Result};
 use crate::layout::{self, Layout};
 use crate::pg::{self, PgTools};
+use crate::replication::base_backup::Request;
+use crate::replication::wire::Connection;
 use crate::s3::Store;
 use crate::signals::Interrupt;
 use crate::tar::{self, Capture};
@@ -37,6 +41,8 @@ pub struct BaseBackupOptions {
     pub fast_checkpoint: bool,
     /// `--manifest-checksums`.
     pub manifest_checksums: String,
+    /// The agent's own replication connection when it can make it (`--base-client auto`).
+    pub direct: bool,
 }
 
 /// What the server says before the backup.
@@ -154,20 +160,42 @@ async fn backup_inner(
         });
     }
     let server = server_identity(tools).await?;
-    if let Some(major) = server.major {
+    let direct = match opts.direct {
+        true => direct_connection(&server).await,
+        false => None,
+    };
+    if let (None, Some(major)) = (&direct, server.major) {
         tools
             .check_version("pg_basebackup", major, "(instance)")
             .await?;
     }
     let key = base::tar_key(layout, &opts.database, &id);
-    tracing::info!(backup_id = id, key, "base backup starting");
+    tracing::info!(
+        backup_id = id,
+        key,
+        direct = direct.is_some(),
+        "base backup starting"
+    );
     let local_before = Utc::now();
-    let (compressed, captured) =
-        stream_base(store, tools, opts, &server, (&key, &id), pending).await?;
+    let (compressed, captured, manifest) = match direct {
+        Some(conn) => {
+            let manifest_key = base::manifest_key(layout, &opts.database, &id);
+            stream_direct(store, conn, opts, (&key, &manifest_key, &id), pending).await?
+        }
+        None => {
+            let (compressed, captured) =
+                stream_base(store, tools, opts, &server, (&key, &id), pending).await?;
+            (compressed, captured, None)
+        }
+    };
     let local_after = Utc::now();
     let (range, label_start) = label_facts(&captured, local_after)?;
     let record = BaseRecord {
-        record_version: base::RECORD_VERSION,
+        record_version: if manifest.is_some() {
+            base::RECORD_VERSION
+        } else {
+            1
+        },
         backup_id: id,
         database: opts.database.clone(),
         start_lsn: range.start_lsn,
@@ -190,6 +218,7 @@ async fn backup_inner(
             key_name: k.name.clone(),
             key_fingerprint: k.fingerprint(),
         }),
+        manifest,
     };
     let json = serde_json::to_vec_pretty(&record).unwrap_or_default();
     store
@@ -230,6 +259,64 @@ fn label_facts(
         );
     }
     Ok((range, label_start))
+}
+
+/// The agent's own replication connection, when it can make it (PostgreSQL 15 or later, and
+/// settings it implements as libpq does); else `None`, and pg_basebackup takes the backup.
+async fn direct_connection(server: &Server) -> Option<Connection> {
+    if server.major.is_some_and(|m| m < 15) {
+        tracing::info!(
+            version = server.version,
+            "pg_basebackup takes the backup: server-side compression needs PostgreSQL 15"
+        );
+        return None;
+    }
+    match base_direct::connect().await {
+        Ok(conn) => Some(conn),
+        Err(NotDirect::Unsupported(why)) => {
+            tracing::info!(reason = why, "pg_basebackup takes the backup");
+            None
+        }
+        Err(NotDirect::Failed(why)) => {
+            tracing::warn!(
+                reason = why,
+                "the agent's replication connection failed; pg_basebackup takes the backup"
+            );
+            None
+        }
+    }
+}
+
+/// The server's zstd archive → (cipher) → multipart upload, the manifest beside it.
+async fn stream_direct(
+    store: &Store,
+    conn: Connection,
+    opts: &BaseBackupOptions,
+    (key, manifest_key, id): (&str, &str, &str),
+    pending: &Pending,
+) -> Result<(Compressed, Capture, Option<base::StoredManifest>)> {
+    let upload_id = store.create_upload(key, "application/zstd").await?;
+    if let Ok(mut p) = pending.lock() {
+        *p = Some((key.to_string(), upload_id.clone()));
+    }
+    let direct = Direct {
+        request: Request {
+            label: format!("dbop {id}"),
+            fast_checkpoint: opts.fast_checkpoint,
+            manifest_checksums: opts.manifest_checksums.clone(),
+            level: opts.compression_level,
+            workers: opts.compression_threads,
+        },
+        key: opts.key.as_ref(),
+        part_size: opts.part_size,
+        concurrency: opts.concurrency,
+    };
+    let stored =
+        base_direct::stream(store, conn, &direct, (key, manifest_key, &upload_id), id).await?;
+    if let Ok(mut p) = pending.lock() {
+        p.take();
+    }
+    Ok((stored.archive, stored.capture, Some(stored.manifest)))
 }
 
 /// pg_basebackup's tar stream → zstd (→ cipher) → multipart upload, the tar read on the way.

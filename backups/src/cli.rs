@@ -408,10 +408,17 @@ pub struct BaseBackupArgs {
     #[arg(long, env = "DBOP_BACKUP_MANIFEST_CHECKSUMS", default_value = "CRC32C",
           value_parser = clap::builder::PossibleValuesParser::new(MANIFEST_CHECKSUMS))]
     pub manifest_checksums: String,
-    /// zstd worker threads (0: compress in the reading thread).
+    /// zstd worker threads (0: compress in the reading thread). With the agent's own
+    /// connection the server compresses, with this many workers beside its sender.
     #[arg(long, env = "DBOP_BACKUP_COMPRESSION_THREADS", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(0..=8))]
     pub compression_threads: u32,
+    /// Who takes the backup: `auto` is the agent's own replication connection, the server
+    /// compressing (PostgreSQL 15 or later, and connection settings it reads as libpq does),
+    /// else pg_basebackup; `pg_basebackup` always runs pg_basebackup and compresses here.
+    #[arg(long, env = "DBOP_BACKUP_BASE_CLIENT", default_value = "auto",
+          value_parser = clap::builder::PossibleValuesParser::new(["auto", "pg_basebackup"]))]
+    pub base_client: String,
     /// Size of each uploaded part (at most 10,000 parts: 8MiB parts hold 78 GiB compressed).
     #[arg(long, env = "DBOP_BACKUP_PART_SIZE", default_value = "8MiB", value_parser = parse_part_size)]
     pub part_size: u64,

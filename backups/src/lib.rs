@@ -15,6 +15,7 @@
 
 pub mod archive;
 pub mod base;
+pub mod base_direct;
 pub mod base_prune;
 pub mod base_restore;
 pub mod base_retention;

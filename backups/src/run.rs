@@ -434,6 +434,7 @@ async fn base_backup_command(a: &BaseBackupArgs, interrupt: &Interrupt) -> RunOu
             concurrency: a.upload_concurrency as usize,
             fast_checkpoint: a.fast_checkpoint,
             manifest_checksums: a.manifest_checksums.clone(),
+            direct: a.base_client == "auto",
         };
         let done =
             base_store::base_backup(&store, &layout, &pg_tools(&a.pg), &opts, interrupt).await?;
@@ -635,6 +636,7 @@ mod tests {
             compression: "zstd".into(),
             agent_version: "0".into(),
             encryption: None,
+            manifest: None,
         }
     }
 

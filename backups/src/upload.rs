@@ -162,18 +162,7 @@ pub(crate) fn compress_observed(
     tx: mpsc::Sender<Bytes>,
     observe: &mut dyn FnMut(&[u8]),
 ) -> std::io::Result<Compressed> {
-    let sink = PartSink {
-        buf: Vec::with_capacity(part_size),
-        part_size,
-        tx,
-        hasher: Sha256::new(),
-        total: 0,
-    };
-    let out = match sealing {
-        Some((key, context)) => Out::Sealed(EncryptWriter::new(sink, &key, &context)?),
-        None => Out::Plain(sink),
-    };
-    let mut enc = zstd::stream::write::Encoder::new(out, level)?;
+    let mut enc = zstd::stream::write::Encoder::new(parts_out(part_size, sealing, tx)?, level)?;
     enc.include_checksum(true)?;
     if threads > 0 {
         enc.multithread(threads)?;
@@ -193,7 +182,47 @@ pub(crate) fn compress_observed(
         observe(&buf[..n]);
         enc.write_all(&buf[..n])?;
     }
-    let mut sink = enc.finish()?.finish()?;
+    finish_parts(enc.finish()?, raw_bytes)
+}
+
+/// Stores what arrives on `rx` as it is (already compressed: the server's zstd), encrypted on
+/// its way to the parts when `sealing` says so, showing every chunk to `observe`. `raw_bytes`
+/// is what arrived; the caller knows the size before compression.
+pub(crate) fn store_observed(
+    mut rx: mpsc::Receiver<Bytes>,
+    part_size: usize,
+    sealing: Sealing,
+    tx: mpsc::Sender<Bytes>,
+    observe: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+) -> std::io::Result<Compressed> {
+    let mut out = parts_out(part_size, sealing, tx)?;
+    let mut received = 0u64;
+    while let Some(chunk) = rx.blocking_recv() {
+        received += chunk.len() as u64;
+        observe(&chunk)?;
+        out.write_all(&chunk)?;
+    }
+    finish_parts(out, received)
+}
+
+/// The parts' writer: plain, or through the cipher.
+fn parts_out(part_size: usize, sealing: Sealing, tx: mpsc::Sender<Bytes>) -> std::io::Result<Out> {
+    let sink = PartSink {
+        buf: Vec::with_capacity(part_size),
+        part_size,
+        tx,
+        hasher: Sha256::new(),
+        total: 0,
+    };
+    Ok(match sealing {
+        Some((key, context)) => Out::Sealed(EncryptWriter::new(sink, &key, &context)?),
+        None => Out::Plain(sink),
+    })
+}
+
+/// Sends the last part; the stored size and SHA-256.
+fn finish_parts(out: Out, raw_bytes: u64) -> std::io::Result<Compressed> {
+    let mut sink = out.finish()?;
     if !sink.buf.is_empty() {
         sink.send()?;
     }

@@ -403,9 +403,28 @@ fn the_record_holds_the_wal_range_and_bad_targets_objects_and_directories_are_re
         keys,
         vec![
             format!("{PREFIX}/{DATABASE}/base/{id}/backup.json"),
+            format!("{PREFIX}/{DATABASE}/base/{id}/backup_manifest.zst"),
             tar_key.clone()
         ]
     );
+    // The server compressed the tar: the manifest is stored beside it (record version 2), and
+    // the record's sizes are the stored tar's: its bytes before compression (the server's
+    // last progress report) and its files (the manifest's count).
+    assert_eq!(record["recordVersion"].as_u64(), Some(2));
+    assert!(
+        record["manifest"]["sizeBytes"].as_u64().unwrap() > 0,
+        "{record}"
+    );
+    let tar = zstd::decode_all(src.s3.get(&tar_key).as_slice()).expect("a zstd stream");
+    assert_eq!(record["rawBytes"].as_u64(), Some(tar.len() as u64));
+    let manifest_key = format!("{PREFIX}/{DATABASE}/base/{id}/backup_manifest.zst");
+    let manifest = zstd::decode_all(src.s3.get(&manifest_key).as_slice()).unwrap();
+    let listed = serde_json::from_slice::<serde_json::Value>(&manifest).unwrap()["Files"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(record["files"].as_u64(), Some(listed as u64));
+    assert!(listed > 900, "{listed} files");
 
     // A target before the oldest base backup names the earliest restorable point.
     let (_keep, data) = new_data_dir();
@@ -505,10 +524,19 @@ fn a_base_backup_taken_from_a_standby_restores() {
     standby.wait_for("SELECT count(*) FROM t", "3");
     standby.wait_for("SELECT pg_is_in_recovery()", "t");
 
-    let env = with_env(src.env(), "PGPORT", &standby.port.to_string());
+    // Both servers, the primary first, as libpq's prefer-standby takes them: the standby is
+    // chosen (by the agent's own connection, which the server's compression shows).
+    let env = with_env(src.env(), "PGHOST", "127.0.0.1,127.0.0.1");
+    let env = with_env(env, "PGPORT", &format!("{},{}", src.pg.port, standby.port));
+    let env = with_env(env, "PGTARGETSESSIONATTRS", "prefer-standby");
     let run = agent(&["base-backup", "--fast-checkpoint"], &env);
     let record = stored_record(&src.s3, &run);
     assert_eq!(record["backupFrom"], "standby");
+    assert!(
+        run.ok_message().contains("compressed by the server"),
+        "{}",
+        run.stderr
+    );
     src.insert(4..=4);
     src.switch_and_wait();
 
@@ -600,6 +628,8 @@ fn a_failed_base_backup_leaves_no_record_and_no_unfinished_upload() {
             "DBOP_BACKUP_PG_BIN_DIR".into(),
             bin.path().display().to_string(),
         ),
+        // pg_basebackup's path (the agent's own connection is broken below, by a proxy).
+        ("DBOP_BACKUP_BASE_CLIENT".into(), "pg_basebackup".into()),
     ]);
     let run = agent(&["base-backup", "--fast-checkpoint"], &env);
     let result = run.failed();
@@ -610,6 +640,11 @@ fn a_failed_base_backup_leaves_no_record_and_no_unfinished_upload() {
         "{}",
         run.stderr
     );
+    assert_nothing_left(&run, &s3);
+}
+
+/// A failed base backup aborted its multipart upload and stored nothing.
+fn assert_nothing_left(run: &AgentRun, s3: &S3Server) {
     assert!(
         run.stderr.contains("multipart upload aborted"),
         "{}",
@@ -621,6 +656,59 @@ fn a_failed_base_backup_leaves_no_record_and_no_unfinished_upload() {
         Vec::<String>::new(),
         "no unfinished upload"
     );
+}
+
+/// A TCP proxy to `upstream` that closes each connection once the server has sent
+/// `cut_after` bytes on it (psql's identity query gets far less than a base backup).
+fn cutting_proxy(upstream: u16, cut_after: u64) -> u16 {
+    use std::io::{Read, Write};
+    use std::net::Shutdown;
+    tcp_proxy(upstream, move |mut client, mut server| {
+        let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+        std::thread::spawn(move || std::io::copy(&mut c_in, &mut s_out));
+        let mut sent = 0u64;
+        let mut buf = vec![0u8; 64 << 10];
+        while let Ok(n) = server.read(&mut buf) {
+            if n == 0 || client.write_all(&buf[..n]).is_err() {
+                break;
+            }
+            sent += n as u64;
+            if sent >= cut_after {
+                break;
+            }
+        }
+        let _ = client.shutdown(Shutdown::Both);
+        let _ = server.shutdown(Shutdown::Both);
+    })
+}
+
+#[test]
+fn a_replication_connection_broken_mid_archive_leaves_no_record_and_no_unfinished_upload() {
+    let s3 = S3Server::start(S3Kind::S3sFs);
+    let pg = Pg::start();
+    let port = cutting_proxy(pg.port, 1 << 20);
+    let mut env = with_env(env_of(&pg, "postgres", &s3), "PGPORT", &port.to_string());
+    env.extend([
+        ("DBOP_BACKUP_DATABASE".into(), DATABASE.into()),
+        ("DBOP_BACKUP_PREFIX".into(), PREFIX.into()),
+        // Small parts, so some are uploaded before the break.
+        ("DBOP_BACKUP_PART_SIZE".into(), "5MiB".into()),
+    ]);
+    let run = agent(&["base-backup", "--fast-checkpoint"], &env);
+    let result = run.failed();
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert_eq!(result.failure_kind.as_deref(), Some("postgres"));
+    assert!(
+        run.message().contains("BASE_BACKUP") && run.message().contains("closed the connection"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        !run.stderr.contains("pg_basebackup takes the backup"),
+        "the agent's own connection took it: {}",
+        run.stderr
+    );
+    assert_nothing_left(&run, &s3);
 }
 
 /// Every file below `dir` with its size and modification time.
@@ -963,7 +1051,9 @@ fn a_replication_role_backs_up_into_its_result_file_and_a_rerun_reports_the_same
     assert!(result.started_at.unwrap() <= result.completed_at.unwrap());
     let message = result.message.clone().unwrap();
     assert!(
-        message.contains("timeline 1") && message.contains(" taken"),
+        message.contains("timeline 1")
+            && message.contains(" taken")
+            && message.contains("compressed by the server"),
         "{message}"
     );
     let record_key = format!("shop/orders/physical/base/{id}/backup.json");
@@ -993,9 +1083,10 @@ fn a_replication_role_backs_up_into_its_result_file_and_a_rerun_reports_the_same
     );
     assert_eq!(src.s3.get(&key), stored, "the stored backup is untouched");
     assert_eq!(src.s3.get(&record_key), record);
+    let manifest_key = format!("shop/orders/physical/base/{id}/backup_manifest.zst");
     assert_eq!(
         src.s3.keys("shop/"),
-        vec![record_key.clone(), key.clone()],
+        vec![record_key.clone(), manifest_key, key.clone()],
         "nothing else stored"
     );
 }
@@ -1101,8 +1192,8 @@ fn keep_last_prunes_the_oldest_base_backup_and_only_the_wal_before_the_oldest_ke
         "{message}"
     );
     assert!(base("b1").is_empty(), "{:?}", base("b1"));
-    assert_eq!(base("b2").len(), 2);
-    assert_eq!(base("b3").len(), 2);
+    assert_eq!(base("b2").len(), 3, "record, tar, manifest");
+    assert_eq!(base("b3").len(), 3);
     let after = src.s3.keys(&wal);
     for key in &before {
         assert_eq!(after.contains(key), !gone.contains(&key), "{key}");

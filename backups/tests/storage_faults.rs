@@ -6,7 +6,7 @@
 
 mod common;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -139,19 +139,11 @@ fn a_full_disk_fails_cleanly_and_the_next_backup_fits() {
 /// A proxy in front of `upstream` that delays every chunk it forwards (both ways) by `delay`
 /// and forwards at most `chunk` bytes at a time: a slow, high-latency server.
 fn slow_proxy(upstream: u16, chunk: usize, delay: Duration) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for client in listener.incoming().flatten() {
-            let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
-                continue;
-            };
-            let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-            std::thread::spawn(move || pump(client, server, chunk, delay));
-            std::thread::spawn(move || pump(s2, c2, chunk, delay));
-        }
-    });
-    port
+    tcp_proxy(upstream, move |client, server| {
+        let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+        std::thread::spawn(move || pump(s2, c2, chunk, delay));
+        pump(client, server, chunk, delay);
+    })
 }
 
 fn pump(mut from: TcpStream, mut to: TcpStream, chunk: usize, delay: Duration) {

@@ -2,7 +2,8 @@
 //! archives its WAL to an S3 server in a pod; its schedule (`spec.backup.method: Physical`,
 //! every minute, then suspended) makes a `DatabaseBackup` of method `Physical` that takes a base
 //! backup from the streaming standby (the agent's `base-backup` in a Job, as the replication
-//! role; the status says where it was read). Rows are committed, then the primary's pod is
+//! role, over its own replication connection, the server compressing; the status says where
+//! it was read and who compressed it). Rows are committed, then the primary's pod is
 //! deleted and the standby promoted on timeline 2, and more rows are committed before and after
 //! a recorded moment on the new timeline, whose WAL and history file the new primary archives.
 //! A new Database recovering that DatabaseBackup with `recoveryTarget.time` at that moment
@@ -159,6 +160,15 @@ async fn a_new_database_has_exactly_the_rows_committed_before_the_target() {
             .unwrap_or_default()
             .contains("(from the standby)"),
         "a base backup of a Database with a ready standby is read from it: {message:?}"
+    );
+    // Over the Job's TLS (verify-full) with several hosts and prefer-standby, the agent's own
+    // replication connection took it and the server compressed it (no pg_basebackup).
+    assert!(
+        message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("compressed by the server"),
+        "{message:?}"
     );
     let base = backup.metadata.name.clone().expect("a name");
     let completed = (backup.status.as_ref())

@@ -45,67 +45,12 @@ impl S3Server {
             .tempdir()
             .unwrap();
         let p = |n: &str| dir.path().join(n);
-        let run = |args: &[&str]| {
-            let out = Command::new("openssl")
-                .args(args)
-                .current_dir(dir.path())
-                .output()
-                .unwrap_or_else(|e| panic!("{}: {e}", install_hint("openssl")));
-            assert!(
-                out.status.success(),
-                "openssl {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
-        run(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=dbop test CA",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign,cRLSign",
-        ]);
-        run(&[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            "/CN=localhost",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-        ]);
-        std::fs::write(p("ext.cnf"), "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n").unwrap();
-        run(&[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "ext.cnf",
-            "-out",
-            "server.pem",
-        ]);
+        openssl_ca(dir.path(), "ca", "/CN=dbop test CA");
+        openssl_signed(
+            dir.path(),
+            ("server", "/CN=localhost"),
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
+        );
         let tls = Tls {
             ca_file: p("ca.pem"),
             cert: p("server.pem"),
@@ -566,4 +511,99 @@ pub fn next_second_after(after: chrono::DateTime<chrono::Utc>) {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// A self-signed CA in `dir`: `<name>.pem` and `<name>.key`.
+pub fn openssl_ca(dir: &std::path::Path, name: &str, subject: &str) {
+    let (key, pem) = (format!("{name}.key"), format!("{name}.pem"));
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            subject,
+            "-keyout",
+            &key,
+            "-out",
+            &pem,
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ],
+    );
+}
+
+/// A key and certificate in `dir` (`<name>.key`, `<name>.pem`) for `subject`, signed by the
+/// CA `ca.pem`/`ca.key` there, with the X.509 extensions `ext` (an extfile's lines).
+pub fn openssl_signed(dir: &std::path::Path, (name, subject): (&str, &str), ext: &str) {
+    let [key, csr, cnf, pem] = ["key", "csr", "cnf", "pem"].map(|x| format!("{name}.{x}"));
+    std::fs::write(dir.join(&cnf), ext).unwrap();
+    openssl(
+        dir,
+        &[
+            "req", "-newkey", "rsa:2048", "-nodes", "-subj", subject, "-keyout", &key, "-out", &csr,
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            &cnf,
+            "-out",
+            &pem,
+        ],
+    );
+}
+
+/// Runs `openssl` with `args` in `dir`; panics with its error output when it fails.
+pub fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", install_hint("openssl")));
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A TCP proxy on a free loopback port in front of `upstream`: each accepted connection and
+/// its own connection to `upstream` go to `serve` (on a thread of their own); its port.
+pub fn tcp_proxy(
+    upstream: u16,
+    serve: impl Fn(std::net::TcpStream, std::net::TcpStream) + Send + Sync + 'static,
+) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let serve = std::sync::Arc::new(serve);
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else {
+                continue;
+            };
+            let serve = serve.clone();
+            std::thread::spawn(move || serve(client, server));
+        }
+    });
+    port
 }
