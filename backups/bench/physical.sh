@@ -81,10 +81,21 @@ phys_instance() {
   log "$PHYS_DB: pg_basebackup's tar is $PHYS_RAW bytes"
 }
 
-# One base backup (round r) of a contender; prints "wall cpu maxrss_kib stored_bytes".
+# CPU seconds the server's finished children used (the walsender of a base backup exits with
+# its connection, and the postmaster adds its time to its own children's).
+server_cpu() {
+  local pid
+  pid=$(head -1 "$PHYS_DATA/postmaster.pid")
+  awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.2f\n", ($14 + $15) / hz }' "/proc/$pid/stat"
+}
+
+# One base backup (round r) of a contender; prints "wall cpu maxrss_kib stored_bytes
+# server_cpu" (the server's CPU: with the agent's own connection, zstd runs there).
 run_base() {
-  local contender=$1 r=$2 m stored=0
+  local contender=$1 r=$2 m stored=0 before
   local pgbb="'$PGBIN/pg_basebackup' --format=tar --wal-method=none --no-password --checkpoint=fast --manifest-checksums=CRC32C --label=bench"
+  local agent=("$AGENT" base-backup --prefix phys --database "$PHYS_DB" --backup-id "$contender-run$r" --fast-checkpoint)
+  before=$(server_cpu)
   case $contender in
     baseline) m=$(measure bash -c "exec $pgbb --pgdata=- > /dev/null") || return ;;
     read) m=$(measure bash -o pipefail -c "$pgbb --pgdata=- | cat > /dev/null") || return ;;
@@ -95,20 +106,25 @@ run_base() {
     pipeline)
       m=$(measure bash -o pipefail -c "$pgbb --pgdata=- | zstd -q -1 -T1 | rclone rcat bench:bench/phys-pipeline/run$r.tar.zst") || return
       stored=$(stat -c %s "$WORK/s3/bench/phys-pipeline/run$r.tar.zst") ;;
-    dbop)
-      m=$(measure "$AGENT" base-backup --prefix phys --database "$PHYS_DB" --backup-id "run$r" --fast-checkpoint) || return
+    dbop*)
+      case $contender in
+        dbop-w2) agent+=(--compression-threads 2) ;;
+        dbop-pgbb) agent+=(--base-client pg_basebackup) ;;
+      esac
+      m=$(measure "${agent[@]}") || return
       stored=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["sizeBytes"])' "$WORK/stdout.txt") ;;
   esac
-  echo "$m $stored"
+  echo "$m $stored $(awk -v a="$before" -v b="$(server_cpu)" 'BEGIN { printf "%.2f", b - a }')"
 }
 
-# A table row from runs ("wall cpu rss stored" lines): the best by wall time, the median wall.
+# A table row from runs ("wall cpu rss stored server_cpu" lines): the best by wall time, the
+# median wall.
 phys_row() {
-  local label=$1 name=$2 raw=$3 runs=$4 median_wall wall cpu rss stored
+  local label=$1 name=$2 raw=$3 runs=$4 median_wall wall cpu rss stored server
   read -r median_wall _ <<<"$(printf '%s' "$runs" | median)"
-  read -r wall cpu rss stored <<<"$(printf '%s' "$runs" | best)"
-  awk -v g="$label" -v n="$name" -v raw="$raw" -v w="$wall" -v m="$median_wall" -v c="$cpu" -v r="$rss" -v s="$stored" \
-    'BEGIN { printf "| %s | %s | %s | %.1f | %.1f | %.1f | %.1f | %s |\n", g, n, (raw > 0 ? sprintf("%.0f", raw / w / 1e6) : "-"), w, m, c, r / 1024, (s > 0 ? sprintf("%.0f", s / 1e6) : "-") }'
+  read -r wall cpu rss stored server <<<"$(printf '%s' "$runs" | best)"
+  awk -v g="$label" -v n="$name" -v raw="$raw" -v w="$wall" -v m="$median_wall" -v c="$cpu" -v r="$rss" -v s="$stored" -v sc="$server" \
+    'BEGIN { printf "| %s | %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %s |\n", g, n, (raw > 0 ? sprintf("%.0f", raw / w / 1e6) : "-"), w, m, c, sc, r / 1024, (s > 0 ? sprintf("%.0f", s / 1e6) : "-") }'
 }
 
 # Share of the baseline's throughput: best against best, median against median.
@@ -124,7 +140,7 @@ base_backups() {
   local raw=$1 r contender m label
   local -A results=()
   for ((r = 1; r <= RUNS; r++)); do
-    for contender in baseline read local pipeline dbop; do
+    for contender in baseline read local pipeline dbop dbop-w2 dbop-pgbb; do
       sample_load
       m=$(run_base "$contender" "$r")
       log "base backup round $r $contender: $m"
@@ -132,17 +148,20 @@ base_backups() {
     done
   done
   label="$(awk -v b="$raw" 'BEGIN { printf "%.2f GiB", b / 2^30 }') ($raw B of tar)"
-  echo "| instance | contender | MB/s (instance) | wall s (best) | wall s (median) | CPU s | peak RSS MiB | stored MB |"
-  echo "|---|---|---:|---:|---:|---:|---:|---:|"
+  echo "| instance | contender | MB/s (instance) | wall s (best) | wall s (median) | CPU s | server CPU s | peak RSS MiB | stored MB |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
   phys_row "$label" '`pg_basebackup -Ft -D - -X none -c fast > /dev/null`' "$raw" "${results[baseline]}"
   phys_row "$label" '`pg_basebackup -Ft -D - … \\| cat > /dev/null`' "$raw" "${results[read]}"
   phys_row "$label" '`pg_basebackup -Ft -D dir …` + `sync` (local disk, uncompressed)' "$raw" "${results[local]}"
   phys_row "$label" '`pg_basebackup -Ft -D - … \\| zstd -1 -T1 \\| rclone rcat`' "$raw" "${results[pipeline]}"
-  phys_row "$label" '`dbop-backup base-backup --fast-checkpoint` (zstd -1)' "$raw" "${results[dbop]}"
+  phys_row "$label" '`dbop-backup base-backup --fast-checkpoint` (own connection, server zstd -1, 1 worker)' "$raw" "${results[dbop]}"
+  phys_row "$label" '… `--compression-threads 2` (server zstd, 2 workers)' "$raw" "${results[dbop-w2]}"
+  phys_row "$label" '… `--base-client pg_basebackup` (its tar, zstd -1 in the agent)' "$raw" "${results[dbop-pgbb]}"
   echo
-  echo "The agent's throughput as a share of each: pg_basebackup to /dev/null $(share "${results[baseline]}" "${results[dbop]}");"
+  echo "The agent's throughput (own connection, the default) as a share of each: pg_basebackup to /dev/null $(share "${results[baseline]}" "${results[dbop]}");"
   echo "read through a pipe $(share "${results[read]}" "${results[dbop]}"); to local disk $(share "${results[local]}" "${results[dbop]}");"
-  echo "the zstd and rclone pipeline $(share "${results[pipeline]}" "${results[dbop]}")."
+  echo "the zstd and rclone pipeline $(share "${results[pipeline]}" "${results[dbop]}"). With 2 server workers, against"
+  echo "pg_basebackup to /dev/null: $(share "${results[baseline]}" "${results[dbop-w2]}"); through pg_basebackup as before: $(share "${results[baseline]}" "${results[dbop-pgbb]}")."
   echo
 }
 
@@ -405,7 +424,7 @@ physical() {
   base_backups "$PHYS_RAW"
   if [[ $PHYS_BASE_ONLY == 1 ]]; then stop_pg "$PHYS_DATA"; return; fi
   wal_archiving
-  restores "run$RUNS" "$(wal_since "run$RUNS")"
+  restores "dbop-run$RUNS" "$(wal_since "dbop-run$RUNS")"
   stop_pg "$PHYS_DATA"
   rpo
 }
