@@ -51,9 +51,10 @@ pub struct DatabaseBackupSpec {
     pub reason: BackupReason,
 
     /// `Logical` (default): a dump of every database, portable to newer major versions.
-    /// `Physical`: a base backup of the whole instance, streamed by `pg_basebackup` from a
-    /// healthy standby when there is one; with the archived WAL (`spec.backup.walArchiving`,
-    /// required) it restores to any point in time (`bootstrap.fromBackup.recoveryTarget`).
+    /// `Physical`: a base backup of the whole instance, compressed by the server and streamed
+    /// to the bucket, from a healthy standby when there is one; with the archived WAL
+    /// (`spec.backup.walArchiving`, required) it restores to any point in time
+    /// (`bootstrap.fromBackup.recoveryTarget`).
     #[serde(default)]
     pub method: BackupMethod,
 }
