@@ -643,6 +643,41 @@ fn a_failed_base_backup_leaves_no_record_and_no_unfinished_upload() {
     assert_nothing_left(&run, &s3);
 }
 
+#[test]
+fn an_instance_with_a_second_tablespace_is_refused_before_anything_is_stored() {
+    let s3 = S3Server::start(S3Kind::S3sFs);
+    let pg = Pg::start();
+    let location = tempfile::Builder::new()
+        .prefix("dbop-ts-")
+        .tempdir()
+        .unwrap();
+    give_to_postgres(location.path());
+    pg.psql(
+        "postgres",
+        &format!(
+            "CREATE TABLESPACE extra LOCATION '{}'",
+            location.path().display()
+        ),
+    );
+    let mut env = env_of(&pg, "postgres", &s3);
+    env.extend([
+        ("DBOP_BACKUP_DATABASE".into(), DATABASE.into()),
+        ("DBOP_BACKUP_PREFIX".into(), PREFIX.into()),
+    ]);
+    let run = agent(&["base-backup", "--fast-checkpoint"], &env);
+    run.failed();
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(
+        run.message().contains("BASE_BACKUP")
+            && run
+                .message()
+                .contains(&format!("tablespace at {}", location.path().display())),
+        "{}",
+        run.stderr
+    );
+    assert_nothing_left(&run, &s3);
+}
+
 /// A failed base backup aborted its multipart upload and stored nothing.
 fn assert_nothing_left(run: &AgentRun, s3: &S3Server) {
     assert!(
