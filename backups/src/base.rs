@@ -391,6 +391,15 @@ pub struct Encryption {
     pub key_fingerprint: String,
 }
 
+/// The version a new record says it is: `RECORD_VERSION` when its manifest is stored beside
+/// the tar, else 1, which every agent reads.
+pub fn record_version(manifest: Option<&StoredManifest>) -> u32 {
+    match manifest {
+        Some(_) => RECORD_VERSION,
+        None => 1,
+    }
+}
+
 /// `backup.json`: what a complete base backup is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -191,11 +191,7 @@ async fn backup_inner(
     let local_after = Utc::now();
     let (range, label_start) = label_facts(&captured, local_after)?;
     let record = BaseRecord {
-        record_version: if manifest.is_some() {
-            base::RECORD_VERSION
-        } else {
-            1
-        },
+        record_version: base::record_version(manifest.as_ref()),
         backup_id: id,
         database: opts.database.clone(),
         start_lsn: range.start_lsn,

@@ -578,6 +578,10 @@ impl Store {
         upload_id: &str,
         parts: Vec<CompletedPart>,
     ) -> Result<()> {
+        // Some servers join the parts here, copying the whole object: worth seeing in a slow
+        // backup's log.
+        let started = std::time::Instant::now();
+        let count = parts.len();
         let result = self
             .client
             .complete_multipart_upload()
@@ -591,6 +595,12 @@ impl Store {
             )
             .send()
             .await;
+        tracing::debug!(
+            key,
+            parts = count,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "CompleteMultipartUpload answered"
+        );
         match result {
             Ok(_) => Ok(()),
             // Some servers (moto 5) answer 200 with a `CompleteMultipartUploadResponse` root the

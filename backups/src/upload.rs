@@ -187,7 +187,7 @@ pub(crate) fn compress_observed(
 
 /// Stores what arrives on `rx` as it is (already compressed: the server's zstd), encrypted on
 /// its way to the parts when `sealing` says so, showing every chunk to `observe`. `raw_bytes`
-/// is what arrived; the caller knows the size before compression.
+/// is left at 0: only the caller knows the size before compression.
 pub(crate) fn store_observed(
     mut rx: mpsc::Receiver<Bytes>,
     part_size: usize,
@@ -196,13 +196,11 @@ pub(crate) fn store_observed(
     observe: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
 ) -> std::io::Result<Compressed> {
     let mut out = parts_out(part_size, sealing, tx)?;
-    let mut received = 0u64;
     while let Some(chunk) = rx.blocking_recv() {
-        received += chunk.len() as u64;
         observe(&chunk)?;
         out.write_all(&chunk)?;
     }
-    finish_parts(out, received)
+    finish_parts(out, 0)
 }
 
 /// The parts' writer: plain, or through the cipher.
