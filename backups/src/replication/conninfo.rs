@@ -1,6 +1,6 @@
 //! Where and how the agent's own replication connection goes, read from the same libpq
 //! variables pg_basebackup would read (`PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`,
-//! `PGPASSFILE`, `PGSSLMODE`, `PGSSLROOTCERT`, `PGSSLCERT`, `PGSSLKEY`,
+//! `PGPASSFILE`, `PGSSLMODE`, `PGSSLROOTCERT`, `PGSSLCERT`, `PGSSLKEY`, `PGCHANNELBINDING`,
 //! `PGTARGETSESSIONATTRS`, `PGCONNECT_TIMEOUT`, `PGAPPNAME`), and the password's line in a
 //! pgpass file. A setting this client does not implement as libpq does is `Unsupported`, and
 //! the caller leaves the connection to pg_basebackup: the two never disagree about where a
@@ -29,7 +29,7 @@ const HARMLESS: [&str; 8] = [
 ];
 
 /// The variables this client reads.
-const HONOURED: [&str; 12] = [
+const HONOURED: [&str; 13] = [
     "PGHOST",
     "PGPORT",
     "PGUSER",
@@ -39,6 +39,7 @@ const HONOURED: [&str; 12] = [
     "PGSSLROOTCERT",
     "PGSSLCERT",
     "PGSSLKEY",
+    "PGCHANNELBINDING",
     "PGTARGETSESSIONATTRS",
     "PGCONNECT_TIMEOUT",
     "PGAPPNAME",
@@ -99,6 +100,19 @@ pub enum SslMode {
     VerifyFull,
 }
 
+/// `PGCHANNELBINDING`: whether SCRAM binds the password exchange to the TLS session (the
+/// server's certificate, `tls-server-end-point`), so that a relay which terminates TLS with
+/// another certificate cannot pass the exchange on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChannelBinding {
+    Disable,
+    /// Bound when the server offers SCRAM-SHA-256-PLUS over TLS (libpq's default).
+    Prefer,
+    /// Bound, or no connection: no password sent without it, no server that lets the client in
+    /// without it.
+    Require,
+}
+
 /// `PGTARGETSESSIONATTRS`, the values this client implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TargetSession {
@@ -116,6 +130,7 @@ pub struct Settings {
     pub root_cert: Option<PathBuf>,
     /// The client certificate and its key.
     pub client_cert: Option<(PathBuf, PathBuf)>,
+    pub channel_binding: ChannelBinding,
     pub target: TargetSession,
     pub connect_timeout: Option<Duration>,
     pub application_name: Option<String>,
@@ -170,6 +185,7 @@ pub fn from_env(
         ssl_mode,
         root_cert: root_cert.map(PathBuf::from),
         client_cert,
+        channel_binding: channel_binding(set("PGCHANNELBINDING").as_deref())?,
         target: target(set("PGTARGETSESSIONATTRS").as_deref())?,
         connect_timeout: connect_timeout(set("PGCONNECT_TIMEOUT").as_deref())?,
         application_name: set("PGAPPNAME"),
@@ -192,6 +208,15 @@ fn ssl_mode(mode: Option<&str>, root_cert: bool) -> Result<SslMode, Unsupported>
         "require" => Ok(SslMode::Require),
         "verify-full" => Ok(SslMode::VerifyFull),
         other => Err(Unsupported(format!("sslmode {other}"))),
+    }
+}
+
+fn channel_binding(value: Option<&str>) -> Result<ChannelBinding, Unsupported> {
+    match value.unwrap_or("prefer") {
+        "disable" => Ok(ChannelBinding::Disable),
+        "prefer" => Ok(ChannelBinding::Prefer),
+        "require" => Ok(ChannelBinding::Require),
+        other => Err(Unsupported(format!("channel_binding {other}"))),
     }
 }
 
@@ -361,6 +386,20 @@ mod tests {
             Some(("/ca/tls.crt".into(), "/ca/tls.key".into()))
         );
         assert_eq!(s.password_file, Some("/tmp/x/pgpass".into()));
+        assert_eq!(s.channel_binding, ChannelBinding::Prefer, "libpq's default");
+        let bound = |v| read(&[("PGUSER", "u"), ("PGCHANNELBINDING", v)], &[]);
+        assert_eq!(
+            bound("require").unwrap().channel_binding,
+            ChannelBinding::Require
+        );
+        assert_eq!(
+            bound("disable").unwrap().channel_binding,
+            ChannelBinding::Disable
+        );
+        assert!(
+            bound("sometimes").is_err(),
+            "libpq says what is wrong with it"
+        );
     }
 
     #[test]

@@ -1,20 +1,23 @@
 //! One replication connection, the I/O: the socket (TCP, or a Unix socket), TLS as `PGSSLMODE`
 //! asks (`tls`), the startup with `replication=true`, the password (cleartext, MD5 or
-//! SCRAM-SHA-256) from `PGPASSWORD` or the pgpass file, the server's parameters, and the hosts
+//! SCRAM-SHA-256, bound to the TLS session as `PGCHANNELBINDING` says) from `PGPASSWORD` or
+//! the pgpass file, the server's parameters, and the hosts
 //! tried in turn as libpq tries them (`prefer-standby`: a standby first). After that, messages
 //! in and simple queries out.
 
 use bytes::{Bytes, BytesMut};
 use fallible_iterator::FallibleIterator;
 use postgres_protocol::authentication::md5_hash;
-use postgres_protocol::authentication::sasl::{ChannelBinding, SCRAM_SHA_256, ScramSha256};
+use postgres_protocol::authentication::sasl::{
+    ChannelBinding, SCRAM_SHA_256, SCRAM_SHA_256_PLUS, ScramSha256,
+};
 use postgres_protocol::message::backend::Message;
 use postgres_protocol::message::frontend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
 use super::Socket;
-use super::conninfo::{Address, Settings, SslMode, TargetSession, pgpass_password};
+use super::conninfo::{self, Address, Settings, SslMode, TargetSession, pgpass_password};
 use super::tls;
 
 /// The server versions whose `BASE_BACKUP` takes options in parentheses, server-side
@@ -57,7 +60,7 @@ pub async fn connect(settings: &Settings) -> Result<Connection, String> {
 
 async fn connect_one(settings: &Settings, address: &Address) -> Result<Connection, String> {
     let open = open_socket(settings, address);
-    let socket = match settings.connect_timeout {
+    let (socket, end_point) = match settings.connect_timeout {
         Some(limit) => tokio::time::timeout(limit, open)
             .await
             .map_err(|_| "timeout expired".to_string())??,
@@ -70,17 +73,21 @@ async fn connect_one(settings: &Settings, address: &Address) -> Result<Connectio
         server_version: String::new(),
         standby: false,
     };
-    conn.startup(settings).await?;
+    conn.startup(settings, end_point.as_deref()).await?;
     Ok(conn)
 }
 
-/// The socket, with TLS negotiated over TCP as the mode says.
-async fn open_socket(settings: &Settings, address: &Address) -> Result<Box<dyn Socket>, String> {
+/// The socket, with TLS negotiated over TCP as the mode says, and the server certificate's
+/// hash for channel binding when there is TLS.
+async fn open_socket(
+    settings: &Settings,
+    address: &Address,
+) -> Result<(Box<dyn Socket>, Option<Vec<u8>>), String> {
     if let Some(path) = address.socket_path() {
         let s = UnixStream::connect(&path)
             .await
             .map_err(|e| format!("cannot connect to {}: {e}", path.display()))?;
-        return Ok(Box::new(s));
+        return Ok((Box::new(s), None));
     }
     let (host, port) = (address.host(), address.port());
     let mut tcp = TcpStream::connect((host, port))
@@ -88,7 +95,7 @@ async fn open_socket(settings: &Settings, address: &Address) -> Result<Box<dyn S
         .map_err(|e| format!("cannot connect: {e}"))?;
     tcp.set_nodelay(true).ok();
     if settings.ssl_mode == SslMode::Disable {
-        return Ok(Box::new(tcp));
+        return Ok((Box::new(tcp), None));
     }
     let mut request = BytesMut::new();
     frontend::ssl_request(&mut request);
@@ -99,14 +106,18 @@ async fn open_socket(settings: &Settings, address: &Address) -> Result<Box<dyn S
         .map_err(|e| e.to_string())?;
     match (answer[0], settings.ssl_mode) {
         (b'S', _) => tls::wrap(tcp, host, settings).await,
-        (b'N', SslMode::Prefer) => Ok(Box::new(tcp)),
+        (b'N', SslMode::Prefer) => Ok((Box::new(tcp), None)),
         (b'N', _) => Err("the server does not support TLS, and sslmode requires it".into()),
         (other, _) => Err(format!("unexpected answer {other:#x} to the TLS request")),
     }
 }
 
 impl Connection {
-    async fn startup(&mut self, settings: &Settings) -> Result<(), String> {
+    async fn startup(
+        &mut self,
+        settings: &Settings,
+        end_point: Option<&[u8]>,
+    ) -> Result<(), String> {
         let mut params = vec![("user", settings.user.as_str()), ("replication", "true")];
         if let Some(name) = &settings.application_name {
             params.push(("application_name", name.as_str()));
@@ -114,7 +125,7 @@ impl Connection {
         let mut out = BytesMut::new();
         frontend::startup_message(params, &mut out).map_err(|e| e.to_string())?;
         self.send(&out).await?;
-        self.authenticate(settings).await?;
+        self.authenticate(settings, end_point).await?;
         let mut version_num = None;
         loop {
             match self.next().await? {
@@ -143,12 +154,27 @@ impl Connection {
         }
     }
 
-    async fn authenticate(&mut self, settings: &Settings) -> Result<(), String> {
+    async fn authenticate(
+        &mut self,
+        settings: &Settings,
+        end_point: Option<&[u8]>,
+    ) -> Result<(), String> {
+        let require = settings.channel_binding == conninfo::ChannelBinding::Require;
         let mut scram: Option<ScramSha256> = None;
+        let mut bound = false;
         loop {
             let mut out = BytesMut::new();
             match self.next().await? {
+                Message::AuthenticationOk if require && !bound => {
+                    return Err(UNBOUND_LOGIN.into());
+                }
                 Message::AuthenticationOk => return Ok(()),
+                Message::AuthenticationCleartextPassword
+                | Message::AuthenticationMd5Password(_)
+                    if require =>
+                {
+                    return Err(UNBOUND_PASSWORD.into());
+                }
                 Message::AuthenticationCleartextPassword => {
                     let pw = self.password(settings)?;
                     frontend::password_message(pw.as_bytes(), &mut out)
@@ -161,20 +187,17 @@ impl Connection {
                         .map_err(|e| e.to_string())?;
                 }
                 Message::AuthenticationSasl(body) => {
+                    let mut offered = Vec::new();
                     let mut mechanisms = body.mechanisms();
-                    let mut scram_offered = false;
                     while let Some(m) = mechanisms.next().map_err(|e| e.to_string())? {
-                        scram_offered |= m == SCRAM_SHA_256;
+                        offered.push(m.to_string());
                     }
-                    if !scram_offered {
-                        return Err("the server offers no SASL mechanism this client knows".into());
-                    }
+                    let (mechanism, binding) =
+                        scram_mechanism(settings.channel_binding, &offered, end_point)?;
+                    bound = mechanism == SCRAM_SHA_256_PLUS;
                     let pw = self.password(settings)?;
-                    // Channel binding not used (gs2 flag 'n': the client does not support
-                    // it), as libpq's channel_binding=disable; 'y' would tell a server that
-                    // offers SCRAM-SHA-256-PLUS over TLS that it was downgraded.
-                    let s = ScramSha256::new(pw.as_bytes(), ChannelBinding::unsupported());
-                    frontend::sasl_initial_response(SCRAM_SHA_256, s.message(), &mut out)
+                    let s = ScramSha256::new(pw.as_bytes(), binding);
+                    frontend::sasl_initial_response(mechanism, s.message(), &mut out)
                         .map_err(|e| e.to_string())?;
                     scram = Some(s);
                 }
@@ -255,6 +278,49 @@ impl Connection {
 }
 
 /// A CopyData message's payload without copying it.
+const UNBOUND_PASSWORD: &str = "channel binding is required (PGCHANNELBINDING=require), but the server asked for a password without SCRAM; no password was sent";
+const UNBOUND_LOGIN: &str = "channel binding is required (PGCHANNELBINDING=require), but the server let the client in without it";
+
+/// The SASL mechanism and the channel binding, as libpq chooses them: SCRAM-SHA-256-PLUS
+/// bound to the server certificate when the server offers it over TLS, unless binding is
+/// disabled; otherwise SCRAM-SHA-256, saying `y` (the client could bind, the server did not
+/// offer it) over TLS and `n` without a certificate to bind to. `require` takes nothing less.
+fn scram_mechanism(
+    wanted: conninfo::ChannelBinding,
+    offered: &[String],
+    end_point: Option<&[u8]>,
+) -> Result<(&'static str, ChannelBinding), String> {
+    use conninfo::ChannelBinding as Wanted;
+    let offers = |m: &str| offered.iter().any(|o| o == m);
+    match (wanted, end_point) {
+        (Wanted::Disable, _) if offers(SCRAM_SHA_256) => {
+            Ok((SCRAM_SHA_256, ChannelBinding::unsupported()))
+        }
+        (Wanted::Prefer | Wanted::Require, Some(hash)) if offers(SCRAM_SHA_256_PLUS) => Ok((
+            SCRAM_SHA_256_PLUS,
+            ChannelBinding::tls_server_end_point(hash.to_vec()),
+        )),
+        (Wanted::Require, _) => Err(format!(
+            "channel binding is required (PGCHANNELBINDING=require), but the server offers {} {}",
+            offered.join(", "),
+            match end_point {
+                Some(_) => "over TLS",
+                None => "without a TLS certificate to bind to",
+            }
+        )),
+        (Wanted::Prefer, Some(_)) if offers(SCRAM_SHA_256) => {
+            Ok((SCRAM_SHA_256, ChannelBinding::unrequested()))
+        }
+        (Wanted::Prefer, None) if offers(SCRAM_SHA_256) => {
+            Ok((SCRAM_SHA_256, ChannelBinding::unsupported()))
+        }
+        _ => Err(format!(
+            "the server offers no SASL mechanism this client knows ({})",
+            offered.join(", ")
+        )),
+    }
+}
+
 pub fn copy_data(m: Message) -> Option<Bytes> {
     match m {
         Message::CopyData(body) => Some(body.into_bytes()),
@@ -306,6 +372,51 @@ pub fn unexpected(m: &Message) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use conninfo::ChannelBinding as Wanted;
+
+    /// The mechanism chosen and the gs2 header its first message starts with, or the error.
+    fn choose(wanted: Wanted, offered: &[&str], tls: bool) -> Result<(String, String), String> {
+        let offered: Vec<String> = offered.iter().map(|m| m.to_string()).collect();
+        let hash = [7u8; 32];
+        let (mechanism, binding) = scram_mechanism(wanted, &offered, tls.then_some(&hash[..]))?;
+        let first = ScramSha256::new(b"pw", binding).message().to_vec();
+        let first = String::from_utf8(first).unwrap();
+        let header = first.split("n=").next().unwrap().to_string();
+        Ok((mechanism.to_string(), header))
+    }
+
+    #[test]
+    fn scram_binds_the_channel_as_libpq_does() {
+        let both = [SCRAM_SHA_256_PLUS, SCRAM_SHA_256];
+        let plain = [SCRAM_SHA_256];
+        let ok = |m: &str, h: &str| Ok((m.to_string(), h.to_string()));
+        // Over TLS with PLUS offered: bound to the certificate, unless disabled.
+        let bound = ok(SCRAM_SHA_256_PLUS, "p=tls-server-end-point,,");
+        assert_eq!(choose(Wanted::Prefer, &both, true), bound);
+        assert_eq!(choose(Wanted::Require, &both, true), bound);
+        assert_eq!(
+            choose(Wanted::Disable, &both, true),
+            ok(SCRAM_SHA_256, "n,,")
+        );
+        // Over TLS without PLUS (a relay that dropped it, say): 'y', which a server that can
+        // bind takes for the downgrade it is; require refuses before any password is sent.
+        assert_eq!(
+            choose(Wanted::Prefer, &plain, true),
+            ok(SCRAM_SHA_256, "y,,")
+        );
+        let e = choose(Wanted::Require, &plain, true).unwrap_err();
+        assert!(e.contains("required") && e.contains("over TLS"), "{e}");
+        // No TLS: nothing to bind to.
+        assert_eq!(
+            choose(Wanted::Prefer, &plain, false),
+            ok(SCRAM_SHA_256, "n,,")
+        );
+        let e = choose(Wanted::Require, &both, false).unwrap_err();
+        assert!(e.contains("without a TLS certificate"), "{e}");
+        // Nothing known offered.
+        let e = choose(Wanted::Prefer, &["OAUTHBEARER"], true).unwrap_err();
+        assert!(e.contains("OAUTHBEARER"), "{e}");
+    }
 
     #[test]
     fn server_versions_read_as_libpq_numbers_them() {
