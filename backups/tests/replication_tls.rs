@@ -294,10 +294,11 @@ fn channel_binding_stops_a_relay_that_ends_tls_with_a_certificate_of_its_own() {
 #[test]
 fn the_binding_hashes_the_certificate_as_the_server_does_for_each_kind_of_signature() {
     let certs = Certs::new();
-    // The operator's certificates are ECDSA P-256 with SHA-256 (rcgen's default); SHA-384 and
-    // SHA-512 signatures are hashed with their own hash, not SHA-256.
+    // The operator's certificates are ECDSA P-256 with SHA-256 (rcgen's default); SHA-224,
+    // SHA-384 and SHA-512 signatures are hashed with their own hash, not SHA-256.
     for (kind, key, digest) in [
         ("p256-sha256", "ec:prime256v1", "-sha256"),
+        ("p256-sha224", "ec:prime256v1", "-sha224"),
         ("p384-sha384", "ec:secp384r1", "-sha384"),
         ("rsa-sha512", "rsa:2048", "-sha512"),
     ] {

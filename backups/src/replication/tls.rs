@@ -13,7 +13,7 @@ use rustls::crypto::{CryptoProvider, ring};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use sha2::{Digest, Sha256, Sha384, Sha512};
+use sha2::{Digest, Sha224, Sha256, Sha384, Sha512};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
@@ -49,6 +49,7 @@ pub(crate) fn end_point_hash(certificate: &[u8]) -> Option<Vec<u8>> {
     let oid = signature_algorithm(certificate)?;
     let (_, hash) = SIGNATURE_HASHES.iter().find(|(known, _)| *known == oid)?;
     Some(match hash {
+        Hash::Sha224 => Sha224::digest(certificate).to_vec(),
         Hash::Sha256 => Sha256::digest(certificate).to_vec(),
         Hash::Sha384 => Sha384::digest(certificate).to_vec(),
         Hash::Sha512 => Sha512::digest(certificate).to_vec(),
@@ -56,6 +57,7 @@ pub(crate) fn end_point_hash(certificate: &[u8]) -> Option<Vec<u8>> {
 }
 
 enum Hash {
+    Sha224,
     Sha256,
     Sha384,
     Sha512,
@@ -63,14 +65,15 @@ enum Hash {
 
 /// Signature algorithms (their OIDs' content octets) and the hash binding uses for each.
 #[rustfmt::skip]
-const SIGNATURE_HASHES: [(&[u8], Hash); 10] = [
+const SIGNATURE_HASHES: [(&[u8], Hash); 11] = [
     (&[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x04], Hash::Sha256), // md5WithRSA
     (&[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x05], Hash::Sha256), // sha1WithRSA
     (&[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0b], Hash::Sha256), // sha256WithRSA
     (&[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0c], Hash::Sha384), // sha384WithRSA
     (&[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0d], Hash::Sha512), // sha512WithRSA
+    (&[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0e], Hash::Sha224), // sha224WithRSA
     (&[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x01], Hash::Sha256),             // ecdsa-with-SHA1
-    (&[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x01], Hash::Sha256),       // ecdsa-with-SHA224
+    (&[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x01], Hash::Sha224),       // ecdsa-with-SHA224
     (&[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02], Hash::Sha256),       // ecdsa-with-SHA256
     (&[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x03], Hash::Sha384),       // ecdsa-with-SHA384
     (&[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x04], Hash::Sha512),       // ecdsa-with-SHA512
@@ -227,6 +230,8 @@ mod tests {
             (rsa(0x04), 32),
             (rsa(0x0c), 48),
             (rsa(0x0d), 64),
+            (rsa(0x0e), 28),
+            (ecdsa(0x01), 28),
             (ecdsa(0x02), 32),
             (ecdsa(0x03), 48),
             (ecdsa(0x04), 64),
@@ -235,6 +240,7 @@ mod tests {
             let hash = end_point_hash(&c).unwrap_or_else(|| panic!("{oid:x?}"));
             assert_eq!(hash.len(), length, "{oid:x?}");
             let expected = match length {
+                28 => Sha224::digest(&c).to_vec(),
                 32 => Sha256::digest(&c).to_vec(),
                 48 => Sha384::digest(&c).to_vec(),
                 _ => Sha512::digest(&c).to_vec(),

@@ -277,7 +277,6 @@ impl Connection {
     }
 }
 
-/// A CopyData message's payload without copying it.
 const UNBOUND_PASSWORD: &str = "channel binding is required (PGCHANNELBINDING=require), but the server asked for a password without SCRAM; no password was sent";
 const UNBOUND_LOGIN: &str = "channel binding is required (PGCHANNELBINDING=require), but the server let the client in without it";
 
@@ -321,6 +320,7 @@ fn scram_mechanism(
     }
 }
 
+/// A CopyData message's payload without copying it.
 pub fn copy_data(m: Message) -> Option<Bytes> {
     match m {
         Message::CopyData(body) => Some(body.into_bytes()),
