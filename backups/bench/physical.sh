@@ -1,13 +1,15 @@
 # The physical side of `make bench-backup`, sourced by run.sh (its settings, S3 server,
 # `measure`, `best`, `median`, `sample_load`, `generate`, `init_pg`, `start_pg`, `stop_pg`):
 #
-# 1. `dbop-backup base-backup` (pg_basebackup's tar → zstd → S3 multipart, then its record)
-#    against pg_basebackup with the agent's flags, in rounds, on one instance (orders-like
-#    tables of PHYS_GIB plus pgbench's at PGBENCH_SCALE), four ways: writing to /dev/null itself
-#    (what the server sends, nothing kept); read through a pipe by `cat > /dev/null` (the floor
-#    of any program that reads the stream, the agent included); writing its tar to a local
-#    directory and syncing it (what pg_basebackup alone keeps); and the hand-made equivalent of
-#    the agent, `| zstd -1 -T1 | rclone rcat` to the same S3 server;
+# 1. `dbop-backup base-backup` (its own connection, the server's zstd → S3 multipart, then its
+#    record; with 2 server workers; and through pg_basebackup, zstd in the agent) against
+#    pg_basebackup with the agent's flags, in rounds, on one instance (orders-like tables of
+#    PHYS_GIB plus pgbench's at PGBENCH_SCALE), five ways: writing to /dev/null itself (what
+#    the server sends, nothing kept); read through a pipe by `cat > /dev/null`; writing its tar
+#    to a local directory and syncing it (what pg_basebackup alone keeps); the server's zstd as
+#    the agent asks for it, to a local directory (the agent's floor without an S3 server); and
+#    the hand-made equivalent of the agent before, `| zstd -1 -T1 | rclone rcat` to the same S3
+#    server;
 # 2. WAL archiving through `wal-push` (archive_command, its S3 key in files) while pgbench's
 #    TPC-B-like script runs: WAL generated against archived, the rate, the `.ready` backlog
 #    sampled every second, the time to drain it after the run;
@@ -103,6 +105,13 @@ run_base() {
       rm -rf "$WORK/phys-local"
       m=$(measure bash -c "$pgbb --pgdata='$WORK/phys-local' && sync -f '$WORK/phys-local/base.tar'") || return
       rm -rf "$WORK/phys-local" ;;
+    server-local)
+      # The server's zstd as the agent asks for it, kept on local disk: the agent's floor
+      # without an S3 server.
+      rm -rf "$WORK/phys-local"
+      m=$(measure bash -c "$pgbb --compress=server-zstd:level=1,workers=1 --pgdata='$WORK/phys-local' && sync -f '$WORK/phys-local/base.tar.zst'") || return
+      stored=$(stat -c %s "$WORK/phys-local/base.tar.zst")
+      rm -rf "$WORK/phys-local" ;;
     pipeline)
       m=$(measure bash -o pipefail -c "$pgbb --pgdata=- | zstd -q -1 -T1 | rclone rcat bench:bench/phys-pipeline/run$r.tar.zst") || return
       stored=$(stat -c %s "$WORK/s3/bench/phys-pipeline/run$r.tar.zst") ;;
@@ -140,7 +149,7 @@ base_backups() {
   local raw=$1 r contender m label
   local -A results=()
   for ((r = 1; r <= RUNS; r++)); do
-    for contender in baseline read local pipeline dbop dbop-w2 dbop-pgbb; do
+    for contender in baseline read local server-local pipeline dbop dbop-w2 dbop-pgbb; do
       sample_load
       m=$(run_base "$contender" "$r")
       log "base backup round $r $contender: $m"
@@ -153,6 +162,7 @@ base_backups() {
   phys_row "$label" '`pg_basebackup -Ft -D - -X none -c fast > /dev/null`' "$raw" "${results[baseline]}"
   phys_row "$label" '`pg_basebackup -Ft -D - … \\| cat > /dev/null`' "$raw" "${results[read]}"
   phys_row "$label" '`pg_basebackup -Ft -D dir …` + `sync` (local disk, uncompressed)' "$raw" "${results[local]}"
+  phys_row "$label" '`pg_basebackup … --compress=server-zstd:level=1,workers=1 -D dir` + `sync` (the server compressing, local disk)' "$raw" "${results[server-local]}"
   phys_row "$label" '`pg_basebackup -Ft -D - … \\| zstd -1 -T1 \\| rclone rcat`' "$raw" "${results[pipeline]}"
   phys_row "$label" '`dbop-backup base-backup --fast-checkpoint` (own connection, server zstd -1, 1 worker)' "$raw" "${results[dbop]}"
   phys_row "$label" '… `--compression-threads 2` (server zstd, 2 workers)' "$raw" "${results[dbop-w2]}"
@@ -160,6 +170,7 @@ base_backups() {
   echo
   echo "The agent's throughput (own connection, the default) as a share of each: pg_basebackup to /dev/null $(share "${results[baseline]}" "${results[dbop]}");"
   echo "read through a pipe $(share "${results[read]}" "${results[dbop]}"); to local disk $(share "${results[local]}" "${results[dbop]}");"
+  echo "the server compressing to local disk (no S3 server) $(share "${results[server-local]}" "${results[dbop]}"), and that one against pg_basebackup to /dev/null: $(share "${results[baseline]}" "${results[server-local]}");"
   echo "the zstd and rclone pipeline $(share "${results[pipeline]}" "${results[dbop]}"). With 2 server workers, against"
   echo "pg_basebackup to /dev/null: $(share "${results[baseline]}" "${results[dbop-w2]}"); through pg_basebackup as before: $(share "${results[baseline]}" "${results[dbop-pgbb]}")."
   echo
