@@ -88,7 +88,7 @@ async fn main() {
     report["after_all"] = json!({"rss_mib": operator.rss_mib(), "cpu_s": operator.cpu_seconds()});
     drop(operator);
     report["floor"] = floor(&bed, &names[0], databases, namespaces).await;
-    report["convergence_ratio"] = convergence_ratios(&report);
+    report["convergence_ratio"] = convergence_ratios(&report, databases);
     println!("floor: {}", report["floor"]);
     println!("convergence / floor: {}", report["convergence_ratio"]);
 
@@ -735,13 +735,19 @@ async fn statefulsets_ready(client: Client, count: usize) {
     count_until(Api::all(client), FLOOR_LABEL, count, ready).await;
 }
 
-/// dbop's convergence times over the floor's: 1,000 new Databases on an empty test bed (scale)
-/// and beside 1,000 Ready ones (phase 5).
-fn convergence_ratios(report: &Value) -> Value {
-    let floor = report["floor"]["all_ready_s"].as_f64().unwrap_or(f64::NAN);
-    let ratio = |phase: &str| {
-        let time = report[phase]["all_ready_s"].as_f64().unwrap_or(f64::NAN);
-        round(time / floor)
-    };
-    json!({"scale": ratio("scale"), "while_repairing": ratio("self_repair_converging")})
+/// dbop's convergence over the floor's, time per Database: the scale phase's Databases on an
+/// empty test bed, and phase 5's (`BENCH_CONVERGING` of them) beside those, each against the
+/// floor's `databases` sets.
+fn convergence_ratios(report: &Value, databases: usize) -> Value {
+    let per_database =
+        |phase: &str, count: f64| report[phase]["all_ready_s"].as_f64().unwrap_or(f64::NAN) / count;
+    let floor = per_database("floor", databases as f64);
+    let converging = report["self_repair_converging"]["converging"]
+        .as_f64()
+        .unwrap_or(f64::NAN);
+    let ratio = |time: f64| (time / floor * 100.0).round() / 100.0;
+    json!({
+        "scale": ratio(per_database("scale", databases as f64)),
+        "while_repairing": ratio(per_database("self_repair_converging", converging)),
+    })
 }
