@@ -88,7 +88,7 @@ crds: ## regenerate crds/ (and the chart's copy) from the API types
 	cp crds/dbop.dev.yaml charts/dbop/crds/dbop.dev.yaml
 
 test-unit: ## tests that need no cluster (pure logic, request shapes, the backup agent with real PostgreSQL and S3)
-	$(TIMED) "unit tests" $(CARGO) test --locked --workspace --exclude dbop-e2e
+	$(TIMED) "unit tests" env CARGO=$(CARGO) scripts/unit-tests.sh
 	$(TIMED) "unit: e2e scheduler" $(CARGO) test -q --locked --workspace --bin e2e-suites
 
 testbed-build: ## build the local control plane (and the real node's binaries when the host can run it) from Go modules, cached outside the repo
