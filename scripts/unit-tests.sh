@@ -5,8 +5,8 @@
 # the binaries run UNIT_JOBS at a time (default 3), longest first by the times of their last
 # run here (target/unit-test-times.tsv; on a fresh clone, those in scripts/unit-test-times.tsv),
 # each in its package's directory with the variables cargo gives it, its output kept whole and
-# printed when it ends. The run fails when a binary fails, and
-# names each failed one at the end. ARGS go to every test binary (a filter, `--nocapture`, …).
+# printed when it ends. The run fails when a binary fails, and names each failed one at the end.
+# ARGS go to every test binary (a filter, `--nocapture`, …); a run with ARGS records no times.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD
@@ -19,7 +19,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 # Build every test binary (cargo prints its usual progress), then list them: executable, package
-# directory, package name, and a name for the log ("backups test base", "dbop lib").
+# directory, target kind and name, and the package's folder ("dbop" for the root).
 "$cargo" test --locked --workspace --exclude dbop-e2e --no-run --message-format=json-render-diagnostics |
   jq -r --arg root "$root" '
     select(.reason == "compiler-artifact" and .profile.test and .executable != null)
@@ -62,7 +62,7 @@ while IFS=$'\t' read -r _ _ exe dir; do
   started[$!]=$(date +%s)
 done <"$work/queue.tsv"
 while ((${#running[@]} > 0)); do wait_one; done
-cp "$work/times.tsv" "$times"
+(($# > 0)) || cp "$work/times.tsv" "$times"
 
 # The doc tests: rustdoc compiles them, so cargo runs them.
 "$cargo" test --locked --workspace --exclude dbop-e2e --doc || failed+=("doc tests")
