@@ -137,6 +137,8 @@ impl Error {
 impl Error {
     /// A conflict (HTTP 409, not "already exists"): the write was built from a stale read.
     /// Sending it again would fail the same way; reconciling again from a fresh read will not.
+    /// The finalizer's own patches count too when their guard failed (see
+    /// [`finalizers_changed_meanwhile`]).
     pub fn is_conflict(&self) -> bool {
         use kube::runtime::finalizer::Error as Finalizer;
         let kube_conflict = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.is_conflict() && !s.is_already_exists());
@@ -151,11 +153,72 @@ impl Error {
                 Finalizer::ApplyFailed(inner) | Finalizer::CleanupFailed(inner) => {
                     inner.is_conflict()
                 }
-                Finalizer::AddFinalizer(e) | Finalizer::RemoveFinalizer(e) => kube_conflict(e),
+                Finalizer::AddFinalizer(e) | Finalizer::RemoveFinalizer(e) => {
+                    kube_conflict(e) || finalizers_changed_meanwhile(e)
+                }
                 Finalizer::UnnamedObject | Finalizer::InvalidFinalizer => false,
             },
         }
     }
 }
 
+/// kube's finalizer helper patches `metadata.finalizers` with a JSON Patch that first tests
+/// them against the copy it read. When they changed since — the cached copy was older than the
+/// helper's own last write, say, as when a Database and its first `DatabaseBackup` are applied
+/// together — the API server refuses the patch itself: 422, naming no object. A patch that
+/// reached validation and failed there names the object (and its fields), and is no conflict.
+fn finalizers_changed_meanwhile(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(s) if s.code == 422
+        && s.details.as_ref().is_none_or(|d| d.name.is_empty() && d.kind.is_empty()))
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use kube::core::Status;
+    use kube::runtime::finalizer::Error as Finalizer;
+    use serde_json::json;
+
+    use super::Error;
+
+    fn api_error(status: serde_json::Value) -> kube::Error {
+        let status: Status = serde_json::from_value(status).expect("a Status");
+        kube::Error::Api(status.boxed())
+    }
+
+    /// What the API server answers a JSON Patch whose `test` operation failed (as seen from
+    /// kube-apiserver 1.37 on the test bed).
+    fn patch_test_failed() -> kube::Error {
+        api_error(
+            json!({"status": "Failure", "code": 422, "reason": "Invalid", "details": {},
+            "message": "the server rejected our request due to an error in our request"}),
+        )
+    }
+
+    /// A validation failure on the same patch: the object and its field named.
+    fn invalid_object() -> kube::Error {
+        api_error(
+            json!({"status": "Failure", "code": 422, "reason": "Invalid",
+            "message": "Database.dbop.dev \"orders\" is invalid: spec: Invalid value",
+            "details": {"name": "orders", "group": "dbop.dev", "kind": "Database",
+                "causes": [{"reason": "FieldValueInvalid", "field": "spec"}]}}),
+        )
+    }
+
+    #[test]
+    fn a_finalizer_patch_whose_guard_failed_is_a_conflict() {
+        let add = Error::Finalizer(Box::new(Finalizer::AddFinalizer(patch_test_failed())));
+        let remove = Error::Finalizer(Box::new(Finalizer::RemoveFinalizer(patch_test_failed())));
+        assert!(add.is_conflict());
+        assert!(remove.is_conflict());
+    }
+
+    #[test]
+    fn a_finalizer_patch_refused_by_validation_is_no_conflict() {
+        let add = Error::Finalizer(Box::new(Finalizer::AddFinalizer(invalid_object())));
+        assert!(!add.is_conflict());
+        // Nor is a 422 on any other write.
+        assert!(!Error::Kube(patch_test_failed()).is_conflict());
+    }
+}

@@ -126,6 +126,14 @@ fn conflict() -> Answer {
     (StatusCode::CONFLICT, None, status)
 }
 
+/// The API server's answer to a JSON Patch whose `test` operation failed: 422, naming no object.
+fn patch_test_failed() -> Answer {
+    let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "the server rejected our request due to an error in our request",
+        "reason": "Invalid", "details": {}, "code": 422});
+    (StatusCode::UNPROCESSABLE_ENTITY, None, status)
+}
+
 fn database() -> Value {
     json!({"apiVersion": "dbop.dev/v1alpha1", "kind": "Database",
         "metadata": {"name": "orders", "namespace": "shop", "uid": "u-1", "resourceVersion": "7"},
@@ -270,4 +278,38 @@ async fn a_conflict_is_not_resent_and_is_reconciled_again_soon() {
         kube::runtime::controller::Action::requeue(Duration::from_secs(5)),
         "the conflicts did not count as failures"
     );
+}
+
+/// kube's finalizer helper guards its patch with a test of the finalizers it read; on a copy
+/// older than its own last write (a Database applied with its first DatabaseBackup wakes two
+/// passes at once) the API server refuses it. That is a conflict: reconciled again soon, from
+/// the fresh object, and (`database::controller`) no Warning Event.
+#[tokio::test]
+async fn a_finalizer_added_from_a_stale_copy_is_a_conflict() {
+    let server = MockServer::start(
+        vec![patch_test_failed()],
+        (StatusCode::OK, None, database()),
+    )
+    .await;
+    let api: Api<Database> = Api::namespaced(server.client(), "shop");
+    let stale: Database = serde_json::from_value(database()).unwrap();
+    let outcome = kube::runtime::finalizer::finalizer(
+        &api,
+        "dbop.dev/cleanup",
+        std::sync::Arc::new(stale),
+        |_| async {
+            Ok::<_, dbop::error::Error>(kube::runtime::controller::Action::await_change())
+        },
+    )
+    .await;
+    let error = dbop::error::Error::Finalizer(Box::new(outcome.expect_err("the patch refused")));
+    let received = server.received();
+    assert_eq!(received.len(), 1, "{received:#?}");
+    assert_eq!(received[0].method, "PATCH");
+    assert!(
+        received[0].body.contains("\"op\":\"test\""),
+        "{}",
+        received[0].body
+    );
+    assert!(error.is_conflict(), "{error:?}");
 }

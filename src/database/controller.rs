@@ -197,15 +197,22 @@ async fn reconcile_guarded(guard: &DeserializeGuard<Database>, ctx: &Context) ->
     match &result {
         Ok(_) => ctx.reset_failures(&key_of(guard)),
         Err(error) => {
-            let event = EventSpec {
-                warning: true,
-                reason: error.label().into(),
-                note: error.to_string(),
-            };
-            apply::publish(ctx, &db, &event).await;
+            if let Some(event) = failure_event(error) {
+                apply::publish(ctx, &db, &event).await;
+            }
         }
     }
     result
+}
+
+/// The Warning Event of a failed pass — none for a conflict: the pass ran on a stale copy, is
+/// run again from a fresh one within a second, and nothing is for the user to fix.
+fn failure_event(error: &Error) -> Option<EventSpec> {
+    (!error.is_conflict()).then(|| EventSpec {
+        warning: true,
+        reason: error.label().into(),
+        note: error.to_string(),
+    })
 }
 
 /// kube's finalizer helper: `reconcile_database` while the Database lives, the deletion policy
@@ -332,5 +339,17 @@ mod tests {
         assert!(already_gone(removal_failed(409)).is_err());
         let cleanup = FinalizerError::CleanupFailed(Error::DeletionWaiting("final backup".into()));
         assert!(already_gone(cleanup).is_err());
+    }
+
+    #[test]
+    fn a_conflict_is_no_warning_and_a_failure_is_one() {
+        let conflict = Status::failure("the object has been modified", "Conflict").with_code(409);
+        let conflict = Error::Kube(kube::Error::Api(conflict.boxed()));
+        assert_eq!(failure_event(&conflict), None);
+        let failed = Status::failure("boom", "InternalError").with_code(500);
+        let event =
+            failure_event(&Error::Kube(kube::Error::Api(failed.boxed()))).expect("a Warning Event");
+        assert!(event.warning);
+        assert_eq!(event.reason, "KubeApiError");
     }
 }
