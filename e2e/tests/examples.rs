@@ -25,6 +25,8 @@ struct Expected {
     /// The reason of the one Warning Event about the Database that is expected (the condition's
     /// own), if any.
     warning: Option<&'static str>,
+    /// A `DatabaseBackup` of the example that has Succeeded, if it makes one.
+    backup: Option<&'static str>,
 }
 
 const EXPECTED: &[Expected] = &[
@@ -34,6 +36,7 @@ const EXPECTED: &[Expected] = &[
         phase: Phase::Ready,
         condition: ("Initialized", "True", "Completed", "init"),
         warning: None,
+        backup: None,
     },
     Expected {
         file: "database-with-credentials.yaml",
@@ -41,6 +44,7 @@ const EXPECTED: &[Expected] = &[
         phase: Phase::Ready,
         condition: ("Initialized", "True", "Completed", "init"),
         warning: None,
+        backup: None,
     },
     Expected {
         file: "database-with-backups.yaml",
@@ -53,6 +57,7 @@ const EXPECTED: &[Expected] = &[
             "orders-before-migration",
         ),
         warning: None,
+        backup: Some("orders-before-migration"),
     },
     Expected {
         file: "database-backups-aws-irsa.yaml",
@@ -60,6 +65,7 @@ const EXPECTED: &[Expected] = &[
         phase: Phase::Ready,
         condition: ("BackupHealthy", "True", "FirstBackupNotDue", "T02:00:00Z"),
         warning: None,
+        backup: None,
     },
     Expected {
         file: "database-backups-minio.yaml",
@@ -72,6 +78,7 @@ const EXPECTED: &[Expected] = &[
             "ConfigMap minio-ca",
         ),
         warning: Some("S3CaSourceInvalid"),
+        backup: None,
     },
     Expected {
         file: "database-with-network-policy.yaml",
@@ -79,6 +86,7 @@ const EXPECTED: &[Expected] = &[
         phase: Phase::Ready,
         condition: ("NetworkPolicyReady", "True", "Applied", "NetworkPolicy"),
         warning: None,
+        backup: None,
     },
     Expected {
         file: "database-cert-manager-issuer.yaml",
@@ -93,6 +101,7 @@ const EXPECTED: &[Expected] = &[
             "for Certificate orders-server",
         ),
         warning: None,
+        backup: None,
     },
     Expected {
         file: "database-restored.yaml",
@@ -105,6 +114,7 @@ const EXPECTED: &[Expected] = &[
             "DatabaseBackup orders-202605010200",
         ),
         warning: Some("Pending"),
+        backup: None,
     },
 ];
 
@@ -166,9 +176,9 @@ async fn check(bed: &TestBed, expected: &Expected) {
     })
     .await;
     assert!(message.contains(text), "{what}: {message}");
-    if expected.file == "database-with-backups.yaml" {
+    if let Some(name) = expected.backup {
         let backups: Api<DatabaseBackup> = Api::namespaced(bed.client.clone(), &ns);
-        let backup = backups.get("orders-before-migration").await.unwrap();
+        let backup = backups.get(name).await.unwrap();
         assert_eq!(
             backup.status.and_then(|s| s.phase),
             Some(BackupPhase::Succeeded),
